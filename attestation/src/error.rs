@@ -1,0 +1,104 @@
+//! One public error type, sorted by who is to blame.
+
+use std::fmt;
+
+use crate::verify::{CheckId, CheckReport};
+
+/// Errors of `veil-attestation`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// Bytes that do not parse (bundle JSON, base64, sizes).
+    #[error("malformed evidence: {0}")]
+    Malformed(#[from] Malformed),
+    /// A named verification check failed: the evidence is refused.
+    #[error("{0}")]
+    Rejected(Box<Rejection>),
+    /// The peer did something only an attacker or a broken peer does
+    /// (for example a channel-binding signature that does not verify).
+    #[error("peer misbehaved: {0}")]
+    PeerMisbehaved(String),
+    /// The caller used the API wrongly (bad policy, bad arguments).
+    #[error("API misuse: {0}")]
+    ApiMisuse(String),
+    /// Hardware or OS failure while collecting evidence.
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl Error {
+    /// The failed check, if this is a rejection.
+    pub fn check(&self) -> Option<CheckId> {
+        match self {
+            Self::Rejected(r) => Some(r.check),
+            _ => None,
+        }
+    }
+}
+
+/// A failed check with the values compared, plus the full table.
+#[derive(Debug)]
+pub struct Rejection {
+    /// The first check that failed, in verification order.
+    pub check: CheckId,
+    /// What the policy or the binding required.
+    pub expected: String,
+    /// What the evidence showed.
+    pub actual: String,
+    /// Every check's outcome, for display.
+    pub report: CheckReport,
+}
+
+impl fmt::Display for Rejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "attestation rejected by check `{}`: expected {}, got {}",
+            self.check, self.expected, self.actual
+        )
+    }
+}
+
+/// Evidence bytes that do not parse.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Malformed {
+    /// Bundle larger than its limit.
+    #[error("bundle of {actual} bytes exceeds the {limit}-byte limit")]
+    TooLarge {
+        /// Size received.
+        actual: usize,
+        /// Limit.
+        limit: usize,
+    },
+    /// A field larger than its limit.
+    #[error("field `{field}` exceeds its limit of {limit}")]
+    FieldTooLarge {
+        /// Field name.
+        field: &'static str,
+        /// Limit (bytes, or entries for lists).
+        limit: usize,
+    },
+    /// Not JSON, or not the bundle schema.
+    #[error("bundle is not valid JSON of the expected shape: {0}")]
+    Json(String),
+    /// Bundle version we do not speak.
+    #[error("bundle version {actual} is not supported (this verifier speaks {supported})")]
+    UnsupportedVersion {
+        /// Version in the bundle.
+        actual: u32,
+        /// Version we speak.
+        supported: u32,
+    },
+    /// A base64 field does not decode.
+    #[error("field `{field}` is not base64: {reason}")]
+    Base64 {
+        /// Field name.
+        field: &'static str,
+        /// Decoder message.
+        reason: String,
+    },
+    /// A certificate extension carrying evidence is malformed.
+    #[error("RA-TLS certificate: {0}")]
+    Certificate(String),
+}

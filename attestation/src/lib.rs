@@ -1,0 +1,46 @@
+//! # veil-attestation
+//!
+//! Evidence, verification and policy for Veil's confidential shards.
+//!
+//! ```text
+//!  shard (attester)                      relying party (client / neighbour shard)
+//!  ───────────────                       ─────────────────────────────────────────
+//!  Claims { tls key, hpke key,           EvidenceBundle (JSON)
+//!           manifest, layers, nonce }            │
+//!     │ SHA-512(canonical encoding)              ▼
+//!     ▼                                   verify(bundle, &Policy, &ExpectedClaims, now)
+//!  REPORT_DATA ──▶ AMD-SP signs report      1 report_format      10 measurement …
+//!     │            (VCEK, or simulated)     2 product            … report_data_binding
+//!     ▼                                     3 endorsement_chain    freshness
+//!  EvidenceBundle { report, VCEK, chain,     …                          │
+//!                   crl?, claims }                                      ▼
+//!                                         Ok(VerifiedEvidence) | Err(Rejected{check, expected, actual})
+//! ```
+//!
+//! * [`verify`] is pure (no clock, no I/O): the caller passes `now`.
+//! * [`VerifiedEvidence`] can only be made by the verifier; RA-TLS links and
+//!   sealed requests take it (or a [`ratls::VerifiedPeer`]) as proof.
+//! * [`simulated`] evidence is accepted only with `allow_simulated = true`
+//!   and is flagged in every check table.
+//! * [`ratls`] puts evidence in TLS certificates and verifies it in rustls.
+
+#![warn(missing_docs, unreachable_pub)]
+
+pub mod claims;
+pub mod error;
+pub mod evidence;
+#[cfg(feature = "hw")]
+pub mod hw;
+pub mod policy;
+pub mod ratls;
+pub mod simulated;
+pub mod snp;
+pub mod verify;
+pub mod x509;
+
+pub use claims::{Claims, KeyHash, LayerRange, ManifestRoot, Measurement, Nonce, ReportData};
+pub use error::{Error, Malformed, Rejection};
+pub use evidence::EvidenceBundle;
+pub use policy::Policy;
+pub use simulated::{Attester, SimulatedAttester, SimulatedConfig};
+pub use verify::{appraise, verify, CheckId, CheckReport, ExpectedClaims, Outcome, VerifiedEvidence};

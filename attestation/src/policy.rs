@@ -1,0 +1,272 @@
+//! The appraisal policy: every reference value the verifier compares against.
+//!
+//! A policy is a TOML file owned by the relying party. Unknown keys are an
+//! error (a typo must not silently weaken a check). Example:
+//!
+//! ```toml
+//! products = ["Milan", "Genoa", "Turin"]
+//! min_report_version = 2
+//! allow_vlek = false
+//! require_crl = false
+//! allow_debug = false
+//! allow_migration_agent = false
+//! allow_smt = true
+//! vmpl = 0
+//! measurements = ["7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f"]
+//! # host_data = "…64 hex…"
+//! # id_key_digest = "…96 hex…"
+//! allow_simulated = false
+//!
+//! [min_tcb.Milan]
+//! bootloader = 3
+//! tee = 0
+//! snp = 8
+//! microcode = 115
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::claims::{KeyHash, Measurement};
+use crate::snp::{report::KNOWN_VERSIONS, Product};
+
+/// Lowest report version Veil accepts by default. Version 2 reports (no
+/// CPUID fields) still come from deployed Milan firmware; the product is then
+/// taken from the endorsement chain alone.
+pub const DEFAULT_MIN_REPORT_VERSION: u32 = 2;
+
+/// Minimum security patch level per TCB component; absent components are not checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TcbMinimum {
+    /// FMC (Turin only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fmc: Option<u8>,
+    /// PSP boot loader.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bootloader: Option<u8>,
+    /// PSP OS (TEE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tee: Option<u8>,
+    /// SNP firmware.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snp: Option<u8>,
+    /// Microcode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub microcode: Option<u8>,
+}
+
+/// Hex-encoded 32-byte value in the policy file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct HostData(pub KeyHash);
+
+/// Hex-encoded 48-byte digest (ID key digest) in the policy file.
+pub type IdKeyDigest = Measurement;
+
+/// The appraisal policy for SEV-SNP evidence.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    /// Products whose evidence is acceptable.
+    #[serde(default = "all_products")]
+    pub products: Vec<Product>,
+    /// Lowest acceptable report version.
+    #[serde(default = "default_min_version")]
+    pub min_report_version: u32,
+    /// Highest acceptable report version.
+    #[serde(default = "default_max_version")]
+    pub max_report_version: u32,
+    /// Accept reports signed by a VLEK (cloud-provider key, ASVK chain).
+    #[serde(default)]
+    pub allow_vlek: bool,
+    /// Fail when no CRL accompanies the evidence.
+    #[serde(default)]
+    pub require_crl: bool,
+    /// Accept guests launched with the DEBUG policy bit (never in production).
+    #[serde(default)]
+    pub allow_debug: bool,
+    /// Accept guests that may be associated with a migration agent.
+    #[serde(default)]
+    pub allow_migration_agent: bool,
+    /// Accept platforms with SMT enabled.
+    #[serde(default = "yes")]
+    pub allow_smt: bool,
+    /// Required VMPL of the report.
+    #[serde(default)]
+    pub vmpl: u32,
+    /// TCB minimums per product, compared with `REPORTED_TCB`.
+    #[serde(default)]
+    pub min_tcb: BTreeMap<Product, TcbMinimum>,
+    /// Allowed launch measurements.
+    #[serde(default)]
+    pub measurements: Vec<Measurement>,
+    /// Accept any launch measurement. Must be said in so many words; an
+    /// empty allowlist without it rejects everything.
+    #[serde(default)]
+    pub any_measurement: bool,
+    /// Required `HOST_DATA`, when pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_data: Option<HostData>,
+    /// Required `ID_KEY_DIGEST`, when pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_key_digest: Option<IdKeyDigest>,
+    /// Accept evidence from Veil's *simulated* attester. Development only:
+    /// simulated evidence proves nothing about hardware.
+    #[serde(default)]
+    pub allow_simulated: bool,
+    /// When non-empty, only these simulated roots (SHA-256 of the ARK's
+    /// SubjectPublicKeyInfo) are accepted under `allow_simulated`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub simulated_roots: Vec<KeyHash>,
+}
+
+fn all_products() -> Vec<Product> {
+    Product::ALL.to_vec()
+}
+fn default_min_version() -> u32 {
+    DEFAULT_MIN_REPORT_VERSION
+}
+fn default_max_version() -> u32 {
+    *KNOWN_VERSIONS.end()
+}
+fn yes() -> bool {
+    true
+}
+
+/// Why a policy file was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// Not valid TOML or not the policy schema.
+    #[error("policy is not valid: {0}")]
+    Parse(String),
+    /// Values contradict each other.
+    #[error("policy is inconsistent: {0}")]
+    Inconsistent(String),
+}
+
+impl Default for Policy {
+    /// The strict default: every product, debug and migration agent off,
+    /// VMPL 0, no TCB minimums, simulated evidence refused, and an empty
+    /// measurement allowlist (which rejects until a measurement is pinned).
+    fn default() -> Self {
+        Self {
+            products: all_products(),
+            min_report_version: DEFAULT_MIN_REPORT_VERSION,
+            max_report_version: default_max_version(),
+            allow_vlek: false,
+            require_crl: false,
+            allow_debug: false,
+            allow_migration_agent: false,
+            allow_smt: true,
+            vmpl: 0,
+            min_tcb: BTreeMap::new(),
+            measurements: Vec::new(),
+            any_measurement: false,
+            host_data: None,
+            id_key_digest: None,
+            allow_simulated: false,
+            simulated_roots: Vec::new(),
+        }
+    }
+}
+
+impl Policy {
+    /// Parses and validates a TOML policy.
+    pub fn from_toml(text: &str) -> Result<Self, PolicyError> {
+        let policy: Self = toml::from_str(text).map_err(|e| PolicyError::Parse(e.to_string()))?;
+        policy.validate()?;
+        Ok(policy)
+    }
+
+    /// Serialises to TOML.
+    pub fn to_toml(&self) -> String {
+        // Invariant: every field is TOML-representable.
+        toml::to_string_pretty(self).unwrap_or_default()
+    }
+
+    /// Checks internal consistency.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        if self.min_report_version > self.max_report_version {
+            return Err(PolicyError::Inconsistent(format!(
+                "min_report_version {} > max_report_version {}",
+                self.min_report_version, self.max_report_version
+            )));
+        }
+        if self.min_report_version < *KNOWN_VERSIONS.start() || self.max_report_version > *KNOWN_VERSIONS.end() {
+            return Err(PolicyError::Inconsistent(format!(
+                "report versions must lie within {}..={} (the layouts this verifier knows)",
+                KNOWN_VERSIONS.start(),
+                KNOWN_VERSIONS.end()
+            )));
+        }
+        if self.products.is_empty() {
+            return Err(PolicyError::Inconsistent("products is empty: nothing could be accepted".into()));
+        }
+        if self.any_measurement && !self.measurements.is_empty() {
+            return Err(PolicyError::Inconsistent(
+                "any_measurement = true makes the measurements allowlist meaningless; choose one".into(),
+            ));
+        }
+        for (product, min) in &self.min_tcb {
+            if min.fmc.is_some() && *product != Product::Turin {
+                return Err(PolicyError::Inconsistent(format!("{product} has no FMC component")));
+            }
+        }
+        if !self.simulated_roots.is_empty() && !self.allow_simulated {
+            return Err(PolicyError::Inconsistent(
+                "simulated_roots is set but allow_simulated = false".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_full_policy() {
+        let p = Policy::from_toml(
+            r#"
+products = ["Milan"]
+allow_vlek = true
+vmpl = 1
+measurements = ["7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f"]
+[min_tcb.Milan]
+snp = 8
+"#,
+        )
+        .unwrap();
+        assert_eq!(p.products, vec![Product::Milan]);
+        assert_eq!(p.min_tcb[&Product::Milan].snp, Some(8));
+        assert!(!p.allow_simulated);
+        let again = Policy::from_toml(&p.to_toml()).unwrap();
+        assert_eq!(again, p);
+    }
+
+    #[test]
+    fn refuses_typos_and_contradictions() {
+        assert!(matches!(Policy::from_toml("alow_debug = true"), Err(PolicyError::Parse(_))));
+        assert!(matches!(
+            Policy::from_toml("min_report_version = 5\nmax_report_version = 3"),
+            Err(PolicyError::Inconsistent(_))
+        ));
+        assert!(matches!(Policy::from_toml("products = []"), Err(PolicyError::Inconsistent(_))));
+        assert!(matches!(
+            Policy::from_toml("[min_tcb.Milan]\nfmc = 1"),
+            Err(PolicyError::Inconsistent(_))
+        ));
+        assert!(matches!(Policy::from_toml("measurements = [\"abcd\"]"), Err(PolicyError::Parse(_))));
+    }
+
+    #[test]
+    fn default_is_strict() {
+        let p = Policy::default();
+        assert!(!p.allow_simulated && !p.allow_debug && !p.any_measurement && p.measurements.is_empty());
+        assert_eq!(Policy::from_toml("").unwrap(), p);
+    }
+}

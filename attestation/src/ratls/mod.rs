@@ -1,0 +1,1 @@
+//! RA-TLS (placeholder while building).

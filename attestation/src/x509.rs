@@ -1,0 +1,453 @@
+//! Minimal X.509 handling for endorsement chains: parse once, keep the raw
+//! DER, verify signatures over the *received* TBS bytes (never re-encoded),
+//! read validity periods and extensions.
+
+use std::fmt;
+use std::time::{Duration, SystemTime};
+
+use const_oid::ObjectIdentifier;
+use der::{Decode, Encode, Reader};
+use sha2::{Digest, Sha256, Sha384};
+use x509_cert::crl::CertificateList;
+use x509_cert::Certificate;
+
+/// `sha384WithRSAEncryption` under RSASSA-PSS (RFC 4055).
+pub const RSASSA_PSS: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.10");
+/// `ecdsa-with-SHA384` (RFC 5758).
+pub const ECDSA_WITH_SHA384: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.3");
+/// `ecdsa-with-SHA256` (RFC 5758).
+pub const ECDSA_WITH_SHA256: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.4.3.2");
+const COMMON_NAME: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.4.3");
+
+/// Largest certificate we parse.
+pub const MAX_CERT_BYTES: usize = 16 * 1024;
+
+/// Why a certificate or CRL could not be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum CertError {
+    /// Not DER, or not an X.509 certificate/CRL.
+    #[error("not a valid X.509 structure: {0}")]
+    Malformed(String),
+    /// Larger than [`MAX_CERT_BYTES`].
+    #[error("certificate of {0} bytes exceeds the {MAX_CERT_BYTES}-byte limit")]
+    TooLarge(usize),
+    /// Signature algorithm we do not accept.
+    #[error("unsupported signature algorithm {0}")]
+    UnsupportedAlgorithm(String),
+    /// Issuer key type does not match the signature algorithm.
+    #[error("issuer key is not usable for {0}")]
+    WrongKeyType(String),
+    /// The signature does not verify.
+    #[error("signature does not verify")]
+    BadSignature,
+}
+
+/// A parsed certificate that remembers its exact DER bytes.
+#[derive(Clone)]
+pub struct ParsedCert {
+    der: Vec<u8>,
+    tbs_range: std::ops::Range<usize>,
+    cert: Certificate,
+}
+
+impl fmt::Debug for ParsedCert {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ParsedCert")
+            .field("subject", &self.cert.tbs_certificate.subject.to_string())
+            .field("issuer", &self.cert.tbs_certificate.issuer.to_string())
+            .finish()
+    }
+}
+
+/// Byte range of the first element inside the outer SEQUENCE (the TBS part).
+fn inner_first_tlv(der: &[u8]) -> Result<std::ops::Range<usize>, der::Error> {
+    let mut reader = der::SliceReader::new(der)?;
+    let outer = der::Header::decode(&mut reader)?;
+    if outer.tag != der::Tag::Sequence {
+        return Err(der::ErrorKind::TagUnexpected {
+            expected: Some(der::Tag::Sequence),
+            actual: outer.tag,
+        }
+        .into());
+    }
+    let start = usize::try_from(reader.position())?;
+    let inner = der::Header::decode(&mut reader)?;
+    let len = usize::try_from((inner.encoded_len()? + inner.length)?)?;
+    let end = start.checked_add(len).ok_or(der::ErrorKind::Overflow)?;
+    if end > der.len() {
+        return Err(der::ErrorKind::Incomplete {
+            expected_len: end.try_into()?,
+            actual_len: der.len().try_into()?,
+        }
+        .into());
+    }
+    Ok(start..end)
+}
+
+impl ParsedCert {
+    /// Parses a DER certificate (no trailing bytes).
+    pub fn from_der(der: &[u8]) -> Result<Self, CertError> {
+        if der.len() > MAX_CERT_BYTES {
+            return Err(CertError::TooLarge(der.len()));
+        }
+        let cert = Certificate::from_der(der).map_err(|e| CertError::Malformed(e.to_string()))?;
+        let tbs_range = inner_first_tlv(der).map_err(|e| CertError::Malformed(e.to_string()))?;
+        Ok(Self {
+            der: der.to_vec(),
+            tbs_range,
+            cert,
+        })
+    }
+
+    /// Parses one PEM certificate.
+    pub fn from_pem(pem: &[u8]) -> Result<Self, CertError> {
+        let mut all = Self::chain_from_pem(pem)?;
+        match all.len() {
+            1 => Ok(all.remove(0)),
+            n => Err(CertError::Malformed(format!("expected one PEM certificate, found {n}"))),
+        }
+    }
+
+    /// Parses every certificate in a PEM bundle, in file order.
+    pub fn chain_from_pem(pem: &[u8]) -> Result<Vec<Self>, CertError> {
+        let text = std::str::from_utf8(pem).map_err(|_| CertError::Malformed("PEM is not UTF-8".into()))?;
+        let mut out = Vec::new();
+        let mut rest = text;
+        while let Some(begin) = rest.find("-----BEGIN CERTIFICATE-----") {
+            let after = &rest[begin..];
+            let end_marker = "-----END CERTIFICATE-----";
+            let end = after
+                .find(end_marker)
+                .ok_or_else(|| CertError::Malformed("unterminated PEM block".into()))?;
+            let block = &after[..end + end_marker.len()];
+            let (label, der) = pem_rfc7468_decode(block)?;
+            if label != "CERTIFICATE" {
+                return Err(CertError::Malformed(format!("unexpected PEM label {label}")));
+            }
+            out.push(Self::from_der(&der)?);
+            rest = &after[end + end_marker.len()..];
+        }
+        if out.is_empty() {
+            return Err(CertError::Malformed("no PEM certificate found".into()));
+        }
+        Ok(out)
+    }
+
+    /// DER or PEM, whichever the bytes are.
+    pub fn from_der_or_pem(bytes: &[u8]) -> Result<Self, CertError> {
+        if bytes.windows(10).any(|w| w == b"-----BEGIN") {
+            Self::from_pem(bytes)
+        } else {
+            Self::from_der(bytes)
+        }
+    }
+
+    /// The exact DER bytes.
+    pub fn der(&self) -> &[u8] {
+        &self.der
+    }
+
+    /// The decoded certificate.
+    pub fn inner(&self) -> &Certificate {
+        &self.cert
+    }
+
+    /// The signed TBS bytes exactly as received.
+    pub fn tbs_bytes(&self) -> &[u8] {
+        &self.der[self.tbs_range.clone()]
+    }
+
+    /// Subject common name, if any.
+    pub fn common_name(&self) -> Option<String> {
+        common_name(&self.cert.tbs_certificate.subject)
+    }
+
+    /// Issuer common name, if any.
+    pub fn issuer_common_name(&self) -> Option<String> {
+        common_name(&self.cert.tbs_certificate.issuer)
+    }
+
+    /// Subject as an RFC 4514 string.
+    pub fn subject_string(&self) -> String {
+        self.cert.tbs_certificate.subject.to_string()
+    }
+
+    /// Whether this certificate's issuer name equals `issuer`'s subject name.
+    pub fn issued_by_name(&self, issuer: &ParsedCert) -> bool {
+        self.cert.tbs_certificate.issuer == issuer.cert.tbs_certificate.subject
+    }
+
+    /// DER of the SubjectPublicKeyInfo.
+    pub fn spki_der(&self) -> Vec<u8> {
+        // Invariant: the SPKI was decoded from DER, so it re-encodes.
+        self.cert
+            .tbs_certificate
+            .subject_public_key_info
+            .to_der()
+            .unwrap_or_default()
+    }
+
+    /// SHA-256 of the SubjectPublicKeyInfo DER (key fingerprint).
+    pub fn spki_sha256(&self) -> [u8; 32] {
+        Sha256::digest(self.spki_der()).into()
+    }
+
+    /// Serial number bytes (big-endian, as encoded).
+    pub fn serial(&self) -> &[u8] {
+        self.cert.tbs_certificate.serial_number.as_bytes()
+    }
+
+    /// `notBefore` and `notAfter`.
+    pub fn validity(&self) -> (SystemTime, SystemTime) {
+        let v = &self.cert.tbs_certificate.validity;
+        (
+            SystemTime::UNIX_EPOCH + v.not_before.to_unix_duration(),
+            SystemTime::UNIX_EPOCH + v.not_after.to_unix_duration(),
+        )
+    }
+
+    /// Checks `notBefore <= now <= notAfter`.
+    pub fn check_validity(&self, now: SystemTime) -> Result<(), String> {
+        let (nb, na) = self.validity();
+        if now < nb {
+            return Err(format!("not valid before {}", fmt_time(nb)));
+        }
+        if now > na {
+            return Err(format!("expired at {}", fmt_time(na)));
+        }
+        Ok(())
+    }
+
+    /// The raw `extnValue` octets of an extension, if present. Duplicate
+    /// extensions are refused (RFC 5280 §4.2).
+    pub fn extension(&self, oid: ObjectIdentifier) -> Result<Option<&[u8]>, CertError> {
+        let mut found = None;
+        for ext in self.cert.tbs_certificate.extensions.iter().flatten() {
+            if ext.extn_id == oid {
+                if found.is_some() {
+                    return Err(CertError::Malformed(format!("duplicate extension {oid}")));
+                }
+                found = Some(ext.extn_value.as_bytes());
+            }
+        }
+        Ok(found)
+    }
+
+    /// Verifies this certificate's signature with `issuer`'s public key.
+    pub fn verify_signed_by(&self, issuer: &ParsedCert) -> Result<(), CertError> {
+        verify_signature(
+            &self.cert.signature_algorithm.oid,
+            self.tbs_bytes(),
+            self.cert.signature.as_bytes(),
+            &issuer.cert.tbs_certificate.subject_public_key_info,
+        )
+    }
+
+    /// The subject public key as a P-384 ECDSA verifying key.
+    pub fn p384_key(&self) -> Result<p384::ecdsa::VerifyingKey, CertError> {
+        use p384::pkcs8::DecodePublicKey;
+        p384::ecdsa::VerifyingKey::from_public_key_der(&self.spki_der())
+            .map_err(|_| CertError::WrongKeyType("ECDSA P-384".into()))
+    }
+}
+
+/// A parsed CRL that remembers its exact DER bytes.
+#[derive(Clone)]
+pub struct ParsedCrl {
+    der: Vec<u8>,
+    tbs_range: std::ops::Range<usize>,
+    crl: CertificateList,
+}
+
+impl fmt::Debug for ParsedCrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ParsedCrl")
+            .field("issuer", &self.crl.tbs_cert_list.issuer.to_string())
+            .finish()
+    }
+}
+
+impl ParsedCrl {
+    /// Largest CRL we parse.
+    pub const MAX_BYTES: usize = 64 * 1024;
+
+    /// Parses a DER CRL.
+    pub fn from_der(der: &[u8]) -> Result<Self, CertError> {
+        if der.len() > Self::MAX_BYTES {
+            return Err(CertError::TooLarge(der.len()));
+        }
+        let crl = CertificateList::from_der(der).map_err(|e| CertError::Malformed(e.to_string()))?;
+        let tbs_range = inner_first_tlv(der).map_err(|e| CertError::Malformed(e.to_string()))?;
+        Ok(Self {
+            der: der.to_vec(),
+            tbs_range,
+            crl,
+        })
+    }
+
+    /// The exact DER bytes.
+    pub fn der(&self) -> &[u8] {
+        &self.der
+    }
+
+    /// Whether the CRL's issuer name equals `issuer`'s subject.
+    pub fn issued_by_name(&self, issuer: &ParsedCert) -> bool {
+        self.crl.tbs_cert_list.issuer == issuer.cert.tbs_certificate.subject
+    }
+
+    /// Verifies the CRL signature with `issuer`'s key.
+    pub fn verify_signed_by(&self, issuer: &ParsedCert) -> Result<(), CertError> {
+        verify_signature(
+            &self.crl.signature_algorithm.oid,
+            &self.der[self.tbs_range.clone()],
+            self.crl.signature.as_bytes(),
+            &issuer.cert.tbs_certificate.subject_public_key_info,
+        )
+    }
+
+    /// `thisUpdate` and `nextUpdate`.
+    pub fn window(&self) -> (SystemTime, Option<SystemTime>) {
+        let t = &self.crl.tbs_cert_list;
+        (
+            SystemTime::UNIX_EPOCH + t.this_update.to_unix_duration(),
+            t.next_update.map(|n| SystemTime::UNIX_EPOCH + n.to_unix_duration()),
+        )
+    }
+
+    /// Whether `serial` is listed as revoked.
+    pub fn revokes(&self, serial: &[u8]) -> bool {
+        self.crl
+            .tbs_cert_list
+            .revoked_certificates
+            .iter()
+            .flatten()
+            .any(|r| r.serial_number.as_bytes() == serial)
+    }
+}
+
+fn verify_signature(
+    algorithm: &ObjectIdentifier,
+    tbs: &[u8],
+    signature: Option<&[u8]>,
+    issuer_spki: &spki::SubjectPublicKeyInfoOwned,
+) -> Result<(), CertError> {
+    let signature = signature.ok_or_else(|| CertError::Malformed("signature bit string has unused bits".into()))?;
+    let spki_der = issuer_spki
+        .to_der()
+        .map_err(|e| CertError::Malformed(e.to_string()))?;
+    match *algorithm {
+        RSASSA_PSS => {
+            // AMD signs with RSASSA-PSS, SHA-384, MGF1-SHA-384, salt 48. We
+            // verify with exactly those parameters; a certificate that
+            // declares others fails here.
+            use rsa::pkcs8::DecodePublicKey;
+            use rsa::signature::Verifier;
+            let key = rsa::RsaPublicKey::from_public_key_der(&spki_der)
+                .map_err(|_| CertError::WrongKeyType("RSASSA-PSS".into()))?;
+            let verifier = rsa::pss::VerifyingKey::<Sha384>::new(key);
+            let sig = rsa::pss::Signature::try_from(signature).map_err(|_| CertError::BadSignature)?;
+            verifier.verify(tbs, &sig).map_err(|_| CertError::BadSignature)
+        }
+        ECDSA_WITH_SHA384 => {
+            use p384::pkcs8::DecodePublicKey;
+            use p384::ecdsa::signature::Verifier;
+            let key = p384::ecdsa::VerifyingKey::from_public_key_der(&spki_der)
+                .map_err(|_| CertError::WrongKeyType("ECDSA P-384".into()))?;
+            let sig = p384::ecdsa::Signature::from_der(signature).map_err(|_| CertError::BadSignature)?;
+            key.verify(tbs, &sig).map_err(|_| CertError::BadSignature)
+        }
+        other => Err(CertError::UnsupportedAlgorithm(other.to_string())),
+    }
+}
+
+fn common_name(name: &x509_cert::name::Name) -> Option<String> {
+    name.0.iter().flat_map(|rdn| rdn.0.iter()).find_map(|atv| {
+        (atv.oid == COMMON_NAME).then(|| {
+            der::asn1::Utf8StringRef::try_from(&atv.value)
+                .map(|s| s.as_str().to_owned())
+                .or_else(|_| der::asn1::PrintableStringRef::try_from(&atv.value).map(|s| s.as_str().to_owned()))
+                .or_else(|_| der::asn1::Ia5StringRef::try_from(&atv.value).map(|s| s.as_str().to_owned()))
+                .unwrap_or_default()
+        })
+    })
+}
+
+/// Decodes one RFC 7468 PEM block into (label, DER).
+fn pem_rfc7468_decode(block: &str) -> Result<(String, Vec<u8>), CertError> {
+    use base64::Engine;
+    let mut lines = block.lines().map(str::trim).filter(|l| !l.is_empty());
+    let first = lines.next().unwrap_or_default();
+    let label = first
+        .strip_prefix("-----BEGIN ")
+        .and_then(|l| l.strip_suffix("-----"))
+        .ok_or_else(|| CertError::Malformed("bad PEM header".into()))?
+        .to_owned();
+    let body: String = lines.take_while(|l| !l.starts_with("-----END")).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .map_err(|e| CertError::Malformed(format!("PEM base64: {e}")))?;
+    Ok((label, der))
+}
+
+/// Formats a time as `YYYY-MM-DDTHH:MM:SSZ`.
+pub fn fmt_time(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_secs();
+    match der::DateTime::from_unix_duration(Duration::from_secs(secs)) {
+        Ok(dt) => format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",
+            dt.year(),
+            dt.month(),
+            dt.day(),
+            dt.hour(),
+            dt.minutes(),
+            dt.seconds()
+        ),
+        Err(_) => format!("unix:{secs}"),
+    }
+}
+
+/// Parses `YYYY-MM-DDTHH:MM:SSZ` (or a date `YYYY-MM-DD`) into a time.
+pub fn parse_time(s: &str) -> Option<SystemTime> {
+    let s = s.trim();
+    let (date, time) = match s.split_once('T') {
+        Some((d, t)) => (d, t.trim_end_matches('Z')),
+        None => (s, "00:00:00"),
+    };
+    let mut d = date.split('-').map(|p| p.parse::<u32>().ok());
+    let (y, mo, da) = (d.next()??, d.next()??, d.next()??);
+    let mut t = time.split(':').map(|p| p.parse::<u32>().ok());
+    let (h, mi, se) = (t.next()??, t.next()??, t.next().unwrap_or(Some(0))?);
+    let dt = der::DateTime::new(
+        u16::try_from(y).ok()?,
+        u8::try_from(mo).ok()?,
+        u8::try_from(da).ok()?,
+        u8::try_from(h).ok()?,
+        u8::try_from(mi).ok()?,
+        u8::try_from(se).ok()?,
+    )
+    .ok()?;
+    Some(SystemTime::UNIX_EPOCH + dt.unix_duration())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_round_trips() {
+        let t = parse_time("2025-12-10T22:14:21Z").unwrap();
+        assert_eq!(fmt_time(t), "2025-12-10T22:14:21Z");
+        assert_eq!(fmt_time(parse_time("2025-06-01").unwrap()), "2025-06-01T00:00:00Z");
+        assert!(parse_time("yesterday").is_none());
+    }
+
+    #[test]
+    fn refuses_garbage_der() {
+        assert!(matches!(ParsedCert::from_der(&[0x30, 0x03, 1, 2, 3]), Err(CertError::Malformed(_))));
+        assert!(matches!(ParsedCert::from_der(&vec![0u8; MAX_CERT_BYTES + 1]), Err(CertError::TooLarge(_))));
+    }
+}
