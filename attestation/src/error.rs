@@ -27,6 +27,17 @@ pub enum Error {
 }
 
 impl Error {
+    /// A copy of this error (I/O errors keep their kind and message).
+    pub fn duplicate(&self) -> Self {
+        match self {
+            Self::Malformed(m) => Self::Malformed(m.clone()),
+            Self::Rejected(r) => Self::Rejected(r.clone()),
+            Self::PeerMisbehaved(s) => Self::PeerMisbehaved(s.clone()),
+            Self::ApiMisuse(s) => Self::ApiMisuse(s.clone()),
+            Self::Io(e) => Self::Io(std::io::Error::new(e.kind(), e.to_string())),
+        }
+    }
+
     /// The failed check, if this is a rejection.
     pub fn check(&self) -> Option<CheckId> {
         match self {
@@ -37,7 +48,7 @@ impl Error {
 }
 
 /// A failed check with the values compared, plus the full table.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Rejection {
     /// The first check that failed, in verification order.
     pub check: CheckId,
