@@ -1,0 +1,191 @@
+//! `veil attest inspect`: every field of a report, named and decoded.
+
+use serde_json::{json, Value};
+use veil_attestation::snp::{Endorsement, Product, RawTcb, SnpReport};
+use veil_attestation::x509::fmt_time;
+
+use super::{Exit, InspectArgs};
+use crate::input::{self, Evidence};
+
+/// Runs the command.
+pub fn run(args: &InspectArgs) -> Exit {
+    let (report_bytes, bundle) = match input::load_evidence(&args.file) {
+        Ok(Evidence::Report(r)) => (r, None),
+        Ok(Evidence::Bundle(b)) => (b.report.clone(), Some(b)),
+        Err(e) => {
+            eprintln!("veil attest inspect: unreadable input: {e}");
+            return Exit::Unreadable;
+        }
+    };
+    let report = match SnpReport::from_bytes(&report_bytes) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("veil attest inspect: {}: not an SEV-SNP report: {e}", args.file.display());
+            return Exit::Unreadable;
+        }
+    };
+    let endorsement = bundle.as_ref().map(|b| Endorsement::parse(&b.endorsement));
+    let cert_product = endorsement.as_ref().and_then(|e| e.as_ref().ok()).and_then(Endorsement::product);
+    let (product, product_source) = match (report.product_hint(), cert_product) {
+        (Some(p), _) if report.cpuid().is_some() => (p, "CPUID"),
+        (_, Some(p)) => (p, "endorsement"),
+        (Some(p), None) => (p, "chip id shape (assumed)"),
+        (None, None) => (Product::Milan, "nothing: v2 report without endorsement, Milan/Genoa layout assumed"),
+    };
+    let mut doc = report_json(&report, product, product_source);
+    if let Some(b) = &bundle {
+        doc["endorsement"] = match endorsement {
+            Some(Ok(e)) => endorsement_json(&e),
+            Some(Err(e)) => json!({ "error": e }),
+            None => Value::Null,
+        };
+        doc["chain_certificates"] = json!(b.chain.len());
+        doc["crl"] = json!(b.crl.is_some());
+        doc["claims"] = serde_json::to_value(&b.claims).unwrap_or(Value::Null);
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+    } else {
+        print!("{}", render_text(&doc));
+    }
+    Exit::Accepted
+}
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+fn tcb(raw: RawTcb, product: Product) -> Value {
+    let t = raw.decode(product);
+    let mut v = json!({
+        "raw": format!("{:#018x}", raw.0),
+        "bootloader": t.bootloader, "tee": t.tee, "snp": t.snp, "microcode": t.microcode,
+    });
+    if let Some(fmc) = t.fmc {
+        v["fmc"] = json!(fmc);
+    }
+    v
+}
+
+/// The report as a JSON document, fields in ABI order.
+pub fn report_json(r: &SnpReport, product: Product, product_source: &str) -> Value {
+    let p = r.policy();
+    let pi = r.platform_info();
+    let ki = r.key_info();
+    let mut doc = json!({
+        "version": r.version(),
+        "guest_svn": r.guest_svn(),
+        "policy": {
+            "raw": format!("{:#x}", p.0),
+            "abi_major": p.abi_major(), "abi_minor": p.abi_minor(),
+            "smt_allowed": yes(p.smt_allowed()),
+            "reserved_bit17_set": yes(p.reserved_bit_set()),
+            "migrate_ma_allowed": yes(p.migrate_ma_allowed()),
+            "debug_allowed": yes(p.debug_allowed()),
+            "single_socket_required": yes(p.single_socket_required()),
+            "cxl_allowed": yes(p.cxl_allowed()),
+            "mem_aes_256_xts_required": yes(p.aes_256_xts_required()),
+            "rapl_disabled_required": yes(p.rapl_disabled_required()),
+            "ciphertext_hiding_required": yes(p.ciphertext_hiding_required()),
+            "page_swap_disabled": yes(p.page_swap_disabled()),
+        },
+        "family_id": hex::encode(r.family_id()),
+        "image_id": hex::encode(r.image_id()),
+        "vmpl": r.vmpl(),
+        "signature_algo": format!("{}{}", r.signature_algo(), if r.signature_algo() == 1 { " (ECDSA P-384 with SHA-384)" } else { " (unknown)" }),
+        "tcb_layout": format!("{product} (from {product_source})"),
+        "current_tcb": tcb(r.current_tcb(), product),
+        "platform_info": {
+            "raw": format!("{:#x}", pi.0),
+            "smt_enabled": yes(pi.smt_enabled()),
+            "tsme_enabled": yes(pi.tsme_enabled()),
+            "ecc_enabled": yes(pi.ecc_enabled()),
+            "rapl_disabled": yes(pi.rapl_disabled()),
+            "ciphertext_hiding_enabled": yes(pi.ciphertext_hiding_enabled()),
+            "alias_check_complete": yes(pi.alias_check_complete()),
+            "tio_enabled": yes(pi.tio_enabled()),
+        },
+        "key_info": {
+            "raw": format!("{:#x}", ki.0),
+            "signing_key": ki.signing_key().to_string(),
+            "mask_chip_key": yes(ki.mask_chip_key()),
+            "author_key_enabled": yes(ki.author_key_enabled()),
+        },
+        "report_data": hex::encode(r.report_data()),
+        "measurement": hex::encode(r.measurement()),
+        "host_data": hex::encode(r.host_data()),
+        "id_key_digest": hex::encode(r.id_key_digest()),
+        "author_key_digest": hex::encode(r.author_key_digest()),
+        "report_id": hex::encode(r.report_id()),
+        "report_id_ma": hex::encode(r.report_id_ma()),
+        "reported_tcb": tcb(r.reported_tcb(), product),
+        "cpuid": match r.cpuid() {
+            Some(c) => json!({
+                "family": format!("{:#04x}", c.family), "model": format!("{:#04x}", c.model), "stepping": c.stepping,
+                "product": Product::from_cpuid(c).map(|p| p.to_string()).unwrap_or_else(|| "unknown".into()),
+            }),
+            None => json!("absent (report version 2)"),
+        },
+        "chip_id": if r.chip_id_masked() { "masked (all zero)".to_string() } else { hex::encode(r.chip_id()) },
+        "committed_tcb": tcb(r.committed_tcb(), product),
+        "current_version": r.current_version().to_string(),
+        "committed_version": r.committed_version().to_string(),
+        "launch_tcb": tcb(r.launch_tcb(), product),
+        "signature": {
+            "r": hex::encode(r.signature_r()),
+            "s": hex::encode(r.signature_s()),
+        },
+    });
+    if let (Some(l), Some(c)) = (r.launch_mit_vector(), r.current_mit_vector()) {
+        doc["launch_mit_vector"] = json!(format!("{l:#x}"));
+        doc["current_mit_vector"] = json!(format!("{c:#x}"));
+    }
+    doc
+}
+
+fn endorsement_json(e: &Endorsement) -> Value {
+    let (nb, na) = e.cert().validity();
+    let t = e.tcb();
+    json!({
+        "kind": e.kind().to_string(),
+        "subject": e.cert().subject_string(),
+        "issuer": e.cert().issuer_common_name(),
+        "product_name": e.product_name(),
+        "not_before": fmt_time(nb),
+        "not_after": fmt_time(na),
+        "tcb": { "fmc": t.fmc, "bootloader": t.bootloader, "tee": t.tee, "snp": t.snp, "microcode": t.microcode },
+        "hw_id": e.hw_id().map(hex::encode),
+        "csp_id": e.csp_id(),
+        "simulated": veil_attestation::simulated::is_simulated_cert(e.cert()),
+    })
+}
+
+/// Renders the document as indented `key  value` lines, in field order.
+fn render_text(doc: &Value) -> String {
+    let mut out = String::from("SEV-SNP attestation report (1184 bytes)\n");
+    if let Some(map) = doc.as_object() {
+        for (key, v) in map {
+            write_value(&mut out, key, v, 1);
+        }
+    }
+    out
+}
+
+fn write_value(out: &mut String, key: &str, v: &Value, depth: usize) {
+    let pad = "  ".repeat(depth);
+    match v {
+        Value::Object(m) => {
+            out.push_str(&format!("{pad}{key}\n"));
+            for (k, inner) in m {
+                write_value(out, k, inner, depth + 1);
+            }
+        }
+        Value::String(s) => out.push_str(&format!("{pad}{key:<w$} {s}\n", w = 32usize.saturating_sub(pad.len()))),
+        Value::Null => out.push_str(&format!("{pad}{key:<w$} -\n", w = 32usize.saturating_sub(pad.len()))),
+        other => out.push_str(&format!("{pad}{key:<w$} {other}\n", w = 32usize.saturating_sub(pad.len()))),
+    }
+}

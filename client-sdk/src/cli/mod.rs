@@ -1,0 +1,136 @@
+//! The `veil` command line. One module per subcommand; `main.rs` only
+//! parses arguments and maps the outcome to an exit code.
+//!
+//! Exit codes of `veil attest verify` (stable; scripts rely on them):
+//! 0 accepted, 1 rejected, 2 unreadable input (file, bundle, policy or flags).
+
+pub mod inspect;
+pub mod sim_init;
+pub mod verify;
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Exit status of a command.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// Evidence accepted (or the command succeeded).
+    Accepted = 0,
+    /// Evidence rejected by a check.
+    Rejected = 1,
+    /// Input could not be read or understood.
+    Unreadable = 2,
+}
+
+/// Veil: private inference on attested, sharded confidential VMs.
+#[derive(Debug, Parser)]
+#[command(name = "veil", version, about, long_about = None)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Top-level commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Attestation evidence: inspect, verify, simulate.
+    #[command(subcommand)]
+    Attest(AttestCommand),
+}
+
+/// `veil attest …`
+#[derive(Debug, Subcommand)]
+pub enum AttestCommand {
+    /// Decode every field of an SEV-SNP report or evidence bundle.
+    Inspect(InspectArgs),
+    /// Verify evidence against a policy and print the check table.
+    Verify(VerifyArgs),
+    /// Create a SIMULATED attestation root and chip (development only).
+    SimInit(SimInitArgs),
+}
+
+/// `veil attest inspect`
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// Raw 1184-byte report, the same as hex text, or an evidence bundle (JSON).
+    pub file: PathBuf,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `veil attest verify`
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["evidence", "report"])))]
+pub struct VerifyArgs {
+    /// Policy file (TOML). Without it a strict default applies: every product,
+    /// debug and migration agent off, VMPL 0, no TCB minimums, simulated
+    /// evidence refused, measurement pinned with --measurement or waived with
+    /// --any-measurement.
+    #[arg(long)]
+    pub policy: Option<PathBuf>,
+    /// Evidence bundle (JSON).
+    #[arg(long, conflicts_with_all = ["report", "vcek"])]
+    pub evidence: Option<PathBuf>,
+    /// Bare SEV-SNP report (raw or hex).
+    #[arg(long, requires = "vcek")]
+    pub report: Option<PathBuf>,
+    /// VCEK or VLEK certificate (DER or PEM) for --report.
+    #[arg(long, requires = "report")]
+    pub vcek: Option<PathBuf>,
+    /// Intermediate and root certificates (PEM), e.g. the ASVK chain for a VLEK.
+    #[arg(long, requires = "report")]
+    pub chain: Option<PathBuf>,
+    /// CRL signed by the ARK (DER or PEM).
+    #[arg(long, requires = "report")]
+    pub crl: Option<PathBuf>,
+    /// Allowed launch measurement (96 hex digits); repeatable; added to the policy's allowlist.
+    #[arg(long = "measurement", value_name = "HEX")]
+    pub measurements: Vec<String>,
+    /// Accept any launch measurement (says so in the table).
+    #[arg(long)]
+    pub any_measurement: bool,
+    /// Expected REPORT_DATA (hex, up to 64 bytes, zero-padded).
+    #[arg(long, value_name = "HEX")]
+    pub report_data: Option<String>,
+    /// Expected nonce in the bundle's claims (hex).
+    #[arg(long, value_name = "HEX")]
+    pub nonce: Option<String>,
+    /// Verify as of this time (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ) instead of now.
+    #[arg(long, value_name = "TIME")]
+    pub at: Option<String>,
+    /// Print JSON instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `veil attest sim-init`
+#[derive(Debug, Args)]
+pub struct SimInitArgs {
+    /// Directory to create (keys, certificates, config, dev policy).
+    pub dir: PathBuf,
+    /// Product the simulated hierarchy imitates.
+    #[arg(long, default_value = "Genoa", value_parser = parse_product)]
+    pub product: veil_attestation::snp::Product,
+    /// Derive keys from this seed (hex) instead of fresh randomness; for reproducible tests only.
+    #[arg(long, value_name = "HEX")]
+    pub seed: Option<String>,
+    /// Overwrite an existing simulated root in DIR.
+    #[arg(long)]
+    pub force: bool,
+}
+
+fn parse_product(s: &str) -> Result<veil_attestation::snp::Product, String> {
+    veil_attestation::snp::Product::from_product_name(s).ok_or_else(|| format!("unknown product {s:?} (Milan, Genoa, Turin)"))
+}
+
+/// Runs a parsed command, writing to stdout/stderr.
+pub fn run(cli: Cli) -> Exit {
+    match cli.command {
+        Command::Attest(AttestCommand::Inspect(args)) => inspect::run(&args),
+        Command::Attest(AttestCommand::Verify(args)) => verify::run(&args),
+        Command::Attest(AttestCommand::SimInit(args)) => sim_init::run(&args),
+    }
+}

@@ -1,0 +1,50 @@
+//! `veil attest sim-init`: a simulated root for development clusters.
+
+use veil_attestation::claims::KeyHash;
+use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
+use veil_attestation::x509::ParsedCert;
+use veil_attestation::Policy;
+
+use super::{Exit, SimInitArgs};
+
+/// Runs the command.
+pub fn run(args: &SimInitArgs) -> Exit {
+    match init(args) {
+        Ok(()) => Exit::Accepted,
+        Err(e) => {
+            eprintln!("veil attest sim-init: {e}");
+            Exit::Unreadable
+        }
+    }
+}
+
+fn init(args: &SimInitArgs) -> Result<(), String> {
+    if args.dir.join("ark.key.pem").exists() && !args.force {
+        return Err(format!("{} already holds a simulated root (use --force to replace it)", args.dir.display()));
+    }
+    let seed = match &args.seed {
+        Some(h) => hex::decode(h).map_err(|e| format!("--seed: {e}"))?,
+        None => veil_attestation::Nonce::random().as_bytes().to_vec(),
+    };
+    let sim = SimulatedAttester::from_seed(&seed, SimulatedConfig::new(args.product, &seed)).map_err(|e| e.to_string())?;
+    sim.save(&args.dir).map_err(|e| e.to_string())?;
+    let ark = ParsedCert::from_der(sim.ark_der()).map_err(|e| e.to_string())?;
+    let policy = Policy {
+        allow_simulated: true,
+        simulated_roots: vec![KeyHash(ark.spki_sha256())],
+        measurements: vec![sim.config().measurement],
+        ..Policy::default()
+    };
+    let text = format!(
+        "# DEVELOPMENT POLICY: accepts evidence from the SIMULATED root in this directory only.\n\
+         # Simulated evidence proves nothing about hardware. Never use this policy in production.\n{}",
+        policy.to_toml()
+    );
+    std::fs::write(args.dir.join("policy.dev.toml"), text).map_err(|e| e.to_string())?;
+    eprintln!("WARNING: created a SIMULATED attestation root (not AMD hardware) in {}", args.dir.display());
+    println!("product:          {}", args.product);
+    println!("simulated ARK:    {}", KeyHash(ark.spki_sha256()));
+    println!("measurement:      {}", sim.config().measurement);
+    println!("dev policy:       {}", args.dir.join("policy.dev.toml").display());
+    Ok(())
+}
