@@ -62,11 +62,7 @@ pub struct Rejection {
 
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "attestation rejected by check `{}`: expected {}, got {}",
-            self.check, self.expected, self.actual
-        )
+        write!(f, "attestation rejected by check `{}`: expected {}, got {}", self.check, self.expected, self.actual)
     }
 }
 

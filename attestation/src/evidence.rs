@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::claims::Claims;
 use crate::error::Malformed;
 use crate::snp::REPORT_LEN;
-use crate::x509::{MAX_CERT_BYTES, ParsedCrl};
+use crate::x509::{ParsedCrl, MAX_CERT_BYTES};
 
 /// Current bundle format version.
 pub const BUNDLE_VERSION: u32 = 1;
@@ -77,9 +77,7 @@ fn decode_field(name: &'static str, value: &str, limit: usize) -> Result<Vec<u8>
     if value.len() > limit.div_ceil(3) * 4 + 4 {
         return Err(Malformed::FieldTooLarge { field: name, limit });
     }
-    let bytes = b64()
-        .decode(value)
-        .map_err(|e| Malformed::Base64 { field: name, reason: e.to_string() })?;
+    let bytes = b64().decode(value).map_err(|e| Malformed::Base64 { field: name, reason: e.to_string() })?;
     if bytes.len() > limit {
         return Err(Malformed::FieldTooLarge { field: name, limit });
     }
@@ -103,16 +101,8 @@ impl EvidenceBundle {
         // here so a wrong length is reported by the named check.
         let report = decode_field("report", &wire.report, REPORT_LEN * 4)?;
         let endorsement = decode_field("endorsement", &wire.endorsement, MAX_CERT_BYTES)?;
-        let chain = wire
-            .chain
-            .iter()
-            .map(|c| decode_field("chain", c, MAX_CERT_BYTES))
-            .collect::<Result<_, _>>()?;
-        let crl = wire
-            .crl
-            .as_deref()
-            .map(|c| decode_field("crl", c, ParsedCrl::MAX_BYTES))
-            .transpose()?;
+        let chain = wire.chain.iter().map(|c| decode_field("chain", c, MAX_CERT_BYTES)).collect::<Result<_, _>>()?;
+        let crl = wire.crl.as_deref().map(|c| decode_field("crl", c, ParsedCrl::MAX_BYTES)).transpose()?;
         Ok(Self { report, endorsement, chain, crl, claims: wire.claims })
     }
 

@@ -36,9 +36,8 @@ impl Attester for HardwareAttester {
     fn evidence(&self, claims: &Claims) -> Result<EvidenceBundle, Error> {
         let report_data = claims.report_data().map_err(Error::ApiMisuse)?;
         let mut firmware = Firmware::open()?;
-        let (report, certs) = firmware
-            .get_ext_report(None, Some(report_data.0), Some(self.vmpl))
-            .map_err(device_error)?;
+        let (report, certs) =
+            firmware.get_ext_report(None, Some(report_data.0), Some(self.vmpl)).map_err(device_error)?;
         let certs = certs.unwrap_or_default();
         let find = |kind: CertType| certs.iter().find(|c| c.cert_type == kind).map(|c| c.data.clone());
         let endorsement = find(CertType::VCEK).or_else(|| find(CertType::VLEK)).ok_or_else(|| {

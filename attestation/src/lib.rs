@@ -25,6 +25,7 @@
 //! * [`ratls`] puts evidence in TLS certificates and verifies it in rustls.
 
 #![warn(missing_docs, unreachable_pub)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::panic))]
 
 pub mod claims;
 pub mod error;

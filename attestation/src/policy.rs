@@ -216,9 +216,7 @@ impl Policy {
             }
         }
         if !self.simulated_roots.is_empty() && !self.allow_simulated {
-            return Err(PolicyError::Inconsistent(
-                "simulated_roots is set but allow_simulated = false".into(),
-            ));
+            return Err(PolicyError::Inconsistent("simulated_roots is set but allow_simulated = false".into()));
         }
         Ok(())
     }
@@ -256,10 +254,7 @@ snp = 8
             Err(PolicyError::Inconsistent(_))
         ));
         assert!(matches!(Policy::from_toml("products = []"), Err(PolicyError::Inconsistent(_))));
-        assert!(matches!(
-            Policy::from_toml("[min_tcb.Milan]\nfmc = 1"),
-            Err(PolicyError::Inconsistent(_))
-        ));
+        assert!(matches!(Policy::from_toml("[min_tcb.Milan]\nfmc = 1"), Err(PolicyError::Inconsistent(_))));
         assert!(matches!(Policy::from_toml("measurements = [\"abcd\"]"), Err(PolicyError::Parse(_))));
     }
 

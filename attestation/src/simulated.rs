@@ -66,13 +66,7 @@ impl SimulatedConfig {
             Product::Turin => chip[..8].to_vec(),
             _ => chip.to_vec(),
         };
-        let tcb = Tcb {
-            fmc: (product == Product::Turin).then_some(1),
-            bootloader: 9,
-            tee: 0,
-            snp: 23,
-            microcode: 72,
-        };
+        let tcb = Tcb { fmc: (product == Product::Turin).then_some(1), bootloader: 9, tee: 0, snp: 23, microcode: 72 };
         Self {
             product,
             report_version: 3,
@@ -321,7 +315,12 @@ impl SimulatedAttester {
     }
 
     /// Issues a CRL signed by the simulated ARK revoking `serials`.
-    pub fn issue_crl(&self, serials: &[&[u8]], this_update: SystemTime, next_update: SystemTime) -> Result<Vec<u8>, Error> {
+    pub fn issue_crl(
+        &self,
+        serials: &[&[u8]],
+        this_update: SystemTime,
+        next_update: SystemTime,
+    ) -> Result<Vec<u8>, Error> {
         let params = rcgen::CertificateRevocationListParams {
             this_update: offset(this_update),
             next_update: offset(next_update),

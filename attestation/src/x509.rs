@@ -65,22 +65,16 @@ fn inner_first_tlv(der: &[u8]) -> Result<std::ops::Range<usize>, der::Error> {
     let mut reader = der::SliceReader::new(der)?;
     let outer = der::Header::decode(&mut reader)?;
     if outer.tag != der::Tag::Sequence {
-        return Err(der::ErrorKind::TagUnexpected {
-            expected: Some(der::Tag::Sequence),
-            actual: outer.tag,
-        }
-        .into());
+        return Err(der::ErrorKind::TagUnexpected { expected: Some(der::Tag::Sequence), actual: outer.tag }.into());
     }
     let start = usize::try_from(reader.position())?;
     let inner = der::Header::decode(&mut reader)?;
     let len = usize::try_from((inner.encoded_len()? + inner.length)?)?;
     let end = start.checked_add(len).ok_or(der::ErrorKind::Overflow)?;
     if end > der.len() {
-        return Err(der::ErrorKind::Incomplete {
-            expected_len: end.try_into()?,
-            actual_len: der.len().try_into()?,
-        }
-        .into());
+        return Err(
+            der::ErrorKind::Incomplete { expected_len: end.try_into()?, actual_len: der.len().try_into()? }.into()
+        );
     }
     Ok(start..end)
 }
@@ -93,11 +87,7 @@ impl ParsedCert {
         }
         let cert = Certificate::from_der(der).map_err(|e| CertError::Malformed(e.to_string()))?;
         let tbs_range = inner_first_tlv(der).map_err(|e| CertError::Malformed(e.to_string()))?;
-        Ok(Self {
-            der: der.to_vec(),
-            tbs_range,
-            cert,
-        })
+        Ok(Self { der: der.to_vec(), tbs_range, cert })
     }
 
     /// Parses one PEM certificate.
@@ -117,9 +107,7 @@ impl ParsedCert {
         while let Some(begin) = rest.find("-----BEGIN CERTIFICATE-----") {
             let after = &rest[begin..];
             let end_marker = "-----END CERTIFICATE-----";
-            let end = after
-                .find(end_marker)
-                .ok_or_else(|| CertError::Malformed("unterminated PEM block".into()))?;
+            let end = after.find(end_marker).ok_or_else(|| CertError::Malformed("unterminated PEM block".into()))?;
             let block = &after[..end + end_marker.len()];
             let (label, der) = pem_rfc7468_decode(block)?;
             if label != "CERTIFICATE" {
@@ -181,11 +169,7 @@ impl ParsedCert {
     /// DER of the SubjectPublicKeyInfo.
     pub fn spki_der(&self) -> Vec<u8> {
         // Invariant: the SPKI was decoded from DER, so it re-encodes.
-        self.cert
-            .tbs_certificate
-            .subject_public_key_info
-            .to_der()
-            .unwrap_or_default()
+        self.cert.tbs_certificate.subject_public_key_info.to_der().unwrap_or_default()
     }
 
     /// SHA-256 of the SubjectPublicKeyInfo DER (key fingerprint).
@@ -262,9 +246,7 @@ pub struct ParsedCrl {
 
 impl fmt::Debug for ParsedCrl {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ParsedCrl")
-            .field("issuer", &self.crl.tbs_cert_list.issuer.to_string())
-            .finish()
+        f.debug_struct("ParsedCrl").field("issuer", &self.crl.tbs_cert_list.issuer.to_string()).finish()
     }
 }
 
@@ -279,11 +261,7 @@ impl ParsedCrl {
         }
         let crl = CertificateList::from_der(der).map_err(|e| CertError::Malformed(e.to_string()))?;
         let tbs_range = inner_first_tlv(der).map_err(|e| CertError::Malformed(e.to_string()))?;
-        Ok(Self {
-            der: der.to_vec(),
-            tbs_range,
-            crl,
-        })
+        Ok(Self { der: der.to_vec(), tbs_range, crl })
     }
 
     /// The exact DER bytes.
@@ -317,12 +295,7 @@ impl ParsedCrl {
 
     /// Whether `serial` is listed as revoked.
     pub fn revokes(&self, serial: &[u8]) -> bool {
-        self.crl
-            .tbs_cert_list
-            .revoked_certificates
-            .iter()
-            .flatten()
-            .any(|r| r.serial_number.as_bytes() == serial)
+        self.crl.tbs_cert_list.revoked_certificates.iter().flatten().any(|r| r.serial_number.as_bytes() == serial)
     }
 }
 
@@ -333,9 +306,7 @@ fn verify_signature(
     issuer_spki: &spki::SubjectPublicKeyInfoOwned,
 ) -> Result<(), CertError> {
     let signature = signature.ok_or_else(|| CertError::Malformed("signature bit string has unused bits".into()))?;
-    let spki_der = issuer_spki
-        .to_der()
-        .map_err(|e| CertError::Malformed(e.to_string()))?;
+    let spki_der = issuer_spki.to_der().map_err(|e| CertError::Malformed(e.to_string()))?;
     match *algorithm {
         RSASSA_PSS => {
             // AMD signs with RSASSA-PSS, SHA-384, MGF1-SHA-384, salt 48. We
@@ -350,8 +321,8 @@ fn verify_signature(
             verifier.verify(tbs, &sig).map_err(|_| CertError::BadSignature)
         }
         ECDSA_WITH_SHA384 => {
-            use p384::pkcs8::DecodePublicKey;
             use p384::ecdsa::signature::Verifier;
+            use p384::pkcs8::DecodePublicKey;
             let key = p384::ecdsa::VerifyingKey::from_public_key_der(&spki_der)
                 .map_err(|_| CertError::WrongKeyType("ECDSA P-384".into()))?;
             let sig = p384::ecdsa::Signature::from_der(signature).map_err(|_| CertError::BadSignature)?;
@@ -392,10 +363,7 @@ fn pem_rfc7468_decode(block: &str) -> Result<(String, Vec<u8>), CertError> {
 
 /// Formats a time as `YYYY-MM-DDTHH:MM:SSZ`.
 pub fn fmt_time(t: SystemTime) -> String {
-    let secs = t
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap_or(Duration::ZERO)
-        .as_secs();
+    let secs = t.duration_since(SystemTime::UNIX_EPOCH).unwrap_or(Duration::ZERO).as_secs();
     match der::DateTime::from_unix_duration(Duration::from_secs(secs)) {
         Ok(dt) => format!(
             "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z",

@@ -46,7 +46,7 @@ pub enum Evidence {
     /// A bare report (raw bytes, possibly decoded from hex).
     Report(Vec<u8>),
     /// A bundle.
-    Bundle(EvidenceBundle),
+    Bundle(Box<EvidenceBundle>),
 }
 
 /// Loads a report or a bundle, deciding by content.
@@ -54,7 +54,7 @@ pub fn load_evidence(path: &Path) -> Result<Evidence, InputError> {
     let data = read(path)?;
     let trimmed = data.trim_ascii();
     if trimmed.starts_with(b"{") {
-        return EvidenceBundle::from_json(&data).map(Evidence::Bundle).map_err(|e| invalid(path, e.to_string()));
+        return EvidenceBundle::from_json(&data).map(|b| Evidence::Bundle(Box::new(b))).map_err(|e| invalid(path, e.to_string()));
     }
     if !trimmed.is_empty() && trimmed.iter().all(|b| b.is_ascii_hexdigit() || b.is_ascii_whitespace()) {
         let text: String = trimmed.iter().filter(|b| !b.is_ascii_whitespace()).map(|&b| b as char).collect();
@@ -67,8 +67,10 @@ pub fn load_evidence(path: &Path) -> Result<Evidence, InputError> {
 /// Loads a bundle from `--evidence`.
 pub fn load_bundle(path: &Path) -> Result<EvidenceBundle, InputError> {
     match load_evidence(path)? {
-        Evidence::Bundle(b) => Ok(b),
-        Evidence::Report(_) => Err(invalid(path, "expected an evidence bundle (JSON); use --report and --vcek for a bare report")),
+        Evidence::Bundle(b) => Ok(*b),
+        Evidence::Report(_) => {
+            Err(invalid(path, "expected an evidence bundle (JSON); use --report and --vcek for a bare report"))
+        }
     }
 }
 

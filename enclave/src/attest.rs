@@ -32,7 +32,12 @@ pub fn attester(source: &Source) -> Result<Box<dyn Attester>, Error> {
 
 /// Claims of a shard that has not loaded a model yet.
 pub fn claims(layers: Option<LayerRange>, nonce: Option<Nonce>) -> Claims {
-    Claims { layer_range: layers, nonce, software_version: format!("veil-shard {}", env!("CARGO_PKG_VERSION")), ..Claims::default() }
+    Claims {
+        layer_range: layers,
+        nonce,
+        software_version: format!("veil-shard {}", env!("CARGO_PKG_VERSION")),
+        ..Claims::default()
+    }
 }
 
 /// Evidence for `claims` from `source`.

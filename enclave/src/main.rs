@@ -60,7 +60,9 @@ fn main() -> anyhow::Result<()> {
             let nonce = nonce.map(|n| n.parse::<Nonce>()).transpose().map_err(anyhow::Error::msg).context("--nonce")?;
             let bundle = attest::evidence(&source, &attest::claims(layers, nonce))?;
             match out {
-                Some(path) => std::fs::write(&path, bundle.to_json()).with_context(|| format!("writing {}", path.display()))?,
+                Some(path) => {
+                    std::fs::write(&path, bundle.to_json()).with_context(|| format!("writing {}", path.display()))?
+                }
                 None => println!("{}", bundle.to_json()),
             }
         }

@@ -9,11 +9,19 @@ use clap::Parser;
 
 /// The untrusted Veil host (relay and supervision).
 #[derive(Debug, Parser)]
-#[command(name = "veil-host", version, about, long_about = "The untrusted Veil host. Its relay API and shard supervision are not built yet; this build only reports its version.")]
+#[command(
+    name = "veil-host",
+    version,
+    about,
+    long_about = "The untrusted Veil host. Its relay API and shard supervision are not built yet; this build only reports its version."
+)]
 struct Cli {}
 
 fn main() {
     let _ = Cli::parse();
-    eprintln!("veil-host {}: the relay API and shard supervision are not built yet (see README, roadmap)", env!("CARGO_PKG_VERSION"));
+    eprintln!(
+        "veil-host {}: the relay API and shard supervision are not built yet (see README, roadmap)",
+        env!("CARGO_PKG_VERSION")
+    );
     std::process::exit(2);
 }

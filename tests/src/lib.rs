@@ -15,9 +15,10 @@ use veil_attestation::{EvidenceBundle, Measurement, Policy};
 /// next to the repository. `None` when absent, unless `VEIL_REQUIRE_VECTORS=1`,
 /// in which case absence is a test failure (CI sets it when the vectors exist).
 pub fn vectors_dir() -> Option<PathBuf> {
-    let candidates = std::env::var_os("VEIL_VECTORS").map(PathBuf::from).into_iter().chain([
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors"),
-    ]);
+    let candidates = std::env::var_os("VEIL_VECTORS")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/vectors")]);
     for c in candidates {
         if c.join("README.md").exists() {
             return Some(c);
@@ -64,11 +65,7 @@ impl Vector {
 
     /// Certificates of a PEM chain file as DER.
     pub fn chain_der(&self, name: &str) -> Vec<Vec<u8>> {
-        ParsedCert::chain_from_pem(&self.read(name))
-            .unwrap()
-            .into_iter()
-            .map(|c| c.der().to_vec())
-            .collect()
+        ParsedCert::chain_from_pem(&self.read(name)).unwrap().into_iter().map(|c| c.der().to_vec()).collect()
     }
 
     /// A bundle: report + endorsement + the set's own chain file, no claims.

@@ -12,7 +12,9 @@ use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
 use veil_attestation::snp::report::field;
 use veil_attestation::snp::{GuestPolicy, PlatformInfo, Product, Tcb, REPORT_LEN};
 use veil_attestation::x509::ParsedCert;
-use veil_attestation::{appraise, verify, CheckId, Claims, Error, ExpectedClaims, KeyHash, Malformed, Nonce, Outcome, Policy};
+use veil_attestation::{
+    appraise, verify, CheckId, Claims, Error, ExpectedClaims, KeyHash, Malformed, Nonce, Outcome, Policy,
+};
 use veil_tests::{sim, sim_policy, sim_with, test_now, Vector};
 
 fn claims() -> Claims {
@@ -70,7 +72,9 @@ fn put_u64(raw: &mut [u8; REPORT_LEN], at: usize, v: u64) {
 
 #[test]
 fn baseline_simulated_evidence_is_accepted() {
-    let ok = verify(&good(), &sim_policy(), &ExpectedClaims { nonce: claims().nonce, ..Default::default() }, test_now()).unwrap();
+    let ok =
+        verify(&good(), &sim_policy(), &ExpectedClaims { nonce: claims().nonce, ..Default::default() }, test_now())
+            .unwrap();
     assert!(ok.is_simulated());
     assert!(ok.checks().warnings.iter().any(|w| w.contains("SIMULATED")));
     assert!(ok.checks().to_string().contains("WARNING: SIMULATED"));
@@ -83,7 +87,10 @@ fn rejects_truncated_report() {
     let mut b = good();
     b.report.truncate(REPORT_LEN - 1);
     assert_eq!(failures(&b, &sim_policy(), &ExpectedClaims::default())[0], CheckId::ReportFormat);
-    assert_eq!(verify(&b, &sim_policy(), &ExpectedClaims::default(), test_now()).unwrap_err().check(), Some(CheckId::ReportFormat));
+    assert_eq!(
+        verify(&b, &sim_policy(), &ExpectedClaims::default(), test_now()).unwrap_err().check(),
+        Some(CheckId::ReportFormat)
+    );
 }
 
 #[test]
@@ -99,7 +106,10 @@ fn rejects_oversized_report_with_trailing_bytes() {
 fn rejects_empty_report() {
     let mut b = good();
     b.report.clear();
-    assert_eq!(verify(&b, &sim_policy(), &ExpectedClaims::default(), test_now()).unwrap_err().check(), Some(CheckId::ReportFormat));
+    assert_eq!(
+        verify(&b, &sim_policy(), &ExpectedClaims::default(), test_now()).unwrap_err().check(),
+        Some(CheckId::ReportFormat)
+    );
 }
 
 #[test]
@@ -146,13 +156,16 @@ fn rejects_product_not_allowed_by_policy() {
 #[test]
 fn rejects_cpuid_that_disagrees_with_the_vcek() {
     let milan = Product::Milan.canonical_cpuid();
-    let edit = |r: &mut [u8; REPORT_LEN]| r[field::CPUID_FAM_ID..field::CPUID_FAM_ID + 3].copy_from_slice(&[milan.family, milan.model, 1]);
+    let edit = |r: &mut [u8; REPORT_LEN]| {
+        r[field::CPUID_FAM_ID..field::CPUID_FAM_ID + 3].copy_from_slice(&[milan.family, milan.model, 1])
+    };
     assert_fails(&edited(&genoa(), edit), &sim_policy(), CheckId::Product);
 }
 
 #[test]
 fn rejects_unknown_cpuid() {
-    let edit = |r: &mut [u8; REPORT_LEN]| r[field::CPUID_FAM_ID..field::CPUID_FAM_ID + 2].copy_from_slice(&[0x17, 0x31]);
+    let edit =
+        |r: &mut [u8; REPORT_LEN]| r[field::CPUID_FAM_ID..field::CPUID_FAM_ID + 2].copy_from_slice(&[0x17, 0x31]);
     assert_fails(&edited(&genoa(), edit), &sim_policy(), CheckId::Product);
 }
 
@@ -238,7 +251,9 @@ fn rejects_vlek_when_policy_does_not_allow_it() {
     let policy = Policy { vmpl: 1, ..v.pinned_policy() };
     let a = appraise(&v.bundle(Some("asvk_ark_milan.pem")), &policy, &ExpectedClaims::default(), then);
     assert_eq!(a.checks.failures(), vec![CheckId::EndorsementChain]);
-    assert!(matches!(a.checks.outcome(CheckId::EndorsementChain), Some(Outcome::Failed { expected, .. }) if expected.contains("allow_vlek")));
+    assert!(
+        matches!(a.checks.outcome(CheckId::EndorsementChain), Some(Outcome::Failed { expected, .. }) if expected.contains("allow_vlek"))
+    );
 }
 
 #[test]
@@ -279,7 +294,8 @@ fn accepts_a_current_crl_that_lists_nothing_of_ours() {
     let (a, b) = crl_window();
     let mut bundle = good();
     bundle.crl = Some(s.issue_crl(&[&[0x77]], a, b).unwrap());
-    let ok = verify(&bundle, &Policy { require_crl: true, ..sim_policy() }, &ExpectedClaims::default(), test_now()).unwrap();
+    let ok =
+        verify(&bundle, &Policy { require_crl: true, ..sim_policy() }, &ExpectedClaims::default(), test_now()).unwrap();
     assert!(matches!(ok.checks().outcome(CheckId::Revocation), Some(Outcome::Passed { .. })));
 }
 
@@ -306,7 +322,10 @@ fn rejects_crl_signed_by_another_key() {
 fn rejects_stale_crl() {
     let s = genoa();
     let mut bundle = good();
-    bundle.crl = Some(s.issue_crl(&[], test_now() - Duration::from_secs(86_400 * 60), test_now() - Duration::from_secs(86_400 * 30)).unwrap());
+    bundle.crl = Some(
+        s.issue_crl(&[], test_now() - Duration::from_secs(86_400 * 60), test_now() - Duration::from_secs(86_400 * 30))
+            .unwrap(),
+    );
     let err = verify(&bundle, &sim_policy(), &ExpectedClaims::default(), test_now()).unwrap_err();
     assert_eq!(err.check(), Some(CheckId::Revocation));
     assert!(err.to_string().contains("stale"), "{err}");
@@ -405,7 +424,9 @@ fn turin_chip_id_uses_eight_bytes_and_fmc() {
 
 #[test]
 fn rejects_debug_policy() {
-    let edit = |r: &mut [u8; REPORT_LEN]| put_u64(r, field::POLICY, GuestPolicy::SMT | GuestPolicy::RESERVED_MUST_BE_ONE | GuestPolicy::DEBUG);
+    let edit = |r: &mut [u8; REPORT_LEN]| {
+        put_u64(r, field::POLICY, GuestPolicy::SMT | GuestPolicy::RESERVED_MUST_BE_ONE | GuestPolicy::DEBUG)
+    };
     let b = edited(&genoa(), edit);
     assert_fails(&b, &sim_policy(), CheckId::Debug);
     verify(&b, &Policy { allow_debug: true, ..sim_policy() }, &ExpectedClaims::default(), test_now()).unwrap();
@@ -413,7 +434,9 @@ fn rejects_debug_policy() {
 
 #[test]
 fn rejects_migration_agent() {
-    let edit = |r: &mut [u8; REPORT_LEN]| put_u64(r, field::POLICY, GuestPolicy::RESERVED_MUST_BE_ONE | GuestPolicy::MIGRATE_MA);
+    let edit = |r: &mut [u8; REPORT_LEN]| {
+        put_u64(r, field::POLICY, GuestPolicy::RESERVED_MUST_BE_ONE | GuestPolicy::MIGRATE_MA)
+    };
     assert_fails(&edited(&genoa(), edit), &sim_policy(), CheckId::MigrationAgent);
 }
 
@@ -443,22 +466,38 @@ fn min_tcb(product: Product, min: TcbMinimum) -> Policy {
 
 #[test]
 fn rejects_bootloader_below_minimum() {
-    assert_fails(&good(), &min_tcb(Product::Genoa, TcbMinimum { bootloader: Some(10), ..Default::default() }), CheckId::TcbMinimum);
+    assert_fails(
+        &good(),
+        &min_tcb(Product::Genoa, TcbMinimum { bootloader: Some(10), ..Default::default() }),
+        CheckId::TcbMinimum,
+    );
 }
 
 #[test]
 fn rejects_tee_below_minimum() {
-    assert_fails(&good(), &min_tcb(Product::Genoa, TcbMinimum { tee: Some(1), ..Default::default() }), CheckId::TcbMinimum);
+    assert_fails(
+        &good(),
+        &min_tcb(Product::Genoa, TcbMinimum { tee: Some(1), ..Default::default() }),
+        CheckId::TcbMinimum,
+    );
 }
 
 #[test]
 fn rejects_snp_below_minimum() {
-    assert_fails(&good(), &min_tcb(Product::Genoa, TcbMinimum { snp: Some(24), ..Default::default() }), CheckId::TcbMinimum);
+    assert_fails(
+        &good(),
+        &min_tcb(Product::Genoa, TcbMinimum { snp: Some(24), ..Default::default() }),
+        CheckId::TcbMinimum,
+    );
 }
 
 #[test]
 fn rejects_microcode_below_minimum() {
-    assert_fails(&good(), &min_tcb(Product::Genoa, TcbMinimum { microcode: Some(73), ..Default::default() }), CheckId::TcbMinimum);
+    assert_fails(
+        &good(),
+        &min_tcb(Product::Genoa, TcbMinimum { microcode: Some(73), ..Default::default() }),
+        CheckId::TcbMinimum,
+    );
 }
 
 #[test]
@@ -511,7 +550,9 @@ fn rejects_everything_with_an_empty_allowlist() {
 fn any_measurement_waiver_is_explicit_and_shown() {
     let policy = Policy { measurements: vec![], any_measurement: true, ..sim_policy() };
     let ok = verify(&good(), &policy, &ExpectedClaims::default(), test_now()).unwrap();
-    assert!(matches!(ok.checks().outcome(CheckId::Measurement), Some(Outcome::Skipped { reason }) if reason.contains("ANY")));
+    assert!(
+        matches!(ok.checks().outcome(CheckId::Measurement), Some(Outcome::Skipped { reason }) if reason.contains("ANY"))
+    );
 }
 
 #[test]
@@ -551,7 +592,8 @@ fn rejects_pinned_tls_key_mismatch() {
 
 #[test]
 fn rejects_pinned_manifest_root_mismatch() {
-    let expected = ExpectedClaims { manifest_root: Some(veil_attestation::ManifestRoot([0x98; 32])), ..Default::default() };
+    let expected =
+        ExpectedClaims { manifest_root: Some(veil_attestation::ManifestRoot([0x98; 32])), ..Default::default() };
     assert_only(&good(), &sim_policy(), &expected, CheckId::ReportDataBinding);
 }
 
@@ -585,8 +627,18 @@ fn rejects_evidence_without_the_requested_nonce() {
 
 #[test]
 fn rejects_malformed_bundle_json() {
-    for bad in [&b"{"[..], b"[]", b"{\"version\":1}", b"null", b"{\"version\":1,\"kind\":\"tdx\",\"report\":\"\",\"endorsement\":\"\"}"] {
-        assert!(matches!(EvidenceBundle::from_json(bad), Err(Malformed::Json(_))), "{:?}", String::from_utf8_lossy(bad));
+    for bad in [
+        &b"{"[..],
+        b"[]",
+        b"{\"version\":1}",
+        b"null",
+        b"{\"version\":1,\"kind\":\"tdx\",\"report\":\"\",\"endorsement\":\"\"}",
+    ] {
+        assert!(
+            matches!(EvidenceBundle::from_json(bad), Err(Malformed::Json(_))),
+            "{:?}",
+            String::from_utf8_lossy(bad)
+        );
     }
 }
 
@@ -607,14 +659,20 @@ fn rejects_oversized_bundle() {
 fn rejects_oversized_certificate_field() {
     let mut b = good();
     b.endorsement = vec![0; 64 * 1024];
-    assert!(matches!(EvidenceBundle::from_json(b.to_json().as_bytes()), Err(Malformed::FieldTooLarge { field: "endorsement", .. })));
+    assert!(matches!(
+        EvidenceBundle::from_json(b.to_json().as_bytes()),
+        Err(Malformed::FieldTooLarge { field: "endorsement", .. })
+    ));
 }
 
 #[test]
 fn rejects_too_many_chain_certificates() {
     let mut b = good();
     b.chain = vec![vec![1]; 5];
-    assert!(matches!(EvidenceBundle::from_json(b.to_json().as_bytes()), Err(Malformed::FieldTooLarge { field: "chain", .. })));
+    assert!(matches!(
+        EvidenceBundle::from_json(b.to_json().as_bytes()),
+        Err(Malformed::FieldTooLarge { field: "chain", .. })
+    ));
 }
 
 #[test]
@@ -655,13 +713,33 @@ fn one_mutation_per_check() -> Vec<Case> {
         (CheckId::ReportSignature, flipped, p(), none()),
         (CheckId::ChipId, with_endorsement(s.issue_vcek(&other_chip, None).unwrap()), p(), none()),
         (CheckId::ReportedTcb, with_endorsement(s.issue_vcek(&other_tcb, None).unwrap()), p(), none()),
-        (CheckId::Debug, edited(&s, |r| put_u64(r, field::POLICY, GuestPolicy::RESERVED_MUST_BE_ONE | GuestPolicy::DEBUG)), p(), none()),
-        (CheckId::MigrationAgent, edited(&s, |r| put_u64(r, field::POLICY, GuestPolicy::RESERVED_MUST_BE_ONE | GuestPolicy::MIGRATE_MA)), p(), none()),
+        (
+            CheckId::Debug,
+            edited(&s, |r| put_u64(r, field::POLICY, GuestPolicy::RESERVED_MUST_BE_ONE | GuestPolicy::DEBUG)),
+            p(),
+            none(),
+        ),
+        (
+            CheckId::MigrationAgent,
+            edited(&s, |r| put_u64(r, field::POLICY, GuestPolicy::RESERVED_MUST_BE_ONE | GuestPolicy::MIGRATE_MA)),
+            p(),
+            none(),
+        ),
         (CheckId::Smt, good(), Policy { allow_smt: false, ..p() }, none()),
         (CheckId::Vmpl, edited(&s, |r| put_u32(r, field::VMPL, 3)), p(), none()),
-        (CheckId::TcbMinimum, good(), min_tcb(Product::Genoa, TcbMinimum { snp: Some(99), ..Default::default() }), none()),
+        (
+            CheckId::TcbMinimum,
+            good(),
+            min_tcb(Product::Genoa, TcbMinimum { snp: Some(99), ..Default::default() }),
+            none(),
+        ),
         (CheckId::Measurement, edited(&s, |r| r[field::MEASUREMENT] ^= 1), p(), none()),
-        (CheckId::HostData, edited(&s, |r| r[field::HOST_DATA] = 1), Policy { host_data: Some(HostData(KeyHash([0; 32]))), ..p() }, none()),
+        (
+            CheckId::HostData,
+            edited(&s, |r| r[field::HOST_DATA] = 1),
+            Policy { host_data: Some(HostData(KeyHash([0; 32]))), ..p() },
+            none(),
+        ),
         (CheckId::IdKeyDigest, good(), Policy { id_key_digest: Some("02".repeat(48).parse().unwrap()), ..p() }, none()),
         (CheckId::ReportDataBinding, tampered_claims, p(), none()),
         (CheckId::Freshness, good(), p(), ExpectedClaims { nonce: Some(Nonce::new(vec![1]).unwrap()), ..none() }),

@@ -13,7 +13,11 @@ use veil_attestation::{CheckId, Claims, Error, ExpectedClaims, LayerRange, Polic
 use veil_tests::{sim, sim_policy};
 
 fn claims(range: (u32, u32)) -> Claims {
-    Claims { layer_range: Some(LayerRange::new(range.0, range.1).unwrap()), software_version: "veil-test".into(), ..Default::default() }
+    Claims {
+        layer_range: Some(LayerRange::new(range.0, range.1).unwrap()),
+        software_version: "veil-test".into(),
+        ..Default::default()
+    }
 }
 
 fn verifier(policy: Policy) -> Arc<RaTlsVerifier> {
@@ -157,11 +161,20 @@ fn binding_signature_from_another_connection_is_refused() {
     let sig = id.sign_binding(Role::Server, &exporter_a);
     ratls::verify_binding(id.cert_der(), Role::Server, &exporter_a, &sig).unwrap();
     // Replayed onto another connection.
-    assert!(matches!(ratls::verify_binding(id.cert_der(), Role::Server, &exporter_b, &sig), Err(Error::PeerMisbehaved(_))));
+    assert!(matches!(
+        ratls::verify_binding(id.cert_der(), Role::Server, &exporter_b, &sig),
+        Err(Error::PeerMisbehaved(_))
+    ));
     // Reflected back with the other role.
-    assert!(matches!(ratls::verify_binding(id.cert_der(), Role::Client, &exporter_a, &sig), Err(Error::PeerMisbehaved(_))));
+    assert!(matches!(
+        ratls::verify_binding(id.cert_der(), Role::Client, &exporter_a, &sig),
+        Err(Error::PeerMisbehaved(_))
+    ));
     // Garbage.
-    assert!(matches!(ratls::verify_binding(id.cert_der(), Role::Server, &exporter_a, b"nope"), Err(Error::PeerMisbehaved(_))));
+    assert!(matches!(
+        ratls::verify_binding(id.cert_der(), Role::Server, &exporter_a, b"nope"),
+        Err(Error::PeerMisbehaved(_))
+    ));
 }
 
 #[test]

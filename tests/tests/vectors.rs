@@ -44,7 +44,14 @@ fn milan_virtee_report_data_pin() {
 #[test]
 fn our_parser_agrees_with_the_sev_crate() {
     use sev_parser_check::compare;
-    for name in ["snp-milan-virtee", "snp-genoa-azure-trustee", "snp-milan-trustee", "snp-milan-dstack", "snp-milan-debug-gosev", "snp-milan-vlek-aws-trustee"] {
+    for name in [
+        "snp-milan-virtee",
+        "snp-genoa-azure-trustee",
+        "snp-milan-trustee",
+        "snp-milan-dstack",
+        "snp-milan-debug-gosev",
+        "snp-milan-vlek-aws-trustee",
+    ] {
         let Some(v) = Vector::load(name) else { return };
         compare(&v.read("report.bin"));
     }
@@ -69,7 +76,12 @@ mod sev_parser_check {
         let product = ours.product_hint().unwrap_or(Product::Milan);
         let tcb = ours.reported_tcb().decode(product);
         assert_eq!(
-            (theirs.reported_tcb.bootloader, theirs.reported_tcb.tee, theirs.reported_tcb.snp, theirs.reported_tcb.microcode),
+            (
+                theirs.reported_tcb.bootloader,
+                theirs.reported_tcb.tee,
+                theirs.reported_tcb.snp,
+                theirs.reported_tcb.microcode
+            ),
             (tcb.bootloader, tcb.tee, tcb.snp, tcb.microcode)
         );
     }
@@ -124,7 +136,8 @@ fn milan_trustee_accepts_and_forged_vceks_fail() {
 fn milan_dstack_signature_valid_but_tcb_out_of_date() {
     let Some(v) = Vector::load("snp-milan-dstack") else { return };
     let mut policy = v.pinned_policy();
-    policy.host_data = Some(veil_attestation::policy::HostData(v.expected["host_data_hex"].as_str().unwrap().parse().unwrap()));
+    policy.host_data =
+        Some(veil_attestation::policy::HostData(v.expected["host_data_hex"].as_str().unwrap().parse().unwrap()));
     // Permissive on TCB: accepted (reported TCB is what the VCEK certifies).
     verify(&v.bundle(None), &policy, &ExpectedClaims::default(), test_now()).unwrap();
     // Strict minimum snp >= 24 (the platform's current TCB): rejected on TCB alone.
@@ -197,7 +210,14 @@ fn every_signed_bit_flip_fails_the_signature() {
 
 #[test]
 fn vectors_agree_with_expected_json() {
-    for name in ["snp-milan-virtee", "snp-genoa-azure-trustee", "snp-milan-trustee", "snp-milan-dstack", "snp-milan-debug-gosev", "snp-milan-vlek-aws-trustee"] {
+    for name in [
+        "snp-milan-virtee",
+        "snp-genoa-azure-trustee",
+        "snp-milan-trustee",
+        "snp-milan-dstack",
+        "snp-milan-debug-gosev",
+        "snp-milan-vlek-aws-trustee",
+    ] {
         let Some(v) = Vector::load(name) else { return };
         let r = SnpReport::from_bytes(&v.read("report.bin")).unwrap();
         let e = &v.expected;

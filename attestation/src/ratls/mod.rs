@@ -189,8 +189,8 @@ pub fn decode_extension(ext: &[u8]) -> Result<EvidenceBundle, Error> {
     if ext.len() > MAX_BUNDLE_BYTES * 4 / 3 + 128 {
         return Err(Malformed::TooLarge { actual: ext.len(), limit: MAX_BUNDLE_BYTES }.into());
     }
-    let (media, value): (String, String) =
-        serde_json::from_slice(ext).map_err(|e| Malformed::Certificate(format!("evidence extension is not a CMW record: {e}")))?;
+    let (media, value): (String, String) = serde_json::from_slice(ext)
+        .map_err(|e| Malformed::Certificate(format!("evidence extension is not a CMW record: {e}")))?;
     if media != EVIDENCE_MEDIA_TYPE {
         return Err(Malformed::Certificate(format!("unsupported evidence media type {media:?}")).into());
     }
@@ -207,8 +207,11 @@ pub fn verify_binding(peer_cert_der: &[u8], peer_role: Role, exporter: &[u8], si
         .map_err(|_| Error::PeerMisbehaved("RA-TLS certificate key is not ECDSA P-256".into()))?;
     let sig = p256::ecdsa::Signature::from_der(signature)
         .map_err(|_| Error::PeerMisbehaved("channel-binding signature is not DER ECDSA".into()))?;
-    key.verify(&binding_message(peer_role, exporter), &sig)
-        .map_err(|_| Error::PeerMisbehaved("channel-binding signature does not verify: evidence is not bound to this connection".into()))
+    key.verify(&binding_message(peer_role, exporter), &sig).map_err(|_| {
+        Error::PeerMisbehaved(
+            "channel-binding signature does not verify: evidence is not bound to this connection".into(),
+        )
+    })
 }
 
 /// A peer whose evidence passed the policy and whose attested key signed

@@ -6,7 +6,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
-use super::{client_config, error_from_rustls, server_config, RaTlsIdentity, RaTlsVerifier, Role, VerifiedPeer, EXPORTER_LABEL, MAX_BINDING_SIGNATURE};
+use super::{
+    client_config, error_from_rustls, server_config, RaTlsIdentity, RaTlsVerifier, Role, VerifiedPeer, EXPORTER_LABEL,
+    MAX_BINDING_SIGNATURE,
+};
 use crate::error::Error;
 
 /// A client-side RA-TLS stream.
@@ -55,9 +58,14 @@ fn peer_cert(conn: &rustls::CommonState) -> Result<Vec<u8>, Error> {
 
 /// Connects over `tcp`, verifies the server's evidence, proves ours, and
 /// checks the channel binding both ways.
-pub async fn connect(tcp: TcpStream, identity: &RaTlsIdentity, verifier: Arc<RaTlsVerifier>) -> Result<(ClientStream, VerifiedPeer), Error> {
+pub async fn connect(
+    tcp: TcpStream,
+    identity: &RaTlsIdentity,
+    verifier: Arc<RaTlsVerifier>,
+) -> Result<(ClientStream, VerifiedPeer), Error> {
     let config = client_config(identity, verifier.clone())?;
-    let name = rustls::pki_types::ServerName::try_from("veil-shard.invalid").map_err(|e| Error::ApiMisuse(e.to_string()))?;
+    let name =
+        rustls::pki_types::ServerName::try_from("veil-shard.invalid").map_err(|e| Error::ApiMisuse(e.to_string()))?;
     let mut tls = TlsConnector::from(Arc::new(config)).connect(name, tcp).await.map_err(io_or_tls)?;
     let (cert, ekm) = binding_inputs(tls.get_ref().1)?;
     let peer_sig = exchange_binding(&mut tls, identity, Role::Client, &ekm).await?;
@@ -66,7 +74,11 @@ pub async fn connect(tcp: TcpStream, identity: &RaTlsIdentity, verifier: Arc<RaT
 }
 
 /// Accepts over `tcp`: the server half of [`connect`].
-pub async fn accept(tcp: TcpStream, identity: &RaTlsIdentity, verifier: Arc<RaTlsVerifier>) -> Result<(ServerStream, VerifiedPeer), Error> {
+pub async fn accept(
+    tcp: TcpStream,
+    identity: &RaTlsIdentity,
+    verifier: Arc<RaTlsVerifier>,
+) -> Result<(ServerStream, VerifiedPeer), Error> {
     let config = server_config(identity, verifier.clone())?;
     let mut tls = TlsAcceptor::from(Arc::new(config)).accept(tcp).await.map_err(io_or_tls)?;
     let (cert, ekm) = binding_inputs(tls.get_ref().1)?;

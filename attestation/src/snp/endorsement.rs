@@ -22,9 +22,7 @@ fn spl(cert: &ParsedCert, which: const_oid::ObjectIdentifier, name: &str) -> Res
         return Ok(None);
     };
     let value = u32::from_der(bytes).map_err(|e| format!("{name} extension is not a DER INTEGER: {e}"))?;
-    u8::try_from(value)
-        .map(Some)
-        .map_err(|_| format!("{name} extension value {value} exceeds 255"))
+    u8::try_from(value).map(Some).map_err(|_| format!("{name} extension value {value} exceeds 255"))
 }
 
 fn ia5(cert: &ParsedCert, which: const_oid::ObjectIdentifier, name: &str) -> Result<Option<String>, String> {
@@ -55,8 +53,8 @@ impl Endorsement {
                 ))
             }
         };
-        let product_name = ia5(&cert, oid::PRODUCT_NAME, "productName")?
-            .ok_or("certificate has no productName extension")?;
+        let product_name =
+            ia5(&cert, oid::PRODUCT_NAME, "productName")?.ok_or("certificate has no productName extension")?;
         let need = |o, n| spl(&cert, o, n).and_then(|v| v.ok_or(format!("certificate has no {n} extension")));
         let tcb = Tcb {
             fmc: spl(&cert, oid::FMC_SPL, "fmcSPL")?,

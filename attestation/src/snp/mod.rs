@@ -8,8 +8,8 @@ pub mod report;
 pub use endorsement::Endorsement;
 pub use product::Product;
 pub use report::{
-    Cpuid, FirmwareVersion, GuestPolicy, KeyInfo, PlatformInfo, RawTcb, SigningKey, SnpReport,
-    Tcb, REPORT_LEN, SIGNED_LEN,
+    Cpuid, FirmwareVersion, GuestPolicy, KeyInfo, PlatformInfo, RawTcb, SigningKey, SnpReport, Tcb, REPORT_LEN,
+    SIGNED_LEN,
 };
 
 /// OIDs of the AMD extensions in VCEK/VLEK certificates (AMD "Versioned Chip

@@ -58,11 +58,7 @@ impl Product {
             Self::Genoa => (0x19, 0x11),
             Self::Turin => (0x1A, 0x02),
         };
-        Cpuid {
-            family,
-            model,
-            stepping: 1,
-        }
+        Cpuid { family, model, stepping: 1 }
     }
 
     /// The pinned AMD Root Key for this product (from the `sev` crate's builtin certificates).

@@ -93,9 +93,7 @@ impl SnpReport {
     /// Takes exactly [`REPORT_LEN`] bytes; anything else is refused.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, ReportLengthError> {
         let raw: [u8; REPORT_LEN] = match bytes.len() {
-            REPORT_LEN => bytes.try_into().map_err(|_| ReportLengthError::Truncated {
-                actual: bytes.len(),
-            })?,
+            REPORT_LEN => bytes.try_into().map_err(|_| ReportLengthError::Truncated { actual: bytes.len() })?,
             n if n < REPORT_LEN => return Err(ReportLengthError::Truncated { actual: n }),
             n => return Err(ReportLengthError::TrailingBytes { actual: n }),
         };
@@ -295,11 +293,7 @@ pub struct FirmwareVersion {
 impl FirmwareVersion {
     fn at(bytes: &[u8]) -> Self {
         // Layout: build, minor, major, reserved.
-        Self {
-            build: bytes[0],
-            minor: bytes[1],
-            major: bytes[2],
-        }
+        Self { build: bytes[0], minor: bytes[1], major: bytes[2] }
     }
 }
 
@@ -320,20 +314,10 @@ impl RawTcb {
     pub fn decode(self, product: Product) -> Tcb {
         let b = self.0.to_le_bytes();
         match product {
-            Product::Milan | Product::Genoa => Tcb {
-                fmc: None,
-                bootloader: b[0],
-                tee: b[1],
-                snp: b[6],
-                microcode: b[7],
-            },
-            Product::Turin => Tcb {
-                fmc: Some(b[0]),
-                bootloader: b[1],
-                tee: b[2],
-                snp: b[3],
-                microcode: b[7],
-            },
+            Product::Milan | Product::Genoa => {
+                Tcb { fmc: None, bootloader: b[0], tee: b[1], snp: b[6], microcode: b[7] }
+            }
+            Product::Turin => Tcb { fmc: Some(b[0]), bootloader: b[1], tee: b[2], snp: b[3], microcode: b[7] },
         }
     }
 
@@ -380,11 +364,7 @@ impl fmt::Display for Tcb {
         if let Some(fmc) = self.fmc {
             write!(f, "fmc={fmc} ")?;
         }
-        write!(
-            f,
-            "bootloader={} tee={} snp={} microcode={}",
-            self.bootloader, self.tee, self.snp, self.microcode
-        )
+        write!(f, "bootloader={} tee={} snp={} microcode={}", self.bootloader, self.tee, self.snp, self.microcode)
     }
 }
 
@@ -574,35 +554,21 @@ mod tests {
 
     #[test]
     fn refuses_wrong_lengths() {
-        assert_eq!(
-            SnpReport::from_bytes(&[0; 10]),
-            Err(ReportLengthError::Truncated { actual: 10 })
-        );
+        assert_eq!(SnpReport::from_bytes(&[0; 10]), Err(ReportLengthError::Truncated { actual: 10 }));
         assert_eq!(
             SnpReport::from_bytes(&[0; REPORT_LEN + 1]),
-            Err(ReportLengthError::TrailingBytes {
-                actual: REPORT_LEN + 1
-            })
+            Err(ReportLengthError::TrailingBytes { actual: REPORT_LEN + 1 })
         );
         assert!(SnpReport::from_bytes(&[0; REPORT_LEN]).is_ok());
     }
 
     #[test]
     fn tcb_round_trips_per_product() {
-        let tcb = Tcb {
-            fmc: None,
-            bootloader: 3,
-            tee: 1,
-            snp: 22,
-            microcode: 213,
-        };
+        let tcb = Tcb { fmc: None, bootloader: 3, tee: 1, snp: 22, microcode: 213 };
         for product in [Product::Milan, Product::Genoa] {
             assert_eq!(RawTcb::encode(tcb, product).decode(product), tcb);
         }
-        let turin = Tcb {
-            fmc: Some(2),
-            ..tcb
-        };
+        let turin = Tcb { fmc: Some(2), ..tcb };
         assert_eq!(RawTcb::encode(turin, Product::Turin).decode(Product::Turin), turin);
     }
 }

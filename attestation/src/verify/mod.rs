@@ -108,15 +108,26 @@ pub fn verify(
     let appraisal = appraise(bundle, policy, expected, now);
     let report = appraisal.checks;
     if let Some((check, expected, actual)) = report.first_failure() {
-        let rejection = Rejection { check, expected: expected.to_owned(), actual: actual.to_owned(), report: report.clone() };
+        let rejection =
+            Rejection { check, expected: expected.to_owned(), actual: actual.to_owned(), report: report.clone() };
         return Err(Error::Rejected(Box::new(rejection)));
     }
     match (appraisal.report, appraisal.product, appraisal.signer, appraisal.root) {
         (Some(snp), Some(product), Some(signer), Some(root)) => {
             if root == RootKind::Simulated {
-                tracing::warn!("accepting SIMULATED attestation evidence (policy allow_simulated = true): no hardware guarantee");
+                tracing::warn!(
+                    "accepting SIMULATED attestation evidence (policy allow_simulated = true): no hardware guarantee"
+                );
             }
-            Ok(VerifiedEvidence { report: snp, product, signer, root, claims: bundle.claims.clone(), checks: report, _private: () })
+            Ok(VerifiedEvidence {
+                report: snp,
+                product,
+                signer,
+                root,
+                claims: bundle.claims.clone(),
+                checks: report,
+                _private: (),
+            })
         }
         // Invariant: with no failed check every stage produced its value;
         // refuse rather than assume.
@@ -219,9 +230,10 @@ pub fn appraise(bundle: &EvidenceBundle, policy: &Policy, expected: &ExpectedCla
         match &chain {
             Err(_) => not_run("endorsement chain not established"),
             Ok(c) => match &bundle.crl {
-                None if policy.require_crl => {
-                    Outcome::Failed { expected: "a CRL signed by the ARK (policy: require_crl = true)".into(), actual: "none supplied".into() }
-                }
+                None if policy.require_crl => Outcome::Failed {
+                    expected: "a CRL signed by the ARK (policy: require_crl = true)".into(),
+                    actual: "none supplied".into(),
+                },
                 None => skipped("no CRL supplied and policy does not require one"),
                 Some(der) => outcome(check_crl(der, c, now)),
             },
@@ -248,7 +260,16 @@ pub fn appraise(bundle: &EvidenceBundle, policy: &Policy, expected: &ExpectedCla
     // 6..8: what the report says, against the policy.
     match &report {
         None => {
-            for id in [CheckId::Debug, CheckId::MigrationAgent, CheckId::Smt, CheckId::Vmpl, CheckId::TcbMinimum, CheckId::Measurement, CheckId::HostData, CheckId::IdKeyDigest] {
+            for id in [
+                CheckId::Debug,
+                CheckId::MigrationAgent,
+                CheckId::Smt,
+                CheckId::Vmpl,
+                CheckId::TcbMinimum,
+                CheckId::Measurement,
+                CheckId::HostData,
+                CheckId::IdKeyDigest,
+            ] {
                 t.record(id, not_run("report unreadable"));
             }
         }
@@ -276,7 +297,10 @@ fn check_format(report: Result<&SnpReport, String>, policy: &Policy) -> Result<S
     let r = report.map_err(|e| fail(format!("exactly {} bytes", crate::snp::REPORT_LEN), e))?;
     let v = r.version();
     if !KNOWN_VERSIONS.contains(&v) {
-        return Err(fail(format!("a known report version ({}..={})", KNOWN_VERSIONS.start(), KNOWN_VERSIONS.end()), format!("version {v}")));
+        return Err(fail(
+            format!("a known report version ({}..={})", KNOWN_VERSIONS.start(), KNOWN_VERSIONS.end()),
+            format!("version {v}"),
+        ));
     }
     if v < policy.min_report_version || v > policy.max_report_version {
         return Err(fail(
@@ -285,7 +309,10 @@ fn check_format(report: Result<&SnpReport, String>, policy: &Policy) -> Result<S
         ));
     }
     if r.signature_algo() != crate::snp::report::SIG_ALGO_ECDSA_P384_SHA384 {
-        return Err(fail("signature algorithm 1 (ECDSA P-384 with SHA-384)", format!("algorithm {}", r.signature_algo())));
+        return Err(fail(
+            "signature algorithm 1 (ECDSA P-384 with SHA-384)",
+            format!("algorithm {}", r.signature_algo()),
+        ));
     }
     if !r.policy().reserved_bit_set() {
         return Err(fail("guest policy bit 17 set (reserved, must be one)", format!("policy {:#x}", r.policy().0)));
@@ -295,14 +322,21 @@ fn check_format(report: Result<&SnpReport, String>, policy: &Policy) -> Result<S
 
 fn check_product(r: &SnpReport, endorsement: Result<&Endorsement, &String>, policy: &Policy) -> Result<String, Fail> {
     let e = endorsement.map_err(|e| fail("an endorsement naming the product", e.clone()))?;
-    let from_cert = e.product().ok_or_else(|| fail("productName Milan*, Genoa* or Turin*", e.product_name().to_owned()))?;
+    let from_cert =
+        e.product().ok_or_else(|| fail("productName Milan*, Genoa* or Turin*", e.product_name().to_owned()))?;
     let detail = match r.cpuid() {
         Some(cpuid) => {
             let from_cpuid = Product::from_cpuid(cpuid).ok_or_else(|| {
-                fail("a CPUID family/model of Milan, Genoa or Turin", format!("family {:#x} model {:#x}", cpuid.family, cpuid.model))
+                fail(
+                    "a CPUID family/model of Milan, Genoa or Turin",
+                    format!("family {:#x} model {:#x}", cpuid.family, cpuid.model),
+                )
             })?;
             if from_cpuid != from_cert {
-                return Err(fail(format!("{from_cert} (endorsement productName {})", e.product_name()), format!("{from_cpuid} (report CPUID)")));
+                return Err(fail(
+                    format!("{from_cert} (endorsement productName {})", e.product_name()),
+                    format!("{from_cpuid} (report CPUID)"),
+                ));
             }
             format!("{from_cert} (CPUID and endorsement agree)")
         }
@@ -333,7 +367,10 @@ fn check_chain(
 ) -> Result<Chain, Fail> {
     let in_report = r.key_info().signing_key();
     if in_report != e.kind() {
-        return Err(fail(format!("KEY_INFO signing key {} (the certificate supplied)", e.kind()), format!("report says {in_report}")));
+        return Err(fail(
+            format!("KEY_INFO signing key {} (the certificate supplied)", e.kind()),
+            format!("report says {in_report}"),
+        ));
     }
     if e.kind() == SigningKey::Vlek && !policy.allow_vlek {
         return Err(fail(
@@ -365,7 +402,10 @@ fn check_chain(
                 ));
             }
             if !policy.simulated_roots.is_empty() && !policy.simulated_roots.contains(&fingerprint) {
-                return Err(fail("a simulated root pinned in policy simulated_roots", format!("simulated root {fingerprint}")));
+                return Err(fail(
+                    "a simulated root pinned in policy simulated_roots",
+                    format!("simulated root {fingerprint}"),
+                ));
             }
             (c.clone(), RootKind::Simulated)
         }
@@ -414,8 +454,7 @@ fn check_chain(
         .verify_signed_by(&intermediate)
         .map_err(|err| fail(format!("{leaf_name} signed by {intermediate_cn}"), err.to_string()))?;
     for (name, cert) in [(leaf_name.as_str(), e.cert()), (intermediate_cn.as_str(), &intermediate), ("ARK", &ark)] {
-        cert.check_validity(now)
-            .map_err(|why| fail(format!("{name} certificate valid at {}", fmt_time(now)), why))?;
+        cert.check_validity(now).map_err(|why| fail(format!("{name} certificate valid at {}", fmt_time(now)), why))?;
     }
     Ok(Chain { root, ark, intermediate, leaf_name, leaf_serial: e.cert().serial().to_vec() })
 }
@@ -428,23 +467,38 @@ fn check_crl(der: &[u8], chain: &Chain, now: SystemTime) -> Result<String, Fail>
     crl.verify_signed_by(&chain.ark).map_err(|e| fail("a CRL signed by the ARK", e.to_string()))?;
     let (this_update, next_update) = crl.window();
     if now < this_update {
-        return Err(fail(format!("a CRL issued before {}", fmt_time(now)), format!("thisUpdate {}", fmt_time(this_update))));
+        return Err(fail(
+            format!("a CRL issued before {}", fmt_time(now)),
+            format!("thisUpdate {}", fmt_time(this_update)),
+        ));
     }
     match next_update {
         None => return Err(fail("a CRL with nextUpdate", "no nextUpdate")),
         Some(next) if now > next => {
-            return Err(fail(format!("a current CRL at {}", fmt_time(now)), format!("stale: nextUpdate {}", fmt_time(next))))
+            return Err(fail(
+                format!("a current CRL at {}", fmt_time(now)),
+                format!("stale: nextUpdate {}", fmt_time(next)),
+            ))
         }
         Some(_) => {}
     }
     let intermediate_name = chain.intermediate.common_name().unwrap_or_default();
     if crl.revokes(chain.intermediate.serial()) {
-        return Err(fail(format!("{intermediate_name} not revoked"), format!("{intermediate_name} serial {} is revoked", hex::encode(chain.intermediate.serial()))));
+        return Err(fail(
+            format!("{intermediate_name} not revoked"),
+            format!("{intermediate_name} serial {} is revoked", hex::encode(chain.intermediate.serial())),
+        ));
     }
     if crl.revokes(&chain.leaf_serial) {
-        return Err(fail(format!("{} not revoked", chain.leaf_name), format!("serial {} is revoked", hex::encode(&chain.leaf_serial))));
+        return Err(fail(
+            format!("{} not revoked", chain.leaf_name),
+            format!("serial {} is revoked", hex::encode(&chain.leaf_serial)),
+        ));
     }
-    Ok(format!("CRL signed by the ARK, current until {}, chain not listed", next_update.map(fmt_time).unwrap_or_default()))
+    Ok(format!(
+        "CRL signed by the ARK, current until {}, chain not listed",
+        next_update.map(fmt_time).unwrap_or_default()
+    ))
 }
 
 /// Verifies the report signature with the endorsement's key over the raw
@@ -464,8 +518,9 @@ pub fn check_signature(r: &SnpReport, e: &Endorsement) -> Result<String, Fail> {
     s_be.reverse();
     let sig = p384::ecdsa::Signature::from_scalars(r_be, s_be)
         .map_err(|_| fail("signature scalars in range", "R or S is zero or not below the group order"))?;
-    key.verify(r.signed_bytes(), &sig)
-        .map_err(|_| fail(format!("a valid {} signature over bytes [0, 0x2A0)", e.kind()), "signature does not verify"))?;
+    key.verify(r.signed_bytes(), &sig).map_err(|_| {
+        fail(format!("a valid {} signature over bytes [0, 0x2A0)", e.kind()), "signature does not verify")
+    })?;
     Ok(format!("ECDSA P-384 signature by the {} verifies over bytes [0, 0x2A0)", e.kind()))
 }
 
@@ -478,14 +533,21 @@ fn check_chip_id(r: &SnpReport, e: &Endorsement, product: Product) -> Outcome {
     };
     let chip = r.chip_id();
     if r.chip_id_masked() {
-        return Outcome::Failed { expected: format!("CHIP_ID {}", hex::encode(hw_id)), actual: "CHIP_ID masked (all zero)".into() };
+        return Outcome::Failed {
+            expected: format!("CHIP_ID {}", hex::encode(hw_id)),
+            actual: "CHIP_ID masked (all zero)".into(),
+        };
     }
     let significant = if product == Product::Turin { 8 } else { 64 };
-    let matches = hw_id.len() == significant && chip[..significant] == *hw_id && chip[significant..].iter().all(|b| *b == 0);
+    let matches =
+        hw_id.len() == significant && chip[..significant] == *hw_id && chip[significant..].iter().all(|b| *b == 0);
     if matches {
         Outcome::Passed { detail: format!("CHIP_ID equals the VCEK hwID ({significant} bytes)") }
     } else {
-        Outcome::Failed { expected: format!("CHIP_ID {} (VCEK hwID)", hex::encode(hw_id)), actual: hex::encode(&chip[..]) }
+        Outcome::Failed {
+            expected: format!("CHIP_ID {} (VCEK hwID)", hex::encode(hw_id)),
+            actual: hex::encode(&chip[..]),
+        }
     }
 }
 
@@ -511,7 +573,10 @@ fn record_policy_checks(t: &mut CheckReport, r: &SnpReport, product: Option<Prod
         if policy.allow_debug {
             skipped(format!("policy allows debug (DEBUG bit is {})", u8::from(gp.debug_allowed())))
         } else if gp.debug_allowed() {
-            Outcome::Failed { expected: "DEBUG = 0".into(), actual: "DEBUG = 1: the host can read and write guest memory".into() }
+            Outcome::Failed {
+                expected: "DEBUG = 0".into(),
+                actual: "DEBUG = 1: the host can read and write guest memory".into(),
+            }
         } else {
             Outcome::Passed { detail: "DEBUG = 0".into() }
         },
@@ -532,7 +597,10 @@ fn record_policy_checks(t: &mut CheckReport, r: &SnpReport, product: Option<Prod
         if policy.allow_smt {
             skipped(format!("policy allows SMT (platform SMT {})", if smt_on { "enabled" } else { "disabled" }))
         } else if smt_on {
-            Outcome::Failed { expected: "SMT disabled on the platform (policy: allow_smt = false)".into(), actual: "SMT enabled".into() }
+            Outcome::Failed {
+                expected: "SMT disabled on the platform (policy: allow_smt = false)".into(),
+                actual: "SMT enabled".into(),
+            }
         } else {
             Outcome::Passed { detail: "SMT disabled on the platform".into() }
         },
@@ -568,14 +636,19 @@ fn record_policy_checks(t: &mut CheckReport, r: &SnpReport, product: Option<Prod
         } else if policy.measurements.contains(&m) {
             Outcome::Passed { detail: format!("{m} is allowlisted") }
         } else {
-            Outcome::Failed { expected: format!("one of {} allowlisted measurements", policy.measurements.len()), actual: m.to_string() }
+            Outcome::Failed {
+                expected: format!("one of {} allowlisted measurements", policy.measurements.len()),
+                actual: m.to_string(),
+            }
         },
     );
     t.record(
         CheckId::HostData,
         match &policy.host_data {
             None => skipped("HOST_DATA not pinned by policy"),
-            Some(pin) if pin.0 .0 == r.host_data() => Outcome::Passed { detail: format!("HOST_DATA {}", hex::encode(r.host_data())) },
+            Some(pin) if pin.0 .0 == r.host_data() => {
+                Outcome::Passed { detail: format!("HOST_DATA {}", hex::encode(r.host_data())) }
+            }
             Some(pin) => Outcome::Failed { expected: pin.0.to_string(), actual: hex::encode(r.host_data()) },
         },
     );
@@ -617,7 +690,10 @@ fn check_binding(r: &SnpReport, claims: Option<&Claims>, expected: &ExpectedClai
     let actual = r.report_data();
     if let Some(pin) = &expected.report_data {
         if pin.0 != actual {
-            return Outcome::Failed { expected: format!("REPORT_DATA {}", hex::encode(pin.0)), actual: hex::encode(actual) };
+            return Outcome::Failed {
+                expected: format!("REPORT_DATA {}", hex::encode(pin.0)),
+                actual: hex::encode(actual),
+            };
         }
     }
     let Some(claims) = claims else {
@@ -630,7 +706,10 @@ fn check_binding(r: &SnpReport, claims: Option<&Claims>, expected: &ExpectedClai
             || expected.layer_range.is_some()
             || expected.gpu_evidence_hash.is_some();
         return if pinned {
-            Outcome::Failed { expected: "claims bound into REPORT_DATA".into(), actual: "the evidence carries no claims".into() }
+            Outcome::Failed {
+                expected: "claims bound into REPORT_DATA".into(),
+                actual: "the evidence carries no claims".into(),
+            }
         } else {
             not_run("no claims and no expected REPORT_DATA supplied")
         };
@@ -650,7 +729,10 @@ fn check_binding(r: &SnpReport, claims: Option<&Claims>, expected: &ExpectedClai
             if let Some(want) = &expected.$field {
                 if claims.$field.as_ref() != Some(want) {
                     let got = claims.$field.as_ref().map(|v| v.to_string()).unwrap_or_else(|| "absent".into());
-                    return Outcome::Failed { expected: format!("{} {}", $label, want), actual: format!("{} {}", $label, got) };
+                    return Outcome::Failed {
+                        expected: format!("{} {}", $label, want),
+                        actual: format!("{} {}", $label, got),
+                    };
                 }
             }
         };
@@ -669,7 +751,9 @@ fn check_freshness(claims: Option<&Claims>, expected: &ExpectedClaims) -> Outcom
     };
     match claims.and_then(|c| c.nonce.as_ref()) {
         Some(got) if got == want => Outcome::Passed { detail: format!("nonce {want} is in the signed claims") },
-        Some(got) => Outcome::Failed { expected: format!("nonce {want}"), actual: format!("nonce {got} (stale or replayed)") },
+        Some(got) => {
+            Outcome::Failed { expected: format!("nonce {want}"), actual: format!("nonce {got} (stale or replayed)") }
+        }
         None => Outcome::Failed { expected: format!("nonce {want}"), actual: "no nonce in the signed claims".into() },
     }
 }

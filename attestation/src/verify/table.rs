@@ -178,11 +178,7 @@ impl CheckReport {
 
     /// Every failed check.
     pub fn failures(&self) -> Vec<CheckId> {
-        self.results
-            .iter()
-            .filter(|r| matches!(r.outcome, Outcome::Failed { .. }))
-            .map(|r| r.check)
-            .collect()
+        self.results.iter().filter(|r| matches!(r.outcome, Outcome::Failed { .. })).map(|r| r.check).collect()
     }
 
     /// Whether no check failed.
@@ -192,11 +188,7 @@ impl CheckReport {
 
     /// Checks that did not run for lack of input (not because of a failure).
     pub fn not_run(&self) -> Vec<CheckId> {
-        self.results
-            .iter()
-            .filter(|r| matches!(r.outcome, Outcome::NotRun { .. }))
-            .map(|r| r.check)
-            .collect()
+        self.results.iter().filter(|r| matches!(r.outcome, Outcome::NotRun { .. })).map(|r| r.check).collect()
     }
 
     /// One-line verdict.

@@ -11,7 +11,7 @@ use crate::input::{self, Evidence};
 pub fn run(args: &InspectArgs) -> Exit {
     let (report_bytes, bundle) = match input::load_evidence(&args.file) {
         Ok(Evidence::Report(r)) => (r, None),
-        Ok(Evidence::Bundle(b)) => (b.report.clone(), Some(b)),
+        Ok(Evidence::Bundle(b)) => (b.report.clone(), Some(*b)),
         Err(e) => {
             eprintln!("veil attest inspect: unreadable input: {e}");
             return Exit::Unreadable;

@@ -123,7 +123,8 @@ pub struct SimInitArgs {
 }
 
 fn parse_product(s: &str) -> Result<veil_attestation::snp::Product, String> {
-    veil_attestation::snp::Product::from_product_name(s).ok_or_else(|| format!("unknown product {s:?} (Milan, Genoa, Turin)"))
+    veil_attestation::snp::Product::from_product_name(s)
+        .ok_or_else(|| format!("unknown product {s:?} (Milan, Genoa, Turin)"))
 }
 
 /// Runs a parsed command, writing to stdout/stderr.

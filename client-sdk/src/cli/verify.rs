@@ -64,12 +64,19 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, String> {
     };
 
     let expected = ExpectedClaims {
-        report_data: args.report_data.as_deref().map(ReportData::from_hex_padded).transpose().map_err(|e| format!("--report-data: {e}"))?,
+        report_data: args
+            .report_data
+            .as_deref()
+            .map(ReportData::from_hex_padded)
+            .transpose()
+            .map_err(|e| format!("--report-data: {e}"))?,
         nonce: args.nonce.as_deref().map(str::parse::<Nonce>).transpose().map_err(|e| format!("--nonce: {e}"))?,
         ..ExpectedClaims::default()
     };
     let now = match &args.at {
-        Some(t) => parse_time(t).ok_or_else(|| format!("--at: cannot parse {t:?} (use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)"))?,
+        Some(t) => {
+            parse_time(t).ok_or_else(|| format!("--at: cannot parse {t:?} (use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)"))?
+        }
         None => SystemTime::now(),
     };
     Ok(Prepared { bundle, policy, expected, now })

@@ -1,0 +1,237 @@
+//! The `veil attest` contract reviewers and scripts rely on: flags, output
+//! and exit codes (0 accept, 1 reject, 2 unreadable input).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use veil_attestation::{Claims, Nonce, SimulatedAttester};
+use veil_tests::vectors_dir;
+
+fn veil(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_veil")).args(args).output().unwrap()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn set(name: &str) -> Option<PathBuf> {
+    vectors_dir().map(|v| v.join(name))
+}
+
+/// Path as a `'static` argument (tests only; a few bytes leaked per call).
+fn s(p: &Path) -> &'static str {
+    Box::leak(p.to_str().unwrap().to_owned().into_boxed_str())
+}
+
+const MILAN_MEASUREMENT: &str =
+    "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f";
+
+#[test]
+fn verify_accepts_pinned_real_report_exit_0() {
+    let Some(d) = set("snp-milan-virtee") else { return };
+    let o = veil(&[
+        "attest",
+        "verify",
+        "--report",
+        s(&d.join("report.bin")),
+        "--vcek",
+        s(&d.join("vcek.der")),
+        "--measurement",
+        MILAN_MEASUREMENT,
+    ]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("report_signature     PASS"), "{out}");
+    // A bare report with neither claims nor --report-data: binding and freshness are not run, and the verdict says so.
+    assert!(out.contains("report_data_binding  NOT RUN"), "{out}");
+    assert!(out.contains("not run: report_data_binding, freshness"), "{out}");
+}
+
+#[test]
+fn verify_strict_default_requires_a_measurement_exit_1() {
+    let Some(d) = set("snp-milan-virtee") else { return };
+    let o = veil(&["attest", "verify", "--report", s(&d.join("report_milan.hex")), "--vcek", s(&d.join("vcek.der"))]);
+    assert_eq!(code(&o), 1);
+    assert!(stdout(&o).contains("REJECTED (first failed check: measurement)"), "{}", stdout(&o));
+    let o = veil(&[
+        "attest",
+        "verify",
+        "--report",
+        s(&d.join("report.bin")),
+        "--vcek",
+        s(&d.join("vcek.der")),
+        "--any-measurement",
+    ]);
+    assert_eq!(code(&o), 0);
+    assert!(stdout(&o).contains("ANY launch measurement"));
+}
+
+#[test]
+fn verify_report_data_flag_binds() {
+    let Some(d) = set("snp-milan-dstack") else { return };
+    let base = [
+        "attest",
+        "verify",
+        "--report",
+        s(&d.join("report.bin")),
+        "--vcek",
+        s(&d.join("vcek.pem")),
+        "--any-measurement",
+    ];
+    let rd = hex::encode(b"attest-test-fixture-2026");
+    let o = veil(&[&base[..], &["--report-data", &rd]].concat());
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let o = veil(&[&base[..], &["--report-data", "00"]].concat());
+    assert_eq!(code(&o), 1);
+    assert!(stdout(&o).contains("first failed check: report_data_binding"));
+}
+
+#[test]
+fn verify_debug_report_is_rejected_for_debug() {
+    let Some(d) = set("snp-milan-debug-gosev") else { return };
+    let o = veil(&[
+        "attest",
+        "verify",
+        "--report",
+        s(&d.join("report.bin")),
+        "--vcek",
+        s(&d.join("vcek.der")),
+        "--any-measurement",
+        "--json",
+    ]);
+    assert_eq!(code(&o), 1);
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["accepted"], false);
+    let checks = j["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 17);
+    let failed: Vec<_> =
+        checks.iter().filter(|c| c["status"] == "failed").map(|c| c["check"].as_str().unwrap()).collect();
+    assert_eq!(failed, vec!["debug"]);
+}
+
+#[test]
+fn verify_vlek_with_policy_and_time() {
+    let Some(d) = set("snp-milan-vlek-aws-trustee") else { return };
+    let dir = tempdir("vlek");
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, "allow_vlek = true\nvmpl = 1\nany_measurement = true\n").unwrap();
+    let args = [
+        "attest",
+        "verify",
+        "--policy",
+        s(&policy),
+        "--report",
+        s(&d.join("report.bin")),
+        "--vcek",
+        s(&d.join("vlek.der")),
+        "--chain",
+        s(&d.join("asvk_ark_milan.pem")),
+    ];
+    let o = veil(&[&args[..], &["--at", "2025-06-01"]].concat());
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let o = veil(&args);
+    assert_eq!(code(&o), 1);
+    assert!(stdout(&o).contains("expired at 2025-12-10T22:14:21Z"), "{}", stdout(&o));
+}
+
+#[test]
+fn unreadable_input_exits_2() {
+    let dir = tempdir("bad");
+    let garbage = dir.join("bundle.json");
+    std::fs::write(&garbage, "{ not json").unwrap();
+    let bad_policy = dir.join("policy.toml");
+    std::fs::write(&bad_policy, "allow_simulatd = true").unwrap();
+    for args in [
+        vec!["attest", "verify", "--evidence", "/nonexistent/bundle.json"],
+        vec!["attest", "verify", "--evidence", s(&garbage)],
+        vec!["attest", "verify", "--policy", s(&bad_policy), "--evidence", s(&garbage)],
+        vec!["attest", "verify", "--evidence", s(&garbage), "--at", "someday"],
+        vec!["attest", "verify"],
+        vec!["attest", "inspect", s(&garbage)],
+    ] {
+        let o = veil(&args);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn inspect_decodes_every_field() {
+    let Some(d) = set("snp-genoa-azure-trustee") else { return };
+    let o = veil(&["attest", "inspect", s(&d.join("report.bin"))]);
+    assert_eq!(code(&o), 0);
+    let out = stdout(&o);
+    for needle in [
+        "measurement",
+        "f57dc09a507c6ecd",
+        "debug_allowed",
+        "reported_tcb",
+        "microcode",
+        "84",
+        "Genoa",
+        "signing_key",
+        "VCEK",
+        "1.55.40",
+    ] {
+        assert!(out.contains(needle), "missing {needle}: {out}");
+    }
+    let o = veil(&["attest", "inspect", "--json", s(&d.join("report.bin"))]);
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["version"], 3);
+    assert_eq!(j["reported_tcb"]["snp"], 23);
+    assert_eq!(j["cpuid"]["product"], "Genoa");
+    assert_eq!(j["policy"]["debug_allowed"], "no");
+}
+
+#[test]
+fn simulated_flow_is_loud_and_needs_allow_simulated() {
+    let dir = tempdir("sim");
+    let simdir = dir.join("sim");
+    let o = veil(&["attest", "sim-init", s(&simdir), "--product", "Milan", "--seed", "00ff"]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("SIMULATED"));
+    // A second init refuses to overwrite.
+    assert_eq!(code(&veil(&["attest", "sim-init", s(&simdir)])), 2);
+    let sim = SimulatedAttester::load(&simdir).unwrap();
+    let nonce: Nonce = "a1b2c3".parse().unwrap();
+    let bundle = sim.evidence(&Claims { nonce: Some(nonce), ..Default::default() }).unwrap();
+    let ev = dir.join("evidence.json");
+    std::fs::write(&ev, bundle.to_json()).unwrap();
+    let policy = simdir.join("policy.dev.toml");
+    let o = veil(&["attest", "verify", "--policy", s(&policy), "--evidence", s(&ev), "--nonce", "a1b2c3"]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    assert!(stderr(&o).contains("WARNING: SIMULATED"), "{}", stderr(&o));
+    assert!(stdout(&o).contains("SIMULATED root"));
+    let o = veil(&["attest", "verify", "--policy", s(&policy), "--evidence", s(&ev), "--nonce", "a1b2c4"]);
+    assert_eq!(code(&o), 1);
+    assert!(stdout(&o).contains("first failed check: freshness"));
+    // Strict default: simulated evidence refused.
+    let o = veil(&["attest", "verify", "--evidence", s(&ev), "--any-measurement"]);
+    assert_eq!(code(&o), 1);
+    assert!(stdout(&o).contains("first failed check: endorsement_chain"));
+    // inspect shows the bundle's endorsement as simulated.
+    let o = veil(&["attest", "inspect", "--json", s(&ev)]);
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["endorsement"]["simulated"], true);
+    assert_eq!(j["claims"]["nonce"], "a1b2c3");
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("veil-cli-{tag}-{}-{}", std::process::id(), rand_suffix()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn rand_suffix() -> String {
+    veil_attestation::Nonce::random().to_string()[..8].to_owned()
+}
