@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use const_oid::ObjectIdentifier;
 use der::{Decode, Encode, Reader};
-use sha2::{Digest, Sha256, Sha384};
+use sha2::{Digest, Sha256};
 use x509_cert::crl::CertificateList;
 use x509_cert::Certificate;
 
@@ -228,11 +228,12 @@ impl ParsedCert {
         )
     }
 
-    /// The subject public key as a P-384 ECDSA verifying key.
-    pub fn p384_key(&self) -> Result<p384::ecdsa::VerifyingKey, CertError> {
-        use p384::pkcs8::DecodePublicKey;
-        p384::ecdsa::VerifyingKey::from_public_key_der(&self.spki_der())
-            .map_err(|_| CertError::WrongKeyType("ECDSA P-384".into()))
+    /// Verifies a fixed-width (R ‖ S, big-endian) ECDSA P-384/SHA-384
+    /// signature over `message` with this certificate's key.
+    pub fn verify_p384_fixed(&self, message: &[u8], signature: &[u8; 96]) -> Result<(), CertError> {
+        use ring::signature::{UnparsedPublicKey, ECDSA_P384_SHA384_FIXED};
+        let point = p384_point(&self.cert.tbs_certificate.subject_public_key_info)?;
+        UnparsedPublicKey::new(&ECDSA_P384_SHA384_FIXED, point).verify(message, signature).map_err(|_| CertError::BadSignature)
     }
 }
 
@@ -299,34 +300,45 @@ impl ParsedCrl {
     }
 }
 
+/// `id-ecPublicKey` and `secp384r1` (RFC 5480).
+const EC_PUBLIC_KEY: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.2.1");
+const SECP384R1: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.34");
+const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
+
+/// The uncompressed P-384 point of an SPKI, after checking its algorithm.
+fn p384_point(spki: &spki::SubjectPublicKeyInfoOwned) -> Result<&[u8], CertError> {
+    let curve = spki.algorithm.parameters.as_ref().and_then(|p| p.decode_as::<ObjectIdentifier>().ok());
+    if spki.algorithm.oid != EC_PUBLIC_KEY || curve != Some(SECP384R1) {
+        return Err(CertError::WrongKeyType("ECDSA P-384".into()));
+    }
+    spki.subject_public_key.as_bytes().ok_or_else(|| CertError::Malformed("public key bit string".into()))
+}
+
 fn verify_signature(
     algorithm: &ObjectIdentifier,
     tbs: &[u8],
     signature: Option<&[u8]>,
     issuer_spki: &spki::SubjectPublicKeyInfoOwned,
 ) -> Result<(), CertError> {
+    use ring::signature::{UnparsedPublicKey, ECDSA_P384_SHA384_ASN1, RSA_PSS_2048_8192_SHA384};
     let signature = signature.ok_or_else(|| CertError::Malformed("signature bit string has unused bits".into()))?;
-    let spki_der = issuer_spki.to_der().map_err(|e| CertError::Malformed(e.to_string()))?;
     match *algorithm {
         RSASSA_PSS => {
             // AMD signs with RSASSA-PSS, SHA-384, MGF1-SHA-384, salt 48. We
             // verify with exactly those parameters; a certificate that
             // declares others fails here.
-            use rsa::pkcs8::DecodePublicKey;
-            use rsa::signature::Verifier;
-            let key = rsa::RsaPublicKey::from_public_key_der(&spki_der)
-                .map_err(|_| CertError::WrongKeyType("RSASSA-PSS".into()))?;
-            let verifier = rsa::pss::VerifyingKey::<Sha384>::new(key);
-            let sig = rsa::pss::Signature::try_from(signature).map_err(|_| CertError::BadSignature)?;
-            verifier.verify(tbs, &sig).map_err(|_| CertError::BadSignature)
+            if issuer_spki.algorithm.oid != RSA_ENCRYPTION {
+                return Err(CertError::WrongKeyType("RSASSA-PSS".into()));
+            }
+            let key = issuer_spki
+                .subject_public_key
+                .as_bytes()
+                .ok_or_else(|| CertError::Malformed("public key bit string".into()))?;
+            UnparsedPublicKey::new(&RSA_PSS_2048_8192_SHA384, key).verify(tbs, signature).map_err(|_| CertError::BadSignature)
         }
         ECDSA_WITH_SHA384 => {
-            use p384::ecdsa::signature::Verifier;
-            use p384::pkcs8::DecodePublicKey;
-            let key = p384::ecdsa::VerifyingKey::from_public_key_der(&spki_der)
-                .map_err(|_| CertError::WrongKeyType("ECDSA P-384".into()))?;
-            let sig = p384::ecdsa::Signature::from_der(signature).map_err(|_| CertError::BadSignature)?;
-            key.verify(tbs, &sig).map_err(|_| CertError::BadSignature)
+            let point = p384_point(issuer_spki)?;
+            UnparsedPublicKey::new(&ECDSA_P384_SHA384_ASN1, point).verify(tbs, signature).map_err(|_| CertError::BadSignature)
         }
         other => Err(CertError::UnsupportedAlgorithm(other.to_string())),
     }

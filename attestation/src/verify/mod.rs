@@ -11,8 +11,6 @@ mod table;
 
 use std::time::SystemTime;
 
-use p384::ecdsa::signature::Verifier;
-
 pub use table::{CheckId, CheckReport, CheckResult, Outcome};
 
 use crate::claims::{Claims, GpuEvidenceHash, KeyHash, LayerRange, ManifestRoot, Nonce, ReportData};
@@ -505,21 +503,21 @@ fn check_crl(der: &[u8], chain: &Chain, now: SystemTime) -> Result<String, Fail>
 /// bytes `[0, 0x2A0)`. R and S are 72-byte little-endian fields whose upper
 /// 24 bytes must be zero (ABI Table 119).
 pub fn check_signature(r: &SnpReport, e: &Endorsement) -> Result<String, Fail> {
-    let key = e.cert().p384_key().map_err(|err| fail("an ECDSA P-384 endorsement key", err.to_string()))?;
     let (r_le, s_le) = (r.signature_r(), r.signature_s());
     if r_le[48..].iter().chain(&s_le[48..]).any(|b| *b != 0) {
         return Err(fail("signature R and S with zero upper 24 bytes", "non-zero padding"));
     }
-    let mut r_be = [0u8; 48];
-    let mut s_be = [0u8; 48];
-    r_be.copy_from_slice(&r_le[..48]);
-    s_be.copy_from_slice(&s_le[..48]);
-    r_be.reverse();
-    s_be.reverse();
-    let sig = p384::ecdsa::Signature::from_scalars(r_be, s_be)
-        .map_err(|_| fail("signature scalars in range", "R or S is zero or not below the group order"))?;
-    key.verify(r.signed_bytes(), &sig).map_err(|_| {
-        fail(format!("a valid {} signature over bytes [0, 0x2A0)", e.kind()), "signature does not verify")
+    // Little-endian R and S become the big-endian R ‖ S the verifier takes.
+    let mut fixed = [0u8; 96];
+    for i in 0..48 {
+        fixed[i] = r_le[47 - i];
+        fixed[48 + i] = s_le[47 - i];
+    }
+    e.cert().verify_p384_fixed(r.signed_bytes(), &fixed).map_err(|err| match err {
+        crate::x509::CertError::BadSignature => {
+            fail(format!("a valid {} signature over bytes [0, 0x2A0)", e.kind()), "signature does not verify")
+        }
+        other => fail("an ECDSA P-384 endorsement key", other.to_string()),
     })?;
     Ok(format!("ECDSA P-384 signature by the {} verifies over bytes [0, 0x2A0)", e.kind()))
 }
