@@ -145,6 +145,23 @@ fn rejects_guest_policy_with_reserved_bit_clear() {
     assert_fails(&edited(&genoa(), edit), &sim_policy(), CheckId::ReportFormat);
 }
 
+#[test]
+fn rejects_reserved_guest_policy_bits() {
+    let edit = |r: &mut [u8; REPORT_LEN]| put_u64(r, field::POLICY, GuestPolicy::RESERVED_MUST_BE_ONE | 1 << 40);
+    assert_fails(&edited(&genoa(), edit), &sim_policy(), CheckId::ReportFormat);
+}
+
+#[test]
+fn rejects_nonzero_reserved_bytes_signed_and_unsigned() {
+    for at in [0x04C, 0x18C, 0x19F, 0x1EB, 0x1EF, 0x1F8, 0x29F] {
+        assert_fails(&edited(&genoa(), |r| r[at] = 1), &sim_policy(), CheckId::ReportFormat);
+    }
+    // After the signature: not signed, still must be zero.
+    let mut b = good();
+    b.report[0x400] = 1;
+    assert_fails(&b, &sim_policy(), CheckId::ReportFormat);
+}
+
 // ── 2. product ──────────────────────────────────────────────────────────
 
 #[test]

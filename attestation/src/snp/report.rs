@@ -240,6 +240,24 @@ impl SnpReport {
     pub fn signature_s(&self) -> [u8; 72] {
         self.array(offset::SIGNATURE_S)
     }
+    /// The first reserved range (ABI Table 23, for this report's version)
+    /// holding a non-zero byte, if any. Firmware writes zeros there; a
+    /// non-zero byte means a parser disagreement waiting to happen.
+    pub fn nonzero_reserved(&self) -> Option<(usize, usize)> {
+        let v = self.version();
+        let cpuid_end = if v >= 3 { 0x18B } else { 0x188 };
+        let tail_start = if v >= 5 { 0x208 } else { 0x1F8 };
+        let ranges = [
+            (0x04C, 0x050),
+            (cpuid_end, 0x1A0),
+            (0x1EB, 0x1EC),
+            (0x1EF, 0x1F0),
+            (tail_start, SIGNED_LEN),
+            (0x330, REPORT_LEN),
+        ];
+        ranges.into_iter().find(|&(a, b)| self.raw[a..b].iter().any(|x| *x != 0))
+    }
+
     /// Whether `CHIP_ID` is all zero (masked by the guest, or a VLEK report).
     pub fn chip_id_masked(&self) -> bool {
         self.chip_id() == [0u8; 64]

@@ -315,6 +315,12 @@ fn check_format(report: Result<&SnpReport, String>, policy: &Policy) -> Result<S
     if !r.policy().reserved_bit_set() {
         return Err(fail("guest policy bit 17 set (reserved, must be one)", format!("policy {:#x}", r.policy().0)));
     }
+    if r.policy().0 >> 26 != 0 {
+        return Err(fail("guest policy bits 26..63 zero (reserved)", format!("policy {:#x}", r.policy().0)));
+    }
+    if let Some((start, end)) = r.nonzero_reserved() {
+        return Err(fail("reserved bytes zero", format!("non-zero bytes in [{start:#x}, {end:#x})")));
+    }
     Ok(format!("{} bytes, version {v}, ECDSA P-384/SHA-384", crate::snp::REPORT_LEN))
 }
 

@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs every cargo-fuzz target for a while (default 60 s each). Not part of CI.
+#   scripts/fuzz.sh [SECONDS] [TARGET...]
+# Needs cargo-fuzz (`cargo install cargo-fuzz`). Only a stable toolchain exists
+# on our machines, so nightly features are unlocked with RUSTC_BOOTSTRAP=1.
+set -euo pipefail
+cd "$(dirname "$0")/../fuzz"
+seconds="${1:-60}"
+shift || true
+targets=("$@")
+if [ ${#targets[@]} -eq 0 ]; then
+  targets=(snp_report evidence_bundle ratls_extension claims policy)
+fi
+export RUSTC_BOOTSTRAP=1
+for t in "${targets[@]}"; do
+  mkdir -p "corpus/$t"
+  echo "== fuzzing $t for ${seconds}s"
+  cargo fuzz run "$t" "corpus/$t" -- -max_total_time="$seconds" -rss_limit_mb=2048
+done
