@@ -82,7 +82,8 @@ fn main() {
     };
     let bundle = sim.evidence(&claims).unwrap();
     let policy = Policy { allow_simulated: true, measurements: vec![default_measurement()], ..Policy::default() };
-    let expected = ExpectedClaims { nonce: claims.nonce.clone(), tls_key_hash: claims.tls_key_hash, ..Default::default() };
+    let expected =
+        ExpectedClaims { nonce: claims.nonce.clone(), tls_key_hash: claims.tls_key_hash, ..Default::default() };
     verify(&bundle, &policy, &expected, now).unwrap();
     if quick {
         return;
@@ -98,8 +99,16 @@ fn main() {
 
     if let Some(v) = vectors() {
         for (set, vcek, measurement) in [
-            ("snp-milan-virtee", "vcek.der", "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f"),
-            ("snp-genoa-azure-trustee", "vcek.pem", "f57dc09a507c6ecd82369bffb600f0003792f4d99bc26e985ec0c266fc34faf3706faf814c9e61065768a6ff917c89ae"),
+            (
+                "snp-milan-virtee",
+                "vcek.der",
+                "7a1e5c266c0108dbc9bb94fa926951320940915d0aafb42464bd88b579ea158d3e1a0dc39b2c60bd95b9c480cd81841f",
+            ),
+            (
+                "snp-genoa-azure-trustee",
+                "vcek.pem",
+                "f57dc09a507c6ecd82369bffb600f0003792f4d99bc26e985ec0c266fc34faf3706faf814c9e61065768a6ff917c89ae",
+            ),
         ] {
             let b = real_bundle(&v.join(set), vcek);
             let m: Measurement = measurement.parse().unwrap();
@@ -125,7 +134,9 @@ fn main() {
             black_box(&chain);
         }));
     } else {
-        println!("(real vectors not found: set VEIL_VECTORS to include the real-hardware rows and the sev-crate reference)");
+        println!(
+            "(real vectors not found: set VEIL_VECTORS to include the real-hardware rows and the sev-crate reference)"
+        );
     }
 
     println!();

@@ -233,7 +233,9 @@ impl ParsedCert {
     pub fn verify_p384_fixed(&self, message: &[u8], signature: &[u8; 96]) -> Result<(), CertError> {
         use ring::signature::{UnparsedPublicKey, ECDSA_P384_SHA384_FIXED};
         let point = p384_point(&self.cert.tbs_certificate.subject_public_key_info)?;
-        UnparsedPublicKey::new(&ECDSA_P384_SHA384_FIXED, point).verify(message, signature).map_err(|_| CertError::BadSignature)
+        UnparsedPublicKey::new(&ECDSA_P384_SHA384_FIXED, point)
+            .verify(message, signature)
+            .map_err(|_| CertError::BadSignature)
     }
 }
 
@@ -334,11 +336,15 @@ fn verify_signature(
                 .subject_public_key
                 .as_bytes()
                 .ok_or_else(|| CertError::Malformed("public key bit string".into()))?;
-            UnparsedPublicKey::new(&RSA_PSS_2048_8192_SHA384, key).verify(tbs, signature).map_err(|_| CertError::BadSignature)
+            UnparsedPublicKey::new(&RSA_PSS_2048_8192_SHA384, key)
+                .verify(tbs, signature)
+                .map_err(|_| CertError::BadSignature)
         }
         ECDSA_WITH_SHA384 => {
             let point = p384_point(issuer_spki)?;
-            UnparsedPublicKey::new(&ECDSA_P384_SHA384_ASN1, point).verify(tbs, signature).map_err(|_| CertError::BadSignature)
+            UnparsedPublicKey::new(&ECDSA_P384_SHA384_ASN1, point)
+                .verify(tbs, signature)
+                .map_err(|_| CertError::BadSignature)
         }
         other => Err(CertError::UnsupportedAlgorithm(other.to_string())),
     }

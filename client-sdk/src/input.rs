@@ -54,7 +54,9 @@ pub fn load_evidence(path: &Path) -> Result<Evidence, InputError> {
     let data = read(path)?;
     let trimmed = data.trim_ascii();
     if trimmed.starts_with(b"{") {
-        return EvidenceBundle::from_json(&data).map(|b| Evidence::Bundle(Box::new(b))).map_err(|e| invalid(path, e.to_string()));
+        return EvidenceBundle::from_json(&data)
+            .map(|b| Evidence::Bundle(Box::new(b)))
+            .map_err(|e| invalid(path, e.to_string()));
     }
     if !trimmed.is_empty() && trimmed.iter().all(|b| b.is_ascii_hexdigit() || b.is_ascii_whitespace()) {
         let text: String = trimmed.iter().filter(|b| !b.is_ascii_whitespace()).map(|&b| b as char).collect();

@@ -246,3 +246,55 @@ fn amd_roots_match_vector_fingerprints() {
     assert_eq!(hex::encode(Product::Genoa.amd_ark().spki_sha256()), g.expected["ark_spki_sha256"].as_str().unwrap());
     let _ = RootKind::Amd;
 }
+
+/// The `sev` crate ships a Milan report and a Turin VCEK in its own tests;
+/// reach them in the local cargo registry when it is there.
+fn sev_crate_testdata() -> Option<std::path::PathBuf> {
+    let home = std::env::var_os("CARGO_HOME")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".cargo")))?;
+    let src = std::fs::read_dir(home.join("registry/src")).ok()?;
+    for index in src.flatten() {
+        let dir = index.path().join("sev-8.0.0/tests/certs_data");
+        if dir.join("report_milan.hex").exists() {
+            return Some(dir);
+        }
+    }
+    eprintln!("SKIP: sev crate test data not found in the cargo registry");
+    None
+}
+
+#[test]
+fn sev_crate_milan_report_accepts() {
+    let Some(dir) = sev_crate_testdata() else { return };
+    let hex_text = std::fs::read_to_string(dir.join("report_milan.hex")).unwrap();
+    let bundle = veil_attestation::EvidenceBundle {
+        report: hex::decode(hex_text.trim()).unwrap(),
+        endorsement: std::fs::read(dir.join("vcek_milan.der")).unwrap(),
+        chain: vec![],
+        crl: None,
+        claims: None,
+    };
+    let report = SnpReport::from_bytes(&bundle.report).unwrap();
+    let policy =
+        Policy { measurements: vec![veil_attestation::Measurement(report.measurement())], ..Policy::default() };
+    let ok = verify(&bundle, &policy, &ExpectedClaims::default(), test_now()).unwrap();
+    assert_eq!(ok.product(), Product::Milan);
+}
+
+#[test]
+fn sev_crate_turin_vcek_chains_with_eight_byte_hwid() {
+    use veil_attestation::snp::Endorsement;
+    use veil_attestation::x509::ParsedCert;
+    let Some(dir) = sev_crate_testdata() else { return };
+    let vcek = Endorsement::parse(&std::fs::read(dir.join("vcek_turin.der")).unwrap()).unwrap();
+    assert_eq!(vcek.product(), Some(Product::Turin));
+    assert_eq!(vcek.hw_id().map(<[u8]>::len), Some(8));
+    assert!(vcek.tcb().fmc.is_some(), "Turin VCEKs certify an FMC level");
+    vcek.cert().verify_signed_by(Product::Turin.amd_ask()).unwrap();
+    assert!(vcek.cert().verify_signed_by(Product::Genoa.amd_ask()).is_err());
+    // The crate's Turin chain file holds the same ASK and ARK we pin.
+    let chain = ParsedCert::chain_from_pem(&std::fs::read(dir.join("cert_chain_turin")).unwrap()).unwrap();
+    assert!(chain.iter().any(|c| c.der() == Product::Turin.amd_ask().der()));
+    assert!(chain.iter().any(|c| c.der() == Product::Turin.amd_ark().der()));
+}
