@@ -8,3 +8,6 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod attest;
+pub mod entry;
+pub mod generate;
+pub mod model;

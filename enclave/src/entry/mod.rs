@@ -1,0 +1,4 @@
+//! The entry shard's text side: tokenizer, chat template, sampler.
+
+pub mod sampler;
+pub mod tokenizer;

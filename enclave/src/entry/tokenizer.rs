@@ -1,0 +1,209 @@
+//! The tokenizer and chat template a GGUF carries, rebuilt on the
+//! `tokenizers` crate (byte-level BPE) and `minijinja`.
+
+use tokenizers::models::bpe::BPE;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer as HfTokenizer};
+
+use crate::model::error::{ModelError, Result};
+use crate::model::GgufFile;
+
+/// GPT-2's split, as llama.cpp writes it for gpt2-family pre-tokenizers.
+const REGEX_GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
+/// Llama 3 style split (digits in groups of up to three).
+const REGEX_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+/// Qwen2 split (single digits).
+const REGEX_QWEN2: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+fn split(pattern: &str) -> Result<PreTokenizerWrapper> {
+    let s = Split::new(SplitPattern::Regex(pattern.to_owned()), SplitDelimiterBehavior::Isolated, false)
+        .map_err(|e| ModelError::Unsupported(format!("tokenizer regex: {e}")))?;
+    Ok(s.into())
+}
+
+/// The pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre`.
+fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
+    let bytes_only = ByteLevel::new(false, false, false);
+    Ok(match pre {
+        "gpt2" | "default" => ByteLevel::new(false, false, true).into(),
+        // Digits split one by one, then the GPT-2 split.
+        "smollm" | "starcoder" | "refact" | "codeshell" | "command-r" => {
+            Sequence::new(vec![split(r"\p{N}")?, split(REGEX_GPT2)?, bytes_only.into()]).into()
+        }
+        "llama-bpe" | "llama3" | "smaug-bpe" => Sequence::new(vec![split(REGEX_LLAMA3)?, bytes_only.into()]).into(),
+        "qwen2" => Sequence::new(vec![split(REGEX_QWEN2)?, bytes_only.into()]).into(),
+        other => return Err(ModelError::Unsupported(format!("tokenizer pre-type {other:?}"))),
+    })
+}
+
+/// A model's tokenizer: text ↔ ids, special tokens, BOS/EOS.
+pub struct Tokenizer {
+    /// Parses special-token text (`<|im_start|>`) into its id.
+    with_special: HfTokenizer,
+    /// Treats all text as text.
+    plain: HfTokenizer,
+    eos: u32,
+    bos: Option<u32>,
+    add_bos: bool,
+    stop_ids: Vec<u32>,
+    special_ids: Vec<u32>,
+    vocab: usize,
+    chat_template: Option<String>,
+    tokens: Vec<String>,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer").field("vocab", &self.vocab).field("eos", &self.eos).finish_non_exhaustive()
+    }
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer from GGUF metadata.
+    pub fn from_gguf(g: &GgufFile) -> Result<Self> {
+        let model = g.meta_str("tokenizer.ggml.model")?;
+        if model != "gpt2" {
+            return Err(ModelError::Unsupported(format!(
+                "tokenizer model {model:?}: only byte-level BPE (gpt2) is built so far"
+            )));
+        }
+        let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or("default").to_owned();
+        let tokens = g.meta_strings("tokenizer.ggml.tokens")?;
+        let types = g.meta_ints("tokenizer.ggml.token_type").unwrap_or_default();
+        let merges: Vec<(String, String)> = g
+            .meta_strings("tokenizer.ggml.merges")?
+            .into_iter()
+            .map(|m| {
+                m.split_once(' ')
+                    .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                    .ok_or_else(|| ModelError::Malformed(format!("merge {m:?} has no space")))
+            })
+            .collect::<Result<_>>()?;
+        let vocab: tokenizers::models::bpe::Vocab =
+            tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .build()
+            .map_err(|e| ModelError::Malformed(format!("BPE: {e}")))?;
+        let mut plain = HfTokenizer::new(bpe);
+        plain.with_pre_tokenizer(Some(pre_tokenizer(&pre)?));
+        plain.with_decoder(Some(ByteLevel::default()));
+        let mut with_special = plain.clone();
+        // Control (3) and user-defined (4) tokens are matched as wholes when
+        // special parsing is on, as llama.cpp does.
+        let special_ids: Vec<u32> =
+            types.iter().enumerate().filter(|(_, t)| matches!(**t, 3 | 4)).map(|(i, _)| i as u32).collect();
+        let specials: Vec<AddedToken> = special_ids
+            .iter()
+            .filter_map(|&i| tokens.get(i as usize))
+            .map(|t| AddedToken::from(t.clone(), true))
+            .collect();
+        with_special.add_special_tokens(specials).map_err(|e| ModelError::Malformed(format!("special tokens: {e}")))?;
+        let id = |k: &str| g.meta_u64(k).ok().and_then(|v| u32::try_from(v).ok());
+        let eos = id("tokenizer.ggml.eos_token_id").ok_or_else(|| ModelError::Malformed("no EOS token id".into()))?;
+        let mut stop_ids = vec![eos];
+        if let Some(eot) = id("tokenizer.ggml.eot_token_id") {
+            stop_ids.push(eot);
+        }
+        // Chat models end a turn with <|im_end|> / <|eot_id|>; stop there too.
+        for name in ["<|im_end|>", "<|eot_id|>", "<|end|>"] {
+            if let Some(i) = tokens.iter().position(|t| t == name) {
+                if !stop_ids.contains(&(i as u32)) {
+                    stop_ids.push(i as u32);
+                }
+            }
+        }
+        let chat_template = match g.meta("tokenizer.chat_template") {
+            Some(_) => Some(g.meta_str("tokenizer.chat_template")?.to_owned()),
+            None => None,
+        };
+        Ok(Self {
+            with_special,
+            plain,
+            eos,
+            bos: id("tokenizer.ggml.bos_token_id"),
+            add_bos: g.meta_bool("tokenizer.ggml.add_bos_token").unwrap_or(false),
+            stop_ids,
+            special_ids,
+            vocab: tokens.len(),
+            chat_template,
+            tokens,
+        })
+    }
+
+    /// Text to ids. `parse_special` matches special-token text as the
+    /// token (for rendered chat templates); user text alone should not.
+    /// BOS is prepended when the GGUF asks for it.
+    pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        if text.is_empty() {
+            return Err(ModelError::Invalid("empty prompt".into()));
+        }
+        let t = if parse_special { &self.with_special } else { &self.plain };
+        let enc = t.encode(text, false).map_err(|e| ModelError::Invalid(format!("tokenize: {e}")))?;
+        let mut ids = Vec::with_capacity(enc.get_ids().len() + 1);
+        if self.add_bos {
+            if let Some(b) = self.bos {
+                ids.push(b);
+            }
+        }
+        ids.extend_from_slice(enc.get_ids());
+        Ok(ids)
+    }
+
+    /// Ids to text (special tokens skipped).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        let ids: Vec<u32> = ids.iter().copied().filter(|i| !self.special_ids.contains(i)).collect();
+        self.plain.decode(&ids, false).map_err(|e| ModelError::Invalid(format!("detokenize: {e}")))
+    }
+
+    /// The end-of-sequence id.
+    pub fn eos(&self) -> u32 {
+        self.eos
+    }
+
+    /// Ids that end generation (EOS, end-of-turn).
+    pub fn stop_ids(&self) -> &[u32] {
+        &self.stop_ids
+    }
+
+    /// Vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab
+    }
+
+    /// Renders the GGUF's chat template for `messages` with a generation prompt.
+    pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
+        let template = self
+            .chat_template
+            .as_deref()
+            .ok_or_else(|| ModelError::Unsupported("the model has no chat template".into()))?;
+        let mut env = minijinja::Environment::new();
+        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
+            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
+        });
+        env.add_template("chat", template).map_err(|e| ModelError::Unsupported(format!("chat template: {e}")))?;
+        let tok = |i: Option<u32>| i.and_then(|i| self.tokens.get(i as usize)).cloned().unwrap_or_default();
+        let ctx = minijinja::context! {
+            messages => messages,
+            add_generation_prompt => true,
+            bos_token => tok(self.bos),
+            eos_token => tok(Some(self.eos)),
+        };
+        env.get_template("chat")
+            .and_then(|t| t.render(ctx))
+            .map_err(|e| ModelError::Invalid(format!("chat template: {e}")))
+    }
+}
+
+/// One chat message.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}

@@ -1,0 +1,33 @@
+//! Errors of the model side, sorted by who is to blame.
+
+/// Why a model could not be loaded or run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    /// The file could not be opened or read.
+    #[error("cannot read model file: {0}")]
+    Io(#[from] std::io::Error),
+    /// Not a GGUF file, or a truncated or corrupt one.
+    #[error("malformed GGUF: {0}")]
+    Malformed(String),
+    /// A valid file we cannot serve (architecture, quant type, tokenizer).
+    #[error("unsupported model: {0}")]
+    Unsupported(String),
+    /// The caller asked for something impossible (layer range, context, empty prompt).
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// The session's KV cache would exceed its memory budget.
+    #[error("KV cache budget exceeded: {needed_bytes} bytes needed, {budget_bytes} allowed")]
+    KvBudget {
+        /// Bytes the session would hold.
+        needed_bytes: usize,
+        /// The budget.
+        budget_bytes: usize,
+    },
+    /// A tensor operation failed (a defect, or a device error).
+    #[error("tensor operation failed: {0}")]
+    Tensor(#[from] candle_core::Error),
+}
+
+/// Result alias of the model side.
+pub type Result<T> = std::result::Result<T, ModelError>;

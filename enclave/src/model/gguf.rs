@@ -1,0 +1,175 @@
+//! A GGUF file opened for slice loading: metadata accessors, and tensors
+//! read once, hashed from the very bytes that become the weights (the file
+//! on disk is untrusted and may change between reads).
+
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::{ggml_file, GgmlDType, QTensor};
+use candle_core::Device;
+use sha2::{Digest, Sha256};
+
+use super::error::{ModelError, Result};
+use super::manifest::TensorRecord;
+
+/// Quant types Veil serves.
+pub const SUPPORTED_TYPES: [GgmlDType; 8] = [
+    GgmlDType::F32,
+    GgmlDType::F16,
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+];
+
+/// An open GGUF file.
+#[derive(Debug)]
+pub struct GgufFile {
+    path: PathBuf,
+    file: File,
+    file_len: u64,
+    content: Content,
+}
+
+impl GgufFile {
+    /// Opens and parses the header; refuses files that are not GGUF.
+    pub fn open(path: &Path) -> Result<Self> {
+        let mut file = File::open(path)?;
+        let file_len = file.metadata()?.len();
+        let mut magic = [0u8; 4];
+        if file.read_exact(&mut magic).is_err() || &magic != b"GGUF" {
+            return Err(ModelError::Malformed(format!("{} is not a GGUF file (bad magic)", path.display())));
+        }
+        file.seek(SeekFrom::Start(0))?;
+        let content =
+            Content::read(&mut file).map_err(|e| ModelError::Malformed(format!("{}: {e}", path.display())))?;
+        Ok(Self { path: path.to_owned(), file, file_len, content })
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Metadata value.
+    pub fn meta(&self, key: &str) -> Option<&Value> {
+        self.content.metadata.get(key)
+    }
+
+    /// Required string metadata.
+    pub fn meta_str(&self, key: &str) -> Result<&str> {
+        match self.meta(key) {
+            Some(Value::String(s)) => Ok(s),
+            Some(_) => Err(ModelError::Malformed(format!("metadata {key} is not a string"))),
+            None => Err(ModelError::Malformed(format!("metadata {key} is missing"))),
+        }
+    }
+
+    /// Required unsigned metadata (any integer width).
+    pub fn meta_u64(&self, key: &str) -> Result<u64> {
+        let v = self.meta(key).ok_or_else(|| ModelError::Malformed(format!("metadata {key} is missing")))?;
+        v.to_u64()
+            .or_else(|_| v.to_u32().map(u64::from))
+            .or_else(|_| v.to_i32().map(|x| x.max(0) as u64))
+            .map_err(|_| ModelError::Malformed(format!("metadata {key} is not an integer")))
+    }
+
+    /// Optional float metadata.
+    pub fn meta_f32(&self, key: &str) -> Result<Option<f32>> {
+        match self.meta(key) {
+            None => Ok(None),
+            Some(v) => v
+                .to_f32()
+                .or_else(|_| v.to_f64().map(|x| x as f32))
+                .map(Some)
+                .map_err(|_| ModelError::Malformed(format!("metadata {key} is not a float"))),
+        }
+    }
+
+    /// Optional bool metadata.
+    pub fn meta_bool(&self, key: &str) -> Option<bool> {
+        self.meta(key).and_then(|v| v.to_bool().ok())
+    }
+
+    /// String array metadata.
+    pub fn meta_strings(&self, key: &str) -> Result<Vec<String>> {
+        match self.meta(key) {
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.to_string().cloned().map_err(|_| ModelError::Malformed(format!("{key} holds a non-string"))))
+                .collect(),
+            _ => Err(ModelError::Malformed(format!("metadata {key} is missing or not an array"))),
+        }
+    }
+
+    /// Integer array metadata.
+    pub fn meta_ints(&self, key: &str) -> Result<Vec<i64>> {
+        match self.meta(key) {
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| {
+                    v.to_i32()
+                        .map(i64::from)
+                        .or_else(|_| v.to_u32().map(i64::from))
+                        .or_else(|_| v.to_i64())
+                        .map_err(|_| ModelError::Malformed(format!("{key} holds a non-integer")))
+                })
+                .collect(),
+            _ => Err(ModelError::Malformed(format!("metadata {key} is missing or not an array"))),
+        }
+    }
+
+    /// Names of all tensors, in file (offset) order.
+    pub fn tensor_names(&self) -> Vec<String> {
+        let mut names: Vec<(&String, u64)> = self.content.tensor_infos.iter().map(|(n, i)| (n, i.offset)).collect();
+        names.sort_by_key(|(_, off)| *off);
+        names.into_iter().map(|(n, _)| n.clone()).collect()
+    }
+
+    /// Whether a tensor exists.
+    pub fn has_tensor(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    /// Reads `name` once, hashes its bytes, and builds the tensor from them.
+    pub fn load(&mut self, name: &str, device: &Device) -> Result<(QTensor, TensorRecord)> {
+        let info = self
+            .content
+            .tensor_infos
+            .get(name)
+            .ok_or_else(|| ModelError::Malformed(format!("tensor {name} is missing")))?;
+        let dtype = info.ggml_dtype;
+        if !SUPPORTED_TYPES.contains(&dtype) {
+            return Err(ModelError::Unsupported(format!("tensor {name} has quant type {dtype:?}")));
+        }
+        let dims = info.shape.dims().to_vec();
+        let elems = info.shape.elem_count();
+        if elems % dtype.block_size() != 0 {
+            return Err(ModelError::Malformed(format!(
+                "tensor {name}: {elems} elements not a multiple of the block size"
+            )));
+        }
+        let size = (elems / dtype.block_size()) * dtype.type_size();
+        let start = self
+            .content
+            .tensor_data_offset
+            .checked_add(info.offset)
+            .ok_or_else(|| ModelError::Malformed(format!("tensor {name}: offset overflows")))?;
+        if start.saturating_add(size as u64) > self.file_len {
+            return Err(ModelError::Malformed(format!(
+                "tensor {name} needs {size} bytes at offset {start}; the file has {} (truncated?)",
+                self.file_len
+            )));
+        }
+        let mut raw = vec![0u8; size];
+        self.file.seek(SeekFrom::Start(start))?;
+        self.file.read_exact(&mut raw)?;
+        let digest: [u8; 32] = Sha256::digest(&raw).into();
+        let tensor = ggml_file::qtensor_from_ggml(dtype, &raw, dims.clone(), device)?;
+        Ok((tensor, TensorRecord { name: name.to_owned(), dtype: format!("{dtype:?}"), shape: dims, sha256: digest }))
+    }
+}

@@ -1,0 +1,16 @@
+//! The model side of a shard: GGUF loading into layer slices, per-session
+//! KV, and the manifest of what was loaded.
+
+pub mod config;
+pub mod error;
+pub mod gguf;
+pub mod kv_cache;
+pub mod llama;
+pub mod manifest;
+
+pub use config::Config;
+pub use error::{ModelError, Result};
+pub use gguf::GgufFile;
+pub use kv_cache::SessionKv;
+pub use llama::{LayerSlice, SliceOutput};
+pub use manifest::Manifest;

@@ -1,0 +1,320 @@
+//! The inference core against llama.cpp (fixtures in `testdata/`) and
+//! against itself (split vs unsplit, incremental vs full, rollback).
+//!
+//! Needs the reference model: `scripts/fetch-model.sh` (CI runs it). Without
+//! it these tests print SKIP, unless `VEIL_REQUIRE_MODEL=1`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::path::PathBuf;
+
+use candle_core::{Device, Tensor};
+use veil_enclave::entry::sampler::argmax;
+use veil_enclave::entry::tokenizer::Tokenizer;
+use veil_enclave::generate::{LocalModel, DEFAULT_KV_BUDGET_BYTES};
+use veil_enclave::model::{GgufFile, LayerSlice, ModelError};
+
+fn model_path() -> Option<PathBuf> {
+    let path = match std::env::var_os("VEIL_MODEL") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let dir = std::env::var_os("VEIL_MODELS").map(PathBuf::from).unwrap_or_else(|| {
+                PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/veil/models")
+            });
+            dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")
+        }
+    };
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var("VEIL_REQUIRE_MODEL").as_deref() == Ok("1") {
+        panic!("VEIL_REQUIRE_MODEL=1 but {} is missing (run scripts/fetch-model.sh)", path.display());
+    }
+    eprintln!("SKIP: reference model not found (run scripts/fetch-model.sh)");
+    None
+}
+
+#[derive(serde::Deserialize)]
+struct Fixtures {
+    cases: Vec<Case>,
+}
+
+#[derive(serde::Deserialize)]
+struct Case {
+    kind: String,
+    text: String,
+    prompt_ids: Vec<u32>,
+    greedy_ids: Vec<u32>,
+    top2_gaps: Vec<f32>,
+    first_top5: Vec<(u32, f32)>,
+}
+
+fn fixtures() -> Fixtures {
+    serde_json::from_str(include_str!("../testdata/llamacpp_fixtures.json")).unwrap()
+}
+
+fn logits_rows(t: &Tensor) -> Vec<Vec<f32>> {
+    t.to_vec2::<f32>().unwrap()
+}
+
+fn whole(path: &std::path::Path) -> (LocalModel, Tokenizer) {
+    LocalModel::load(path, &[], &Device::Cpu).unwrap()
+}
+
+#[test]
+fn tokenizer_ids_equal_llamacpp() {
+    let Some(path) = model_path() else { return };
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    for c in fixtures().cases {
+        let ids = tok.encode(&c.text, c.kind == "chat").unwrap();
+        assert_eq!(ids, c.prompt_ids, "{:?}", c.text);
+        // Decoding what llama.cpp generated is lossless for plain text.
+        let _ = tok.decode(&c.greedy_ids).unwrap();
+    }
+}
+
+#[test]
+fn chat_template_renders_like_the_reference() {
+    let Some(path) = model_path() else { return };
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    for c in fixtures().cases.iter().filter(|c| c.kind == "chat") {
+        let user = c.text.split("<|im_start|>user\n").nth(1).unwrap().split("<|im_end|>").next().unwrap();
+        let rendered = tok
+            .render_chat(&[veil_enclave::entry::tokenizer::ChatMessage { role: "user".into(), content: user.into() }])
+            .unwrap();
+        assert_eq!(rendered, c.text);
+    }
+}
+
+#[test]
+fn teacher_forced_argmax_agrees_with_llamacpp() {
+    let Some(path) = model_path() else { return };
+    let (model, _) = whole(&path);
+    let (mut agree, mut total, mut max_first_diff, mut min_overlap) = (0usize, 0usize, 0f32, 5usize);
+    for c in fixtures().cases {
+        let mut seq = c.prompt_ids.clone();
+        seq.extend_from_slice(&c.greedy_ids[..c.greedy_ids.len() - 1]);
+        let mut s = model.session(DEFAULT_KV_BUDGET_BYTES);
+        let rows = logits_rows(&model.step(&mut s, &seq).unwrap());
+        let p = c.prompt_ids.len();
+        for (t, &want) in c.greedy_ids.iter().enumerate() {
+            let got = argmax(&rows[p - 1 + t]);
+            total += 1;
+            if got == want {
+                agree += 1;
+            } else {
+                if std::env::var_os("VEIL_DEBUG_TOP5").is_some() {
+                    println!("disagree step {t}: gap {} ours {got} theirs {want}", c.top2_gaps[t]);
+                }
+                assert!(
+                    c.top2_gaps[t] < 0.5,
+                    "disagreement at a non-tie: {:?} step {t}, gap {}",
+                    c.text,
+                    c.top2_gaps[t]
+                );
+            }
+        }
+        // First generated position: top-5 overlap and logit differences.
+        let first = &rows[p - 1];
+        let mut ours: Vec<u32> = (0..first.len() as u32).collect();
+        ours.sort_by(|&a, &b| first[b as usize].total_cmp(&first[a as usize]));
+        let theirs: Vec<u32> = c.first_top5.iter().map(|x| x.0).collect();
+        let overlap = ours[..5].iter().filter(|i| theirs.contains(i)).count();
+        if std::env::var_os("VEIL_DEBUG_TOP5").is_some() {
+            println!(
+                "{:?}\n ours   {:?}\n theirs {:?}",
+                c.text,
+                ours[..5].iter().map(|&i| (i, first[i as usize])).collect::<Vec<_>>(),
+                c.first_top5
+            );
+        }
+        min_overlap = min_overlap.min(overlap);
+        for &(id, logit) in &c.first_top5 {
+            max_first_diff = max_first_diff.max((first[id as usize] - logit).abs());
+        }
+    }
+    let rate = agree as f64 / total as f64;
+    println!(
+        "teacher-forced agreement {agree}/{total} = {:.1}%; first-position max |logit diff| {max_first_diff:.3}",
+        rate * 100.0
+    );
+    println!("minimum top-5 overlap {min_overlap}");
+    // Every disagreement above sits at a near-tie in the reference (gap < 0.5);
+    // the rate itself measures ~96.6% on these fixtures (see the issue note).
+    assert!(rate >= 0.96, "agreement {rate}");
+    assert!(min_overlap >= 4, "top-5 overlap {min_overlap}");
+    assert!(max_first_diff < 0.75, "first-position logits differ by {max_first_diff}");
+}
+
+#[test]
+fn free_running_greedy_matches_reported() {
+    let Some(path) = model_path() else { return };
+    let (model, tok) = whole(&path);
+    for c in fixtures().cases {
+        let mut sampler = veil_enclave::entry::sampler::Sampler::new(Default::default()).unwrap();
+        let req = veil_enclave::generate::GenerateRequest {
+            prompt_ids: c.prompt_ids.clone(),
+            max_tokens: c.greedy_ids.len(),
+            stop: vec![],
+        };
+        let g = veil_enclave::generate::generate(&model, &tok, &mut sampler, &req, |_| {}).unwrap();
+        let matched = g.ids.iter().zip(&c.greedy_ids).take_while(|(a, b)| a == b).count();
+        println!(
+            "{:>5} {:<45} matched {matched}/{} greedy tokens",
+            c.kind,
+            format!("{:?}", c.text.chars().take(40).collect::<String>()),
+            c.greedy_ids.len()
+        );
+        // The first token is never a near-tie in these fixtures except where stated.
+        if c.top2_gaps[0] >= 0.5 {
+            assert!(matched >= 1, "{:?}", c.text);
+        }
+    }
+}
+
+#[test]
+fn split_slices_equal_the_whole_model_bit_for_bit() {
+    let Some(path) = model_path() else { return };
+    let (whole_model, tok) = whole(&path);
+    let (split, _) = LocalModel::load(&path, &[10, 20], &Device::Cpu).unwrap();
+    assert_eq!(split.slices().len(), 3);
+    let ids = tok.encode("Pipeline parallelism splits a model by layers.", false).unwrap();
+    let mut a = whole_model.session(DEFAULT_KV_BUDGET_BYTES);
+    let mut b = split.session(DEFAULT_KV_BUDGET_BYTES);
+    let la = logits_rows(&whole_model.step(&mut a, &ids).unwrap());
+    let lb = logits_rows(&split.step(&mut b, &ids).unwrap());
+    assert_eq!(la, lb, "prefill logits differ");
+    for next in [42u32, 7, 1000] {
+        let la = logits_rows(&whole_model.step(&mut a, &[next]).unwrap());
+        let lb = logits_rows(&split.step(&mut b, &[next]).unwrap());
+        assert_eq!(la, lb, "decode logits differ");
+    }
+    // Each slice's manifest covers its own tensors; together they cover the model.
+    let roots: Vec<_> = split.slices().iter().map(|s| s.manifest().root()).collect();
+    assert!(roots[0] != roots[1] && roots[1] != roots[2]);
+    let total: usize = split.slices().iter().map(|s| s.manifest().len()).sum();
+    // token_embd is read by the first slice and again (tied) by the last.
+    assert_eq!(total, whole_model.slices()[0].manifest().len() + 1);
+}
+
+fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
+}
+
+#[test]
+fn incremental_decode_equals_full_recompute() {
+    let Some(path) = model_path() else { return };
+    let (model, tok) = whole(&path);
+    let mut ids = tok.encode("The quick brown fox jumps over the lazy dog and", false).unwrap();
+    ids.extend([253u32, 1165, 6560, 30]);
+    let split_at = ids.len() - 4;
+    let mut full = model.session(DEFAULT_KV_BUDGET_BYTES);
+    let full_rows = logits_rows(&model.step(&mut full, &ids).unwrap());
+    let mut inc = model.session(DEFAULT_KV_BUDGET_BYTES);
+    let mut inc_rows = logits_rows(&model.step(&mut inc, &ids[..split_at]).unwrap());
+    for &t in &ids[split_at..] {
+        inc_rows.extend(logits_rows(&model.step(&mut inc, &[t]).unwrap()));
+    }
+    assert_eq!(inc.len(), full.len());
+    for (i, (a, b)) in full_rows.iter().zip(&inc_rows).enumerate() {
+        assert_eq!(argmax(a), argmax(b), "position {i}");
+        assert!(max_diff(a, b) < 1e-3, "position {i}: {}", max_diff(a, b));
+    }
+}
+
+#[test]
+fn truncate_then_continue_equals_never_having_gone_further() {
+    let Some(path) = model_path() else { return };
+    let (model, tok) = whole(&path);
+    let prompt = tok.encode("Speculative decoding drafts tokens and", false).unwrap();
+    let mut a = model.session(DEFAULT_KV_BUDGET_BYTES);
+    model.step(&mut a, &prompt).unwrap();
+    model.step(&mut a, &[100]).unwrap();
+    model.step(&mut a, &[200, 300, 400]).unwrap(); // rejected draft
+    a.truncate(prompt.len() + 1).unwrap();
+    let after_rollback = logits_rows(&model.step(&mut a, &[500]).unwrap());
+    let mut b = model.session(DEFAULT_KV_BUDGET_BYTES);
+    model.step(&mut b, &prompt).unwrap();
+    model.step(&mut b, &[100]).unwrap();
+    let straight = logits_rows(&model.step(&mut b, &[500]).unwrap());
+    assert_eq!(after_rollback, straight);
+    assert_eq!(a.len(), b.len());
+}
+
+#[test]
+fn bad_input_gets_typed_errors() {
+    let dir = std::env::temp_dir().join(format!("veil-model-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    assert!(matches!(GgufFile::open(&dir.join("missing.gguf")), Err(ModelError::Io(_))));
+    let not_gguf = dir.join("not.gguf");
+    std::fs::write(&not_gguf, b"this is not a model").unwrap();
+    assert!(matches!(GgufFile::open(&not_gguf), Err(ModelError::Malformed(_))));
+    let Some(path) = model_path() else { return };
+    // Truncated: the header parses but tensor data is cut off.
+    let bytes = std::fs::read(&path).unwrap();
+    let truncated = dir.join("truncated.gguf");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let err = LayerSlice::load(&truncated, 0..30, &Device::Cpu).unwrap_err();
+    assert!(matches!(err, ModelError::Malformed(ref m) if m.contains("truncated")), "{err}");
+    let header_only = dir.join("header.gguf");
+    std::fs::write(&header_only, &bytes[..64]).unwrap();
+    assert!(matches!(GgufFile::open(&header_only), Err(ModelError::Malformed(_))));
+    // Layer ranges out of bounds.
+    for r in [0..31, 29..29, 30..31] {
+        assert!(matches!(LayerSlice::load(&path, r.clone(), &Device::Cpu), Err(ModelError::Invalid(_))), "{r:?}");
+    }
+    let (model, tok) = whole(&path);
+    assert!(matches!(tok.encode("", false), Err(ModelError::Invalid(_))));
+    let mut s = model.session(DEFAULT_KV_BUDGET_BYTES);
+    assert!(matches!(model.step(&mut s, &[u32::MAX]), Err(ModelError::Invalid(_))));
+    let mut sampler = veil_enclave::entry::sampler::Sampler::new(Default::default()).unwrap();
+    let long = veil_enclave::generate::GenerateRequest { prompt_ids: vec![42; 8192], max_tokens: 4, stop: vec![] };
+    assert!(matches!(
+        veil_enclave::generate::generate(&model, &tok, &mut sampler, &long, |_| {}),
+        Err(ModelError::Invalid(_))
+    ));
+    let empty = veil_enclave::generate::GenerateRequest { prompt_ids: vec![], max_tokens: 4, stop: vec![] };
+    assert!(matches!(
+        veil_enclave::generate::generate(&model, &tok, &mut sampler, &empty, |_| {}),
+        Err(ModelError::Invalid(_))
+    ));
+    // KV budget: one position too many is refused before any work.
+    let mut tiny = model.session(1024);
+    assert!(matches!(model.step(&mut tiny, &[1, 2, 3]), Err(ModelError::KvBudget { .. })));
+    // Unsupported architecture.
+    let gptj = dir.join("gptj.gguf");
+    write_gguf(&gptj, "gptj");
+    assert!(matches!(LayerSlice::load(&gptj, 0..1, &Device::Cpu), Err(ModelError::Unsupported(_))));
+    // Unsupported quant type on a tensor we need.
+    let q2 = dir.join("q2k.gguf");
+    write_gguf_with_q2k(&q2);
+    assert!(matches!(LayerSlice::load(&q2, 0..1, &Device::Cpu), Err(ModelError::Unsupported(_))));
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+fn write_gguf(path: &std::path::Path, arch: &str) {
+    use candle_core::quantized::gguf_file::{write, Value};
+    let meta = [("general.architecture", Value::String(arch.into()))];
+    let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
+    let mut f = std::fs::File::create(path).unwrap();
+    write(&mut f, &meta_refs, &[]).unwrap();
+}
+
+fn write_gguf_with_q2k(path: &std::path::Path) {
+    use candle_core::quantized::gguf_file::{write, Value};
+    use candle_core::quantized::{GgmlDType, QTensor};
+    let meta = [
+        ("general.architecture", Value::String("llama".into())),
+        ("llama.block_count", Value::U32(1)),
+        ("llama.embedding_length", Value::U32(256)),
+        ("llama.attention.head_count", Value::U32(2)),
+        ("llama.context_length", Value::U32(16)),
+        ("llama.vocab_size", Value::U32(4)),
+    ];
+    let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
+    let emb =
+        QTensor::quantize(&Tensor::zeros((4, 256), candle_core::DType::F32, &Device::Cpu).unwrap(), GgmlDType::Q2K)
+            .unwrap();
+    let mut f = std::fs::File::create(path).unwrap();
+    write(&mut f, &meta_refs, &[("token_embd.weight", &emb)]).unwrap();
+}
