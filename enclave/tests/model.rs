@@ -90,7 +90,8 @@ fn chat_template_renders_like_the_reference() {
 fn teacher_forced_argmax_agrees_with_llamacpp() {
     let Some(path) = model_path() else { return };
     let (model, _) = whole(&path);
-    let (mut agree, mut total, mut max_first_diff, mut min_overlap) = (0usize, 0usize, 0f32, 5usize);
+    let (mut agree, mut total, mut max_first_diff, mut min_overlap, mut near_tie_misses) =
+        (0usize, 0usize, 0f32, 5usize, 0usize);
     for c in fixtures().cases {
         let mut seq = c.prompt_ids.clone();
         seq.extend_from_slice(&c.greedy_ids[..c.greedy_ids.len() - 1]);
@@ -129,6 +130,15 @@ fn teacher_forced_argmax_agrees_with_llamacpp() {
             );
         }
         min_overlap = min_overlap.min(overlap);
+        // Where the sets differ, the reference token we miss must sit at a
+        // near-tie with our fifth place (ranks 4–7 within 0.5 logits).
+        for &(id, _) in &c.first_top5 {
+            if !ours[..5].contains(&id) {
+                let gap = first[ours[4] as usize] - first[id as usize];
+                assert!(gap < 0.5, "{:?}: reference top-5 token {id} is {gap} below our fifth", c.text);
+                near_tie_misses += 1;
+            }
+        }
         for &(id, logit) in &c.first_top5 {
             max_first_diff = max_first_diff.max((first[id as usize] - logit).abs());
         }
@@ -138,12 +148,13 @@ fn teacher_forced_argmax_agrees_with_llamacpp() {
         "teacher-forced agreement {agree}/{total} = {:.1}%; first-position max |logit diff| {max_first_diff:.3}",
         rate * 100.0
     );
-    println!("minimum top-5 overlap {min_overlap}");
-    // Every disagreement above sits at a near-tie in the reference (gap < 0.5);
-    // the rate itself measures ~96.6% on these fixtures (see the issue note).
-    assert!(rate >= 0.96, "agreement {rate}");
-    assert!(min_overlap >= 4, "top-5 overlap {min_overlap}");
-    assert!(max_first_diff < 0.75, "first-position logits differ by {max_first_diff}");
+    println!(
+        "minimum top-5 overlap {min_overlap}; reference top-5 tokens outside ours (all near-ties): {near_tie_misses}"
+    );
+    // Every disagreement above sits at a near-tie in the reference (gap < 0.5).
+    assert!(rate >= 0.97, "agreement {rate}");
+    assert!(min_overlap >= 3, "top-5 overlap {min_overlap}");
+    assert!(max_first_diff < 0.5, "first-position logits differ by {max_first_diff}");
 }
 
 #[test]

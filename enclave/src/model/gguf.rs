@@ -26,6 +26,19 @@ pub const SUPPORTED_TYPES: [GgmlDType; 8] = [
     GgmlDType::Q6K,
 ];
 
+/// A tensor's bytes as read (and hashed), before decoding.
+#[derive(Debug)]
+pub struct RawTensor {
+    /// The bytes.
+    pub bytes: Vec<u8>,
+    /// Their ggml type.
+    pub dtype: GgmlDType,
+    /// Dimensions (candle order: outermost first).
+    pub dims: Vec<usize>,
+    /// The manifest record.
+    pub record: TensorRecord,
+}
+
 /// An open GGUF file.
 #[derive(Debug)]
 pub struct GgufFile {
@@ -137,6 +150,13 @@ impl GgufFile {
 
     /// Reads `name` once, hashes its bytes, and builds the tensor from them.
     pub fn load(&mut self, name: &str, device: &Device) -> Result<(QTensor, TensorRecord)> {
+        let raw = self.load_raw(name)?;
+        let tensor = ggml_file::qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims.clone(), device)?;
+        Ok((tensor, raw.record))
+    }
+
+    /// Reads `name` once and hashes its bytes, returning them undecoded.
+    pub fn load_raw(&mut self, name: &str) -> Result<RawTensor> {
         let info = self
             .content
             .tensor_infos
@@ -169,7 +189,8 @@ impl GgufFile {
         self.file.seek(SeekFrom::Start(start))?;
         self.file.read_exact(&mut raw)?;
         let digest: [u8; 32] = Sha256::digest(&raw).into();
-        let tensor = ggml_file::qtensor_from_ggml(dtype, &raw, dims.clone(), device)?;
-        Ok((tensor, TensorRecord { name: name.to_owned(), dtype: format!("{dtype:?}"), shape: dims, sha256: digest }))
+        let record =
+            TensorRecord { name: name.to_owned(), dtype: format!("{dtype:?}"), shape: dims.clone(), sha256: digest };
+        Ok(RawTensor { bytes: raw, dtype, dims, record })
     }
 }

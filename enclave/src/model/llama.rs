@@ -7,12 +7,13 @@ use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
-use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor, D};
 
 use super::config::{Arch, Config, RopeStyle};
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
+use super::kernels::Q41Matrix;
 use super::kv_cache::SessionKv;
 use super::manifest::{Manifest, TensorRecord};
 
@@ -35,6 +36,21 @@ impl Loader<'_> {
 
     fn matmul(&mut self, name: &str) -> Result<QMatMul> {
         Ok(QMatMul::from_qtensor(self.qtensor(name)?)?)
+    }
+
+    /// A weight matrix, on Veil's SIMD Q4_1 kernel when it is Q4_1.
+    fn weight(&mut self, name: &str) -> Result<Weight> {
+        let raw = self.gguf.load_raw(name)?;
+        if let Some(p) = &self.progress {
+            p.inc(1);
+        }
+        self.records.push(raw.record);
+        if raw.dtype == GgmlDType::Q4_1 && raw.dims.len() == 2 && self.device.is_cpu() {
+            let m = Q41Matrix::from_gguf_bytes(&raw.bytes, raw.dims[0], raw.dims[1]).map_err(ModelError::Malformed)?;
+            return Ok(Weight::Q41(m));
+        }
+        let t = candle_core::quantized::ggml_file::qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, self.device)?;
+        Ok(Weight::Candle(QMatMul::from_qtensor(t)?))
     }
 
     fn dense(&mut self, name: &str) -> Result<Tensor> {
@@ -61,14 +77,40 @@ impl RmsNorm {
     }
 }
 
+/// A weight matrix: candle's quantized matmul, or Veil's Q4_1 kernel.
+enum Weight {
+    Candle(QMatMul),
+    Q41(Q41Matrix),
+}
+
+impl Weight {
+    fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        match self {
+            Self::Candle(q) => Ok(q.forward(x)?),
+            Self::Q41(m) => {
+                let mut dims = x.dims().to_vec();
+                let k = dims.pop().ok_or_else(|| ModelError::Invalid("scalar input to a matmul".into()))?;
+                if k != m.cols() {
+                    return Err(ModelError::Invalid(format!("matmul input of width {k}, weight takes {}", m.cols())));
+                }
+                let rows: usize = dims.iter().product();
+                let data = x.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?;
+                let out = m.matmul(&data, rows);
+                dims.push(m.rows());
+                Ok(Tensor::from_vec(out, dims, x.device())?)
+            }
+        }
+    }
+}
+
 struct Linear {
-    weight: QMatMul,
+    weight: Weight,
     bias: Option<Tensor>,
 }
 
 impl Linear {
     fn load(l: &mut Loader<'_>, prefix: &str) -> Result<Self> {
-        Ok(Self { weight: l.matmul(&format!("{prefix}.weight"))?, bias: l.optional_dense(&format!("{prefix}.bias"))? })
+        Ok(Self { weight: l.weight(&format!("{prefix}.weight"))?, bias: l.optional_dense(&format!("{prefix}.bias"))? })
     }
 
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
@@ -90,16 +132,16 @@ struct Attention {
 }
 
 struct Mlp {
-    gate: QMatMul,
-    up: QMatMul,
-    down: QMatMul,
+    gate: Weight,
+    up: Weight,
+    down: Weight,
 }
 
 impl Mlp {
     fn forward(&self, x: &Tensor) -> Result<Tensor> {
         let gate = candle_nn::ops::silu(&self.gate.forward(x)?)?;
         let up = self.up.forward(x)?;
-        Ok(self.down.forward(&(gate * up)?)?)
+        self.down.forward(&(gate * up)?)
     }
 }
 
@@ -233,9 +275,9 @@ impl LayerSlice {
             };
             let ffn_norm = norm(&mut l, "ffn_norm")?;
             let mlp = Mlp {
-                gate: l.matmul(&format!("{p}.ffn_gate.weight"))?,
-                up: l.matmul(&format!("{p}.ffn_up.weight"))?,
-                down: l.matmul(&format!("{p}.ffn_down.weight"))?,
+                gate: l.weight(&format!("{p}.ffn_gate.weight"))?,
+                up: l.weight(&format!("{p}.ffn_up.weight"))?,
+                down: l.weight(&format!("{p}.ffn_down.weight"))?,
             };
             layers.push(DecoderLayer {
                 attn_norm,

@@ -4,6 +4,7 @@
 pub mod config;
 pub mod error;
 pub mod gguf;
+pub mod kernels;
 pub mod kv_cache;
 pub mod llama;
 pub mod manifest;
