@@ -1,0 +1,76 @@
+//! `veil-shard generate` and `manifest` as users run them.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+
+fn model() -> Option<PathBuf> {
+    let p = std::env::var_os("VEIL_MODEL").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/veil/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+    });
+    if p.exists() {
+        return Some(p);
+    }
+    assert_ne!(std::env::var("VEIL_REQUIRE_MODEL").as_deref(), Ok("1"), "model missing");
+    eprintln!("SKIP: reference model not found (run scripts/fetch-model.sh)");
+    None
+}
+
+fn shard(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_veil-shard")).args(args).env("RUST_LOG", "warn").output().unwrap()
+}
+
+#[test]
+fn generate_json_is_the_same_split_or_whole() {
+    let Some(m) = model() else { return };
+    let m = m.to_str().unwrap();
+    let base = ["generate", "--model", m, "--prompt", "The capital of France is", "--max-tokens", "12", "--json"];
+    let whole = shard(&base);
+    assert!(whole.status.success(), "{}", String::from_utf8_lossy(&whole.stderr));
+    let j: serde_json::Value = serde_json::from_slice(&whole.stdout).unwrap();
+    assert_eq!(j["prompt_ids"], serde_json::json!([504, 3575, 282, 4649, 314]));
+    assert_eq!(j["ids"][0], 7042);
+    assert!(j["text"].as_str().unwrap().starts_with(" Paris"));
+    let split = shard(&[&base[..], &["--split", "10,20"]].concat());
+    assert_eq!(split.stdout, whole.stdout);
+    let ids =
+        shard(&["generate", "--model", m, "--prompt-ids", "504,3575,282,4649,314", "--max-tokens", "12", "--json"]);
+    assert_eq!(ids.stdout, whole.stdout);
+}
+
+#[test]
+fn manifest_roots_are_stable_and_per_slice() {
+    let Some(m) = model() else { return };
+    let m = m.to_str().unwrap();
+    let a = shard(&["manifest", m]);
+    let b = shard(&["manifest", m]);
+    assert!(a.status.success());
+    assert_eq!(a.stdout, b.stdout);
+    let s = shard(&["manifest", m, "--layers", "0..10"]);
+    assert_ne!(
+        String::from_utf8_lossy(&a.stdout).split(' ').next(),
+        String::from_utf8_lossy(&s.stdout).split(' ').next()
+    );
+}
+
+#[test]
+fn bad_input_is_a_clear_error_not_a_panic() {
+    let missing = shard(&["generate", "--model", "/nonexistent/model.gguf", "--prompt", "hi"]);
+    assert!(!missing.status.success());
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(err.contains("cannot read model file") && !err.contains("panicked"), "{err}");
+    let Some(m) = model() else { return };
+    let m = m.to_str().unwrap();
+    for args in [
+        vec!["generate", "--model", m, "--prompt", ""],
+        vec!["generate", "--model", m, "--prompt", "x", "--split", "40"],
+        vec!["generate", "--model", m, "--prompt", "x", "--temperature", "-1"],
+        vec!["manifest", m, "--layers", "5..50"],
+    ] {
+        let o = shard(&args);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success() && !err.contains("panicked"), "{args:?}: {err}");
+    }
+}
