@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-use candle_core::{DType, Device, Module, Tensor, D};
+use candle_core::{DType, Device, Module, Tensor};
 
 use super::config::{Arch, Config, RopeStyle};
 use super::error::{ModelError, Result};
@@ -464,9 +464,4 @@ fn repeat_kv(x: &Tensor, rep: usize) -> Result<Tensor> {
 pub fn last_logits(logits: &Tensor) -> Result<Vec<f32>> {
     let n = logits.dim(0)?;
     Ok(logits.get(n - 1)?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
-}
-
-/// Convenience for tests: dims helper on the last axis.
-pub fn vocab_of(logits: &Tensor) -> Result<usize> {
-    Ok(logits.dim(D::Minus1)?)
 }

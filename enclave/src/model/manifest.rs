@@ -52,7 +52,7 @@ impl Manifest {
         h.finalize().into()
     }
 
-    /// Total bytes hashed.
+    /// Number of tensors recorded.
     pub fn len(&self) -> usize {
         self.tensors.len()
     }
