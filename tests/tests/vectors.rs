@@ -7,6 +7,16 @@ use veil_attestation::x509::parse_time;
 use veil_attestation::{appraise, verify, CheckId, ExpectedClaims, Outcome, Policy, ReportData};
 use veil_tests::{test_now, Vector};
 
+/// Every real SEV-SNP set in the vectors directory.
+const SNP_SETS: [&str; 6] = [
+    "snp-milan-virtee",
+    "snp-genoa-azure-trustee",
+    "snp-milan-trustee",
+    "snp-milan-dstack",
+    "snp-milan-debug-gosev",
+    "snp-milan-vlek-aws-trustee",
+];
+
 fn failures(v: &Vector, bundle: &veil_attestation::EvidenceBundle, policy: &Policy) -> Vec<CheckId> {
     let _ = v;
     appraise(bundle, policy, &ExpectedClaims::default(), test_now()).checks.failures()
