@@ -54,14 +54,7 @@ fn milan_virtee_report_data_pin() {
 #[test]
 fn our_parser_agrees_with_the_sev_crate() {
     use sev_parser_check::compare;
-    for name in [
-        "snp-milan-virtee",
-        "snp-genoa-azure-trustee",
-        "snp-milan-trustee",
-        "snp-milan-dstack",
-        "snp-milan-debug-gosev",
-        "snp-milan-vlek-aws-trustee",
-    ] {
+    for name in SNP_SETS {
         let Some(v) = Vector::load(name) else { return };
         compare(&v.read("report.bin"));
     }
@@ -220,14 +213,7 @@ fn every_signed_bit_flip_fails_the_signature() {
 
 #[test]
 fn vectors_agree_with_expected_json() {
-    for name in [
-        "snp-milan-virtee",
-        "snp-genoa-azure-trustee",
-        "snp-milan-trustee",
-        "snp-milan-dstack",
-        "snp-milan-debug-gosev",
-        "snp-milan-vlek-aws-trustee",
-    ] {
+    for name in SNP_SETS {
         let Some(v) = Vector::load(name) else { return };
         let r = SnpReport::from_bytes(&v.read("report.bin")).unwrap();
         let e = &v.expected;
