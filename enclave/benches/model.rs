@@ -48,16 +48,16 @@ fn child_speed(path: &Path) {
         for _ in 0..3 {
             let mut s = model.session(DEFAULT_KV_BUDGET_BYTES);
             let t = Instant::now();
-            model.step(&mut s, &base[..n]).unwrap();
+            model.step_last(&mut s, &base[..n]).unwrap();
             best = best.min(t.elapsed().as_secs_f64());
         }
         out.insert(format!("prefill_{n}_tok_s"), (n as f64 / best).into());
     }
     let mut s = model.session(DEFAULT_KV_BUDGET_BYTES);
-    model.step(&mut s, &base[..16]).unwrap();
+    model.step_last(&mut s, &base[..16]).unwrap();
     let t = Instant::now();
     for i in 0..128 {
-        model.step(&mut s, &[base[16 + i]]).unwrap();
+        model.step_last(&mut s, &[base[16 + i]]).unwrap();
     }
     out.insert("decode_128_tok_s".into(), (128.0 / t.elapsed().as_secs_f64()).into());
     println!("{}", serde_json::Value::Object(out));

@@ -9,7 +9,7 @@ use crate::entry::sampler::Sampler;
 use crate::entry::tokenizer::Tokenizer;
 use crate::model::error::{ModelError, Result};
 use crate::model::llama::last_logits;
-use crate::model::{GgufFile, LayerSlice, SessionKv, SliceOutput};
+use crate::model::{GgufFile, LayerSlice, Logits, SessionKv, SliceOutput};
 
 /// Default KV budget per session and slice.
 pub const DEFAULT_KV_BUDGET_BYTES: usize = 256 << 20;
@@ -76,10 +76,19 @@ impl LocalModel {
 
     /// Runs `ids` at the session's next positions; returns logits `(n, vocab)`.
     pub fn step(&self, session: &mut LocalSession, ids: &[u32]) -> Result<Tensor> {
+        self.step_with(session, ids, Logits::All)
+    }
+
+    /// As [`step`](Self::step), with logits for the last position only: `(1, vocab)`.
+    pub fn step_last(&self, session: &mut LocalSession, ids: &[u32]) -> Result<Tensor> {
+        self.step_with(session, ids, Logits::Last)
+    }
+
+    fn step_with(&self, session: &mut LocalSession, ids: &[u32], logits: Logits) -> Result<Tensor> {
         let start = session.len();
         let mut hidden = self.slices[0].embed(ids)?;
         for (slice, kv) in self.slices.iter().zip(session.kvs.iter_mut()) {
-            match slice.forward(&hidden, kv, start)? {
+            match slice.forward_with(&hidden, kv, start, logits)? {
                 SliceOutput::Hidden(h) => hidden = h,
                 SliceOutput::Logits(l) => return Ok(l),
             }
@@ -133,7 +142,7 @@ pub fn generate(
     let mut history = req.prompt_ids.clone();
     let mut ids = Vec::new();
     let mut text = String::new();
-    let mut logits = model.step(&mut session, &req.prompt_ids)?;
+    let mut logits = model.step_last(&mut session, &req.prompt_ids)?;
     for _ in 0..max_tokens {
         let next = sampler.sample(&last_logits(&logits)?, &history)?;
         if tokenizer.stop_ids().contains(&next) {
@@ -152,7 +161,7 @@ pub fn generate(
             on_text(&full[text.len()..]);
             text = full;
         }
-        logits = model.step(&mut session, &[next])?;
+        logits = model.step_last(&mut session, &[next])?;
     }
     let full = tokenizer.decode(&ids)?;
     if req.stop.is_empty() && full.len() > text.len() && full.starts_with(&text) {

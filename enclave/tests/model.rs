@@ -253,6 +253,19 @@ fn truncate_then_continue_equals_never_having_gone_further() {
 }
 
 #[test]
+fn last_position_logits_equal_the_last_row_of_all() {
+    let Some(path) = model_path() else { return };
+    let (model, tok) = whole(&path);
+    let ids = tok.encode("Only the last row is needed for plain decoding", false).unwrap();
+    let mut a = model.session(DEFAULT_KV_BUDGET_BYTES);
+    let mut b = model.session(DEFAULT_KV_BUDGET_BYTES);
+    let all = logits_rows(&model.step(&mut a, &ids).unwrap());
+    let last = logits_rows(&model.step_last(&mut b, &ids).unwrap());
+    assert_eq!(last.len(), 1);
+    assert_eq!(&last[0], all.last().unwrap());
+}
+
+#[test]
 fn bad_input_gets_typed_errors() {
     let dir = std::env::temp_dir().join(format!("veil-model-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

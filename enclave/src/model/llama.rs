@@ -217,6 +217,15 @@ impl std::fmt::Debug for LayerSlice {
     }
 }
 
+/// Which positions the last slice computes logits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Logits {
+    /// Every position (speculative verification, teacher forcing).
+    All,
+    /// Only the last position (plain prefill and decode).
+    Last,
+}
+
 /// What a slice returns.
 #[derive(Debug)]
 pub enum SliceOutput {
@@ -361,6 +370,18 @@ impl LayerSlice {
     /// input is causally masked, so prefill and speculative verification
     /// share this path.
     pub fn forward(&self, hidden: &Tensor, kv: &mut SessionKv, start: usize) -> Result<SliceOutput> {
+        self.forward_with(hidden, kv, start, Logits::All)
+    }
+
+    /// As [`forward`](Self::forward), choosing which positions get logits
+    /// (the LM head is the largest matmul of a small model: skip it where unused).
+    pub fn forward_with(
+        &self,
+        hidden: &Tensor,
+        kv: &mut SessionKv,
+        start: usize,
+        logits: Logits,
+    ) -> Result<SliceOutput> {
         let (b, n, d) = hidden.dims3()?;
         if b != 1 || d != self.config.n_embd {
             return Err(ModelError::Invalid(format!(
@@ -399,6 +420,10 @@ impl LayerSlice {
         match &self.head {
             None => Ok(SliceOutput::Hidden(x)),
             Some((norm, lm)) => {
+                let x = match logits {
+                    Logits::All => x,
+                    Logits::Last => x.narrow(1, n - 1, 1)?,
+                };
                 let x = norm.forward(&x)?;
                 Ok(SliceOutput::Logits(lm.forward(&x)?.squeeze(0)?))
             }
