@@ -235,7 +235,11 @@ impl VerifiedPeer {
     ) -> Result<Self, Error> {
         let evidence = verifier.verified_for(peer_cert_der)?;
         verify_binding(peer_cert_der, peer_role, exporter, signature)?;
-        let (_, key_hash) = decode_certificate(peer_cert_der)?;
+        // The verifier pinned the claims' TLS key hash to this certificate's key.
+        let key_hash = evidence
+            .claims()
+            .and_then(|c| c.tls_key_hash)
+            .ok_or_else(|| Error::ApiMisuse("verified RA-TLS evidence without a TLS key hash".into()))?;
         Ok(Self { evidence, key_hash, _private: () })
     }
 

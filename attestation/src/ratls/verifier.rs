@@ -93,6 +93,14 @@ impl RaTlsVerifier {
     }
 }
 
+/// RA-TLS keys are ECDSA P-256 (see `RaTlsIdentity`).
+const SCHEMES: [SignatureScheme; 1] = [SignatureScheme::ECDSA_NISTP256_SHA256];
+
+/// The configs offer TLS 1.3 only; a TLS 1.2 signature means a misbuilt config.
+fn tls12_refused() -> rustls::Error {
+    rustls::Error::General("RA-TLS requires TLS 1.3".into())
+}
+
 impl ServerCertVerifier for RaTlsVerifier {
     fn verify_server_cert(
         &self,
@@ -112,7 +120,7 @@ impl ServerCertVerifier for RaTlsVerifier {
         _: &CertificateDer<'_>,
         _: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::PeerIncompatible(rustls::PeerIncompatible::Tls13RequiredForQuic))
+        Err(tls12_refused())
     }
 
     fn verify_tls13_signature(
@@ -125,7 +133,7 @@ impl ServerCertVerifier for RaTlsVerifier {
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        vec![SignatureScheme::ECDSA_NISTP256_SHA256]
+        SCHEMES.to_vec()
     }
 }
 
@@ -149,7 +157,7 @@ impl ClientCertVerifier for RaTlsVerifier {
         _: &CertificateDer<'_>,
         _: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        Err(rustls::Error::PeerIncompatible(rustls::PeerIncompatible::Tls13RequiredForQuic))
+        Err(tls12_refused())
     }
 
     fn verify_tls13_signature(
@@ -162,6 +170,6 @@ impl ClientCertVerifier for RaTlsVerifier {
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        vec![SignatureScheme::ECDSA_NISTP256_SHA256]
+        SCHEMES.to_vec()
     }
 }
