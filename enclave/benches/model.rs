@@ -12,7 +12,6 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use candle_core::Device;
 use veil_enclave::generate::{LocalModel, DEFAULT_KV_BUDGET_BYTES};
 use veil_enclave::model::LayerSlice;
 
@@ -40,7 +39,7 @@ fn rss_mib() -> f64 {
 
 /// Child: measure speed with the thread count set in the environment.
 fn child_speed(path: &Path) {
-    let (model, _) = LocalModel::load(path, &[], &Device::Cpu).unwrap();
+    let (model, _) = LocalModel::load(path, &[]).unwrap();
     let base: Vec<u32> = (0..512u32).map(|i| 200 + (i * 37) % 20_000).collect();
     let mut out = serde_json::Map::new();
     for n in [128usize, 512] {
@@ -66,7 +65,7 @@ fn child_speed(path: &Path) {
 /// Child: resident memory after loading `layers` (all when None).
 fn child_memory(path: &Path, layers: Option<usize>) {
     let before = rss_mib();
-    let slice = LayerSlice::load(path, 0..layers.unwrap_or(30), &Device::Cpu).unwrap();
+    let slice = LayerSlice::load(path, 0..layers.unwrap_or(30)).unwrap();
     let after = rss_mib();
     println!(
         "{}",

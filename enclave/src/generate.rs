@@ -3,13 +3,10 @@
 
 use std::path::Path;
 
-use candle_core::{Device, Tensor};
-
 use crate::entry::sampler::Sampler;
 use crate::entry::tokenizer::Tokenizer;
 use crate::model::error::{ModelError, Result};
-use crate::model::llama::last_logits;
-use crate::model::{GgufFile, LayerSlice, Logits, SessionKv, SliceOutput};
+use crate::model::{GgufFile, LayerSlice, Logits, Rows, SessionKv, SliceOutput};
 
 /// Default KV budget per session and slice.
 pub const DEFAULT_KV_BUDGET_BYTES: usize = 256 << 20;
@@ -38,14 +35,14 @@ impl LocalSession {
     }
 
     /// Rolls every slice back to `len` positions.
-    pub fn truncate(&mut self, len: usize) -> Result<()> {
-        self.kvs.iter_mut().try_for_each(|k| k.truncate(len))
+    pub fn truncate(&mut self, len: usize) {
+        self.kvs.iter_mut().for_each(|k| k.truncate(len));
     }
 }
 
 impl LocalModel {
     /// Loads the model split at `boundaries` (e.g. `[10, 20]` for three slices).
-    pub fn load(path: &Path, boundaries: &[usize], device: &Device) -> Result<(Self, Tokenizer)> {
+    pub fn load(path: &Path, boundaries: &[usize]) -> Result<(Self, Tokenizer)> {
         let mut gguf = GgufFile::open(path)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let n_layer = crate::model::Config::from_gguf(&gguf)?.n_layer;
@@ -54,7 +51,7 @@ impl LocalModel {
         cuts.push(n_layer);
         let mut slices = Vec::new();
         for w in cuts.windows(2) {
-            slices.push(LayerSlice::from_gguf(&mut gguf, w[0]..w[1], device)?);
+            slices.push(LayerSlice::from_gguf(&mut gguf, w[0]..w[1])?);
         }
         Ok((Self { slices }, tokenizer))
     }
@@ -75,20 +72,20 @@ impl LocalModel {
     }
 
     /// Runs `ids` at the session's next positions; returns logits `(n, vocab)`.
-    pub fn step(&self, session: &mut LocalSession, ids: &[u32]) -> Result<Tensor> {
+    pub fn step(&self, session: &mut LocalSession, ids: &[u32]) -> Result<Rows> {
         self.step_with(session, ids, Logits::All)
     }
 
     /// As [`step`](Self::step), with logits for the last position only: `(1, vocab)`.
-    pub fn step_last(&self, session: &mut LocalSession, ids: &[u32]) -> Result<Tensor> {
+    pub fn step_last(&self, session: &mut LocalSession, ids: &[u32]) -> Result<Rows> {
         self.step_with(session, ids, Logits::Last)
     }
 
-    fn step_with(&self, session: &mut LocalSession, ids: &[u32], logits: Logits) -> Result<Tensor> {
+    fn step_with(&self, session: &mut LocalSession, ids: &[u32], logits: Logits) -> Result<Rows> {
         let start = session.len();
         let mut hidden = self.slices[0].embed(ids)?;
         for (slice, kv) in self.slices.iter().zip(session.kvs.iter_mut()) {
-            match slice.forward_with(&hidden, kv, start, logits)? {
+            match slice.forward(hidden, kv, start, logits)? {
                 SliceOutput::Hidden(h) => hidden = h,
                 SliceOutput::Logits(l) => return Ok(l),
             }
@@ -144,7 +141,7 @@ pub fn generate(
     let mut text = String::new();
     let mut logits = model.step_last(&mut session, &req.prompt_ids)?;
     for _ in 0..max_tokens {
-        let next = sampler.sample(&last_logits(&logits)?, &history)?;
+        let next = sampler.sample(logits.last(), &history)?;
         if tokenizer.stop_ids().contains(&next) {
             break;
         }

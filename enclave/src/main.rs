@@ -140,8 +140,7 @@ fn run() -> anyhow::Result<()> {
             let mut gguf = veil_enclave::model::GgufFile::open(&model)?;
             let n = veil_enclave::model::Config::from_gguf(&gguf)?.n_layer;
             let range = layers.map(|r| r.start() as usize..r.end() as usize).unwrap_or(0..n);
-            let slice =
-                veil_enclave::model::LayerSlice::from_gguf(&mut gguf, range.clone(), &candle_core::Device::Cpu)?;
+            let slice = veil_enclave::model::LayerSlice::from_gguf(&mut gguf, range.clone())?;
             let root = hex::encode(slice.manifest().root());
             if json {
                 let doc = serde_json::json!({ "layers": [range.start, range.end], "root": root, "tensors": slice.manifest().tensors });
@@ -161,7 +160,7 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     use veil_enclave::entry::tokenizer::ChatMessage;
     use veil_enclave::generate::{generate, GenerateRequest, LocalModel};
 
-    let (model, tokenizer) = LocalModel::load(&args.model, &args.split, &candle_core::Device::Cpu)?;
+    let (model, tokenizer) = LocalModel::load(&args.model, &args.split)?;
     let prompt_ids = match (&args.prompt, &args.prompt_ids) {
         (Some(text), _) if args.chat => {
             let rendered = tokenizer.render_chat(&[ChatMessage { role: "user".into(), content: text.clone() }])?;

@@ -8,11 +8,10 @@
 
 use std::path::PathBuf;
 
-use candle_core::{Device, Tensor};
 use veil_enclave::entry::sampler::argmax;
 use veil_enclave::entry::tokenizer::Tokenizer;
 use veil_enclave::generate::{LocalModel, DEFAULT_KV_BUDGET_BYTES};
-use veil_enclave::model::{GgufFile, LayerSlice, ModelError};
+use veil_enclave::model::{GgufFile, LayerSlice, ModelError, Rows};
 
 fn model_path() -> Option<PathBuf> {
     let path = match std::env::var_os("VEIL_MODEL") {
@@ -53,12 +52,12 @@ fn fixtures() -> Fixtures {
     serde_json::from_str(include_str!("../testdata/llamacpp_fixtures.json")).unwrap()
 }
 
-fn logits_rows(t: &Tensor) -> Vec<Vec<f32>> {
-    t.to_vec2::<f32>().unwrap()
+fn logits_rows(t: &Rows) -> Vec<Vec<f32>> {
+    (0..t.n()).map(|i| t.row(i).to_vec()).collect()
 }
 
 fn whole(path: &std::path::Path) -> (LocalModel, Tokenizer) {
-    LocalModel::load(path, &[], &Device::Cpu).unwrap()
+    LocalModel::load(path, &[]).unwrap()
 }
 
 #[test]
@@ -187,7 +186,7 @@ fn free_running_greedy_matches_reported() {
 fn split_slices_equal_the_whole_model_bit_for_bit() {
     let Some(path) = model_path() else { return };
     let (whole_model, tok) = whole(&path);
-    let (split, _) = LocalModel::load(&path, &[10, 20], &Device::Cpu).unwrap();
+    let (split, _) = LocalModel::load(&path, &[10, 20]).unwrap();
     assert_eq!(split.slices().len(), 3);
     let ids = tok.encode("Pipeline parallelism splits a model by layers.", false).unwrap();
     let mut a = whole_model.session(DEFAULT_KV_BUDGET_BYTES);
@@ -213,12 +212,14 @@ fn max_diff(a: &[f32], b: &[f32]) -> f32 {
 }
 
 #[test]
-fn incremental_decode_equals_full_recompute() {
+fn incremental_decode_equals_full_recompute_bit_for_bit() {
     let Some(path) = model_path() else { return };
     let (model, tok) = whole(&path);
-    let mut ids = tok.encode("The quick brown fox jumps over the lazy dog and", false).unwrap();
+    let mut ids = tok
+        .encode("The quick brown fox jumps over the lazy dog and then runs far away into the dark green forest", false)
+        .unwrap();
     ids.extend([253u32, 1165, 6560, 30]);
-    let split_at = ids.len() - 4;
+    let split_at = 3;
     let mut full = model.session(DEFAULT_KV_BUDGET_BYTES);
     let full_rows = logits_rows(&model.step(&mut full, &ids).unwrap());
     let mut inc = model.session(DEFAULT_KV_BUDGET_BYTES);
@@ -228,8 +229,10 @@ fn incremental_decode_equals_full_recompute() {
     }
     assert_eq!(inc.len(), full.len());
     for (i, (a, b)) in full_rows.iter().zip(&inc_rows).enumerate() {
-        assert_eq!(argmax(a), argmax(b), "position {i}");
-        assert!(max_diff(a, b) < 1e-3, "position {i}: {}", max_diff(a, b));
+        // Each row is the same arithmetic in a prefill and in a decode step
+        // (speculative verification relies on it: greedy output must not
+        // depend on how many positions a frame carries).
+        assert_eq!(a, b, "position {i}: max diff {}", max_diff(a, b));
     }
 }
 
@@ -242,7 +245,7 @@ fn truncate_then_continue_equals_never_having_gone_further() {
     model.step(&mut a, &prompt).unwrap();
     model.step(&mut a, &[100]).unwrap();
     model.step(&mut a, &[200, 300, 400]).unwrap(); // rejected draft
-    a.truncate(prompt.len() + 1).unwrap();
+    a.truncate(prompt.len() + 1);
     let after_rollback = logits_rows(&model.step(&mut a, &[500]).unwrap());
     let mut b = model.session(DEFAULT_KV_BUDGET_BYTES);
     model.step(&mut b, &prompt).unwrap();
@@ -278,14 +281,14 @@ fn bad_input_gets_typed_errors() {
     let bytes = std::fs::read(&path).unwrap();
     let truncated = dir.join("truncated.gguf");
     std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
-    let err = LayerSlice::load(&truncated, 0..30, &Device::Cpu).unwrap_err();
+    let err = LayerSlice::load(&truncated, 0..30).unwrap_err();
     assert!(matches!(err, ModelError::Malformed(ref m) if m.contains("truncated")), "{err}");
     let header_only = dir.join("header.gguf");
     std::fs::write(&header_only, &bytes[..64]).unwrap();
     assert!(matches!(GgufFile::open(&header_only), Err(ModelError::Malformed(_))));
     // Layer ranges out of bounds.
     for r in [0..31, 29..29, 30..31] {
-        assert!(matches!(LayerSlice::load(&path, r.clone(), &Device::Cpu), Err(ModelError::Invalid(_))), "{r:?}");
+        assert!(matches!(LayerSlice::load(&path, r.clone()), Err(ModelError::Invalid(_))), "{r:?}");
     }
     let (model, tok) = whole(&path);
     assert!(matches!(tok.encode("", false), Err(ModelError::Invalid(_))));
@@ -308,11 +311,11 @@ fn bad_input_gets_typed_errors() {
     // Unsupported architecture.
     let gptj = dir.join("gptj.gguf");
     write_gguf(&gptj, "gptj");
-    assert!(matches!(LayerSlice::load(&gptj, 0..1, &Device::Cpu), Err(ModelError::Unsupported(_))));
+    assert!(matches!(LayerSlice::load(&gptj, 0..1), Err(ModelError::Unsupported(_))));
     // Unsupported quant type on a tensor we need.
     let q2 = dir.join("q2k.gguf");
     write_gguf_with_q2k(&q2);
-    assert!(matches!(LayerSlice::load(&q2, 0..1, &Device::Cpu), Err(ModelError::Unsupported(_))));
+    assert!(matches!(LayerSlice::load(&q2, 0..1), Err(ModelError::Unsupported(_))));
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -336,9 +339,40 @@ fn write_gguf_with_q2k(path: &std::path::Path) {
         ("llama.vocab_size", Value::U32(4)),
     ];
     let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
-    let emb =
-        QTensor::quantize(&Tensor::zeros((4, 256), candle_core::DType::F32, &Device::Cpu).unwrap(), GgmlDType::Q2K)
-            .unwrap();
+    let zeros = candle_core::Tensor::zeros((4, 256), candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
+    let emb = QTensor::quantize(&zeros, GgmlDType::Q2K).unwrap();
     let mut f = std::fs::File::create(path).unwrap();
     write(&mut f, &meta_refs, &[("token_embd.weight", &emb)]).unwrap();
+}
+
+#[test]
+fn a_batch_of_sessions_equals_each_session_alone() {
+    use veil_enclave::model::{BatchItem, Logits, SliceOutput};
+    let Some(path) = model_path() else { return };
+    let slice = LayerSlice::load(&path, 0..30).unwrap();
+    let prompts: [&[u32]; 3] = [&[1, 2, 3, 4, 5, 6, 7], &[900, 901], &[42]];
+    let alone: Vec<SliceOutput> = prompts
+        .iter()
+        .map(|p| {
+            let mut kv = slice.new_session(DEFAULT_KV_BUDGET_BYTES);
+            slice.forward(slice.embed(p).unwrap(), &mut kv, 0, Logits::All).unwrap()
+        })
+        .collect();
+    let mut kvs: Vec<_> = prompts.iter().map(|_| slice.new_session(DEFAULT_KV_BUDGET_BYTES)).collect();
+    let mut batch: Vec<BatchItem<'_>> = prompts
+        .iter()
+        .zip(kvs.iter_mut())
+        .map(|(p, kv)| BatchItem { hidden: slice.embed(p).unwrap(), kv, start: 0, logits: Logits::All })
+        .collect();
+    let together = slice.forward_batch(&mut batch).unwrap();
+    assert_eq!(together, alone);
+    // A bad item refuses the whole batch before any cache changes.
+    let mut kv_ok = slice.new_session(DEFAULT_KV_BUDGET_BYTES);
+    let mut kv_bad = slice.new_session(DEFAULT_KV_BUDGET_BYTES);
+    let mut batch = vec![
+        BatchItem { hidden: slice.embed(&[5, 6]).unwrap(), kv: &mut kv_ok, start: 0, logits: Logits::Last },
+        BatchItem { hidden: slice.embed(&[7]).unwrap(), kv: &mut kv_bad, start: 3, logits: Logits::Last },
+    ];
+    assert!(matches!(slice.forward_batch(&mut batch), Err(ModelError::Invalid(_))));
+    assert_eq!((kv_ok.len(), kv_bad.len()), (0, 0));
 }

@@ -1,15 +1,20 @@
-//! A Q4_1 × Q8_1 matrix multiply with an AVX2 dot kernel.
+//! CPU kernels of the fused forward: quantized matrix × activation products
+//! (Q4_1 × Q8_1 and Q8_0 × Q8_0, as llama.cpp pairs them) and the f16-KV
+//! attention primitives, each with an AVX2/FMA/F16C path selected at run
+//! time and a scalar path that defines the arithmetic.
 //!
 //! candle has SIMD dot kernels for Q4_0, Q8_0 and the K-quants but a scalar
-//! loop for Q4_1, which is what the reference model's layers are stored in.
-//! This module is the one place in the crate allowed `unsafe` (for
-//! `std::arch` intrinsics); everything else here is safe code.
+//! loop for Q4_1, which is what the reference model's layers are stored in;
+//! and each candle op costs an allocation and a dispatch, which for a small
+//! model's decode step costs more than the arithmetic. This module is the
+//! one place in the crate allowed `unsafe` (for `std::arch` intrinsics);
+//! every `unsafe` block says why it holds.
 //!
 //! Formats (ggml): a Q4_1 block holds 32 weights as `d: f16, m: f16,
 //! qs: [u8; 16]` with `w[j] = (qs[j] & 0xF)·d + m` and
-//! `w[j + 16] = (qs[j] >> 4)·d + m`. Activations are quantized per row to
-//! Q8_1 blocks `d, s = d·Σq, q: [i8; 32]` exactly as llama.cpp does, so
-//! `dot = Σ_blocks d4·d8·Σ(q4·q8) + m4·s8`.
+//! `w[j + 16] = (qs[j] >> 4)·d + m`; a Q8_0 block `d: f16, qs: [i8; 32]`
+//! with `w[j] = qs[j]·d`. Activations are quantized per row to Q8_1
+//! (`d, s = d·Σq, q`) or Q8_0 exactly as llama.cpp does.
 
 #![allow(unsafe_code)]
 
@@ -20,6 +25,8 @@ use rayon::prelude::*;
 pub const BLOCK: usize = 32;
 /// Bytes of one Q4_1 block in a GGUF.
 pub const Q4_1_BLOCK_BYTES: usize = 20;
+/// Bytes of one Q8_0 block in a GGUF.
+pub const Q8_0_BLOCK_BYTES: usize = 34;
 
 /// One Q4_1 block, decoded from the file's little-endian layout.
 #[derive(Clone, Copy, Debug)]
@@ -30,6 +37,14 @@ struct BlockQ41 {
     qs: [u8; 16],
 }
 
+/// One Q8_0 block (weights or activations).
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct BlockQ80 {
+    d: f32,
+    qs: [i8; 32],
+}
+
 /// One Q8_1 block of activations.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
@@ -37,6 +52,21 @@ struct BlockQ81 {
     d: f32,
     s: f32,
     qs: [i8; 32],
+}
+
+fn f16_at(b: &[u8], at: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
+}
+
+fn check_shape(raw: &[u8], rows: usize, cols: usize, block_bytes: usize, name: &str) -> Result<usize, String> {
+    if cols == 0 || cols % BLOCK != 0 {
+        return Err(format!("{name} row length {cols} is not a positive multiple of {BLOCK}"));
+    }
+    let n_blocks = rows.checked_mul(cols / BLOCK).ok_or_else(|| format!("{name} tensor size overflows"))?;
+    if raw.len() != n_blocks * block_bytes {
+        return Err(format!("{name} tensor has {} bytes, expected {}", raw.len(), n_blocks * block_bytes));
+    }
+    Ok(n_blocks)
 }
 
 /// A Q4_1 weight matrix of `rows × cols` (each row is one output feature).
@@ -50,23 +80,13 @@ pub struct Q41Matrix {
 impl Q41Matrix {
     /// Decodes raw GGUF bytes of a `rows × cols` Q4_1 tensor.
     pub fn from_gguf_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, String> {
-        if cols % BLOCK != 0 {
-            return Err(format!("Q4_1 row length {cols} is not a multiple of {BLOCK}"));
-        }
-        let n_blocks = rows * cols / BLOCK;
-        if raw.len() != n_blocks * Q4_1_BLOCK_BYTES {
-            return Err(format!("Q4_1 tensor has {} bytes, expected {}", raw.len(), n_blocks * Q4_1_BLOCK_BYTES));
-        }
+        check_shape(raw, rows, cols, Q4_1_BLOCK_BYTES, "Q4_1")?;
         let blocks = raw
             .chunks_exact(Q4_1_BLOCK_BYTES)
             .map(|b| {
                 let mut qs = [0u8; 16];
                 qs.copy_from_slice(&b[4..20]);
-                BlockQ41 {
-                    d: f16::from_bits(u16::from_le_bytes([b[0], b[1]])).to_f32(),
-                    m: f16::from_bits(u16::from_le_bytes([b[2], b[3]])).to_f32(),
-                    qs,
-                }
+                BlockQ41 { d: f16_at(b, 0), m: f16_at(b, 2), qs }
             })
             .collect();
         Ok(Self { rows, cols, blocks })
@@ -82,75 +102,213 @@ impl Q41Matrix {
         self.cols
     }
 
+    /// Stacks matrices of equal width into one (their outputs side by side),
+    /// so that one pass over one quantized input feeds them all.
+    pub fn stack(parts: Vec<Self>) -> Result<Self, String> {
+        let cols = parts.first().map(|p| p.cols).ok_or("nothing to stack")?;
+        if parts.iter().any(|p| p.cols != cols) {
+            return Err("stacked matrices differ in width".into());
+        }
+        let rows = parts.iter().map(|p| p.rows).sum();
+        let blocks = parts.into_iter().flat_map(|p| p.blocks).collect();
+        Ok(Self { rows, cols, blocks })
+    }
+
     /// `x (m × cols) · selfᵀ → (m × rows)`, row-major.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
-        let per_row = self.cols / BLOCK;
         let xq: Vec<BlockQ81> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_1).collect();
-        let dot = dot_fn();
-        const CHUNK: usize = 16;
-        let chunks: Vec<Vec<f32>> = (0..self.rows.div_ceil(CHUNK))
-            .into_par_iter()
-            .map(|c| {
-                let rows = c * CHUNK..((c + 1) * CHUNK).min(self.rows);
-                let mut local = Vec::with_capacity(rows.len() * m);
-                for j in rows {
-                    let w = &self.blocks[j * per_row..(j + 1) * per_row];
-                    for i in 0..m {
-                        local.push(dot(w, &xq[i * per_row..(i + 1) * per_row]));
-                    }
+        par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, q41_dot_fn())
+    }
+
+    #[cfg(test)]
+    fn dequantized(&self) -> Vec<f32> {
+        self.blocks
+            .iter()
+            .flat_map(|b| {
+                let lo = b.qs.map(|q| f32::from(q & 0x0F) * b.d + b.m);
+                let hi = b.qs.map(|q| f32::from(q >> 4) * b.d + b.m);
+                lo.into_iter().chain(hi)
+            })
+            .collect()
+    }
+}
+
+/// A Q8_0 weight matrix of `rows × cols`; also serves as a token embedding
+/// (a row per token) so a tied LM head and embedding share one copy.
+#[derive(Debug)]
+pub struct Q80Matrix {
+    rows: usize,
+    cols: usize,
+    blocks: Vec<BlockQ80>,
+}
+
+impl Q80Matrix {
+    /// Decodes raw GGUF bytes of a `rows × cols` Q8_0 tensor.
+    pub fn from_gguf_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, String> {
+        check_shape(raw, rows, cols, Q8_0_BLOCK_BYTES, "Q8_0")?;
+        let blocks = raw
+            .chunks_exact(Q8_0_BLOCK_BYTES)
+            .map(|b| {
+                let mut qs = [0i8; 32];
+                for (q, &byte) in qs.iter_mut().zip(&b[2..34]) {
+                    *q = byte as i8;
                 }
-                local
+                BlockQ80 { d: f16_at(b, 0), qs }
             })
             .collect();
-        let mut out = vec![0f32; m * self.rows];
-        for (c, local) in chunks.iter().enumerate() {
-            for (r, vals) in local.chunks_exact(m).enumerate() {
-                let j = c * CHUNK + r;
-                for (i, v) in vals.iter().enumerate() {
-                    out[i * self.rows + j] = *v;
-                }
+        Ok(Self { rows, cols, blocks })
+    }
+
+    /// Output features (tokens, for an embedding).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Row `r` dequantized into `out` (an embedding lookup).
+    pub fn row_into(&self, r: usize, out: &mut [f32]) {
+        let per_row = self.cols / BLOCK;
+        for (b, o) in self.blocks[r * per_row..(r + 1) * per_row].iter().zip(out.chunks_exact_mut(BLOCK)) {
+            for (w, &q) in o.iter_mut().zip(&b.qs) {
+                *w = f32::from(q) * b.d;
             }
         }
-        out
     }
+
+    /// `x (m × cols) · selfᵀ → (m × rows)`, row-major.
+    pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
+        assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
+        let xq: Vec<BlockQ80> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_0).collect();
+        par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, q80_dot_fn())
+    }
+}
+
+/// Output rows handed to one task: enough work to amortise a steal.
+const ROWS_PER_TASK: usize = 16;
+
+/// `out[i][j] = dot(w row j, x row i)`. Few input rows (decode): weight
+/// rows are split across threads. Many (prefill, batches): input rows are,
+/// and each task sweeps the whole weight, every weight row staying in L1
+/// while the task's input rows pass it. Every output is one sequential dot,
+/// so results do not depend on the thread count or on batching.
+fn par_matmul<W: Sync, A: Sync>(
+    w: &[W],
+    rows: usize,
+    per_row: usize,
+    xq: &[A],
+    m: usize,
+    dot: fn(&[W], &[A]) -> f32,
+) -> Vec<f32> {
+    let wrow = |j: usize| &w[j * per_row..(j + 1) * per_row];
+    let xrow = |i: usize| &xq[i * per_row..(i + 1) * per_row];
+    let mut out = vec![0f32; m * rows];
+    let threads = rayon::current_num_threads();
+    if m < 4 * threads {
+        if m == 1 {
+            out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(c, o)| {
+                for (r, v) in o.iter_mut().enumerate() {
+                    *v = dot(wrow(c * ROWS_PER_TASK + r), xq);
+                }
+            });
+            return out;
+        }
+        let mut t = vec![0f32; rows * m];
+        t.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(|(c, o)| {
+            for (r, vals) in o.chunks_exact_mut(m).enumerate() {
+                let wr = wrow(c * ROWS_PER_TASK + r);
+                for (i, v) in vals.iter_mut().enumerate() {
+                    *v = dot(wr, xrow(i));
+                }
+            }
+        });
+        for (j, vals) in t.chunks_exact(m).enumerate() {
+            for (i, v) in vals.iter().enumerate() {
+                out[i * rows + j] = *v;
+            }
+        }
+        return out;
+    }
+    let per_task = m.div_ceil(4 * threads).clamp(4, 64);
+    out.par_chunks_mut(per_task * rows).enumerate().for_each(|(c, o)| {
+        let first = c * per_task;
+        let n = o.len() / rows;
+        for j in 0..rows {
+            let wr = wrow(j);
+            for i in 0..n {
+                o[i * rows + j] = dot(wr, xrow(first + i));
+            }
+        }
+    });
+    out
 }
 
 /// Quantizes one row to Q8_1 blocks, as llama.cpp's `quantize_row_q8_1`.
-fn quantize_row_q8_1(row: &[f32]) -> Vec<BlockQ81> {
-    row.chunks_exact(BLOCK)
-        .map(|x| {
-            let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
-            let d = amax / 127.0;
-            let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-            let mut qs = [0i8; 32];
-            let mut sum = 0i32;
-            for (q, v) in qs.iter_mut().zip(x) {
-                let r = (v * id).round() as i32;
-                *q = r as i8;
-                sum += r;
-            }
-            // Stored as f16 in ggml: round through f16 to match.
-            let d16 = f16::from_f32(d).to_f32();
-            let s16 = f16::from_f32(sum as f32 * d).to_f32();
-            BlockQ81 { d: d16, s: s16, qs }
-        })
-        .collect()
+fn quantize_row_q8_1(row: &[f32]) -> impl Iterator<Item = BlockQ81> + '_ {
+    row.chunks_exact(BLOCK).map(|x| {
+        let (d, qs) = quantize_block(x);
+        let sum: i32 = qs.iter().map(|&q| i32::from(q)).sum();
+        // Stored as f16 in ggml: round through f16 to match.
+        BlockQ81 { d: f16::from_f32(d).to_f32(), s: f16::from_f32(sum as f32 * d).to_f32(), qs }
+    })
 }
 
-type DotFn = fn(&[BlockQ41], &[BlockQ81]) -> f32;
+/// Quantizes one row to Q8_0 blocks, as llama.cpp's `quantize_row_q8_0`.
+fn quantize_row_q8_0(row: &[f32]) -> impl Iterator<Item = BlockQ80> + '_ {
+    row.chunks_exact(BLOCK).map(|x| {
+        let (d, qs) = quantize_block(x);
+        BlockQ80 { d: f16::from_f32(d).to_f32(), qs }
+    })
+}
 
-fn dot_fn() -> DotFn {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            return dot_avx2_entry;
-        }
+fn quantize_block(x: &[f32]) -> (f32, [i8; 32]) {
+    let amax = x.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let mut qs = [0i8; 32];
+    for (q, v) in qs.iter_mut().zip(x) {
+        *q = (v * id).round() as i8;
     }
-    dot_scalar
+    (d, qs)
 }
 
-fn dot_scalar(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
+#[cfg(target_arch = "x86_64")]
+fn has_avx2_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+#[cfg(target_arch = "x86_64")]
+fn has_f16c() -> bool {
+    has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c")
+}
+
+fn q41_dot_fn() -> fn(&[BlockQ41], &[BlockQ81]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        return |w, x| {
+            // SAFETY: selected only after run-time detection of AVX2 and FMA.
+            unsafe { q41_dot_avx2(w, x) }
+        };
+    }
+    q41_dot_scalar
+}
+
+fn q80_dot_fn() -> fn(&[BlockQ80], &[BlockQ80]) -> f32 {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2_fma() {
+        return |w, x| {
+            // SAFETY: selected only after run-time detection of AVX2 and FMA.
+            unsafe { q80_dot_avx2(w, x) }
+        };
+    }
+    q80_dot_scalar
+}
+
+fn q41_dot_scalar(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
     let mut sum = 0f32;
     for (b, a) in w.iter().zip(x) {
         let mut sumi = 0i32;
@@ -163,15 +321,29 @@ fn dot_scalar(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
     sum
 }
 
-#[cfg(target_arch = "x86_64")]
-fn dot_avx2_entry(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
-    // SAFETY: only selected by `dot_fn` after runtime detection of AVX2 and FMA.
-    unsafe { dot_avx2(w, x) }
+fn q80_dot_scalar(w: &[BlockQ80], x: &[BlockQ80]) -> f32 {
+    let mut sum = 0f32;
+    for (b, a) in w.iter().zip(x) {
+        let sumi: i32 = b.qs.iter().zip(&a.qs).map(|(&p, &q)| i32::from(p) * i32::from(q)).sum();
+        sum += b.d * a.d * sumi as f32;
+    }
+    sum
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
+unsafe fn hsum(acc: std::arch::x86_64::__m256) -> f32 {
+    use std::arch::x86_64::*;
+    let hi = _mm256_extractf128_ps(acc, 1);
+    let s = _mm_add_ps(_mm256_castps256_ps128(acc), hi);
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
+    _mm_cvtss_f32(s)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn q41_dot_avx2(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
     use std::arch::x86_64::*;
     let mut acc = _mm256_setzero_ps();
     let mut summs = 0f32;
@@ -179,8 +351,8 @@ unsafe fn dot_avx2(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
     let ones = _mm256_set1_epi16(1);
     for (b, a) in w.iter().zip(x) {
         summs += b.m * a.s;
-        // SAFETY: `b.qs` is 16 bytes and `a.qs` 32 bytes; unaligned loads
-        // read exactly those arrays.
+        // SAFETY: `b.qs` is 16 bytes and `a.qs` 32 bytes; the unaligned
+        // loads read exactly those arrays.
         let q = _mm_loadu_si128(b.qs.as_ptr().cast());
         let lo = _mm_and_si128(q, low);
         let hi = _mm_and_si128(_mm_srli_epi16(q, 4), low);
@@ -190,23 +362,108 @@ unsafe fn dot_avx2(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
         let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(q4, q8), ones);
         acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc);
     }
-    let hi = _mm256_extractf128_ps(acc, 1);
-    let s = _mm_add_ps(_mm256_castps256_ps128(acc), hi);
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 0x55));
-    _mm_cvtss_f32(s) + summs
+    hsum(acc) + summs
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn q80_dot_avx2(w: &[BlockQ80], x: &[BlockQ80]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = _mm256_setzero_ps();
+    let ones = _mm256_set1_epi16(1);
+    for (b, a) in w.iter().zip(x) {
+        // SAFETY: both `qs` are 32 bytes; the unaligned loads read exactly them.
+        let qw = _mm256_loadu_si256(b.qs.as_ptr().cast());
+        let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
+        // |w| (as u8, so −128 reads 128) times x with w's sign: the pair sums
+        // stay below 2·128·127 because activations are quantized to ±127.
+        let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
+        let p32 = _mm256_madd_epi16(p16, ones);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc);
+    }
+    hsum(acc)
+}
+
+/// `Σ q[i]·k[i]` over an f32 query and an f16 key.
+pub fn dot_f16(q: &[f32], k: &[f16]) -> f32 {
+    debug_assert_eq!(q.len(), k.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: AVX2, FMA and F16C were detected at run time.
+        return unsafe { dot_f16_avx2(q, k) };
+    }
+    q.iter().zip(k).map(|(a, b)| a * b.to_f32()).sum()
+}
+
+/// `y[i] += a·v[i]` over an f16 value row.
+pub fn axpy_f16(y: &mut [f32], a: f32, v: &[f16]) {
+    debug_assert_eq!(y.len(), v.len());
+    #[cfg(target_arch = "x86_64")]
+    if has_f16c() {
+        // SAFETY: AVX2, FMA and F16C were detected at run time.
+        return unsafe { axpy_f16_avx2(y, a, v) };
+    }
+    for (o, b) in y.iter_mut().zip(v) {
+        *o += a * b.to_f32();
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f16_avx2(q: &[f32], k: &[f16]) -> f32 {
+    use std::arch::x86_64::*;
+    let n = q.len().min(k.len());
+    let body = n - n % 8;
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i < body {
+        // SAFETY: `i + 8 <= n`, so both loads stay inside their slices;
+        // `f16` is a transparent u16, so 8 of them are 16 bytes.
+        let kv = _mm256_cvtph_ps(_mm_loadu_si128(k.as_ptr().add(i).cast()));
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(q.as_ptr().add(i)), kv, acc);
+        i += 8;
+    }
+    let mut s = hsum(acc);
+    for j in body..n {
+        s += q[j] * k[j].to_f32();
+    }
+    s
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn axpy_f16_avx2(y: &mut [f32], a: f32, v: &[f16]) {
+    use std::arch::x86_64::*;
+    let n = y.len().min(v.len());
+    let body = n - n % 8;
+    let av = _mm256_set1_ps(a);
+    let mut i = 0;
+    while i < body {
+        // SAFETY: `i + 8 <= n` for both slices (see `dot_f16_avx2`).
+        let vv = _mm256_cvtph_ps(_mm_loadu_si128(v.as_ptr().add(i).cast()));
+        let p = y.as_mut_ptr().add(i);
+        _mm256_storeu_ps(p, _mm256_fmadd_ps(av, vv, _mm256_loadu_ps(p)));
+        i += 8;
+    }
+    for j in body..n {
+        y[j] += a * v[j].to_f32();
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn sample(rows: usize, cols: usize, seed: u32) -> Vec<u8> {
+    fn lcg(seed: u32) -> impl FnMut() -> u32 {
         let mut state = seed;
-        let mut next = || {
+        move || {
             state = state.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
             state
-        };
+        }
+    }
+
+    fn q41_sample(rows: usize, cols: usize, seed: u32) -> Vec<u8> {
+        let mut next = lcg(seed);
         let mut raw = Vec::new();
         for _ in 0..rows * cols / BLOCK {
             raw.extend(f16::from_f32(0.01 + (next() % 100) as f32 / 5000.0).to_bits().to_le_bytes());
@@ -216,33 +473,104 @@ mod tests {
         raw
     }
 
-    fn dequantized(m: &Q41Matrix) -> Vec<f32> {
-        m.blocks
-            .iter()
-            .flat_map(|b| {
-                let lo = b.qs.map(|q| f32::from(q & 0x0F) * b.d + b.m);
-                let hi = b.qs.map(|q| f32::from(q >> 4) * b.d + b.m);
-                lo.into_iter().chain(hi)
-            })
-            .collect()
+    fn q80_sample(rows: usize, cols: usize, seed: u32) -> Vec<u8> {
+        let mut next = lcg(seed);
+        let mut raw = Vec::new();
+        for _ in 0..rows * cols / BLOCK {
+            raw.extend(f16::from_f32(0.001 + (next() % 100) as f32 / 50000.0).to_bits().to_le_bytes());
+            // Include −128, which the sign trick must read as magnitude 128.
+            raw.extend((0..32).map(|i| if i == 5 { 0x80 } else { (next() >> 8) as u8 }));
+        }
+        raw
+    }
+
+    fn input(m: usize, cols: usize) -> Vec<f32> {
+        (0..m * cols).map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0).collect()
+    }
+
+    fn close(got: f32, want: f32, rel: f32) -> bool {
+        (got - want).abs() <= rel * want.abs().max(1.0)
     }
 
     #[test]
-    fn avx2_and_scalar_agree_and_match_dequantized_matmul() {
+    fn q41_simd_equals_scalar_and_approximates_the_dequantized_product() {
         let (rows, cols, m) = (40, 96, 3);
-        let w = Q41Matrix::from_gguf_bytes(&sample(rows, cols, 1), rows, cols).unwrap();
-        let x: Vec<f32> = (0..m * cols).map(|i| ((i * 7919) % 200) as f32 / 100.0 - 1.0).collect();
+        let w = Q41Matrix::from_gguf_bytes(&q41_sample(rows, cols, 1), rows, cols).unwrap();
+        let x = input(m, cols);
         let out = w.matmul(&x, m);
-        let dq = dequantized(&w);
+        let dq = w.dequantized();
         let xq: Vec<BlockQ81> = x.chunks_exact(cols).flat_map(quantize_row_q8_1).collect();
+        let per = cols / BLOCK;
         for i in 0..m {
             for j in 0..rows {
                 let exact: f32 = (0..cols).map(|k| x[i * cols + k] * dq[j * cols + k]).sum();
                 let got = out[i * rows + j];
-                assert!((got - exact).abs() < 0.05 * exact.abs().max(1.0), "({i},{j}) {got} vs {exact}");
-                let per = cols / BLOCK;
-                let scalar = dot_scalar(&w.blocks[j * per..(j + 1) * per], &xq[i * per..(i + 1) * per]);
-                assert!((got - scalar).abs() < 1e-4 * scalar.abs().max(1.0), "({i},{j}) simd {got} vs scalar {scalar}");
+                assert!(close(got, exact, 0.05), "({i},{j}) {got} vs {exact}");
+                let scalar = q41_dot_scalar(&w.blocks[j * per..(j + 1) * per], &xq[i * per..(i + 1) * per]);
+                assert!(close(got, scalar, 1e-4), "({i},{j}) simd {got} vs scalar {scalar}");
+            }
+        }
+    }
+
+    #[test]
+    fn q80_simd_equals_scalar_and_rows_dequantize() {
+        let (rows, cols, m) = (33, 64, 2);
+        let w = Q80Matrix::from_gguf_bytes(&q80_sample(rows, cols, 7), rows, cols).unwrap();
+        let x = input(m, cols);
+        let out = w.matmul(&x, m);
+        let xq: Vec<BlockQ80> = x.chunks_exact(cols).flat_map(quantize_row_q8_0).collect();
+        let per = cols / BLOCK;
+        let mut row = vec![0f32; cols];
+        for j in 0..rows {
+            w.row_into(j, &mut row);
+            for i in 0..m {
+                let exact: f32 = (0..cols).map(|k| x[i * cols + k] * row[k]).sum();
+                let got = out[i * rows + j];
+                assert!(close(got, exact, 0.05), "({i},{j}) {got} vs {exact}");
+                let scalar = q80_dot_scalar(&w.blocks[j * per..(j + 1) * per], &xq[i * per..(i + 1) * per]);
+                assert!(close(got, scalar, 1e-4), "({i},{j}) simd {got} vs scalar {scalar}");
+            }
+        }
+    }
+
+    #[test]
+    fn batching_rows_does_not_change_any_output() {
+        let (rows, cols) = (50, 64);
+        let w = Q41Matrix::from_gguf_bytes(&q41_sample(rows, cols, 3), rows, cols).unwrap();
+        // Both strategies: few rows (split by weight rows) and many (split by input rows).
+        for m in [4, 70] {
+            let x = input(m, cols);
+            let batched = w.matmul(&x, m);
+            for i in 0..m {
+                let alone = w.matmul(&x[i * cols..(i + 1) * cols], 1);
+                assert_eq!(&batched[i * rows..(i + 1) * rows], &alone[..], "m={m} row {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn stacked_matrices_give_their_parts_outputs_side_by_side() {
+        let cols = 64;
+        let a = Q41Matrix::from_gguf_bytes(&q41_sample(8, cols, 4), 8, cols).unwrap();
+        let b = Q41Matrix::from_gguf_bytes(&q41_sample(5, cols, 5), 5, cols).unwrap();
+        let x = input(1, cols);
+        let (ya, yb) = (a.matmul(&x, 1), b.matmul(&x, 1));
+        let s = Q41Matrix::stack(vec![a, b]).unwrap();
+        assert_eq!(s.rows(), 13);
+        assert_eq!(s.matmul(&x, 1), [ya, yb].concat());
+    }
+
+    #[test]
+    fn f16_attention_primitives_match_scalar() {
+        for n in [8, 64, 67] {
+            let q: Vec<f32> = (0..n).map(|i| (i as f32 * 0.37).sin()).collect();
+            let k: Vec<f16> = (0..n).map(|i| f16::from_f32((i as f32 * 0.11).cos())).collect();
+            let want: f32 = q.iter().zip(&k).map(|(a, b)| a * b.to_f32()).sum();
+            assert!(close(dot_f16(&q, &k), want, 1e-5));
+            let mut y = q.clone();
+            axpy_f16(&mut y, 0.5, &k);
+            for i in 0..n {
+                assert!(close(y[i], q[i] + 0.5 * k[i].to_f32(), 1e-6));
             }
         }
     }
@@ -251,5 +579,8 @@ mod tests {
     fn rejects_wrong_sizes() {
         assert!(Q41Matrix::from_gguf_bytes(&[0; 19], 1, 32).is_err());
         assert!(Q41Matrix::from_gguf_bytes(&[0; 20], 1, 16).is_err());
+        assert!(Q80Matrix::from_gguf_bytes(&[0; 33], 1, 32).is_err());
+        assert!(Q80Matrix::from_gguf_bytes(&[], 0, 0).is_err());
+        assert!(Q41Matrix::stack(vec![]).is_err());
     }
 }

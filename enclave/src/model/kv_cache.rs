@@ -1,25 +1,30 @@
 //! Per-session KV cache, held outside the (shared, immutable) weights.
+//!
+//! Keys and values are stored as f16 (half the memory of f32, and what
+//! llama.cpp keeps by default), position-major per layer: position `t`,
+//! KV head `g` occupies `[(t·heads + g)·head_dim, +head_dim)`. Appending is
+//! an extend and rollback a truncate; attention reads f16 directly.
 
-use candle_core::{DType, Tensor, D};
+use half::f16;
 
 use super::error::{ModelError, Result};
 
 /// Keys and values of one session for the layers of one slice.
 #[derive(Debug, Clone)]
 pub struct SessionKv {
-    layers: Vec<Option<(Tensor, Tensor)>>,
+    keys: Vec<Vec<f16>>,
+    values: Vec<Vec<f16>>,
+    /// Values per position per layer for keys (and for values): heads × head_dim.
+    width: usize,
     len: usize,
-    bytes_per_position: usize,
     budget_bytes: usize,
-    dtype: DType,
 }
 
 impl SessionKv {
-    /// An empty cache for `n_layers` layers storing `dtype`.
-    /// `bytes_per_position` is the cost of one position across those layers;
-    /// `budget_bytes` caps the total.
-    pub fn new(n_layers: usize, bytes_per_position: usize, budget_bytes: usize, dtype: DType) -> Self {
-        Self { layers: vec![None; n_layers], len: 0, bytes_per_position, budget_bytes, dtype }
+    /// An empty cache for `n_layers` layers of `width` key values per
+    /// position (KV heads × head size); `budget_bytes` caps the total.
+    pub fn new(n_layers: usize, width: usize, budget_bytes: usize) -> Self {
+        Self { keys: vec![Vec::new(); n_layers], values: vec![Vec::new(); n_layers], width, len: 0, budget_bytes }
     }
 
     /// Positions held.
@@ -32,33 +37,48 @@ impl SessionKv {
         self.len == 0
     }
 
+    /// Bytes one position costs across this slice's layers.
+    pub fn bytes_per_position(&self) -> usize {
+        self.keys.len() * 2 * self.width * std::mem::size_of::<f16>()
+    }
+
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.len * self.bytes_per_position
+        self.len * self.bytes_per_position()
+    }
+
+    /// The memory budget.
+    pub fn budget_bytes(&self) -> usize {
+        self.budget_bytes
     }
 
     /// Refuses growth beyond the budget before any work is done.
     pub fn reserve(&self, extra_positions: usize) -> Result<()> {
-        let needed = (self.len + extra_positions) * self.bytes_per_position;
+        let needed = (self.len + extra_positions).saturating_mul(self.bytes_per_position());
         if needed > self.budget_bytes {
             return Err(ModelError::KvBudget { needed_bytes: needed, budget_bytes: self.budget_bytes });
         }
         Ok(())
     }
 
-    /// Appends `k`, `v` (batch, kv_heads, positions, head_dim) for `layer`
-    /// and returns the full keys and values in `k`'s dtype.
-    pub(crate) fn append(&mut self, layer: usize, k: Tensor, v: Tensor) -> Result<(Tensor, Tensor)> {
-        let compute = k.dtype();
-        let slot =
-            self.layers.get_mut(layer).ok_or_else(|| ModelError::Invalid(format!("no KV slot for layer {layer}")))?;
-        let (k, v) = (k.to_dtype(self.dtype)?, v.to_dtype(self.dtype)?);
-        let (k, v) = match slot.take() {
-            None => (k, v),
-            Some((pk, pv)) => (Tensor::cat(&[&pk, &k], 2)?, Tensor::cat(&[&pv, &v], 2)?),
+    /// Appends rows of keys and values (`n × width` each) for `layer`, at
+    /// positions `[len, len + n)`; committed by [`advance`](Self::advance).
+    pub(crate) fn append(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        let (keys, values) = match (self.keys.get_mut(layer), self.values.get_mut(layer)) {
+            (Some(k), Some(v)) => (k, v),
+            _ => return Err(ModelError::Invalid(format!("no KV slot for layer {layer}"))),
         };
-        *slot = Some((k.clone(), v.clone()));
-        Ok((k.to_dtype(compute)?, v.to_dtype(compute)?))
+        if k.len() != v.len() || k.len() % self.width != 0 || keys.len() != self.len * self.width {
+            return Err(ModelError::Invalid("KV rows do not match the cache layout".into()));
+        }
+        keys.extend(k.iter().map(|&x| f16::from_f32(x)));
+        values.extend(v.iter().map(|&x| f16::from_f32(x)));
+        Ok(())
+    }
+
+    /// Keys and values of `layer` for every position appended so far.
+    pub(crate) fn layer(&self, layer: usize) -> (&[f16], &[f16]) {
+        (&self.keys[layer], &self.values[layer])
     }
 
     /// Marks `n` new positions as committed after every layer appended them.
@@ -66,20 +86,14 @@ impl SessionKv {
         self.len += n;
     }
 
-    /// Drops every position at or after `len` (speculation rollback).
-    pub fn truncate(&mut self, len: usize) -> Result<()> {
-        if len >= self.len {
-            return Ok(());
+    /// Drops every position at or after `len` (speculation rollback, or
+    /// undoing a forward that failed part-way).
+    pub fn truncate(&mut self, len: usize) {
+        let keep = len.min(self.len) * self.width;
+        for (k, v) in self.keys.iter_mut().zip(&mut self.values) {
+            k.truncate(keep);
+            v.truncate(keep);
         }
-        for slot in &mut self.layers {
-            if len == 0 {
-                *slot = None;
-            } else if let Some((k, v)) = slot {
-                *k = k.narrow(D::Minus2, 0, len)?;
-                *v = v.narrow(D::Minus2, 0, len)?;
-            }
-        }
-        self.len = len;
-        Ok(())
+        self.len = self.len.min(len);
     }
 }

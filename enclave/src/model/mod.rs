@@ -13,5 +13,5 @@ pub use config::Config;
 pub use error::{ModelError, Result};
 pub use gguf::GgufFile;
 pub use kv_cache::SessionKv;
-pub use llama::{LayerSlice, Logits, SliceOutput};
+pub use llama::{BatchItem, LayerSlice, Logits, Rows, SliceOutput};
 pub use manifest::Manifest;
