@@ -376,3 +376,157 @@ fn a_batch_of_sessions_equals_each_session_alone() {
     assert!(matches!(slice.forward_batch(&mut batch), Err(ModelError::Invalid(_))));
     assert_eq!((kv_ok.len(), kv_bad.len()), (0, 0));
 }
+
+/// The sentencepiece tokenizer against llama.cpp on a vocabulary defined in
+/// the fixture (`scripts/reference/gen_spm_fixtures.py`): the GGUF is
+/// rebuilt here from the same tokens, scores and types.
+#[test]
+fn sentencepiece_tokenizer_equals_llamacpp() {
+    use candle_core::quantized::gguf_file::{write, Value};
+    #[derive(serde::Deserialize)]
+    struct Spm {
+        tokens: Vec<String>,
+        scores: Vec<f32>,
+        types: Vec<i32>,
+        bos: u32,
+        eos: u32,
+        unk: u32,
+        cases: Vec<SpmCase>,
+    }
+    #[derive(serde::Deserialize)]
+    struct SpmCase {
+        text: String,
+        parse_special: bool,
+        ids: Vec<u32>,
+        decoded: String,
+    }
+    let f: Spm = serde_json::from_str(include_str!("../testdata/spm_tokenizer_fixtures.json")).unwrap();
+    let meta = [
+        ("general.architecture", Value::String("llama".into())),
+        ("tokenizer.ggml.model", Value::String("llama".into())),
+        ("tokenizer.ggml.tokens", Value::Array(f.tokens.iter().map(|t| Value::String(t.clone())).collect())),
+        ("tokenizer.ggml.scores", Value::Array(f.scores.iter().map(|&s| Value::F32(s)).collect())),
+        ("tokenizer.ggml.token_type", Value::Array(f.types.iter().map(|&t| Value::I32(t)).collect())),
+        ("tokenizer.ggml.bos_token_id", Value::U32(f.bos)),
+        ("tokenizer.ggml.eos_token_id", Value::U32(f.eos)),
+        ("tokenizer.ggml.unknown_token_id", Value::U32(f.unk)),
+        ("tokenizer.ggml.add_bos_token", Value::Bool(true)),
+        ("tokenizer.ggml.add_space_prefix", Value::Bool(true)),
+    ];
+    let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
+    let path = std::env::temp_dir().join(format!("veil-spm-{}.gguf", std::process::id()));
+    write(&mut std::fs::File::create(&path).unwrap(), &meta_refs, &[]).unwrap();
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    std::fs::remove_file(&path).ok();
+    for c in &f.cases {
+        let ids = tok.encode(&c.text, c.parse_special).unwrap();
+        assert_eq!(ids, c.ids, "{:?} (special: {})", c.text, c.parse_special);
+        assert_eq!(tok.decode(&ids[1..]).unwrap(), c.decoded, "{:?}", c.text);
+    }
+    assert!(f.cases.len() >= 16);
+}
+
+/// Every served quant type loads and computes: a small random two-layer
+/// Llama written with each type for its matrices must give logits close to
+/// the same model in f32 (closer for wider types), and split equal whole.
+#[test]
+fn every_served_quant_type_matches_the_f32_model() {
+    use candle_core::quantized::gguf_file::{write, Value};
+    use candle_core::quantized::{GgmlDType, QTensor};
+    use candle_core::{DType, Device as Dev, Tensor as T};
+    use veil_enclave::model::{Logits, SliceOutput};
+    let (d, ff, heads, kv_heads, vocab, layers) = (256usize, 512usize, 4u32, 2u32, 64usize, 2u32);
+    let hd = d / heads as usize;
+    let mut seed = 7u64;
+    let mut rand = |n: usize, scale: f32| -> Vec<f32> {
+        (0..n)
+            .map(|_| {
+                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
+            })
+            .collect()
+    };
+    let mut mats: Vec<(String, Vec<f32>, (usize, usize))> =
+        vec![("token_embd.weight".into(), rand(vocab * d, 2.0), (vocab, d))];
+    let mut norms: Vec<(String, Vec<f32>)> = vec![("output_norm.weight".into(), vec![1.0; d])];
+    for l in 0..layers {
+        let p = format!("blk.{l}");
+        let kvw = kv_heads as usize * hd;
+        for (name, rows, cols) in [
+            ("attn_q", d, d),
+            ("attn_k", kvw, d),
+            ("attn_v", kvw, d),
+            ("attn_output", d, d),
+            ("ffn_gate", ff, d),
+            ("ffn_up", ff, d),
+            ("ffn_down", d, ff),
+        ] {
+            mats.push((format!("{p}.{name}.weight"), rand(rows * cols, 0.2), (rows, cols)));
+        }
+        norms.push((format!("{p}.attn_norm.weight"), vec![1.0; d]));
+        norms.push((format!("{p}.ffn_norm.weight"), vec![1.0; d]));
+    }
+    mats.push(("output.weight".into(), rand(vocab * d, 0.5), (vocab, d)));
+    let meta = [
+        ("general.architecture", Value::String("llama".into())),
+        ("llama.block_count", Value::U32(layers)),
+        ("llama.embedding_length", Value::U32(d as u32)),
+        ("llama.attention.head_count", Value::U32(heads)),
+        ("llama.attention.head_count_kv", Value::U32(kv_heads)),
+        ("llama.context_length", Value::U32(64)),
+        ("llama.vocab_size", Value::U32(vocab as u32)),
+        ("llama.attention.layer_norm_rms_epsilon", Value::F32(1e-5)),
+    ];
+    let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
+    let dir = std::env::temp_dir().join(format!("veil-quant-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |dtype: GgmlDType| -> (Vec<f32>, Vec<f32>) {
+        let mut tensors: Vec<(String, QTensor)> = Vec::new();
+        for (name, data, shape) in &mats {
+            let t = T::from_vec(data.clone(), *shape, &Dev::Cpu).unwrap();
+            tensors.push((name.clone(), QTensor::quantize(&t, dtype).unwrap()));
+        }
+        for (name, data) in &norms {
+            let t = T::from_vec(data.clone(), d, &Dev::Cpu).unwrap().to_dtype(DType::F32).unwrap();
+            tensors.push((name.clone(), QTensor::quantize(&t, GgmlDType::F32).unwrap()));
+        }
+        let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+        let path = dir.join(format!("{dtype:?}.gguf"));
+        write(&mut std::fs::File::create(&path).unwrap(), &meta_refs, &refs).unwrap();
+        let ids = [1u32, 5, 9, 33, 63, 2];
+        let logits = |slices: &[LayerSlice]| -> Vec<f32> {
+            let mut kvs: Vec<_> = slices.iter().map(|s| s.new_session(DEFAULT_KV_BUDGET_BYTES)).collect();
+            let mut h = slices[0].embed(&ids).unwrap();
+            for (s, kv) in slices.iter().zip(&mut kvs) {
+                match s.forward(h.clone(), kv, 0, Logits::All).unwrap() {
+                    SliceOutput::Hidden(next) => h = next,
+                    SliceOutput::Logits(l) => return l.into_vec(),
+                }
+            }
+            unreachable!("no LM head")
+        };
+        let whole = logits(&[LayerSlice::load(&path, 0..2).unwrap()]);
+        let split = logits(&[LayerSlice::load(&path, 0..1).unwrap(), LayerSlice::load(&path, 1..2).unwrap()]);
+        (whole, split)
+    };
+    let (reference, _) = run(GgmlDType::F32);
+    for (dtype, bound) in [
+        // Uniform random weights are the quantizers' worst case; the bounds
+        // sit about 1.5x above what each type measured here.
+        (GgmlDType::F16, 0.002),
+        (GgmlDType::Q8_0, 0.025),
+        (GgmlDType::Q6K, 0.07),
+        (GgmlDType::Q5K, 0.13),
+        (GgmlDType::Q4K, 0.25),
+        (GgmlDType::Q4_0, 0.3),
+        (GgmlDType::Q4_1, 0.25),
+    ] {
+        let (whole, split) = run(dtype);
+        assert_eq!(whole, split, "{dtype:?}: split differs from whole");
+        let err: f32 = whole.iter().zip(&reference).map(|(a, b)| (a - b).powi(2)).sum::<f32>().sqrt()
+            / reference.iter().map(|b| b * b).sum::<f32>().sqrt();
+        println!("{dtype:?}: relative L2 error {err:.4} (bound {bound})");
+        assert!(err < bound, "{dtype:?}: relative error {err} against f32");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,4 +1,5 @@
 //! The entry shard's text side: tokenizer, chat template, sampler.
 
 pub mod sampler;
+pub mod spm;
 pub mod tokenizer;

@@ -1,5 +1,6 @@
-//! The tokenizer and chat template a GGUF carries, rebuilt on the
-//! `tokenizers` crate (byte-level BPE) and `minijinja`.
+//! The tokenizer and chat template a GGUF carries: byte-level BPE
+//! (`gpt2`) rebuilt on the `tokenizers` crate, sentencepiece-style vocabularies
+//! (`llama`) on [`Spm`](super::spm::Spm), templates on `minijinja`.
 
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -7,6 +8,7 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer as HfTokenizer};
 
+use super::spm::{token_type, Spm};
 use crate::model::error::{ModelError, Result};
 use crate::model::GgufFile;
 
@@ -39,12 +41,20 @@ fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
     })
 }
 
+/// The text ↔ ids engine of a vocabulary type.
+enum Engine {
+    Bpe {
+        /// Parses special-token text (`<|im_start|>`) into its id.
+        with_special: Box<HfTokenizer>,
+        /// Treats all text as text.
+        plain: Box<HfTokenizer>,
+    },
+    Spm(Box<Spm>),
+}
+
 /// A model's tokenizer: text ↔ ids, special tokens, BOS/EOS.
 pub struct Tokenizer {
-    /// Parses special-token text (`<|im_start|>`) into its id.
-    with_special: HfTokenizer,
-    /// Treats all text as text.
-    plain: HfTokenizer,
+    engine: Engine,
     eos: u32,
     bos: Option<u32>,
     add_bos: bool,
@@ -65,14 +75,65 @@ impl Tokenizer {
     /// Builds the tokenizer from GGUF metadata.
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
         let model = g.meta_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(ModelError::Unsupported(format!(
-                "tokenizer model {model:?}: only byte-level BPE (gpt2) is built so far"
-            )));
-        }
-        let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or("default").to_owned();
         let tokens = g.meta_strings("tokenizer.ggml.tokens")?;
         let types = g.meta_ints("tokenizer.ggml.token_type").unwrap_or_default();
+        let id = |k: &str| g.meta_u64(k).ok().and_then(|v| u32::try_from(v).ok());
+        // Control and user-defined tokens are matched as wholes when special
+        // parsing is on, and left out of decoded text, as llama.cpp does.
+        let special_ids: Vec<u32> = types
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| matches!(**t, token_type::CONTROL | token_type::USER_DEFINED))
+            .map(|(i, _)| i as u32)
+            .collect();
+        let engine = match model {
+            "gpt2" => Self::bpe(g, &tokens, &special_ids)?,
+            "llama" => {
+                let scores = g.meta_f32s("tokenizer.ggml.scores")?;
+                let space_prefix = g.meta_bool("tokenizer.ggml.add_space_prefix").unwrap_or(true);
+                let unk = id("tokenizer.ggml.unknown_token_id");
+                Engine::Spm(Box::new(Spm::new(tokens.clone(), scores, types, unk, space_prefix)?))
+            }
+            other => {
+                return Err(ModelError::Unsupported(format!(
+                    "tokenizer model {other:?} (gpt2 byte-level BPE and llama sentencepiece are served)"
+                )))
+            }
+        };
+        let eos = id("tokenizer.ggml.eos_token_id").ok_or_else(|| ModelError::Malformed("no EOS token id".into()))?;
+        let mut stop_ids = vec![eos];
+        if let Some(eot) = id("tokenizer.ggml.eot_token_id") {
+            stop_ids.push(eot);
+        }
+        // Chat models end a turn with <|im_end|> / <|eot_id|>; stop there too.
+        for name in ["<|im_end|>", "<|eot_id|>", "<|end|>"] {
+            if let Some(i) = tokens.iter().position(|t| t == name) {
+                if !stop_ids.contains(&(i as u32)) {
+                    stop_ids.push(i as u32);
+                }
+            }
+        }
+        let chat_template = match g.meta("tokenizer.chat_template") {
+            Some(_) => Some(g.meta_str("tokenizer.chat_template")?.to_owned()),
+            None => None,
+        };
+        // Sentencepiece vocabularies prepend BOS unless told otherwise.
+        let add_bos_default = model == "llama";
+        Ok(Self {
+            engine,
+            eos,
+            bos: id("tokenizer.ggml.bos_token_id"),
+            add_bos: g.meta_bool("tokenizer.ggml.add_bos_token").unwrap_or(add_bos_default),
+            stop_ids,
+            special_ids,
+            vocab: tokens.len(),
+            chat_template,
+            tokens,
+        })
+    }
+
+    fn bpe(g: &GgufFile, tokens: &[String], special_ids: &[u32]) -> Result<Engine> {
+        let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or("default").to_owned();
         let merges: Vec<(String, String)> = g
             .meta_strings("tokenizer.ggml.merges")?
             .into_iter()
@@ -92,46 +153,13 @@ impl Tokenizer {
         plain.with_pre_tokenizer(Some(pre_tokenizer(&pre)?));
         plain.with_decoder(Some(ByteLevel::default()));
         let mut with_special = plain.clone();
-        // Control (3) and user-defined (4) tokens are matched as wholes when
-        // special parsing is on, as llama.cpp does.
-        let special_ids: Vec<u32> =
-            types.iter().enumerate().filter(|(_, t)| matches!(**t, 3 | 4)).map(|(i, _)| i as u32).collect();
         let specials: Vec<AddedToken> = special_ids
             .iter()
             .filter_map(|&i| tokens.get(i as usize))
             .map(|t| AddedToken::from(t.clone(), true))
             .collect();
         with_special.add_special_tokens(specials).map_err(|e| ModelError::Malformed(format!("special tokens: {e}")))?;
-        let id = |k: &str| g.meta_u64(k).ok().and_then(|v| u32::try_from(v).ok());
-        let eos = id("tokenizer.ggml.eos_token_id").ok_or_else(|| ModelError::Malformed("no EOS token id".into()))?;
-        let mut stop_ids = vec![eos];
-        if let Some(eot) = id("tokenizer.ggml.eot_token_id") {
-            stop_ids.push(eot);
-        }
-        // Chat models end a turn with <|im_end|> / <|eot_id|>; stop there too.
-        for name in ["<|im_end|>", "<|eot_id|>", "<|end|>"] {
-            if let Some(i) = tokens.iter().position(|t| t == name) {
-                if !stop_ids.contains(&(i as u32)) {
-                    stop_ids.push(i as u32);
-                }
-            }
-        }
-        let chat_template = match g.meta("tokenizer.chat_template") {
-            Some(_) => Some(g.meta_str("tokenizer.chat_template")?.to_owned()),
-            None => None,
-        };
-        Ok(Self {
-            with_special,
-            plain,
-            eos,
-            bos: id("tokenizer.ggml.bos_token_id"),
-            add_bos: g.meta_bool("tokenizer.ggml.add_bos_token").unwrap_or(false),
-            stop_ids,
-            special_ids,
-            vocab: tokens.len(),
-            chat_template,
-            tokens,
-        })
+        Ok(Engine::Bpe { with_special: Box::new(with_special), plain: Box::new(plain) })
     }
 
     /// Text to ids. `parse_special` matches special-token text as the
@@ -141,22 +169,33 @@ impl Tokenizer {
         if text.is_empty() {
             return Err(ModelError::Invalid("empty prompt".into()));
         }
-        let t = if parse_special { &self.with_special } else { &self.plain };
-        let enc = t.encode(text, false).map_err(|e| ModelError::Invalid(format!("tokenize: {e}")))?;
-        let mut ids = Vec::with_capacity(enc.get_ids().len() + 1);
+        let mut ids = Vec::new();
         if self.add_bos {
-            if let Some(b) = self.bos {
-                ids.push(b);
-            }
+            ids.extend(self.bos);
         }
-        ids.extend_from_slice(enc.get_ids());
+        match &self.engine {
+            Engine::Bpe { with_special, plain } => {
+                let t = if parse_special { with_special } else { plain };
+                let enc = t.encode(text, false).map_err(|e| ModelError::Invalid(format!("tokenize: {e}")))?;
+                ids.extend_from_slice(enc.get_ids());
+            }
+            Engine::Spm(spm) => ids.extend(spm.encode(text, parse_special)?),
+        }
         Ok(ids)
     }
 
     /// Ids to text (special tokens skipped).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.vocab) {
+            return Err(ModelError::Invalid(format!("token id {bad} is outside the vocabulary of {}", self.vocab)));
+        }
         let ids: Vec<u32> = ids.iter().copied().filter(|i| !self.special_ids.contains(i)).collect();
-        self.plain.decode(&ids, false).map_err(|e| ModelError::Invalid(format!("detokenize: {e}")))
+        match &self.engine {
+            Engine::Bpe { plain, .. } => {
+                plain.decode(&ids, false).map_err(|e| ModelError::Invalid(format!("detokenize: {e}")))
+            }
+            Engine::Spm(spm) => spm.decode(&ids),
+        }
     }
 
     /// The end-of-sequence id.

@@ -119,6 +119,21 @@ impl GgufFile {
         }
     }
 
+    /// Float array metadata.
+    pub fn meta_f32s(&self, key: &str) -> Result<Vec<f32>> {
+        match self.meta(key) {
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| {
+                    v.to_f32()
+                        .or_else(|_| v.to_f64().map(|x| x as f32))
+                        .map_err(|_| ModelError::Malformed(format!("{key} holds a non-float")))
+                })
+                .collect(),
+            _ => Err(ModelError::Malformed(format!("metadata {key} is missing or not an array"))),
+        }
+    }
+
     /// Integer array metadata.
     pub fn meta_ints(&self, key: &str) -> Result<Vec<i64>> {
         match self.meta(key) {

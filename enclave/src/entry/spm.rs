@@ -1,0 +1,288 @@
+//! The sentencepiece-style tokenizer of GGUF files whose
+//! `tokenizer.ggml.model` is `llama` (Llama 1/2, Mistral, and their kin):
+//! scored pieces merged greedily, highest score first, with byte fallback
+//! (`<0xXX>` tokens) for characters no piece covers, and spaces written as
+//! `▁`. The merge order follows llama.cpp's SPM tokenizer, which
+//! `scripts/reference/gen_spm_fixtures.py` checks it against.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+
+use crate::model::error::{ModelError, Result};
+
+/// How sentencepiece writes a space.
+const SPACE: &str = "\u{2581}";
+
+/// GGUF token types (llama.cpp's `llama_token_type`).
+pub mod token_type {
+    /// The unknown-token placeholder.
+    pub const UNKNOWN: i64 = 2;
+    /// BOS, EOS, chat-turn markers: never produced from plain text.
+    pub const CONTROL: i64 = 3;
+    /// Added tokens matched as wholes.
+    pub const USER_DEFINED: i64 = 4;
+    /// A `<0xXX>` byte-fallback token.
+    pub const BYTE: i64 = 6;
+}
+
+/// A sentencepiece vocabulary.
+#[derive(Debug)]
+pub struct Spm {
+    tokens: Vec<String>,
+    scores: Vec<f32>,
+    types: Vec<i64>,
+    by_text: HashMap<String, u32>,
+    bytes: [Option<u32>; 256],
+    unk: Option<u32>,
+    add_space_prefix: bool,
+    /// Control and user-defined tokens, longest text first, matched as wholes
+    /// when special parsing is on.
+    specials: Vec<(String, u32)>,
+}
+
+/// A candidate merge of two adjacent symbols.
+#[derive(Debug)]
+struct Bigram {
+    left: usize,
+    right: usize,
+    score: f32,
+    len: usize,
+}
+
+impl PartialEq for Bigram {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Bigram {}
+impl PartialOrd for Bigram {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Bigram {
+    /// Highest score first; among equal scores, the leftmost pair.
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.score.total_cmp(&other.score).then_with(|| other.left.cmp(&self.left))
+    }
+}
+
+/// A run of text in the linked list of symbols being merged.
+#[derive(Clone, Copy, Debug)]
+struct Symbol {
+    start: usize,
+    len: usize,
+    prev: Option<usize>,
+    next: Option<usize>,
+}
+
+impl Spm {
+    /// Builds the vocabulary from GGUF token texts, scores and types.
+    pub fn new(
+        tokens: Vec<String>,
+        scores: Vec<f32>,
+        types: Vec<i64>,
+        unk: Option<u32>,
+        add_space_prefix: bool,
+    ) -> Result<Self> {
+        if scores.len() != tokens.len() || (!types.is_empty() && types.len() != tokens.len()) {
+            return Err(ModelError::Malformed("sentencepiece scores or types do not match the token list".into()));
+        }
+        let types = if types.is_empty() { vec![1; tokens.len()] } else { types };
+        let mut by_text = HashMap::with_capacity(tokens.len());
+        let mut bytes = [None; 256];
+        let mut specials = Vec::new();
+        for (i, (t, kind)) in tokens.iter().zip(&types).enumerate() {
+            let id = i as u32;
+            match *kind {
+                token_type::BYTE => {
+                    let hex = t.strip_prefix("<0x").and_then(|h| h.strip_suffix('>'));
+                    match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                        Some(b) => bytes[usize::from(b)] = Some(id),
+                        None => return Err(ModelError::Malformed(format!("byte token {t:?} is not <0xXX>"))),
+                    }
+                }
+                token_type::CONTROL | token_type::USER_DEFINED if !t.is_empty() => specials.push((t.clone(), id)),
+                _ => {}
+            }
+            by_text.entry(t.clone()).or_insert(id);
+        }
+        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        let unk = unk.or_else(|| types.iter().position(|&k| k == token_type::UNKNOWN).map(|i| i as u32));
+        Ok(Self { tokens, scores, types, by_text, bytes, unk, add_space_prefix, specials })
+    }
+
+    /// Text to ids (no BOS). With `parse_special`, control-token text is
+    /// the token; a fragment after one (or at the start) gets the space
+    /// prefix, as llama.cpp does.
+    pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
+        let mut out = Vec::new();
+        let mut prev_special = true;
+        for fragment in self.fragments(text, parse_special) {
+            match fragment {
+                Fragment::Special(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                Fragment::Text(t) => {
+                    let mut s = String::with_capacity(t.len() + 3);
+                    if self.add_space_prefix && prev_special {
+                        s.push(' ');
+                    }
+                    s.push_str(t);
+                    self.encode_piece(&s.replace(' ', SPACE), &mut out)?;
+                    prev_special = false;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn fragments<'t>(&self, text: &'t str, parse_special: bool) -> Vec<Fragment<'t>> {
+        let mut out = Vec::new();
+        let mut rest = 0;
+        let mut i = 0;
+        while parse_special && i < text.len() {
+            let hit = self.specials.iter().find(|(s, _)| text[i..].starts_with(s.as_str()));
+            match hit {
+                Some((s, id)) => {
+                    if rest < i {
+                        out.push(Fragment::Text(&text[rest..i]));
+                    }
+                    out.push(Fragment::Special(*id));
+                    i += s.len();
+                    rest = i;
+                }
+                None => i += text[i..].chars().next().map_or(1, char::len_utf8),
+            }
+        }
+        if rest < text.len() {
+            out.push(Fragment::Text(&text[rest..]));
+        }
+        out
+    }
+
+    /// Merges one escaped piece of text and appends its ids.
+    fn encode_piece(&self, text: &str, out: &mut Vec<u32>) -> Result<()> {
+        let mut symbols: Vec<Symbol> = Vec::new();
+        for (start, c) in text.char_indices() {
+            let at = symbols.len();
+            symbols.push(Symbol {
+                start,
+                len: c.len_utf8(),
+                prev: at.checked_sub(1),
+                next: (start + c.len_utf8() < text.len()).then_some(at + 1),
+            });
+        }
+        let mut queue = BinaryHeap::new();
+        let bigram = |symbols: &[Symbol], left: Option<usize>, right: Option<usize>| -> Option<Bigram> {
+            let (l, r) = (left?, right?);
+            let (a, b) = (symbols[l], symbols[r]);
+            let id = *self.by_text.get(&text[a.start..b.start + b.len])?;
+            Some(Bigram { left: l, right: r, score: self.scores[id as usize], len: a.len + b.len })
+        };
+        for i in 1..symbols.len() {
+            queue.extend(bigram(&symbols, Some(i - 1), Some(i)));
+        }
+        while let Some(b) = queue.pop() {
+            let (l, r) = (symbols[b.left], symbols[b.right]);
+            // Stale: one side has merged since this pair was queued.
+            if l.len == 0 || r.len == 0 || l.len + r.len != b.len {
+                continue;
+            }
+            symbols[b.left].len += r.len;
+            symbols[b.right].len = 0;
+            symbols[b.left].next = r.next;
+            if let Some(n) = r.next {
+                symbols[n].prev = Some(b.left);
+            }
+            queue.extend(bigram(&symbols, l.prev, Some(b.left)));
+            queue.extend(bigram(&symbols, Some(b.left), r.next));
+        }
+        let mut at = if symbols.is_empty() { None } else { Some(0) };
+        while let Some(i) = at {
+            let s = symbols[i];
+            let piece = &text[s.start..s.start + s.len];
+            match self.by_text.get(piece) {
+                Some(&id) => out.push(id),
+                None => {
+                    for byte in piece.bytes() {
+                        let id = self.bytes[usize::from(byte)].or(self.unk).ok_or_else(|| {
+                            ModelError::Unsupported("text needs a byte token the vocabulary lacks".into())
+                        })?;
+                        out.push(id);
+                    }
+                }
+            }
+            at = s.next;
+        }
+        Ok(())
+    }
+
+    /// Ids to text as llama.cpp's pieces concatenate: `▁` becomes a space,
+    /// byte tokens their byte; control tokens are dropped.
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        let mut bytes = Vec::new();
+        for &id in ids {
+            let i = id as usize;
+            let text = self
+                .tokens
+                .get(i)
+                .ok_or_else(|| ModelError::Invalid(format!("token id {id} is outside the vocabulary")))?;
+            match self.types[i] {
+                token_type::BYTE => bytes.extend(self.bytes.iter().position(|b| *b == Some(id)).map(|b| b as u8)),
+                token_type::CONTROL | token_type::UNKNOWN => {}
+                _ => bytes.extend_from_slice(text.replace(SPACE, " ").as_bytes()),
+            }
+        }
+        Ok(String::from_utf8_lossy(&bytes).into_owned())
+    }
+}
+
+enum Fragment<'t> {
+    Text(&'t str),
+    Special(u32),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vocab() -> Spm {
+        let mut tokens = vec!["<unk>".to_owned(), "<s>".into(), "</s>".into()];
+        let mut scores = vec![0.0; 3];
+        let mut types = vec![token_type::UNKNOWN, token_type::CONTROL, token_type::CONTROL];
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            scores.push(0.0);
+            types.push(token_type::BYTE);
+        }
+        for (t, s) in [("▁", -1.0), ("a", -2.0), ("b", -2.0), ("ab", -3.0), ("▁ab", -4.0), ("ba", -2.5)] {
+            tokens.push(t.into());
+            scores.push(s);
+            types.push(1);
+        }
+        Spm::new(tokens, scores, types, Some(0), true).unwrap()
+    }
+
+    #[test]
+    fn merges_by_score_and_falls_back_to_bytes() {
+        let v = vocab();
+        let id = |t: &str| v.by_text[t];
+        // "▁ab": ▁+a has no piece; a+b (−3) merges, then ▁+ab (−4).
+        assert_eq!(v.encode("ab", false).unwrap(), vec![id("▁ab")]);
+        // "▁aba": b+a (−2.5) beats a+b (−3), leaving ▁ a ba.
+        assert_eq!(v.encode("aba", false).unwrap(), vec![id("▁"), id("a"), id("ba")]);
+        // 'z' has no piece: its byte token.
+        assert_eq!(v.encode("z", false).unwrap(), vec![id("▁"), v.bytes[b'z' as usize].unwrap()]);
+        assert_eq!(v.decode(&v.encode("ab z", false).unwrap()).unwrap(), " ab z");
+    }
+
+    #[test]
+    fn specials_only_when_asked() {
+        let v = vocab();
+        assert_eq!(v.encode("</s>", true).unwrap(), vec![2]);
+        assert!(v.encode("</s>", false).unwrap().len() > 1);
+        assert!(Spm::new(vec!["<0xZZ>".into()], vec![0.0], vec![token_type::BYTE], None, true).is_err());
+    }
+}
