@@ -152,7 +152,7 @@ fn teacher_forced_argmax_agrees_with_llamacpp() {
     );
     // Every disagreement above sits at a near-tie in the reference (gap < 0.5).
     assert!(rate >= 0.97, "agreement {rate}");
-    assert!(min_overlap >= 3, "top-5 overlap {min_overlap}");
+    assert!(min_overlap >= 4, "top-5 overlap {min_overlap}");
     assert!(max_first_diff < 0.5, "first-position logits differ by {max_first_diff}");
 }
 
