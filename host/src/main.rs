@@ -1,27 +1,39 @@
 //! `veil-host`: the untrusted side of a Veil node.
 //!
-//! The host holds no key that opens a request. Its public API (attestation
-//! relay, sealed-request relay, health, metrics) and the supervision of
-//! shard processes are built by the sealed-request and pipeline work; until
-//! then this binary only reports its version, and says so.
+//! The relay API and shard supervision are not built yet (see the README
+//! roadmap); today the binary runs test and benchmark tooling. This file only
+//! sets up logging, parses arguments, builds the runtime and dispatches to
+//! the subcommand's module in `veil_host::cli`.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
 
 use clap::Parser;
+use veil_host::cli::{self, Cli, Command};
 
-/// The untrusted Veil host (relay and supervision).
-#[derive(Debug, Parser)]
-#[command(
-    name = "veil-host",
-    version,
-    about,
-    long_about = "The untrusted Veil host. Its relay API and shard supervision are not built yet; this build only reports its version."
-)]
-struct Cli {}
-
-fn main() {
-    let _ = Cli::parse();
-    eprintln!(
-        "veil-host {}: the relay API and shard supervision are not built yet (see README, roadmap)",
-        env!("CARGO_PKG_VERSION")
-    );
-    std::process::exit(2);
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        // Scripts read the listening address from the log; keep colour codes out of pipes.
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("veil-host: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome: anyhow::Result<()> = match cli.command {
+        Command::WanShim(args) => runtime.block_on(cli::wan_shim::run(args)).map_err(Into::into),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("veil-host: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }
