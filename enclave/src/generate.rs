@@ -88,6 +88,7 @@ impl LocalModel {
             match slice.forward(hidden, kv, start, logits)? {
                 SliceOutput::Hidden(h) => hidden = h,
                 SliceOutput::Logits(l) => return Ok(l),
+                SliceOutput::CacheOnly => break,
             }
         }
         Err(ModelError::Invalid("the last slice has no LM head".into()))
@@ -106,7 +107,7 @@ pub struct GenerateRequest {
 }
 
 /// What was generated.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Generation {
     /// The prompt.
     pub prompt_ids: Vec<u32>,
@@ -114,6 +115,75 @@ pub struct Generation {
     pub ids: Vec<u32>,
     /// New text.
     pub text: String,
+}
+
+/// Generated ids turned into text as they come: pieces are emitted only
+/// when they end on a whole character, and stop strings cut the text.
+#[derive(Debug)]
+pub struct TextStream<'t> {
+    tokenizer: &'t Tokenizer,
+    stop: Vec<String>,
+    ids: Vec<u32>,
+    text: String,
+}
+
+/// What one more token did to the text.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct TextStep {
+    /// New text to emit (possibly empty).
+    pub piece: String,
+    /// A stop string was reached: generation ends here.
+    pub stopped: bool,
+}
+
+impl<'t> TextStream<'t> {
+    /// A stream ending at any of `stop`.
+    pub fn new(tokenizer: &'t Tokenizer, stop: Vec<String>) -> Self {
+        Self { tokenizer, stop, ids: Vec::new(), text: String::new() }
+    }
+
+    /// Adds a generated id (not a stop id).
+    pub fn push(&mut self, id: u32) -> Result<TextStep> {
+        self.ids.push(id);
+        let full = self.tokenizer.decode(&self.ids)?;
+        if let Some(cut) = self.stop.iter().filter_map(|s| full.find(s.as_str())).min() {
+            let piece = full[self.text.len().min(cut)..cut].to_owned();
+            self.text = full[..cut].to_owned();
+            return Ok(TextStep { piece, stopped: true });
+        }
+        // Emit only complete characters (a token can end mid-UTF-8).
+        if !full.ends_with('\u{FFFD}') && full.len() > self.text.len() && full.starts_with(&self.text) {
+            let piece = full[self.text.len()..].to_owned();
+            self.text = full;
+            return Ok(TextStep { piece, stopped: false });
+        }
+        Ok(TextStep::default())
+    }
+
+    /// Ends the stream: the last piece still held back (if any), the ids and the text.
+    pub fn finish(mut self, stopped: bool) -> Result<(String, Vec<u32>, String)> {
+        let full = self.tokenizer.decode(&self.ids)?;
+        let mut rest = String::new();
+        if !stopped && full.len() > self.text.len() && full.starts_with(&self.text) {
+            rest = full[self.text.len()..].to_owned();
+            self.text = full;
+        }
+        Ok((rest, self.ids, self.text))
+    }
+}
+
+/// Checks a request against a context window; returns the token budget.
+pub fn check_request(req: &GenerateRequest, context: usize) -> Result<usize> {
+    if req.prompt_ids.is_empty() {
+        return Err(ModelError::Invalid("empty prompt".into()));
+    }
+    if req.prompt_ids.len() >= context {
+        return Err(ModelError::Invalid(format!(
+            "prompt of {} tokens does not fit the context of {context}",
+            req.prompt_ids.len()
+        )));
+    }
+    Ok(req.max_tokens.min(context - req.prompt_ids.len()))
 }
 
 /// Generates, calling `on_text` with each new piece of text.
@@ -124,46 +194,27 @@ pub fn generate(
     req: &GenerateRequest,
     mut on_text: impl FnMut(&str),
 ) -> Result<Generation> {
-    if req.prompt_ids.is_empty() {
-        return Err(ModelError::Invalid("empty prompt".into()));
-    }
-    let ctx = model.context_length();
-    if req.prompt_ids.len() >= ctx {
-        return Err(ModelError::Invalid(format!(
-            "prompt of {} tokens does not fit the context of {ctx}",
-            req.prompt_ids.len()
-        )));
-    }
-    let max_tokens = req.max_tokens.min(ctx - req.prompt_ids.len());
+    let max_tokens = check_request(req, model.context_length())?;
     let mut session = model.session(DEFAULT_KV_BUDGET_BYTES);
     let mut history = req.prompt_ids.clone();
-    let mut ids = Vec::new();
-    let mut text = String::new();
+    let mut stream = TextStream::new(tokenizer, req.stop.clone());
+    let mut stopped = false;
     let mut logits = model.step_last(&mut session, &req.prompt_ids)?;
     for _ in 0..max_tokens {
         let next = sampler.sample(logits.last(), &history)?;
         if tokenizer.stop_ids().contains(&next) {
             break;
         }
-        ids.push(next);
         history.push(next);
-        let full = tokenizer.decode(&ids)?;
-        if let Some(cut) = req.stop.iter().filter_map(|s| full.find(s.as_str())).min() {
-            on_text(&full[text.len().min(cut)..cut]);
-            text = full[..cut].to_owned();
+        let step = stream.push(next)?;
+        on_text(&step.piece);
+        if step.stopped {
+            stopped = true;
             break;
-        }
-        // Emit only complete characters (a token can end mid-UTF-8).
-        if !full.ends_with('\u{FFFD}') && full.len() > text.len() && full.starts_with(&text) {
-            on_text(&full[text.len()..]);
-            text = full;
         }
         logits = model.step_last(&mut session, &[next])?;
     }
-    let full = tokenizer.decode(&ids)?;
-    if req.stop.is_empty() && full.len() > text.len() && full.starts_with(&text) {
-        on_text(&full[text.len()..]);
-        text = full;
-    }
+    let (rest, ids, text) = stream.finish(stopped)?;
+    on_text(&rest);
     Ok(Generation { prompt_ids: req.prompt_ids.clone(), ids, text })
 }

@@ -49,16 +49,41 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Generate text with the model in this process.
+    /// Generate text with the model in this process, or through a running
+    /// pipeline's entry (`--entry`).
     Generate(GenerateArgs),
+    /// Serve one stage of a route (the entry for stage 0).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Route file (TOML; see deploy/local/cluster.toml).
+    #[arg(long)]
+    config: PathBuf,
+    /// Stage to serve (0 = the entry).
+    #[arg(long)]
+    stage: usize,
+    /// Which of the stage's replica addresses to serve.
+    #[arg(long, default_value_t = 0)]
+    replica: usize,
+    /// Attest with the SEV-SNP guest device instead of the route's simulated root.
+    #[arg(long)]
+    hardware: bool,
+    /// Exit when stdin closes (set by a supervisor, so no shard outlives it).
+    #[arg(long)]
+    supervised: bool,
 }
 
 #[derive(Debug, clap::Args)]
 #[command(group(clap::ArgGroup::new("input").required(true).args(["prompt", "prompt_ids"])))]
 struct GenerateArgs {
-    /// GGUF file.
+    /// GGUF file (single-process generation).
+    #[arg(long, required_unless_present = "entry", conflicts_with = "entry")]
+    model: Option<PathBuf>,
+    /// A pipeline entry's internal generate endpoint (`HOST:PORT`, loopback).
     #[arg(long)]
-    model: PathBuf,
+    entry: Option<std::net::SocketAddr>,
     /// Prompt text.
     #[arg(long)]
     prompt: Option<String>,
@@ -149,7 +174,11 @@ fn run() -> anyhow::Result<()> {
                 println!("{root}  layers {}..{} ({} tensors)", range.start, range.end, slice.manifest().len());
             }
         }
-        Command::Generate(args) => generate(args)?,
+        Command::Generate(args) => match args.entry {
+            Some(addr) => generate_remote(addr, &args)?,
+            None => generate(args)?,
+        },
+        Command::Serve(args) => serve(args)?,
     }
     Ok(())
 }
@@ -160,7 +189,8 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     use veil_enclave::entry::tokenizer::ChatMessage;
     use veil_enclave::generate::{generate, GenerateRequest, LocalModel};
 
-    let (model, tokenizer) = LocalModel::load(&args.model, &args.split)?;
+    let path = args.model.clone().context("--model is required")?;
+    let (model, tokenizer) = LocalModel::load(&path, &args.split)?;
     let prompt_ids = match (&args.prompt, &args.prompt_ids) {
         (Some(text), _) if args.chat => {
             let rendered = tokenizer.render_chat(&[ChatMessage { role: "user".into(), content: text.clone() }])?;
@@ -194,4 +224,94 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
         println!();
     }
     Ok(())
+}
+
+fn generate_remote(addr: std::net::SocketAddr, args: &GenerateArgs) -> anyhow::Result<()> {
+    use std::io::{BufRead, Write};
+    use veil_enclave::pipeline::entry::{GenerateEvent, GenerateWire};
+
+    if !addr.ip().is_loopback() {
+        anyhow::bail!("--entry must be a loopback address: the internal endpoint carries plaintext");
+    }
+    let req = GenerateWire {
+        prompt: args.prompt.clone(),
+        prompt_ids: args.prompt_ids.clone(),
+        chat: args.chat,
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        seed: args.seed,
+        stop: args.stop.clone(),
+    };
+    let mut tcp = std::net::TcpStream::connect(addr).with_context(|| format!("connecting to the entry at {addr}"))?;
+    tcp.write_all(format!("{}\n", serde_json::to_string(&req)?).as_bytes())?;
+    let mut out = std::io::stdout();
+    for line in std::io::BufReader::new(tcp).lines() {
+        match serde_json::from_str::<GenerateEvent>(&line?).context("reading the entry's answer")? {
+            GenerateEvent::Text(piece) => {
+                if !args.json {
+                    out.write_all(piece.as_bytes())?;
+                    out.flush()?;
+                }
+            }
+            GenerateEvent::Done(g) => {
+                if args.json {
+                    println!("{}", serde_json::to_string(&g)?);
+                } else {
+                    println!();
+                }
+                return Ok(());
+            }
+            GenerateEvent::Error(e) => anyhow::bail!("the pipeline refused or failed: {e}"),
+        }
+    }
+    anyhow::bail!("the entry closed the connection before finishing")
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    use veil_enclave::pipeline::{entry, route::Route, shard};
+
+    let route = Route::load(&args.config)?;
+    let source = match (&route.simulated_root, args.hardware) {
+        (_, true) => Source::Hardware { vmpl: 0 },
+        (Some(dir), false) => Source::Simulated(dir.clone()),
+        (None, false) => anyhow::bail!("the route sets no simulated_root; use --hardware on SEV-SNP"),
+    };
+    let attester = attest::attester(&source)?;
+    let loaded = shard::load(&route, args.stage, attester.as_ref())?;
+    if args.supervised {
+        // The supervisor holds our stdin; when it goes away, so do we.
+        std::thread::spawn(|| {
+            let mut sink = Vec::new();
+            let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+            tracing::info!("supervisor gone (stdin closed): exiting");
+            std::process::exit(0);
+        });
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    runtime.block_on(async move {
+        if args.stage > 0 {
+            return shard::serve(route, args.stage, args.replica, loaded).await;
+        }
+        let tokenizer =
+            veil_enclave::entry::tokenizer::Tokenizer::from_gguf(&veil_enclave::model::GgufFile::open(&route.model)?)?;
+        let addr = route.stages[0].replicas[0];
+        let gen_addr = route.generate_listen;
+        let listener =
+            tokio::net::TcpListener::bind(gen_addr).await.with_context(|| format!("listening on {gen_addr}"))?;
+        let e = entry::Entry::start(route, loaded.slice, tokenizer, loaded.trust);
+        tracing::info!(%addr, generate = %gen_addr, "entry up; internal generate endpoint on loopback");
+        let waiting = e.clone();
+        tokio::spawn(async move {
+            while !waiting.ready().await {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            tracing::info!("every stage has a verified shard: ready");
+        });
+        entry::serve_generate(e, listener).await;
+        Ok(())
+    })
 }

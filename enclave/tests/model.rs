@@ -501,6 +501,7 @@ fn every_served_quant_type_matches_the_f32_model() {
                 match s.forward(h.clone(), kv, 0, Logits::All).unwrap() {
                     SliceOutput::Hidden(next) => h = next,
                     SliceOutput::Logits(l) => return l.into_vec(),
+                    SliceOutput::CacheOnly => break,
                 }
             }
             unreachable!("no LM head")

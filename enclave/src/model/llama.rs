@@ -356,6 +356,8 @@ pub enum Logits {
     All,
     /// Only the last position (plain prefill and decode).
     Last,
+    /// None: the caller only fills the cache (a prefill chunk that is not the last).
+    None,
 }
 
 /// What a slice returns for one session.
@@ -365,6 +367,8 @@ pub enum SliceOutput {
     Hidden(Rows),
     /// Logits from the last slice: one row per position asked for.
     Logits(Rows),
+    /// The last slice ran, and no logits were asked for ([`Logits::None`]).
+    CacheOnly,
 }
 
 /// One session's positions in a batched forward.
@@ -700,8 +704,12 @@ impl LayerSlice {
             .map(|(it, r)| match it.logits {
                 Logits::All => r,
                 Logits::Last => r.end - 1..r.end,
+                Logits::None => r.end..r.end,
             })
             .collect();
+        if wanted.iter().all(|r| r.is_empty()) {
+            return Ok(items.iter().map(|_| SliceOutput::CacheOnly).collect());
+        }
         let h: Vec<f32> = wanted.iter().flat_map(|r| x[r.start * d..r.end * d].iter().copied()).collect();
         let h = norm.forward(&h);
         let m = h.len() / d;
@@ -710,6 +718,10 @@ impl LayerSlice {
         let mut out = Vec::with_capacity(items.len());
         let mut at = 0;
         for r in wanted {
+            if r.is_empty() {
+                out.push(SliceOutput::CacheOnly);
+                continue;
+            }
             out.push(SliceOutput::Logits(Rows::new(logits[at * vocab..(at + r.len()) * vocab].to_vec(), vocab)?));
             at += r.len();
         }

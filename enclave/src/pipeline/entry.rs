@@ -1,0 +1,540 @@
+//! The entry: stage 0 of the route. Holds the embedding, the first layers,
+//! the tokenizer and the sampler; verifies every shard on the route over
+//! control links (heartbeats, verdicts, end-session) and keeps their
+//! verified evidence; drives each session through the pipeline and re-routes
+//! it to a replica when a shard dies, rebuilding the new route's KV from the
+//! prompt and the committed tokens so the stream continues unchanged.
+//!
+//! Until the sealed API exists, requests arrive on an internal
+//! newline-delimited JSON endpoint bound to loopback only (see
+//! [`GenerateWire`]); `veil-shard generate --entry ADDR` speaks it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Mutex};
+use veil_attestation::ratls::VerifiedPeer;
+
+use super::net::{Downstream, Trust};
+use super::route::Route;
+use super::worker::{Command, Input, Job, Output, StageWorker};
+use crate::entry::sampler::{Sampler, SamplingParams};
+use crate::entry::tokenizer::{ChatMessage, Tokenizer};
+use crate::generate::{check_request, GenerateRequest, Generation, TextStream};
+use crate::link::frame::{ErrorCode, Frame, LinkError, LinkRole, Precision, SamplingSpec, Verdict, Want};
+use crate::model::LayerSlice;
+
+/// Longest request line accepted on the internal endpoint.
+pub const MAX_REQUEST_BYTES: usize = 1 << 20;
+/// How long a session waits for a stage to have a live replica.
+pub const REROUTE_WAIT: Duration = Duration::from_secs(3);
+/// How long one round may take before the session fails.
+pub const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Re-routes one session may take before it fails.
+pub const MAX_REROUTES: usize = 8;
+
+/// A request on the internal endpoint (one JSON line).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateWire {
+    /// Prompt text (tokenized by the entry).
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// Or prompt token ids.
+    #[serde(default)]
+    pub prompt_ids: Option<Vec<u32>>,
+    /// Render `prompt` as one user turn with the model's chat template.
+    #[serde(default)]
+    pub chat: bool,
+    /// Most new tokens.
+    pub max_tokens: usize,
+    /// Sampling temperature (0 = greedy).
+    #[serde(default)]
+    pub temperature: f32,
+    /// Top-k (0 = off).
+    #[serde(default)]
+    pub top_k: usize,
+    /// Top-p (1 = off).
+    #[serde(default = "one")]
+    pub top_p: f32,
+    /// Min-p (0 = off).
+    #[serde(default)]
+    pub min_p: f32,
+    /// Repetition penalty (1 = off).
+    #[serde(default = "one")]
+    pub repeat_penalty: f32,
+    /// Seed.
+    #[serde(default)]
+    pub seed: u64,
+    /// Stop strings.
+    #[serde(default)]
+    pub stop: Vec<String>,
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+/// One line of the endpoint's answer.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum GenerateEvent {
+    /// A piece of text.
+    Text(String),
+    /// Finished.
+    Done(Generation),
+    /// Failed; the message names the cause.
+    Error(String),
+}
+
+#[derive(Debug)]
+enum Event {
+    Verdict(Verdict),
+    Error(LinkError),
+    Down { stage: usize, replica: u8 },
+}
+
+#[derive(Debug, Default)]
+struct Replica {
+    control: Option<mpsc::Sender<Frame>>,
+    evidence: Option<VerifiedPeer>,
+    sessions: usize,
+}
+
+/// The entry's shared state.
+#[derive(Debug)]
+pub struct Entry {
+    route: Route,
+    tokenizer: Tokenizer,
+    context: usize,
+    trust: Arc<Trust>,
+    worker: mpsc::Sender<Command>,
+    sessions: Mutex<HashMap<u64, mpsc::UnboundedSender<Event>>>,
+    /// Per stage after the entry, per replica.
+    replicas: Mutex<Vec<Vec<Replica>>>,
+    next_session: AtomicU64,
+}
+
+impl Entry {
+    /// Starts the entry: worker thread, output dispatch, control links to
+    /// every shard. Returns once they are started (links come up on their own).
+    pub fn start(route: Route, slice: Arc<LayerSlice>, tokenizer: Tokenizer, trust: Arc<Trust>) -> Arc<Self> {
+        let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
+        let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
+        let worker = StageWorker::new(slice.clone(), 0, route.kv_budget_bytes);
+        std::thread::Builder::new()
+            .name("stage-0".into())
+            .spawn(move || worker.run(cmd_rx, out_tx))
+            .map_err(|e| tracing::error!(error = %e, "cannot start the entry worker"))
+            .ok();
+        let replicas =
+            route.stages[1..].iter().map(|s| s.replicas.iter().map(|_| Replica::default()).collect()).collect();
+        let entry = Arc::new(Self {
+            context: slice.config().context_length,
+            route: route.clone(),
+            tokenizer,
+            trust: trust.clone(),
+            worker: cmd_tx,
+            sessions: Mutex::new(HashMap::new()),
+            replicas: Mutex::new(replicas),
+            next_session: AtomicU64::new(1),
+        });
+        let downstream = route.stages.get(1).map(|s| Downstream::new(trust, s.clone()));
+        let e = entry.clone();
+        tokio::spawn(async move {
+            while let Some(out) = out_rx.recv().await {
+                match out {
+                    Output::Downstream { replica, frame } => {
+                        let (session, seq) = (frame.session, frame.seq);
+                        let sent = match &downstream {
+                            Some(d) => d.send(replica, Frame::Forward(frame)).await,
+                            None => Err("no next stage".into()),
+                        };
+                        if let Err(message) = sent {
+                            let err = LinkError { session: Some(session), seq, code: ErrorCode::Unavailable, message };
+                            e.dispatch(session, Event::Error(err)).await;
+                        }
+                    }
+                    Output::Verdict(v) => e.dispatch(v.session, Event::Verdict(v)).await,
+                    Output::Error(err) => {
+                        if let Some(s) = err.session {
+                            e.dispatch(s, Event::Error(err)).await;
+                        }
+                    }
+                }
+            }
+        });
+        for stage in 1..route.stages.len() {
+            for replica in 0..route.stages[stage].replicas.len() {
+                tokio::spawn(entry.clone().control_loop(stage, replica as u8));
+            }
+        }
+        entry
+    }
+
+    async fn dispatch(&self, session: u64, event: Event) {
+        if let Some(tx) = self.sessions.lock().await.get(&session) {
+            let _ = tx.send(event);
+        }
+    }
+
+    /// Whether every stage has a live, verified replica.
+    pub async fn ready(&self) -> bool {
+        self.replicas.lock().await.iter().all(|s| s.iter().any(|r| r.control.is_some()))
+    }
+
+    /// The verified evidence of every live shard: (stage, replica, peer).
+    pub async fn verified_shards(&self) -> Vec<(usize, usize, VerifiedPeer)> {
+        let reps = self.replicas.lock().await;
+        let mut out = Vec::new();
+        for (s, stage) in reps.iter().enumerate() {
+            for (r, rep) in stage.iter().enumerate() {
+                if let (Some(_), Some(p)) = (&rep.control, &rep.evidence) {
+                    out.push((s + 1, r, p.clone()));
+                }
+            }
+        }
+        out
+    }
+
+    async fn control_loop(self: Arc<Self>, stage: usize, replica: u8) {
+        let spec = self.route.stages[stage].clone();
+        let addr = spec.replicas[usize::from(replica)];
+        let mut backoff = Duration::from_millis(100);
+        let mut warned = false;
+        loop {
+            match self.trust.dial(addr, &spec, LinkRole::Control).await {
+                Err(e) => {
+                    if !warned {
+                        tracing::warn!(stage, %addr, error = %e, "shard not available (retrying with backoff)");
+                        warned = true;
+                    }
+                }
+                Ok((tx, mut reader, peer)) => {
+                    tracing::info!(stage, %addr, layers = ?spec.layers, "shard verified; control link up");
+                    backoff = Duration::from_millis(100);
+                    warned = false;
+                    {
+                        let mut reps = self.replicas.lock().await;
+                        let r = &mut reps[stage - 1][usize::from(replica)];
+                        r.control = Some(tx.clone());
+                        r.evidence = Some(peer);
+                    }
+                    let hb = self.route.heartbeat;
+                    let pinger = tx.clone();
+                    let heartbeat = tokio::spawn(async move {
+                        let mut n = 0u64;
+                        loop {
+                            tokio::time::sleep(hb).await;
+                            n += 1;
+                            if pinger.send(Frame::Ping(n)).await.is_err() {
+                                return;
+                            }
+                        }
+                    });
+                    let why = loop {
+                        match tokio::time::timeout(hb * 4, reader.next()).await {
+                            Err(_) => break "missed heartbeats".to_owned(),
+                            Ok(Ok(None)) => break "closed".to_owned(),
+                            Ok(Err(e)) => break e.to_string(),
+                            Ok(Ok(Some(Frame::Verdict(v)))) => self.dispatch(v.session, Event::Verdict(v)).await,
+                            Ok(Ok(Some(Frame::Error(err)))) => match err.session {
+                                Some(s) => self.dispatch(s, Event::Error(err)).await,
+                                None => {
+                                    tracing::warn!(stage, %addr, code = ?err.code, message = %err.message, "shard error")
+                                }
+                            },
+                            Ok(Ok(Some(_))) => {}
+                        }
+                    };
+                    heartbeat.abort();
+                    tracing::warn!(stage, %addr, reason = %why, "shard lost");
+                    {
+                        let mut reps = self.replicas.lock().await;
+                        let r = &mut reps[stage - 1][usize::from(replica)];
+                        r.control = None;
+                        r.evidence = None;
+                    }
+                    for tx in self.sessions.lock().await.values() {
+                        let _ = tx.send(Event::Down { stage, replica });
+                    }
+                }
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+    }
+
+    /// A route for a new or re-routed session: per stage the live replica
+    /// with fewest sessions, waiting briefly for one to come (back) up.
+    async fn choose_route(&self) -> Result<Vec<u8>, String> {
+        let deadline = Instant::now() + REROUTE_WAIT;
+        loop {
+            {
+                let mut reps = self.replicas.lock().await;
+                let mut route = Vec::with_capacity(reps.len());
+                let mut missing = None;
+                for (s, stage) in reps.iter().enumerate() {
+                    match stage.iter().enumerate().filter(|(_, r)| r.control.is_some()).min_by_key(|(_, r)| r.sessions)
+                    {
+                        Some((i, _)) => route.push(i as u8),
+                        None => {
+                            missing = Some(s + 1);
+                            break;
+                        }
+                    }
+                }
+                match missing {
+                    None => {
+                        for (s, &r) in route.iter().enumerate() {
+                            reps[s][usize::from(r)].sessions += 1;
+                        }
+                        return Ok(route);
+                    }
+                    Some(s) if Instant::now() >= deadline => {
+                        let l = self.route.stages[s].layers;
+                        return Err(format!("stage {s} (layers {}..{}) has no live replica", l.0, l.1));
+                    }
+                    Some(_) => {}
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn release(&self, session: u64, route: &[u8]) {
+        let controls: Vec<mpsc::Sender<Frame>> = {
+            let mut reps = self.replicas.lock().await;
+            route
+                .iter()
+                .enumerate()
+                .filter_map(|(s, &r)| {
+                    let rep = &mut reps[s][usize::from(r)];
+                    rep.sessions = rep.sessions.saturating_sub(1);
+                    rep.control.clone()
+                })
+                .collect()
+        };
+        for c in controls {
+            let _ = c.send(Frame::EndSession(session)).await;
+        }
+    }
+
+    /// Runs one request through the pipeline, sending events to `out`.
+    pub async fn generate(self: &Arc<Self>, req: GenerateWire, out: mpsc::UnboundedSender<GenerateEvent>) {
+        let result = self.run_session(req, &out).await;
+        let _ = out.send(match result {
+            Ok(g) => GenerateEvent::Done(g),
+            Err(e) => GenerateEvent::Error(e),
+        });
+    }
+
+    fn prompt_ids(&self, req: &GenerateWire) -> Result<Vec<u32>, String> {
+        match (&req.prompt, &req.prompt_ids) {
+            (Some(text), None) if req.chat => {
+                let rendered = self
+                    .tokenizer
+                    .render_chat(&[ChatMessage { role: "user".into(), content: text.clone() }])
+                    .map_err(|e| e.to_string())?;
+                self.tokenizer.encode(&rendered, true).map_err(|e| e.to_string())
+            }
+            (Some(text), None) => self.tokenizer.encode(text, false).map_err(|e| e.to_string()),
+            (None, Some(ids)) => {
+                if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.tokenizer.vocab_size()) {
+                    return Err(format!("token id {bad} is outside the vocabulary"));
+                }
+                Ok(ids.clone())
+            }
+            _ => Err("give exactly one of prompt and prompt_ids".into()),
+        }
+    }
+
+    async fn run_session(
+        self: &Arc<Self>,
+        req: GenerateWire,
+        out: &mpsc::UnboundedSender<GenerateEvent>,
+    ) -> Result<Generation, String> {
+        let prompt_ids = self.prompt_ids(&req)?;
+        let params = SamplingParams {
+            temperature: req.temperature,
+            top_k: req.top_k,
+            top_p: req.top_p,
+            min_p: req.min_p,
+            repetition_penalty: req.repeat_penalty,
+            seed: req.seed,
+            ..SamplingParams::default()
+        };
+        let mut sampler = Sampler::new(params.clone()).map_err(|e| e.to_string())?;
+        let gen =
+            GenerateRequest { prompt_ids: prompt_ids.clone(), max_tokens: req.max_tokens, stop: req.stop.clone() };
+        let max_tokens = check_request(&gen, self.context).map_err(|e| e.to_string())?;
+        let id = self.next_session.fetch_add(1, Ordering::Relaxed);
+        let (tx, mut events) = mpsc::unbounded_channel();
+        self.sessions.lock().await.insert(id, tx);
+        let mut route = match self.choose_route().await {
+            Ok(r) => r,
+            Err(e) => {
+                self.sessions.lock().await.remove(&id);
+                return Err(e);
+            }
+        };
+        let mut s = Session { id, seq: 0, history: prompt_ids.clone(), params };
+        let result = async {
+            let mut stream = TextStream::new(&self.tokenizer, req.stop.clone());
+            let mut stopped = false;
+            let mut reroutes = 0;
+            // Send the whole prompt (chunked), then one token per round.
+            let mut pending: (usize, bool) = (0, false); // (first position to send, rebuild)
+            let mut generated = 0;
+            loop {
+                let seq = self.send_positions(&mut s, &route, pending.0, pending.1).await?;
+                let verdict = loop {
+                    let event = tokio::time::timeout(ROUND_TIMEOUT, events.recv())
+                        .await
+                        .map_err(|_| "the pipeline did not answer in time".to_owned())?
+                        .ok_or("the entry is shutting down")?;
+                    match event {
+                        Event::Verdict(v) if v.seq == seq => break Some(v),
+                        Event::Verdict(_) => {}
+                        Event::Error(e) if e.seq != seq => {}
+                        Event::Error(e) if e.code == ErrorCode::Unavailable => break None,
+                        Event::Error(e) => return Err(format!("shard error ({:?}): {}", e.code, e.message)),
+                        Event::Down { stage, replica } if route.get(stage - 1) == Some(&replica) => break None,
+                        Event::Down { .. } => {}
+                    }
+                };
+                let Some(v) = verdict else {
+                    // A shard on the route died: new route, rebuild from what is committed.
+                    reroutes += 1;
+                    if reroutes > MAX_REROUTES {
+                        return Err("too many re-routes".into());
+                    }
+                    self.release(id, &route).await;
+                    route = self.choose_route().await?;
+                    tracing::info!(session = id, "re-routed; rebuilding the session's KV on the new route");
+                    pending = (0, true);
+                    continue;
+                };
+                let dist = v.positions.first().ok_or("empty verdict")?;
+                let next = sampler.draw(dist);
+                if self.tokenizer.stop_ids().contains(&next) {
+                    break;
+                }
+                s.history.push(next);
+                generated += 1;
+                let step = stream.push(next).map_err(|e| e.to_string())?;
+                if !step.piece.is_empty() {
+                    let _ = out.send(GenerateEvent::Text(step.piece));
+                }
+                if step.stopped {
+                    stopped = true;
+                    break;
+                }
+                if generated >= max_tokens {
+                    break;
+                }
+                pending = (s.history.len() - 1, false);
+            }
+            let (rest, ids, text) = stream.finish(stopped).map_err(|e| e.to_string())?;
+            if !rest.is_empty() {
+                let _ = out.send(GenerateEvent::Text(rest));
+            }
+            Ok(Generation { prompt_ids: prompt_ids.clone(), ids, text })
+        }
+        .await;
+        self.sessions.lock().await.remove(&id);
+        self.release(id, &route).await;
+        let _ = self.worker.send(Command::End(id)).await;
+        result
+    }
+
+    /// Sends positions `[from, history.len())` in prefill-sized chunks; the
+    /// last chunk wants a verdict. `rebuild` first drops every cached position.
+    async fn send_positions(&self, s: &mut Session, route: &[u8], from: usize, rebuild: bool) -> Result<u64, String> {
+        let chunk = self.route.prefill_chunk;
+        let mut start = from;
+        let end = s.history.len();
+        let window = s.params.repetition_window;
+        while start < end {
+            let stop = (start + chunk).min(end);
+            let last = stop == end;
+            s.seq += 1;
+            let history = &s.history[..end];
+            let job = Job {
+                session: s.id,
+                seq: s.seq,
+                start,
+                truncate_to: (rebuild && start == from).then_some(from),
+                want: if last { Want::Last } else { Want::Nothing },
+                route: route.to_vec(),
+                sampling: last.then(|| SamplingSpec {
+                    temperature: s.params.temperature,
+                    top_k: s.params.top_k as u32,
+                    top_p: s.params.top_p,
+                    min_p: s.params.min_p,
+                    repetition_penalty: s.params.repetition_penalty,
+                    history: if s.params.repetition_penalty == 1.0 {
+                        Vec::new()
+                    } else {
+                        history[history.len().saturating_sub(window)..].to_vec()
+                    },
+                }),
+                precision: Precision::F32,
+                input: Input::Tokens(s.history[start..stop].to_vec()),
+            };
+            self.worker.send(Command::Run(job)).await.map_err(|_| "the entry worker stopped".to_owned())?;
+            start = stop;
+        }
+        Ok(s.seq)
+    }
+}
+
+#[derive(Debug)]
+struct Session {
+    id: u64,
+    seq: u64,
+    history: Vec<u32>,
+    params: SamplingParams,
+}
+
+/// Serves the internal endpoint: one request per connection.
+pub async fn serve_generate(entry: Arc<Entry>, listener: tokio::net::TcpListener) {
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else { continue };
+        let entry = entry.clone();
+        tokio::spawn(async move {
+            if let Err(e) = handle_generate(entry, tcp).await {
+                tracing::debug!(error = %e, "generate connection ended");
+            }
+        });
+    }
+}
+
+async fn handle_generate(entry: Arc<Entry>, tcp: TcpStream) -> std::io::Result<()> {
+    let (r, mut w) = tcp.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(r.take(MAX_REQUEST_BYTES as u64));
+    reader.read_line(&mut line).await?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    match serde_json::from_str::<GenerateWire>(&line) {
+        Err(e) => {
+            let _ = tx.send(GenerateEvent::Error(format!("bad request: {e}")));
+            drop(tx);
+        }
+        Ok(req) => {
+            let entry = entry.clone();
+            tokio::spawn(async move { entry.generate(req, tx).await });
+        }
+    }
+    while let Some(ev) = rx.recv().await {
+        let mut text = serde_json::to_string(&ev).unwrap_or_else(|_| "{\"error\":\"encoding\"}".into());
+        text.push('\n');
+        w.write_all(text.as_bytes()).await?;
+    }
+    w.shutdown().await
+}

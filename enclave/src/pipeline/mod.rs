@@ -1,0 +1,8 @@
+//! The sharded pipeline: route configuration, the stage worker that batches
+//! every session's frames into one forward, shard and entry servers.
+
+pub mod entry;
+pub mod net;
+pub mod route;
+pub mod shard;
+pub mod worker;

@@ -1,0 +1,207 @@
+//! Attested links for the pipeline: dialling a stage's replica, accepting a
+//! peer, and the per-stage map of downstream links.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Mutex};
+use veil_attestation::ratls::{self, RaTlsIdentity, RaTlsVerifier, VerifiedPeer};
+use veil_attestation::{ExpectedClaims, LayerRange, ManifestRoot, Policy};
+
+use super::route::Stage;
+use crate::link::frame::{Frame, Hello, LinkRole, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
+use crate::link::state::{PeerRequirement, Side};
+use crate::link::{open, LinkFailure, LinkReader};
+
+/// How long dialling a peer (TCP and attested handshake) may take.
+pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reader half of an attested link.
+pub type Reader<S> = LinkReader<tokio::io::ReadHalf<S>>;
+
+/// Why a peer could not be linked.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DialError {
+    /// TCP failed.
+    #[error("cannot reach {addr}: {source}")]
+    Connect {
+        /// Where.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Attestation or the TLS handshake failed (names the failed check).
+    #[error("attestation of {addr} failed: {source}")]
+    Attestation {
+        /// Where.
+        addr: SocketAddr,
+        /// Why.
+        source: veil_attestation::Error,
+    },
+    /// The peer's evidence or hello does not match the route.
+    #[error("{addr}: {reason}")]
+    WrongPeer {
+        /// Where.
+        addr: SocketAddr,
+        /// What differs.
+        reason: String,
+    },
+    /// The link protocol failed while opening.
+    #[error("link to {addr}: {source}")]
+    Link {
+        /// Where.
+        addr: SocketAddr,
+        /// Why.
+        source: LinkFailure,
+    },
+    /// Took too long.
+    #[error("{addr} timed out")]
+    Timeout {
+        /// Where.
+        addr: SocketAddr,
+    },
+}
+
+/// This shard's attested identity and the cluster policy.
+#[derive(Debug)]
+pub struct Trust {
+    /// Our RA-TLS identity.
+    pub identity: RaTlsIdentity,
+    /// The policy every peer is verified against.
+    pub policy: Arc<Policy>,
+    /// The hello we send (role filled per link).
+    pub hello: Hello,
+}
+
+/// What `stage` must attest to.
+pub fn expected_for(stage: &Stage) -> ExpectedClaims {
+    ExpectedClaims {
+        layer_range: LayerRange::new(stage.layers.0, stage.layers.1).ok(),
+        manifest_root: stage.manifest_root.map(ManifestRoot),
+        ..ExpectedClaims::default()
+    }
+}
+
+/// Whether a verified peer's attested claims are those of `stage`.
+pub fn attested_as(peer: &VerifiedPeer, stage: &Stage) -> Result<(), String> {
+    let claims = peer.evidence().claims().ok_or("peer evidence carries no claims")?;
+    let range = claims.layer_range.map(|r| (r.start(), r.end()));
+    if range != Some(stage.layers) {
+        return Err(format!("attested layers {range:?}, expected {:?}", stage.layers));
+    }
+    if claims.manifest_root.map(|r| r.0) != stage.manifest_root {
+        return Err("attested manifest root differs from the route's".into());
+    }
+    Ok(())
+}
+
+impl Trust {
+    fn hello(&self, role: LinkRole) -> Hello {
+        Hello { role, version: PROTOCOL_VERSION, ..self.hello.clone() }
+    }
+
+    /// Dials `addr`, which must serve `stage`: TCP, mutual RA-TLS with the
+    /// stage's claims pinned, then hellos.
+    pub async fn dial(
+        &self,
+        addr: SocketAddr,
+        stage: &Stage,
+        role: LinkRole,
+    ) -> Result<(mpsc::Sender<Frame>, Reader<ratls::tokio::ClientStream>, VerifiedPeer), DialError> {
+        let attempt = async {
+            let tcp = TcpStream::connect(addr).await.map_err(|source| DialError::Connect { addr, source })?;
+            tcp.set_nodelay(true).ok();
+            let verifier = Arc::new(RaTlsVerifier::new(self.policy.clone(), expected_for(stage)));
+            let (tls, peer) = ratls::tokio::connect(tcp, &self.identity, verifier)
+                .await
+                .map_err(|source| DialError::Attestation { addr, source })?;
+            let require =
+                PeerRequirement { role: Some(role), layers: Some(stage.layers), manifest_root: stage.manifest_root };
+            let (tx, reader, _) = open(tls, Side::Dialer, self.hello(role), require, DEFAULT_MAX_FRAME)
+                .await
+                .map_err(|source| DialError::Link { addr, source })?;
+            Ok((tx, reader, peer))
+        };
+        tokio::time::timeout(DIAL_TIMEOUT, attempt).await.map_err(|_| DialError::Timeout { addr })?
+    }
+
+    /// Accepts one attested connection and its hello; the caller checks that
+    /// the attested claims fit the role the peer declared.
+    pub async fn accept(
+        &self,
+        tcp: TcpStream,
+    ) -> Result<(mpsc::Sender<Frame>, Reader<ratls::tokio::ServerStream>, Hello, VerifiedPeer), DialError> {
+        let addr = tcp.peer_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        tcp.set_nodelay(true).ok();
+        let attempt = async {
+            let verifier = Arc::new(RaTlsVerifier::new(self.policy.clone(), ExpectedClaims::default()));
+            let (tls, peer) = ratls::tokio::accept(tcp, &self.identity, verifier)
+                .await
+                .map_err(|source| DialError::Attestation { addr, source })?;
+            let require = PeerRequirement { role: None, layers: None, manifest_root: None };
+            // Our hello answers with the role the dialer declares.
+            let (tx, reader, hello) = open(tls, Side::Acceptor, self.hello(LinkRole::Data), require, DEFAULT_MAX_FRAME)
+                .await
+                .map_err(|source| DialError::Link { addr, source })?;
+            Ok((tx, reader, hello, peer))
+        };
+        tokio::time::timeout(DIAL_TIMEOUT, attempt).await.map_err(|_| DialError::Timeout { addr })?
+    }
+}
+
+/// Binds a listener, with a clear error.
+pub async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}
+
+/// Data links to the replicas of the next stage, dialled on first use.
+#[derive(Debug)]
+pub struct Downstream {
+    trust: Arc<Trust>,
+    stage: Stage,
+    links: Mutex<HashMap<u8, mpsc::Sender<Frame>>>,
+}
+
+impl Downstream {
+    /// Links to `stage`'s replicas.
+    pub fn new(trust: Arc<Trust>, stage: Stage) -> Self {
+        Self { trust, stage, links: Mutex::new(HashMap::new()) }
+    }
+
+    /// Sends `frame` to replica `replica`, dialling it if needed.
+    pub async fn send(&self, replica: u8, frame: Frame) -> Result<(), String> {
+        let addr = *self.stage.replicas.get(usize::from(replica)).ok_or_else(|| format!("no replica {replica}"))?;
+        let mut links = self.links.lock().await;
+        if let Some(tx) = links.get(&replica) {
+            if tx.send(frame.clone()).await.is_ok() {
+                return Ok(());
+            }
+            links.remove(&replica);
+        }
+        let (tx, mut reader, _peer) =
+            self.trust.dial(addr, &self.stage, LinkRole::Data).await.map_err(|e| e.to_string())?;
+        tracing::info!(%addr, layers = ?self.stage.layers, "data link up (peer attested)");
+        tokio::spawn(async move {
+            loop {
+                match reader.next().await {
+                    Ok(Some(Frame::Error(e))) => {
+                        tracing::warn!(%addr, code = ?e.code, message = %e.message, "downstream reported an error")
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::warn!(%addr, error = %e, "data link dropped");
+                        break;
+                    }
+                }
+            }
+        });
+        tx.send(frame).await.map_err(|_| format!("link to {addr} closed"))?;
+        links.insert(replica, tx);
+        Ok(())
+    }
+}

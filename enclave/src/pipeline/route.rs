@@ -1,0 +1,301 @@
+//! The route: which shard serves which layers where, and the cluster's
+//! trust settings. One TOML file read by every shard and by the supervisor.
+//!
+//! ```toml
+//! model = "~/.cache/veil/models/SmolLM2-135M-Instruct.Q4_1.gguf"
+//! policy = "sim/policy.dev.toml"        # attestation policy every link is verified against
+//! simulated_root = "sim"               # dev only: shards attest with this simulated root
+//! kv_budget_mib = 512                  # per shard, all sessions together
+//! prefill_chunk = 64                   # positions per forward frame during prefill
+//! heartbeat_ms = 250
+//!
+//! [entry]
+//! generate_listen = "127.0.0.1:7700"   # internal streaming generate endpoint (loopback only)
+//!
+//! [[stage]]                            # stage 0 is the entry: embedding and first layers
+//! layers = [0, 10]
+//! manifest_root = "…64 hex digits…"    # `veil-shard manifest MODEL --layers 0..10`
+//! replicas = ["127.0.0.1:7710"]
+//!
+//! [[stage]]
+//! layers = [10, 30]
+//! manifest_root = "…"
+//! replicas = ["127.0.0.1:7720", "127.0.0.1:7721"]
+//! ```
+//! Relative paths are relative to the file; `~/` is the home directory.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Why a route file is unusable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RouteError {
+    /// The file could not be read.
+    #[error("cannot read route {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// Not valid TOML for a route.
+    #[error("route {path}: {message}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// Parsed, but inconsistent.
+    #[error("route: {0}")]
+    Invalid(String),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RouteFile {
+    model: String,
+    policy: String,
+    simulated_root: Option<String>,
+    #[serde(default = "default_kv_budget_mib")]
+    kv_budget_mib: u64,
+    #[serde(default = "default_prefill_chunk")]
+    prefill_chunk: u32,
+    #[serde(default = "default_heartbeat_ms")]
+    heartbeat_ms: u64,
+    entry: EntryFile,
+    stage: Vec<StageFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct EntryFile {
+    generate_listen: SocketAddr,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StageFile {
+    layers: [u32; 2],
+    manifest_root: Option<String>,
+    replicas: Vec<SocketAddr>,
+}
+
+fn default_kv_budget_mib() -> u64 {
+    512
+}
+fn default_prefill_chunk() -> u32 {
+    64
+}
+fn default_heartbeat_ms() -> u64 {
+    250
+}
+
+/// One pipeline stage: a layer range and the shards that serve it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stage {
+    /// Layers `[start, end)`.
+    pub layers: (u32, u32),
+    /// The manifest root every replica must have loaded (hex in the file).
+    pub manifest_root: Option<[u8; 32]>,
+    /// Shard addresses; any one of them serves the stage.
+    pub replicas: Vec<SocketAddr>,
+}
+
+/// A parsed, checked route.
+#[derive(Clone, Debug)]
+pub struct Route {
+    /// Model file every shard loads its slice from.
+    pub model: PathBuf,
+    /// Attestation policy file.
+    pub policy: PathBuf,
+    /// Simulated attestation root (development), when set.
+    pub simulated_root: Option<PathBuf>,
+    /// KV memory per shard, bytes.
+    pub kv_budget_bytes: usize,
+    /// Positions per forward frame in prefill.
+    pub prefill_chunk: usize,
+    /// Heartbeat interval on control links.
+    pub heartbeat: std::time::Duration,
+    /// The entry's internal generate endpoint.
+    pub generate_listen: SocketAddr,
+    /// Stages in layer order; stage 0 is the entry.
+    pub stages: Vec<Stage>,
+}
+
+impl Route {
+    /// Reads and checks a route file.
+    pub fn load(path: &Path) -> Result<Self, RouteError> {
+        let text = std::fs::read_to_string(path).map_err(|source| RouteError::Io { path: path.to_owned(), source })?;
+        let base = path.parent().unwrap_or(Path::new("."));
+        Self::parse(&text, base).map_err(|e| match e {
+            RouteError::Parse { message, .. } => RouteError::Parse { path: path.to_owned(), message },
+            other => other,
+        })
+    }
+
+    /// Parses route TOML, resolving relative paths against `base`.
+    pub fn parse(text: &str, base: &Path) -> Result<Self, RouteError> {
+        let f: RouteFile =
+            toml::from_str(text).map_err(|e| RouteError::Parse { path: PathBuf::new(), message: e.to_string() })?;
+        let bad = |m: String| Err(RouteError::Invalid(m));
+        if f.stage.is_empty() {
+            return bad("no stages".into());
+        }
+        if f.stage.len() > 255 {
+            return bad("more than 255 stages".into());
+        }
+        if !f.entry.generate_listen.ip().is_loopback() {
+            return bad(format!(
+                "entry.generate_listen {} is not a loopback address: the internal endpoint carries plaintext and must not leave the enclave",
+                f.entry.generate_listen
+            ));
+        }
+        if f.prefill_chunk == 0 || f.heartbeat_ms == 0 || f.kv_budget_mib == 0 {
+            return bad("prefill_chunk, heartbeat_ms and kv_budget_mib must be positive".into());
+        }
+        let mut stages = Vec::with_capacity(f.stage.len());
+        let mut next = 0;
+        for (i, s) in f.stage.iter().enumerate() {
+            let [a, b] = s.layers;
+            if a != next || b <= a {
+                return bad(format!("stage {i} serves layers {a}..{b}; stages must be contiguous from 0"));
+            }
+            next = b;
+            if s.replicas.is_empty() || s.replicas.len() > 255 {
+                return bad(format!("stage {i} needs 1 to 255 replicas"));
+            }
+            if i == 0 && s.replicas.len() != 1 {
+                return bad("stage 0 is the entry and has exactly one address".into());
+            }
+            let manifest_root = match &s.manifest_root {
+                None => None,
+                Some(h) => {
+                    let bytes =
+                        hex::decode(h).map_err(|e| RouteError::Invalid(format!("stage {i} manifest_root: {e}")))?;
+                    Some(
+                        bytes
+                            .try_into()
+                            .map_err(|_| RouteError::Invalid(format!("stage {i} manifest_root is not 32 bytes")))?,
+                    )
+                }
+            };
+            stages.push(Stage { layers: (a, b), manifest_root, replicas: s.replicas.clone() });
+        }
+        let all: Vec<_> = stages.iter().flat_map(|s| s.replicas.iter()).chain([&f.entry.generate_listen]).collect();
+        for (i, a) in all.iter().enumerate() {
+            if all[i + 1..].contains(a) {
+                return bad(format!("address {a} is used twice"));
+            }
+        }
+        let resolve = |p: &str| -> PathBuf {
+            if let Some(rest) = p.strip_prefix("~/") {
+                return PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(rest);
+            }
+            let p = Path::new(p);
+            if p.is_absolute() {
+                p.to_owned()
+            } else {
+                base.join(p)
+            }
+        };
+        Ok(Self {
+            model: resolve(&f.model),
+            policy: resolve(&f.policy),
+            simulated_root: f.simulated_root.as_deref().map(resolve),
+            kv_budget_bytes: usize::try_from(f.kv_budget_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
+            prefill_chunk: f.prefill_chunk as usize,
+            heartbeat: std::time::Duration::from_millis(f.heartbeat_ms),
+            generate_listen: f.entry.generate_listen,
+            stages,
+        })
+    }
+
+    /// Whether every stage pins its manifest root (shards require it).
+    pub fn fully_pinned(&self) -> Result<(), RouteError> {
+        match self.stages.iter().position(|s| s.manifest_root.is_none()) {
+            Some(i) => Err(RouteError::Invalid(format!(
+                "stage {i} has no manifest_root (veil-host cluster fills them in; or run veil-shard manifest)"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// The route as TOML (paths absolute), e.g. after roots were filled in.
+    pub fn to_toml(&self) -> String {
+        let mut out = format!(
+            "model = {:?}\npolicy = {:?}\n",
+            self.model.display().to_string(),
+            self.policy.display().to_string()
+        );
+        if let Some(r) = &self.simulated_root {
+            out += &format!("simulated_root = {:?}\n", r.display().to_string());
+        }
+        out += &format!(
+            "kv_budget_mib = {}\nprefill_chunk = {}\nheartbeat_ms = {}\n\n[entry]\ngenerate_listen = \"{}\"\n",
+            self.kv_budget_bytes >> 20,
+            self.prefill_chunk,
+            self.heartbeat.as_millis(),
+            self.generate_listen
+        );
+        for s in &self.stages {
+            out += &format!("\n[[stage]]\nlayers = [{}, {}]\n", s.layers.0, s.layers.1);
+            if let Some(r) = s.manifest_root {
+                out += &format!("manifest_root = \"{}\"\n", hex::encode(r));
+            }
+            let replicas: Vec<String> = s.replicas.iter().map(|a| format!("\"{a}\"")).collect();
+            out += &format!("replicas = [{}]\n", replicas.join(", "));
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OK: &str = r#"
+model = "m.gguf"
+policy = "/etc/veil/policy.toml"
+[entry]
+generate_listen = "127.0.0.1:7700"
+[[stage]]
+layers = [0, 10]
+replicas = ["127.0.0.1:7710"]
+[[stage]]
+layers = [10, 30]
+manifest_root = "0101010101010101010101010101010101010101010101010101010101010101"
+replicas = ["127.0.0.1:7720", "127.0.0.1:7721"]
+"#;
+
+    #[test]
+    fn parses_resolves_and_round_trips() {
+        let r = Route::parse(OK, Path::new("/srv/veil")).unwrap();
+        assert_eq!(r.model, Path::new("/srv/veil/m.gguf"));
+        assert_eq!(r.policy, Path::new("/etc/veil/policy.toml"));
+        assert_eq!(r.stages.len(), 2);
+        assert_eq!(r.stages[1].manifest_root, Some([1; 32]));
+        assert!(r.fully_pinned().is_err());
+        let again = Route::parse(&r.to_toml(), Path::new("/")).unwrap();
+        assert_eq!(again.stages, r.stages);
+        assert_eq!(again.model, r.model);
+    }
+
+    #[test]
+    fn refuses_inconsistent_routes() {
+        let cases = [
+            OK.replace("layers = [10, 30]", "layers = [11, 30]"),
+            OK.replace("127.0.0.1:7700", "0.0.0.0:7700"),
+            OK.replace("\"127.0.0.1:7720\", ", "\"127.0.0.1:7710\", "),
+            OK.replace("replicas = [\"127.0.0.1:7710\"]", "replicas = [\"127.0.0.1:7710\", \"127.0.0.1:7711\"]"),
+            OK.replace("0101010101", "01"),
+            OK.replace("policy =", "unknown = 1\npolicy ="),
+        ];
+        for c in cases {
+            assert!(Route::parse(&c, Path::new("/")).is_err(), "{c}");
+        }
+    }
+}

@@ -1,0 +1,197 @@
+//! A shard process: one stage of the route. Accepts data links from the
+//! previous stage and a control link from the entry, runs what arrives in
+//! batches, and passes hidden states on (or, as the last stage, returns the
+//! verdict straight to the entry).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, Mutex};
+use veil_attestation::ratls::RaTlsIdentity;
+use veil_attestation::{Attester, LayerRange, ManifestRoot, Policy};
+
+use super::net::{attested_as, listen, Downstream, Trust};
+use super::route::Route;
+use super::worker::{Command, Job, Output, StageWorker};
+use crate::link::frame::{ErrorCode, Frame, Hello, LinkError, LinkRole, PROTOCOL_VERSION};
+use crate::model::LayerSlice;
+
+/// A loaded stage, ready to serve.
+#[derive(Debug)]
+pub struct Loaded {
+    /// The slice.
+    pub slice: Arc<LayerSlice>,
+    /// Our attested identity and the policy.
+    pub trust: Arc<Trust>,
+}
+
+/// Loads stage `stage` of `route`: the slice (refusing weights whose
+/// manifest root differs from the route's pin), the policy, and an RA-TLS
+/// identity whose evidence binds the layer range and manifest root.
+pub fn load(route: &Route, stage: usize, attester: &dyn Attester) -> anyhow::Result<Loaded> {
+    route.fully_pinned()?;
+    let s = route.stages.get(stage).ok_or_else(|| anyhow::anyhow!("the route has no stage {stage}"))?;
+    let slice = LayerSlice::load(&route.model, s.layers.0 as usize..s.layers.1 as usize)?;
+    let root = slice.manifest().root();
+    if Some(root) != s.manifest_root {
+        anyhow::bail!(
+            "the weights loaded for layers {}..{} have manifest root {}, the route pins {}",
+            s.layers.0,
+            s.layers.1,
+            hex::encode(root),
+            s.manifest_root.map(hex::encode).unwrap_or_default()
+        );
+    }
+    let policy = load_policy(&route.policy)?;
+    let mut claims =
+        crate::attest::claims(Some(LayerRange::new(s.layers.0, s.layers.1).map_err(anyhow::Error::msg)?), None);
+    claims.manifest_root = Some(ManifestRoot(root));
+    let identity = RaTlsIdentity::new(attester, claims)?;
+    let hello = Hello { version: PROTOCOL_VERSION, role: LinkRole::Data, layers: s.layers, manifest_root: root };
+    Ok(Loaded { slice: Arc::new(slice), trust: Arc::new(Trust { identity, policy: Arc::new(policy), hello }) })
+}
+
+/// Reads a policy file.
+pub fn load_policy(path: &Path) -> anyhow::Result<Policy> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read policy {}: {e}", path.display()))?;
+    let policy = Policy::from_toml(&text).map_err(|e| anyhow::anyhow!("policy {}: {e}", path.display()))?;
+    if policy.allow_simulated {
+        tracing::warn!("the cluster policy accepts SIMULATED attestation: development only");
+    }
+    Ok(policy)
+}
+
+type EntrySink = Arc<Mutex<Option<mpsc::Sender<Frame>>>>;
+
+/// Serves stage `stage` (≥ 1) at replica address `replica` until the process ends.
+pub async fn serve(route: Route, stage: usize, replica: usize, loaded: Loaded) -> anyhow::Result<()> {
+    if stage == 0 {
+        anyhow::bail!("stage 0 is the entry: serve it with the entry server");
+    }
+    let addr = *route.stages[stage]
+        .replicas
+        .get(replica)
+        .ok_or_else(|| anyhow::anyhow!("stage {stage} has no replica {replica}"))?;
+    let listener = listen(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
+    let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
+    let worker = StageWorker::new(loaded.slice.clone(), stage, route.kv_budget_bytes);
+    std::thread::Builder::new().name(format!("stage-{stage}")).spawn(move || worker.run(cmd_rx, out_tx))?;
+    let entry: EntrySink = Arc::new(Mutex::new(None));
+    let downstream =
+        route.stages.get(stage + 1).map(|next| Arc::new(Downstream::new(loaded.trust.clone(), next.clone())));
+    // Outputs: hidden states on, verdicts and errors back to the entry.
+    let sink = entry.clone();
+    tokio::spawn(async move {
+        while let Some(out) = out_rx.recv().await {
+            let to_entry = match out {
+                Output::Downstream { replica, frame } => {
+                    let (session, seq) = (frame.session, frame.seq);
+                    let sent = match &downstream {
+                        Some(d) => d.send(replica, Frame::Forward(frame)).await,
+                        None => Err("no next stage".into()),
+                    };
+                    match sent {
+                        Ok(()) => continue,
+                        Err(e) => {
+                            tracing::warn!(session, error = %e, "cannot reach the next stage");
+                            Frame::Error(LinkError {
+                                session: Some(session),
+                                seq,
+                                code: ErrorCode::Unavailable,
+                                message: e,
+                            })
+                        }
+                    }
+                }
+                Output::Verdict(v) => Frame::Verdict(v),
+                Output::Error(e) => Frame::Error(e),
+            };
+            let tx = sink.lock().await.clone();
+            match tx {
+                Some(tx) if tx.send(to_entry).await.is_ok() => {}
+                _ => tracing::warn!("no control link to the entry: result dropped"),
+            }
+        }
+    });
+    tracing::info!(%addr, stage, layers = ?route.stages[stage].layers, "shard listening");
+    loop {
+        let (tcp, from) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                continue;
+            }
+        };
+        let (trust, route, cmd_tx, entry) = (loaded.trust.clone(), route.clone(), cmd_tx.clone(), entry.clone());
+        let width = loaded.slice.config().n_embd;
+        tokio::spawn(async move {
+            if let Err(e) = serve_link(tcp, &trust, &route, stage, width, cmd_tx, entry).await {
+                tracing::warn!(%from, error = %e, "link refused or dropped");
+            }
+        });
+    }
+}
+
+async fn serve_link(
+    tcp: tokio::net::TcpStream,
+    trust: &Trust,
+    route: &Route,
+    stage: usize,
+    width: usize,
+    cmd_tx: mpsc::Sender<Command>,
+    entry: EntrySink,
+) -> anyhow::Result<()> {
+    let (tx, mut reader, hello, peer) = trust.accept(tcp).await?;
+    // The declared role decides who the peer must be; its attested claims must say so.
+    let expected = match hello.role {
+        LinkRole::Data => &route.stages[stage - 1],
+        LinkRole::Control => &route.stages[0],
+    };
+    attested_as(&peer, expected).map_err(|e| anyhow::anyhow!("{:?} link refused: {e}", hello.role))?;
+    if hello.layers != expected.layers || Some(hello.manifest_root) != expected.manifest_root {
+        anyhow::bail!("{:?} link refused: hello does not match the attested stage", hello.role);
+    }
+    if hello.role == LinkRole::Control {
+        *entry.lock().await = Some(tx.clone());
+        tracing::info!("control link from the entry (attested)");
+    }
+    let stages_after_entry = route.stages.len() - 1;
+    loop {
+        let frame = match reader.next().await {
+            Ok(Some(f)) => f,
+            Ok(None) => return Ok(()),
+            Err(e) => return Err(e.into()),
+        };
+        match frame {
+            Frame::Ping(n) => {
+                let _ = tx.send(Frame::Pong(n)).await;
+            }
+            Frame::EndSession(s) => {
+                let _ = cmd_tx.send(Command::End(s)).await;
+            }
+            Frame::Forward(f) => {
+                if f.route.len() != stages_after_entry || f.width as usize != width {
+                    anyhow::bail!("forward frame with a route of {} stages or width {}", f.route.len(), f.width);
+                }
+                let (session, seq) = (f.session, f.seq);
+                match Job::from_forward(f) {
+                    Ok(job) => cmd_tx.send(Command::Run(job)).await.map_err(|_| anyhow::anyhow!("worker stopped"))?,
+                    Err(e) => {
+                        let _ = tx
+                            .send(Frame::Error(LinkError {
+                                session: Some(session),
+                                seq,
+                                code: ErrorCode::Invalid,
+                                message: e.to_string(),
+                            }))
+                            .await;
+                    }
+                }
+            }
+            Frame::Error(e) => tracing::warn!(code = ?e.code, message = %e.message, "peer reported an error"),
+            Frame::Pong(_) | Frame::Hello(_) | Frame::Verdict(_) => {}
+        }
+    }
+}

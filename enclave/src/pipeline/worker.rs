@@ -1,0 +1,334 @@
+//! The stage worker: one thread per shard that owns the slice's sessions
+//! (their KV caches) and runs every frame that has arrived as one batched
+//! forward — continuous batching: a decode step of one session and a
+//! prefill chunk of another share every weight read.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use crate::entry::sampler::{Sampler, SamplingParams};
+use crate::link::frame::{ErrorCode, Forward, LinkError, Precision, SamplingSpec, Verdict, Want};
+use crate::model::{BatchItem, LayerSlice, Logits, ModelError, Rows, SessionKv, SliceOutput};
+
+/// Positions one batch may carry (beyond its first job).
+pub const MAX_BATCH_POSITIONS: usize = 512;
+
+/// What a job feeds the slice.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// Token ids (the entry, which holds the embedding).
+    Tokens(Vec<u32>),
+    /// Hidden states from the previous stage.
+    Hidden(Rows),
+}
+
+impl Input {
+    fn len(&self) -> usize {
+        match self {
+            Self::Tokens(t) => t.len(),
+            Self::Hidden(h) => h.n(),
+        }
+    }
+}
+
+/// Positions of one session to run.
+#[derive(Clone, Debug)]
+pub struct Job {
+    /// Session id.
+    pub session: u64,
+    /// Per-session sequence number.
+    pub seq: u64,
+    /// Absolute position of the first input row.
+    pub start: usize,
+    /// Roll the cache back to this length first.
+    pub truncate_to: Option<usize>,
+    /// Positions that need a verdict on the last stage.
+    pub want: Want,
+    /// Replica per stage after the entry.
+    pub route: Vec<u8>,
+    /// The verdict's sampling transform.
+    pub sampling: Option<SamplingSpec>,
+    /// Wire precision downstream.
+    pub precision: Precision,
+    /// The input rows.
+    pub input: Input,
+}
+
+impl Job {
+    /// The job a received forward frame asks for.
+    pub fn from_forward(f: Forward) -> Result<Self, ModelError> {
+        let hidden = Rows::new(f.hidden, f.width as usize)?;
+        Ok(Self {
+            session: f.session,
+            seq: f.seq,
+            start: f.start as usize,
+            truncate_to: f.truncate_to.map(|t| t as usize),
+            want: f.want,
+            route: f.route,
+            sampling: f.sampling,
+            precision: f.precision,
+            input: Input::Hidden(hidden),
+        })
+    }
+}
+
+/// Commands to the worker.
+#[derive(Debug)]
+pub enum Command {
+    /// Run positions.
+    Run(Job),
+    /// Free a session.
+    End(u64),
+}
+
+/// What the worker produces.
+#[derive(Debug)]
+pub enum Output {
+    /// Hidden states for the next stage, on replica `replica`.
+    Downstream {
+        /// Replica index of the next stage.
+        replica: u8,
+        /// The frame.
+        frame: Forward,
+    },
+    /// The last stage's verdict, for the entry.
+    Verdict(Verdict),
+    /// A failure for the entry.
+    Error(LinkError),
+}
+
+/// The worker's state; run it with [`StageWorker::run`] on its own thread.
+#[derive(Debug)]
+pub struct StageWorker {
+    slice: Arc<LayerSlice>,
+    /// This stage's index (0 = entry).
+    stage: usize,
+    budget_bytes: usize,
+    sessions: HashMap<u64, SessionKv>,
+}
+
+impl StageWorker {
+    /// A worker for stage `stage` holding at most `budget_bytes` of KV.
+    pub fn new(slice: Arc<LayerSlice>, stage: usize, budget_bytes: usize) -> Self {
+        Self { slice, stage, budget_bytes, sessions: HashMap::new() }
+    }
+
+    /// Sessions held.
+    pub fn sessions(&self) -> usize {
+        self.sessions.len()
+    }
+
+    /// KV bytes held across sessions.
+    pub fn kv_bytes(&self) -> usize {
+        self.sessions.values().map(SessionKv::bytes).sum()
+    }
+
+    /// Serves commands until the channel closes. Each round takes everything
+    /// queued (one job per session per batch, order kept per session) and
+    /// runs it as one forward.
+    pub fn run(mut self, mut rx: mpsc::Receiver<Command>, out: mpsc::Sender<Output>) {
+        let mut queue: VecDeque<Command> = VecDeque::new();
+        loop {
+            if queue.is_empty() {
+                match rx.blocking_recv() {
+                    Some(c) => queue.push_back(c),
+                    None => return,
+                }
+            }
+            while let Ok(c) = rx.try_recv() {
+                queue.push_back(c);
+            }
+            let mut batch = Vec::new();
+            let mut busy = HashSet::new();
+            let mut positions = 0;
+            let mut rest = VecDeque::new();
+            while let Some(c) = queue.pop_front() {
+                match c {
+                    Command::End(s) if !busy.contains(&s) => {
+                        self.sessions.remove(&s);
+                    }
+                    Command::Run(j)
+                        if !busy.contains(&j.session)
+                            && (batch.is_empty() || positions + j.input.len() <= MAX_BATCH_POSITIONS) =>
+                    {
+                        busy.insert(j.session);
+                        positions += j.input.len();
+                        batch.push(j);
+                    }
+                    other => {
+                        // Later work of a session already in this batch, or
+                        // no room: next round, in order.
+                        if let Command::Run(j) = &other {
+                            busy.insert(j.session);
+                        }
+                        if let Command::End(s) = &other {
+                            busy.insert(*s);
+                        }
+                        rest.push_back(other);
+                    }
+                }
+            }
+            queue = rest;
+            for o in self.step(batch) {
+                if out.blocking_send(o).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Runs one batch; every job gets an output or an error.
+    pub fn step(&mut self, jobs: Vec<Job>) -> Vec<Output> {
+        let mut outputs = Vec::new();
+        let mut ready = Vec::new();
+        let per_position = self.slice.new_session(0).bytes_per_position();
+        let mut used = self.kv_bytes();
+        for mut job in jobs {
+            let kv = self.sessions.entry(job.session).or_insert_with(|| self.slice.new_session(self.budget_bytes));
+            if let Some(t) = job.truncate_to {
+                used -= kv.bytes();
+                kv.truncate(t);
+                used += kv.bytes();
+            }
+            let error = if job.start != kv.len() {
+                Some((
+                    ErrorCode::Invalid,
+                    format!("start position {} but {} positions are cached", job.start, kv.len()),
+                ))
+            } else if used + job.input.len() * per_position > self.budget_bytes {
+                Some((
+                    ErrorCode::KvFull,
+                    format!("shard KV memory full ({} of {} bytes in use)", used, self.budget_bytes),
+                ))
+            } else {
+                None
+            };
+            if let Some((code, message)) = error {
+                outputs.push(Output::Error(LinkError { session: Some(job.session), seq: job.seq, code, message }));
+                continue;
+            }
+            used += job.input.len() * per_position;
+            let hidden = match std::mem::replace(&mut job.input, Input::Tokens(Vec::new())) {
+                Input::Tokens(ids) => self.slice.embed(&ids),
+                Input::Hidden(h) => Ok(h),
+            };
+            match hidden {
+                Ok(h) => ready.push((job, h)),
+                Err(e) => outputs.push(self.failure(&job, &e)),
+            }
+        }
+        if ready.is_empty() {
+            return outputs;
+        }
+        let results = self.forward(&mut ready);
+        for ((job, _), result) in ready.into_iter().zip(results) {
+            match result {
+                Ok(out) => outputs.extend(self.deliver(job, out)),
+                Err(e) => outputs.push(self.failure(&job, &e)),
+            }
+        }
+        outputs
+    }
+
+    /// One batched forward; if the batch is refused, each job alone so
+    /// that one bad job fails only itself.
+    fn forward(&mut self, ready: &mut [(Job, Rows)]) -> Vec<Result<SliceOutput, ModelError>> {
+        let logits = |w: Want| match w {
+            Want::Nothing => Logits::None,
+            Want::Last => Logits::Last,
+            Want::All => Logits::All,
+        };
+        let mut kvs: Vec<(u64, SessionKv)> = ready
+            .iter()
+            .map(|(j, _)| {
+                (
+                    j.session,
+                    self.sessions.remove(&j.session).unwrap_or_else(|| self.slice.new_session(self.budget_bytes)),
+                )
+            })
+            .collect();
+        let result = {
+            let mut items: Vec<BatchItem<'_>> = ready
+                .iter()
+                .zip(kvs.iter_mut())
+                .map(|((j, h), (_, kv))| BatchItem { hidden: h.clone(), kv, start: j.start, logits: logits(j.want) })
+                .collect();
+            self.slice.forward_batch(&mut items)
+        };
+        let results = match result {
+            Ok(outs) => outs.into_iter().map(Ok).collect(),
+            Err(_) if ready.len() > 1 => ready
+                .iter()
+                .zip(kvs.iter_mut())
+                .map(|((j, h), (_, kv))| self.slice.forward(h.clone(), kv, j.start, logits(j.want)))
+                .collect(),
+            Err(e) => vec![Err(e)],
+        };
+        for (id, kv) in kvs {
+            self.sessions.insert(id, kv);
+        }
+        results
+    }
+
+    fn deliver(&self, job: Job, out: SliceOutput) -> Option<Output> {
+        match out {
+            SliceOutput::Hidden(rows) => {
+                let Some(&replica) = job.route.get(self.stage) else {
+                    return Some(self.failure(&job, &ModelError::Invalid("the route names no next replica".into())));
+                };
+                Some(Output::Downstream {
+                    replica,
+                    frame: Forward {
+                        session: job.session,
+                        seq: job.seq,
+                        start: job.start as u32,
+                        truncate_to: job.truncate_to.map(|t| t as u32),
+                        want: job.want,
+                        route: job.route,
+                        sampling: job.sampling,
+                        precision: job.precision,
+                        width: rows.width() as u32,
+                        hidden: rows.into_vec(),
+                    },
+                })
+            }
+            SliceOutput::CacheOnly => None,
+            SliceOutput::Logits(rows) => {
+                let spec = job.sampling.clone().unwrap_or(SamplingSpec {
+                    temperature: 0.0,
+                    top_k: 0,
+                    top_p: 1.0,
+                    min_p: 0.0,
+                    repetition_penalty: 1.0,
+                    history: Vec::new(),
+                });
+                let sampler = Sampler::new(SamplingParams {
+                    temperature: spec.temperature,
+                    top_k: spec.top_k as usize,
+                    top_p: spec.top_p,
+                    min_p: spec.min_p,
+                    repetition_penalty: spec.repetition_penalty,
+                    repetition_window: spec.history.len(),
+                    seed: 0,
+                });
+                let positions: Result<Vec<_>, ModelError> =
+                    sampler.and_then(|s| (0..rows.n()).map(|i| s.distribution(rows.row(i), &spec.history)).collect());
+                Some(match positions {
+                    Ok(positions) => Output::Verdict(Verdict { session: job.session, seq: job.seq, positions }),
+                    Err(e) => self.failure(&job, &e),
+                })
+            }
+        }
+    }
+
+    fn failure(&self, job: &Job, e: &ModelError) -> Output {
+        let code = match e {
+            ModelError::KvBudget { .. } => ErrorCode::KvFull,
+            ModelError::Invalid(_) => ErrorCode::Invalid,
+            _ => ErrorCode::Internal,
+        };
+        Output::Error(LinkError { session: Some(job.session), seq: job.seq, code, message: e.to_string() })
+    }
+}
