@@ -347,6 +347,28 @@ impl SimulatedAttester {
         &self.config
     }
 
+    /// A development policy accepting this simulated root only (pinned by
+    /// its key) and this attester's measurement. Never for production.
+    pub fn dev_policy(&self) -> Result<crate::Policy, Error> {
+        let ark = crate::x509::ParsedCert::from_der(self.ark_der())
+            .map_err(|e| Error::ApiMisuse(format!("simulated ARK: {e}")))?;
+        Ok(crate::Policy {
+            allow_simulated: true,
+            simulated_roots: vec![crate::KeyHash(ark.spki_sha256())],
+            measurements: vec![self.config().measurement],
+            ..crate::Policy::default()
+        })
+    }
+
+    /// [`dev_policy`](Self::dev_policy) as TOML with a warning header.
+    pub fn dev_policy_toml(&self) -> Result<String, Error> {
+        Ok(format!(
+            "# DEVELOPMENT POLICY: accepts evidence from the SIMULATED root in this directory only.\n\
+             # Simulated evidence proves nothing about hardware. Never use this policy in production.\n{}",
+            self.dev_policy()?.to_toml()
+        ))
+    }
+
     /// The simulated ARK (its key fingerprint can be pinned in a policy).
     pub fn ark_der(&self) -> &[u8] {
         &self.ark_der

@@ -3,7 +3,6 @@
 use veil_attestation::claims::KeyHash;
 use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
 use veil_attestation::x509::ParsedCert;
-use veil_attestation::Policy;
 
 use super::{Exit, SimInitArgs};
 
@@ -30,17 +29,7 @@ fn init(args: &SimInitArgs) -> Result<(), String> {
         SimulatedAttester::from_seed(&seed, SimulatedConfig::new(args.product, &seed)).map_err(|e| e.to_string())?;
     sim.save(&args.dir).map_err(|e| e.to_string())?;
     let ark = ParsedCert::from_der(sim.ark_der()).map_err(|e| e.to_string())?;
-    let policy = Policy {
-        allow_simulated: true,
-        simulated_roots: vec![KeyHash(ark.spki_sha256())],
-        measurements: vec![sim.config().measurement],
-        ..Policy::default()
-    };
-    let text = format!(
-        "# DEVELOPMENT POLICY: accepts evidence from the SIMULATED root in this directory only.\n\
-         # Simulated evidence proves nothing about hardware. Never use this policy in production.\n{}",
-        policy.to_toml()
-    );
+    let text = sim.dev_policy_toml().map_err(|e| e.to_string())?;
     std::fs::write(args.dir.join("policy.dev.toml"), text).map_err(|e| e.to_string())?;
     eprintln!("WARNING: created a SIMULATED attestation root (not AMD hardware) in {}", args.dir.display());
     println!("product:          {}", args.product);

@@ -394,11 +394,12 @@ impl Entry {
             loop {
                 let seq = self.send_positions(&mut s, &route, pending.0, pending.1).await?;
                 let verdict = loop {
-                    let event = tokio::time::timeout(ROUND_TIMEOUT, events.recv())
-                        .await
-                        .map_err(|_| "the pipeline did not answer in time".to_owned())?
-                        .ok_or("the entry is shutting down")?;
-                    match event {
+                    // A round that never answers (a frame lost with a link) is re-routed too.
+                    let Ok(event) = tokio::time::timeout(ROUND_TIMEOUT, events.recv()).await else {
+                        tracing::warn!(session = id, "no verdict in time");
+                        break None;
+                    };
+                    match event.ok_or("the entry is shutting down")? {
                         Event::Verdict(v) if v.seq == seq => break Some(v),
                         Event::Verdict(_) => {}
                         Event::Error(e) if e.seq != seq => {}

@@ -2,6 +2,7 @@
 //! every session's frames into one forward, shard and entry servers.
 
 pub mod entry;
+pub mod local;
 pub mod net;
 pub mod route;
 pub mod shard;

@@ -158,25 +158,27 @@ pub async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
-/// Data links to the replicas of the next stage, dialled on first use.
+/// Data links to the replicas of the next stage, dialled on first use and
+/// forgotten as soon as the peer closes them (so the next frame redials).
 #[derive(Debug)]
 pub struct Downstream {
     trust: Arc<Trust>,
     stage: Stage,
-    links: Mutex<HashMap<u8, mpsc::Sender<Frame>>>,
+    links: Arc<Mutex<HashMap<u8, (u64, mpsc::Sender<Frame>)>>>,
+    generation: std::sync::atomic::AtomicU64,
 }
 
 impl Downstream {
     /// Links to `stage`'s replicas.
     pub fn new(trust: Arc<Trust>, stage: Stage) -> Self {
-        Self { trust, stage, links: Mutex::new(HashMap::new()) }
+        Self { trust, stage, links: Arc::default(), generation: Default::default() }
     }
 
     /// Sends `frame` to replica `replica`, dialling it if needed.
     pub async fn send(&self, replica: u8, frame: Frame) -> Result<(), String> {
         let addr = *self.stage.replicas.get(usize::from(replica)).ok_or_else(|| format!("no replica {replica}"))?;
         let mut links = self.links.lock().await;
-        if let Some(tx) = links.get(&replica) {
+        if let Some((_, tx)) = links.get(&replica) {
             if tx.send(frame.clone()).await.is_ok() {
                 return Ok(());
             }
@@ -185,6 +187,8 @@ impl Downstream {
         let (tx, mut reader, _peer) =
             self.trust.dial(addr, &self.stage, LinkRole::Data).await.map_err(|e| e.to_string())?;
         tracing::info!(%addr, layers = ?self.stage.layers, "data link up (peer attested)");
+        let generation = self.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let map = self.links.clone();
         tokio::spawn(async move {
             loop {
                 match reader.next().await {
@@ -199,9 +203,13 @@ impl Downstream {
                     }
                 }
             }
+            let mut links = map.lock().await;
+            if links.get(&replica).is_some_and(|(g, _)| *g == generation) {
+                links.remove(&replica);
+            }
         });
         tx.send(frame).await.map_err(|_| format!("link to {addr} closed"))?;
-        links.insert(replica, tx);
+        links.insert(replica, (generation, tx));
         Ok(())
     }
 }

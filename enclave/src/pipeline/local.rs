@@ -1,0 +1,48 @@
+//! Preparing a route for a local (simulated-TEE) cluster: a simulated root
+//! and development policy when missing, and every stage's manifest root
+//! computed from the model where the file leaves it out. What the operator
+//! runs before starting shards; shards themselves only accept a fully
+//! pinned route.
+
+use std::path::Path;
+
+use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
+
+use super::route::Route;
+use crate::model::LayerSlice;
+
+/// Fills in what a development route may leave out; writes the simulated
+/// root and policy into their configured paths if they do not exist yet.
+pub fn prepare(mut route: Route) -> anyhow::Result<Route> {
+    if let Some(dir) = &route.simulated_root {
+        if !dir.join("ark.key.pem").exists() {
+            std::fs::create_dir_all(dir)?;
+            let seed = veil_attestation::Nonce::random().as_bytes().to_vec();
+            let sim = SimulatedAttester::from_seed(
+                &seed,
+                SimulatedConfig::new(veil_attestation::snp::Product::Genoa, &seed),
+            )?;
+            sim.save(dir)?;
+            tracing::warn!(dir = %dir.display(), "created a SIMULATED attestation root (development only)");
+        }
+        if !route.policy.exists() {
+            let sim = SimulatedAttester::load(dir)?;
+            write_new(&route.policy, &sim.dev_policy_toml()?)?;
+            tracing::warn!(policy = %route.policy.display(), "wrote a development policy accepting the simulated root");
+        }
+    }
+    for stage in &mut route.stages {
+        if stage.manifest_root.is_none() {
+            let slice = LayerSlice::load(&route.model, stage.layers.0 as usize..stage.layers.1 as usize)?;
+            stage.manifest_root = Some(slice.manifest().root());
+        }
+    }
+    Ok(route)
+}
+
+fn write_new(path: &Path, text: &str) -> std::io::Result<()> {
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent)?;
+    }
+    std::fs::write(path, text)
+}

@@ -1,0 +1,458 @@
+//! The sharded pipeline as separate processes on loopback: equality with
+//! one process, concurrency, a killed shard with and without a replica,
+//! a neighbour with the wrong weights, malformed frames.
+//!
+//! Needs the reference model (`scripts/fetch-model.sh`); without it these
+//! tests print SKIP unless `VEIL_REQUIRE_MODEL=1`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::io::{BufRead, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use veil_enclave::entry::sampler::{Sampler, SamplingParams};
+use veil_enclave::generate::{generate, GenerateRequest, Generation, LocalModel};
+use veil_enclave::pipeline::entry::{GenerateEvent, GenerateWire};
+use veil_enclave::pipeline::route::{Route, Stage};
+
+fn model_path() -> Option<PathBuf> {
+    let path = match std::env::var_os("VEIL_MODEL") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::var_os("VEIL_MODELS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/veil/models"))
+            .join("SmolLM2-135M-Instruct.Q4_1.gguf"),
+    };
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var("VEIL_REQUIRE_MODEL").as_deref() == Ok("1") {
+        panic!("VEIL_REQUIRE_MODEL=1 but {} is missing", path.display());
+    }
+    eprintln!("SKIP: reference model not found (run scripts/fetch-model.sh)");
+    None
+}
+
+fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// Shard processes of one route, killed on drop.
+struct Cluster {
+    dir: PathBuf,
+    route: Route,
+    route_path: PathBuf,
+    children: Vec<((usize, usize), Child)>,
+}
+
+impl Cluster {
+    /// Writes a route for `cuts` (layer boundaries) with `replicas[i]`
+    /// addresses for stage i, prepared (simulated root, policy, roots).
+    fn new(name: &str, model: &Path, cuts: &[u32], replicas: &[usize]) -> Self {
+        let dir = std::env::temp_dir().join(format!("veil-pipeline-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bounds = vec![0];
+        bounds.extend_from_slice(cuts);
+        bounds.push(30);
+        let stages = bounds
+            .windows(2)
+            .zip(replicas)
+            .map(|(w, &n)| Stage {
+                layers: (w[0], w[1]),
+                manifest_root: None,
+                replicas: (0..n).map(|_| free_port()).collect(),
+            })
+            .collect();
+        let route = Route {
+            model: model.to_owned(),
+            policy: dir.join("sim/policy.dev.toml"),
+            simulated_root: Some(dir.join("sim")),
+            kv_budget_bytes: 256 << 20,
+            prefill_chunk: 32,
+            heartbeat: Duration::from_millis(100),
+            generate_listen: free_port(),
+            stages,
+        };
+        let route = veil_enclave::pipeline::local::prepare(route).unwrap();
+        let route_path = dir.join("route.toml");
+        std::fs::write(&route_path, route.to_toml()).unwrap();
+        Self { dir, route, route_path, children: Vec::new() }
+    }
+
+    fn log(&self, stage: usize, replica: usize) -> PathBuf {
+        self.dir.join(format!("s{stage}r{replica}.log"))
+    }
+
+    fn spawn(&mut self, stage: usize, replica: usize) {
+        self.spawn_with(stage, replica, &self.route_path.clone());
+    }
+
+    fn spawn_with(&mut self, stage: usize, replica: usize, route: &Path) {
+        let log = std::fs::File::create(self.log(stage, replica)).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_veil-shard"))
+            .args(["serve", "--config"])
+            .arg(route)
+            .args(["--stage", &stage.to_string(), "--replica", &replica.to_string(), "--supervised"])
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children.push(((stage, replica), child));
+    }
+
+    fn start_all(&mut self) {
+        for s in (0..self.route.stages.len()).rev() {
+            for r in 0..self.route.stages[s].replicas.len() {
+                self.spawn(s, r);
+            }
+        }
+        self.wait_log(0, 0, "ready", 1);
+    }
+
+    /// Waits until the (stage, replica) log holds `needle` at least `count` times.
+    fn wait_log(&self, stage: usize, replica: usize, needle: &str, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let text = std::fs::read_to_string(self.log(stage, replica)).unwrap_or_default();
+            if text.matches(needle).count() >= count {
+                return;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {needle:?} in stage {stage}:\n{text}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn kill(&mut self, stage: usize, replica: usize) {
+        for ((s, r), c) in &mut self.children {
+            if (*s, *r) == (stage, replica) {
+                c.kill().unwrap(); // SIGKILL
+                c.wait().unwrap();
+            }
+        }
+        self.children.retain(|((s, r), _)| (*s, *r) != (stage, replica));
+    }
+
+    fn generate(&self, req: &GenerateWire) -> Result<Generation, String> {
+        self.stream(req, |_| {})
+    }
+
+    /// Runs a request, calling `on_text` per piece.
+    fn stream(&self, req: &GenerateWire, mut on_text: impl FnMut(&str)) -> Result<Generation, String> {
+        let mut tcp = TcpStream::connect(self.route.generate_listen).unwrap();
+        tcp.write_all(format!("{}\n", serde_json::to_string(req).unwrap()).as_bytes()).unwrap();
+        for line in std::io::BufReader::new(tcp).lines() {
+            match serde_json::from_str::<GenerateEvent>(&line.unwrap()).unwrap() {
+                GenerateEvent::Text(t) => on_text(&t),
+                GenerateEvent::Done(g) => return Ok(g),
+                GenerateEvent::Error(e) => return Err(e),
+            }
+        }
+        Err("connection closed".into())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+fn greedy(ids: &[u32], max_tokens: usize) -> GenerateWire {
+    GenerateWire {
+        prompt: None,
+        prompt_ids: Some(ids.to_vec()),
+        chat: false,
+        max_tokens,
+        temperature: 0.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        repeat_penalty: 1.0,
+        seed: 0,
+        stop: vec![],
+    }
+}
+
+fn local(model: &LocalModel, tok: &veil_enclave::entry::tokenizer::Tokenizer, req: &GenerateWire) -> Generation {
+    let mut sampler = Sampler::new(SamplingParams {
+        temperature: req.temperature,
+        top_k: req.top_k,
+        top_p: req.top_p,
+        min_p: req.min_p,
+        repetition_penalty: req.repeat_penalty,
+        seed: req.seed,
+        ..SamplingParams::default()
+    })
+    .unwrap();
+    let g = GenerateRequest {
+        prompt_ids: req.prompt_ids.clone().unwrap(),
+        max_tokens: req.max_tokens,
+        stop: req.stop.clone(),
+    };
+    generate(model, tok, &mut sampler, &g, |_| {}).unwrap()
+}
+
+fn fixture_prompts() -> Vec<Vec<u32>> {
+    let v: serde_json::Value = serde_json::from_str(include_str!("../testdata/llamacpp_fixtures.json")).unwrap();
+    v["cases"].as_array().unwrap().iter().map(|c| serde_json::from_value(c["prompt_ids"].clone()).unwrap()).collect()
+}
+
+#[test]
+fn three_and_five_shard_clusters_equal_one_process() {
+    let Some(path) = model_path() else { return };
+    let (model, tok) = LocalModel::load(&path, &[]).unwrap();
+    let mut requests: Vec<GenerateWire> = fixture_prompts().iter().map(|p| greedy(p, 48)).collect();
+    let mut sampled = greedy(&fixture_prompts()[2], 48);
+    (sampled.temperature, sampled.top_p, sampled.top_k, sampled.repeat_penalty, sampled.seed) = (0.8, 0.95, 40, 1.1, 7);
+    requests.push(sampled);
+    let expected: Vec<Generation> = requests.iter().map(|r| local(&model, &tok, r)).collect();
+    for (name, cuts) in [("three", vec![10, 20]), ("five", vec![6, 12, 18, 24])] {
+        let mut c = Cluster::new(name, &path, &cuts, &vec![1; cuts.len() + 1]);
+        c.start_all();
+        for (req, want) in requests.iter().zip(&expected) {
+            assert_eq!(&c.generate(req).unwrap(), want, "{name}-shard cluster");
+        }
+        println!("{name}-shard cluster: {} requests token-identical to one process", requests.len());
+    }
+}
+
+#[test]
+fn sixteen_concurrent_sessions_each_equal_running_alone() {
+    let Some(path) = model_path() else { return };
+    let (model, tok) = LocalModel::load(&path, &[]).unwrap();
+    let prompts = fixture_prompts();
+    let requests: Vec<GenerateWire> = (0..16)
+        .map(|i| {
+            let mut r = greedy(&prompts[i % prompts.len()], 24 + i);
+            if i % 2 == 1 {
+                (r.temperature, r.top_p, r.seed) = (0.9, 0.9, i as u64);
+            }
+            r
+        })
+        .collect();
+    let expected: Vec<Generation> = requests.iter().map(|r| local(&model, &tok, r)).collect();
+    let mut c = Cluster::new("concurrent", &path, &[10, 20], &[1, 1, 1]);
+    c.start_all();
+    let c = &c;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = requests.iter().map(|r| scope.spawn(move || c.generate(r))).collect();
+        for (h, want) in handles.into_iter().zip(&expected) {
+            assert_eq!(&h.join().unwrap().unwrap(), want);
+        }
+    });
+}
+
+#[test]
+fn a_killed_shard_with_a_replica_is_routed_around_without_changing_the_stream() {
+    let Some(path) = model_path() else { return };
+    let (model, tok) = LocalModel::load(&path, &[]).unwrap();
+    let req = greedy(&fixture_prompts()[0], 160);
+    let want = local(&model, &tok, &req);
+    let mut c = Cluster::new("replica", &path, &[10, 20], &[1, 2, 1]);
+    // Only the first replica of the middle stage at first, so the session uses it.
+    c.spawn(2, 0);
+    c.spawn(1, 0);
+    c.spawn(0, 0);
+    c.wait_log(0, 0, "ready", 1);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let c = std::sync::Mutex::new(c);
+    let got = std::thread::scope(|scope| {
+        let cluster = &c;
+        let req = &req;
+        let h = scope.spawn(move || {
+            let route = cluster.lock().unwrap().route.generate_listen;
+            let mut pieces = 0;
+            let mut tcp = TcpStream::connect(route).unwrap();
+            tcp.write_all(format!("{}\n", serde_json::to_string(req).unwrap()).as_bytes()).unwrap();
+            for line in std::io::BufReader::new(tcp).lines() {
+                match serde_json::from_str::<GenerateEvent>(&line.unwrap()).unwrap() {
+                    GenerateEvent::Text(_) => {
+                        pieces += 1;
+                        if pieces == 8 {
+                            tx.send(()).unwrap();
+                        }
+                    }
+                    GenerateEvent::Done(g) => return Ok(g),
+                    GenerateEvent::Error(e) => return Err(e),
+                }
+            }
+            Err("closed".to_owned())
+        });
+        rx.recv().unwrap();
+        {
+            let mut c = c.lock().unwrap();
+            c.spawn(1, 1);
+            c.wait_log(0, 0, "control link up", 3);
+            c.kill(1, 0);
+        }
+        h.join().unwrap()
+    });
+    let c = c.into_inner().unwrap();
+    assert_eq!(got.unwrap(), want, "the stream changed across the re-route");
+    let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
+    assert!(log.contains("re-routed"), "the session was not re-routed:\n{log}");
+}
+
+#[test]
+fn a_killed_shard_without_a_replica_ends_the_stream_with_a_clear_error_in_seconds() {
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("noreplica", &path, &[10, 20], &[1, 1, 1]);
+    c.start_all();
+    let req = greedy(&fixture_prompts()[0], 400);
+    let listen = c.route.generate_listen;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let mut tcp = TcpStream::connect(listen).unwrap();
+        tcp.write_all(format!("{}\n", serde_json::to_string(&req).unwrap()).as_bytes()).unwrap();
+        let mut sent = false;
+        for line in std::io::BufReader::new(tcp).lines() {
+            match serde_json::from_str::<GenerateEvent>(&line.unwrap()).unwrap() {
+                GenerateEvent::Text(_) if !sent => {
+                    tx.send(()).unwrap();
+                    sent = true;
+                }
+                GenerateEvent::Text(_) => {}
+                GenerateEvent::Done(_) => return Err("finished despite the dead shard".to_owned()),
+                GenerateEvent::Error(e) => return Ok((e, Instant::now())),
+            }
+        }
+        Err("closed without an error".to_owned())
+    });
+    rx.recv().unwrap();
+    let killed = Instant::now();
+    c.kill(1, 0);
+    let (error, at) = h.join().unwrap().unwrap();
+    let took = at.duration_since(killed);
+    println!("error after {took:?}: {error}");
+    assert!(error.contains("no live replica") && error.contains("layers 10..20"), "{error}");
+    assert!(took < Duration::from_secs(5), "error took {took:?}");
+    // The entry keeps serving: with the shard back, a new session completes.
+    c.spawn(1, 0);
+    c.wait_log(0, 0, "control link up", 3);
+    assert!(c.generate(&greedy(&fixture_prompts()[1], 8)).is_ok());
+}
+
+#[test]
+fn a_neighbour_with_other_weights_is_refused_before_any_activation() {
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("wrongweights", &path, &[10, 20], &[1, 1, 1]);
+    // A copy of the model with one byte of layer 15's weights changed.
+    let mut bytes = std::fs::read(&path).unwrap();
+    let gguf = veil_enclave::model::GgufFile::open(&path).unwrap();
+    drop(gguf);
+    let tampered = c.dir.join("tampered.gguf");
+    // The tensor data sits in the second half of the file for these layers.
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x40;
+    std::fs::write(&tampered, &bytes).unwrap();
+    let mut own = c.route.clone();
+    own.model = tampered.clone();
+    own.stages[1].manifest_root = None;
+    let own = veil_enclave::pipeline::local::prepare(own).unwrap();
+    assert_ne!(own.stages[1].manifest_root, c.route.stages[1].manifest_root, "the byte flip missed layers 10..20");
+    let own_path = c.dir.join("tampered-route.toml");
+    std::fs::write(&own_path, own.to_toml()).unwrap();
+    c.spawn(2, 0);
+    c.spawn_with(1, 0, &own_path);
+    c.spawn(0, 0);
+    c.wait_log(0, 0, "shard not available", 1);
+    let err = c.generate(&greedy(&fixture_prompts()[0], 4)).unwrap_err();
+    assert!(err.contains("layers 10..20") && err.contains("no live replica"), "{err}");
+    let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
+    assert!(log.contains("attestation of") && log.contains("manifest root"), "{log}");
+    let shard_log = std::fs::read_to_string(c.log(1, 0)).unwrap();
+    assert!(!shard_log.contains("control link from the entry"), "{shard_log}");
+}
+
+#[test]
+fn malformed_and_out_of_order_frames_drop_only_that_link() {
+    use veil_attestation::ratls::{self, RaTlsIdentity, RaTlsVerifier};
+    use veil_attestation::{ExpectedClaims, LayerRange, ManifestRoot, SimulatedAttester};
+    use veil_enclave::link::frame::{Frame, Hello, LinkRole, PROTOCOL_VERSION};
+
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("malformed", &path, &[10, 20], &[1, 1, 1]);
+    c.start_all();
+    let sim = SimulatedAttester::load(c.route.simulated_root.as_ref().unwrap()).unwrap();
+    let policy = std::sync::Arc::new(veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap());
+    let stage0 = c.route.stages[0].clone();
+    let target = c.route.stages[1].replicas[0];
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    // A well-attested stage-0 peer that then misbehaves in three ways.
+    let attacks: Vec<Vec<u8>> = vec![
+        vec![0, 0, 0, 3, 0xEE, 1, 2],      // unknown frame kind
+        [0x7F, 0xFF, 0xFF, 0xFF].to_vec(), // a 2 GiB frame
+        [Frame::Ping(1).encode(), Frame::Ping(2).encode(), {
+            // A forward frame, then the same sequence number again.
+            let f = veil_enclave::link::frame::Forward {
+                session: 9,
+                seq: 1,
+                start: 0,
+                truncate_to: None,
+                want: veil_enclave::link::frame::Want::Nothing,
+                route: vec![0, 0],
+                sampling: None,
+                precision: veil_enclave::link::frame::Precision::F32,
+                width: 576,
+                hidden: vec![0.0; 576],
+            };
+            [Frame::Forward(f.clone()).encode(), Frame::Forward(f).encode()].concat()
+        }]
+        .concat(),
+    ];
+    for attack in attacks {
+        let closed = rt.block_on(async {
+            let mut claims = veil_enclave::attest::claims(Some(LayerRange::new(0, 10).unwrap()), None);
+            claims.manifest_root = stage0.manifest_root.map(ManifestRoot);
+            let id = RaTlsIdentity::new(&sim, claims).unwrap();
+            let verifier = std::sync::Arc::new(RaTlsVerifier::new(policy.clone(), ExpectedClaims::default()));
+            let tcp = tokio::net::TcpStream::connect(target).await.unwrap();
+            let (mut tls, _) = ratls::tokio::connect(tcp, &id, verifier).await.unwrap();
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let hello = Hello {
+                version: PROTOCOL_VERSION,
+                role: LinkRole::Data,
+                layers: stage0.layers,
+                manifest_root: stage0.manifest_root.unwrap(),
+            };
+            tls.write_all(&Frame::Hello(hello).encode()).await.unwrap();
+            tls.write_all(&attack).await.unwrap();
+            tls.flush().await.unwrap();
+            let mut sink = vec![0u8; 1 << 16];
+            // The shard answers its hello (and pongs), then closes the link.
+            tokio::time::timeout(Duration::from_secs(10), async {
+                loop {
+                    match tls.read(&mut sink).await {
+                        Ok(0) | Err(_) => return true,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await
+            .unwrap_or(false)
+        });
+        assert!(closed, "the shard kept a misbehaving link open");
+    }
+    // The shard and the pipeline still serve.
+    let (model, tok) = LocalModel::load(&path, &[]).unwrap();
+    let req = greedy(&fixture_prompts()[3], 12);
+    assert_eq!(c.generate(&req).unwrap(), local(&model, &tok, &req));
+    let log = std::fs::read_to_string(c.log(1, 0)).unwrap();
+    assert!(
+        log.contains("unknown frame kind") && log.contains("exceeds the limit") && log.contains("sequence"),
+        "{log}"
+    );
+}
