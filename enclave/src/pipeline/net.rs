@@ -158,13 +158,16 @@ pub async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
 }
 
+/// Open links by replica, with the generation that opened each.
+type LinkMap = HashMap<u8, (u64, mpsc::Sender<Frame>)>;
+
 /// Data links to the replicas of the next stage, dialled on first use and
 /// forgotten as soon as the peer closes them (so the next frame redials).
 #[derive(Debug)]
 pub struct Downstream {
     trust: Arc<Trust>,
     stage: Stage,
-    links: Arc<Mutex<HashMap<u8, (u64, mpsc::Sender<Frame>)>>>,
+    links: Arc<Mutex<LinkMap>>,
     generation: std::sync::atomic::AtomicU64,
 }
 
