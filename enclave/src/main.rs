@@ -54,6 +54,16 @@ enum Command {
     Generate(GenerateArgs),
     /// Serve one stage of a route (the entry for stage 0).
     Serve(ServeArgs),
+    /// Complete a development route: create its simulated root and policy if
+    /// missing, compute every stage's manifest root, write the result.
+    Prepare {
+        /// Route file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Where to write the completed route.
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -143,6 +153,7 @@ fn main() -> std::process::ExitCode {
 fn run() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
     match Cli::parse().command {
@@ -179,6 +190,10 @@ fn run() -> anyhow::Result<()> {
             None => generate(args)?,
         },
         Command::Serve(args) => serve(args)?,
+        Command::Prepare { config, out } => {
+            let route = veil_enclave::pipeline::local::prepare(veil_enclave::pipeline::route::Route::load(&config)?)?;
+            std::fs::write(&out, route.to_toml()).with_context(|| format!("writing {}", out.display()))?;
+        }
     }
     Ok(())
 }

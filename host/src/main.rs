@@ -1,7 +1,7 @@
 //! `veil-host`: the untrusted side of a Veil node.
 //!
-//! The relay API and shard supervision are not built yet (see the README
-//! roadmap); today the binary runs test and benchmark tooling. This file only
+//! Today: local shard supervision (`cluster`) and test tooling (`wan-shim`);
+//! the public relay API is not built yet (see the README roadmap). This file only
 //! sets up logging, parses arguments, builds the runtime and dispatches to
 //! the subcommand's module in `veil_host::cli`.
 
@@ -28,6 +28,7 @@ fn main() -> ExitCode {
     };
     let outcome: anyhow::Result<()> = match cli.command {
         Command::WanShim(args) => runtime.block_on(cli::wan_shim::run(args)).map_err(Into::into),
+        Command::Cluster(args) => runtime.block_on(cli::cluster::run(args)),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

@@ -130,8 +130,10 @@ impl Route {
     /// Reads and checks a route file.
     pub fn load(path: &Path) -> Result<Self, RouteError> {
         let text = std::fs::read_to_string(path).map_err(|source| RouteError::Io { path: path.to_owned(), source })?;
-        let base = path.parent().unwrap_or(Path::new("."));
-        Self::parse(&text, base).map_err(|e| match e {
+        // Absolute, so that a route written back out (`to_toml`) resolves the same from anywhere.
+        let base = std::path::absolute(path.parent().unwrap_or(Path::new(".")))
+            .map_err(|source| RouteError::Io { path: path.to_owned(), source })?;
+        Self::parse(&text, &base).map_err(|e| match e {
             RouteError::Parse { message, .. } => RouteError::Parse { path: path.to_owned(), message },
             other => other,
         })

@@ -1,6 +1,7 @@
 //! The `veil-host` command line. One module per subcommand; `main.rs` only
 //! parses arguments, builds the runtime and dispatches.
 
+pub mod cluster;
 pub mod wan_shim;
 
 use clap::{Parser, Subcommand};
@@ -10,9 +11,10 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "veil-host",
     version,
-    about = "The untrusted Veil host (relay API and shard supervision: not built yet; today: test tooling)",
-    long_about = "The untrusted Veil host. Its relay API and shard supervision are not built yet; \
-                  today it offers test and benchmark tooling (`wan-shim`).",
+    about = "The untrusted Veil host: local shard supervision and test tooling (the public relay API is not built yet)",
+    long_about = "The untrusted Veil host. Today: `cluster` starts and supervises the shard processes of a \
+                  route on this machine, and `wan-shim` adds WAN delay to loopback links for tests and \
+                  benchmarks. The public relay API (sealed requests) is not built yet.",
     arg_required_else_help = true
 )]
 pub struct Cli {
@@ -24,6 +26,8 @@ pub struct Cli {
 /// Top-level commands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Start and supervise the shard processes of a route on this machine (simulated TEEs for development).
+    Cluster(cluster::ClusterArgs),
     /// Relay TCP to a target with added one-way delay, jitter and a bandwidth cap (WAN simulation on loopback).
     WanShim(wan_shim::WanShimArgs),
 }

@@ -1,0 +1,185 @@
+//! `veil-host cluster`: starts the shard processes a route describes on this
+//! machine and supervises them — restart on crash with backoff, clean
+//! shutdown on Ctrl-C or SIGTERM. Every shard runs `--supervised`: it holds a
+//! pipe from us on stdin and exits when that closes, so no shard outlives
+//! the supervisor, even one killed with SIGKILL.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Deserialize;
+use tokio::process::{Child, Command};
+
+/// Arguments of `veil-host cluster`.
+#[derive(Debug, clap::Args)]
+pub struct ClusterArgs {
+    /// Route file (see deploy/local/cluster.toml).
+    #[arg(long)]
+    pub config: PathBuf,
+    /// The `veil-shard` binary (default: next to this one).
+    #[arg(long)]
+    pub shard_bin: Option<PathBuf>,
+    /// Where the completed route is written (default: next to the config, `.run/`).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+}
+
+/// The parts of a (completed) route the supervisor needs.
+#[derive(Debug, Deserialize)]
+struct RouteView {
+    entry: EntryView,
+    stage: Vec<StageView>,
+}
+
+#[derive(Debug, Deserialize)]
+struct EntryView {
+    generate_listen: SocketAddr,
+}
+
+#[derive(Debug, Deserialize)]
+struct StageView {
+    layers: [u32; 2],
+    replicas: Vec<SocketAddr>,
+}
+
+/// First restart delay; doubles per crash up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// Longest restart delay.
+const MAX_BACKOFF: Duration = Duration::from_secs(30);
+/// A process that ran this long resets its backoff.
+const STABLE_AFTER: Duration = Duration::from_secs(60);
+/// How long shards get to exit after their pipe closes.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+struct Shard {
+    stage: usize,
+    replica: usize,
+    layers: [u32; 2],
+    child: Option<Child>,
+    started: Instant,
+    backoff: Duration,
+    restart_at: Option<Instant>,
+}
+
+/// Runs the cluster until Ctrl-C or SIGTERM.
+pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
+    let shard_bin = match args.shard_bin {
+        Some(p) => p,
+        None => std::env::current_exe()?.with_file_name("veil-shard"),
+    };
+    if !shard_bin.exists() {
+        anyhow::bail!("{} not found (build it, or pass --shard-bin)", shard_bin.display());
+    }
+    let run_dir = args.run_dir.unwrap_or_else(|| args.config.parent().unwrap_or(Path::new(".")).join(".run"));
+    std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
+    let route = run_dir.join("route.toml");
+    tracing::info!(config = %args.config.display(), "preparing the route (simulated root, manifest roots)");
+    let status = Command::new(&shard_bin)
+        .args(["prepare", "--config"])
+        .arg(&args.config)
+        .arg("--out")
+        .arg(&route)
+        .status()
+        .await
+        .context("running veil-shard prepare")?;
+    if !status.success() {
+        anyhow::bail!("veil-shard prepare failed ({status})");
+    }
+    let text = std::fs::read_to_string(&route)?;
+    let view: RouteView = toml::from_str(&text).context("reading the completed route")?;
+    let mut shards: Vec<Shard> = Vec::new();
+    for (stage, s) in view.stage.iter().enumerate().rev() {
+        for replica in 0..s.replicas.len() {
+            shards.push(Shard {
+                stage,
+                replica,
+                layers: s.layers,
+                child: None,
+                started: Instant::now(),
+                backoff: FIRST_BACKOFF,
+                restart_at: Some(Instant::now()),
+            });
+        }
+    }
+    tracing::info!(
+        generate = %view.entry.generate_listen,
+        "starting {} shard processes; the entry's internal generate endpoint will be at {}",
+        shards.len(),
+        view.entry.generate_listen
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut tick = tokio::time::interval(Duration::from_millis(200));
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = tick.tick() => {}
+        }
+        for s in &mut shards {
+            if let Some(child) = &mut s.child {
+                if let Ok(Some(status)) = child.try_wait() {
+                    if s.started.elapsed() > STABLE_AFTER {
+                        s.backoff = FIRST_BACKOFF;
+                    }
+                    tracing::warn!(stage = s.stage, replica = s.replica, %status, restart_in = ?s.backoff, "shard exited; restarting");
+                    s.child = None;
+                    s.restart_at = Some(Instant::now() + s.backoff);
+                    s.backoff = (s.backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+            if s.child.is_none() && s.restart_at.is_some_and(|t| Instant::now() >= t) {
+                match spawn(&shard_bin, &route, s.stage, s.replica) {
+                    Ok(child) => {
+                        tracing::info!(
+                            stage = s.stage,
+                            replica = s.replica,
+                            layers = ?s.layers,
+                            pid = child.id().unwrap_or(0),
+                            "shard started"
+                        );
+                        s.child = Some(child);
+                        s.started = Instant::now();
+                        s.restart_at = None;
+                    }
+                    Err(e) => {
+                        tracing::error!(stage = s.stage, error = %e, "cannot start shard");
+                        s.restart_at = Some(Instant::now() + s.backoff);
+                        s.backoff = (s.backoff * 2).min(MAX_BACKOFF);
+                    }
+                }
+            }
+        }
+    }
+    tracing::info!("shutting down: closing every shard's supervision pipe");
+    for s in &mut shards {
+        if let Some(child) = &mut s.child {
+            drop(child.stdin.take());
+        }
+    }
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+    for s in &mut shards {
+        if let Some(child) = &mut s.child {
+            if tokio::time::timeout_at(deadline, child.wait()).await.is_err() {
+                tracing::warn!(stage = s.stage, replica = s.replica, "shard did not exit in time: killing it");
+                let _ = child.kill().await;
+            }
+        }
+    }
+    tracing::info!("all shards stopped");
+    Ok(())
+}
+
+fn spawn(bin: &Path, route: &Path, stage: usize, replica: usize) -> std::io::Result<Child> {
+    Command::new(bin)
+        .args(["serve", "--config"])
+        .arg(route)
+        .args(["--stage", &stage.to_string(), "--replica", &replica.to_string(), "--supervised"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+}
