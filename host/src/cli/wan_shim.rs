@@ -80,6 +80,7 @@ mod tests {
         let cli = Cli::try_parse_from([&["veil-host", "wan-shim"], args].concat())?;
         match cli.command {
             Command::WanShim(args) => Ok(args),
+            other => panic!("parsed as {other:?}"),
         }
     }
 
