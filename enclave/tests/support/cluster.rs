@@ -1,0 +1,202 @@
+//! A cluster of `veil-shard serve` processes on loopback, shared by the
+//! pipeline tests and the pipeline benchmark.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::io::{BufRead, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use veil_enclave::entry::sampler::{Sampler, SamplingParams};
+use veil_enclave::generate::{generate, GenerateRequest, Generation, LocalModel};
+use veil_enclave::pipeline::entry::{GenerateEvent, GenerateWire};
+use veil_enclave::pipeline::route::{Route, Stage};
+
+pub fn model_path() -> Option<PathBuf> {
+    let path = match std::env::var_os("VEIL_MODEL") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::var_os("VEIL_MODELS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/veil/models"))
+            .join("SmolLM2-135M-Instruct.Q4_1.gguf"),
+    };
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var("VEIL_REQUIRE_MODEL").as_deref() == Ok("1") {
+        panic!("VEIL_REQUIRE_MODEL=1 but {} is missing", path.display());
+    }
+    eprintln!("SKIP: reference model not found (run scripts/fetch-model.sh)");
+    None
+}
+
+pub fn free_port() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// Shard processes of one route, killed on drop.
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub route: Route,
+    pub route_path: PathBuf,
+    pub children: Vec<((usize, usize), Child)>,
+}
+
+impl Cluster {
+    /// Writes a route for `cuts` (layer boundaries) with `replicas[i]`
+    /// addresses for stage i, prepared (simulated root, policy, roots).
+    pub fn new(name: &str, model: &Path, cuts: &[u32], replicas: &[usize]) -> Self {
+        let dir = std::env::temp_dir().join(format!("veil-pipeline-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut bounds = vec![0];
+        bounds.extend_from_slice(cuts);
+        bounds.push(30);
+        let stages = bounds
+            .windows(2)
+            .zip(replicas)
+            .map(|(w, &n)| Stage {
+                layers: (w[0], w[1]),
+                manifest_root: None,
+                replicas: (0..n).map(|_| free_port()).collect(),
+            })
+            .collect();
+        let route = Route {
+            model: model.to_owned(),
+            policy: dir.join("sim/policy.dev.toml"),
+            simulated_root: Some(dir.join("sim")),
+            kv_budget_bytes: 256 << 20,
+            prefill_chunk: 32,
+            heartbeat: Duration::from_millis(100),
+            generate_listen: free_port(),
+            stages,
+        };
+        let route = veil_enclave::pipeline::local::prepare(route).unwrap();
+        let route_path = dir.join("route.toml");
+        std::fs::write(&route_path, route.to_toml()).unwrap();
+        Self { dir, route, route_path, children: Vec::new() }
+    }
+
+    pub fn log(&self, stage: usize, replica: usize) -> PathBuf {
+        self.dir.join(format!("s{stage}r{replica}.log"))
+    }
+
+    pub fn spawn(&mut self, stage: usize, replica: usize) {
+        self.spawn_with(stage, replica, &self.route_path.clone());
+    }
+
+    pub fn spawn_with(&mut self, stage: usize, replica: usize, route: &Path) {
+        let log = std::fs::File::create(self.log(stage, replica)).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_veil-shard"))
+            .args(["serve", "--config"])
+            .arg(route)
+            .args(["--stage", &stage.to_string(), "--replica", &replica.to_string(), "--supervised"])
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.children.push(((stage, replica), child));
+    }
+
+    pub fn start_all(&mut self) {
+        for s in (0..self.route.stages.len()).rev() {
+            for r in 0..self.route.stages[s].replicas.len() {
+                self.spawn(s, r);
+            }
+        }
+        self.wait_log(0, 0, "ready", 1);
+    }
+
+    /// Waits until the (stage, replica) log holds `needle` at least `count` times.
+    pub fn wait_log(&self, stage: usize, replica: usize, needle: &str, count: usize) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let text = std::fs::read_to_string(self.log(stage, replica)).unwrap_or_default();
+            if text.matches(needle).count() >= count {
+                return;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {needle:?} in stage {stage}:\n{text}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn kill(&mut self, stage: usize, replica: usize) {
+        for ((s, r), c) in &mut self.children {
+            if (*s, *r) == (stage, replica) {
+                c.kill().unwrap(); // SIGKILL
+                c.wait().unwrap();
+            }
+        }
+        self.children.retain(|((s, r), _)| (*s, *r) != (stage, replica));
+    }
+
+    pub fn generate(&self, req: &GenerateWire) -> Result<Generation, String> {
+        self.stream(req, |_| {})
+    }
+
+    /// Runs a request, calling `on_text` per piece.
+    pub fn stream(&self, req: &GenerateWire, mut on_text: impl FnMut(&str)) -> Result<Generation, String> {
+        let mut tcp = TcpStream::connect(self.route.generate_listen).unwrap();
+        tcp.write_all(format!("{}\n", serde_json::to_string(req).unwrap()).as_bytes()).unwrap();
+        for line in std::io::BufReader::new(tcp).lines() {
+            match serde_json::from_str::<GenerateEvent>(&line.unwrap()).unwrap() {
+                GenerateEvent::Text(t) => on_text(&t),
+                GenerateEvent::Done(g) => return Ok(g),
+                GenerateEvent::Error(e) => return Err(e),
+            }
+        }
+        Err("connection closed".into())
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, c) in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+pub fn greedy(ids: &[u32], max_tokens: usize) -> GenerateWire {
+    GenerateWire {
+        prompt: None,
+        prompt_ids: Some(ids.to_vec()),
+        chat: false,
+        max_tokens,
+        temperature: 0.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        repeat_penalty: 1.0,
+        seed: 0,
+        stop: vec![],
+    }
+}
+
+pub fn local(model: &LocalModel, tok: &veil_enclave::entry::tokenizer::Tokenizer, req: &GenerateWire) -> Generation {
+    let mut sampler = Sampler::new(SamplingParams {
+        temperature: req.temperature,
+        top_k: req.top_k,
+        top_p: req.top_p,
+        min_p: req.min_p,
+        repetition_penalty: req.repeat_penalty,
+        seed: req.seed,
+        ..SamplingParams::default()
+    })
+    .unwrap();
+    let g = GenerateRequest {
+        prompt_ids: req.prompt_ids.clone().unwrap(),
+        max_tokens: req.max_tokens,
+        stop: req.stop.clone(),
+    };
+    generate(model, tok, &mut sampler, &g, |_| {}).unwrap()
+}
