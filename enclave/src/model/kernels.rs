@@ -118,7 +118,7 @@ impl Q41Matrix {
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
         let xq: Vec<BlockQ81> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_1).collect();
-        par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, q41_dot_fn())
+        par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, q41_dots())
     }
 
     #[cfg(test)]
@@ -184,7 +184,7 @@ impl Q80Matrix {
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
         let xq: Vec<BlockQ80> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_0).collect();
-        par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, q80_dot_fn())
+        par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, q80_dots())
     }
 }
 
@@ -202,17 +202,33 @@ fn par_matmul<W: Sync, A: Sync>(
     per_row: usize,
     xq: &[A],
     m: usize,
-    dot: fn(&[W], &[A]) -> f32,
+    dots: Dots<W, A>,
 ) -> Vec<f32> {
     let wrow = |j: usize| &w[j * per_row..(j + 1) * per_row];
     let xrow = |i: usize| &xq[i * per_row..(i + 1) * per_row];
+    // Dots of one weight row with input rows `first..first + n`, written at
+    // `out[i * stride]`: four input rows per pass over the weight blocks.
+    let sweep = |wr: &[W], first: usize, n: usize, out: &mut [f32], stride: usize| {
+        let mut i = 0;
+        while i + 4 <= n {
+            let r = first + i;
+            let v = (dots.four)(wr, [xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)]);
+            for (k, x) in v.into_iter().enumerate() {
+                out[(i + k) * stride] = x;
+            }
+            i += 4;
+        }
+        for i in i..n {
+            out[i * stride] = (dots.one)(wr, xrow(first + i));
+        }
+    };
     let mut out = vec![0f32; m * rows];
     let threads = rayon::current_num_threads();
     if m < 4 * threads {
         if m == 1 {
             out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(c, o)| {
                 for (r, v) in o.iter_mut().enumerate() {
-                    *v = dot(wrow(c * ROWS_PER_TASK + r), xq);
+                    *v = (dots.one)(wrow(c * ROWS_PER_TASK + r), xq);
                 }
             });
             return out;
@@ -220,10 +236,7 @@ fn par_matmul<W: Sync, A: Sync>(
         let mut t = vec![0f32; rows * m];
         t.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(|(c, o)| {
             for (r, vals) in o.chunks_exact_mut(m).enumerate() {
-                let wr = wrow(c * ROWS_PER_TASK + r);
-                for (i, v) in vals.iter_mut().enumerate() {
-                    *v = dot(wr, xrow(i));
-                }
+                sweep(wrow(c * ROWS_PER_TASK + r), 0, m, vals, 1);
             }
         });
         for (j, vals) in t.chunks_exact(m).enumerate() {
@@ -233,19 +246,29 @@ fn par_matmul<W: Sync, A: Sync>(
         }
         return out;
     }
-    let per_task = m.div_ceil(4 * threads).clamp(4, 64);
+    let per_task = m.div_ceil(4 * threads).clamp(4, 64).next_multiple_of(4);
     out.par_chunks_mut(per_task * rows).enumerate().for_each(|(c, o)| {
-        let first = c * per_task;
         let n = o.len() / rows;
         for j in 0..rows {
-            let wr = wrow(j);
-            for i in 0..n {
-                o[i * rows + j] = dot(wr, xrow(first + i));
-            }
+            sweep(wrow(j), c * per_task, n, &mut o[j..], rows);
         }
     });
     out
 }
+
+/// A dot kernel for one input row, and the same arithmetic for four input
+/// rows sharing one pass over the weight blocks (bit-identical per row).
+struct Dots<W, A> {
+    one: fn(&[W], &[A]) -> f32,
+    four: fn(&[W], [&[A]; 4]) -> [f32; 4],
+}
+
+impl<W, A> Clone for Dots<W, A> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<W, A> Copy for Dots<W, A> {}
 
 /// Quantizes one row to Q8_1 blocks, as llama.cpp's `quantize_row_q8_1`.
 fn quantize_row_q8_1(row: &[f32]) -> impl Iterator<Item = BlockQ81> + '_ {
@@ -286,26 +309,28 @@ fn has_f16c() -> bool {
     has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c")
 }
 
-fn q41_dot_fn() -> fn(&[BlockQ41], &[BlockQ81]) -> f32 {
+fn q41_dots() -> Dots<BlockQ41, BlockQ81> {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        return |w, x| {
-            // SAFETY: selected only after run-time detection of AVX2 and FMA.
-            unsafe { q41_dot_avx2(w, x) }
+        return Dots {
+            // SAFETY (both): selected only after run-time detection of AVX2 and FMA.
+            one: |w, x| unsafe { q41_dot_avx2(w, x) },
+            four: |w, x| unsafe { q41_dot4_avx2(w, x) },
         };
     }
-    q41_dot_scalar
+    Dots { one: q41_dot_scalar, four: |w, x| x.map(|x| q41_dot_scalar(w, x)) }
 }
 
-fn q80_dot_fn() -> fn(&[BlockQ80], &[BlockQ80]) -> f32 {
+fn q80_dots() -> Dots<BlockQ80, BlockQ80> {
     #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
-        return |w, x| {
-            // SAFETY: selected only after run-time detection of AVX2 and FMA.
-            unsafe { q80_dot_avx2(w, x) }
+        return Dots {
+            // SAFETY (both): selected only after run-time detection of AVX2 and FMA.
+            one: |w, x| unsafe { q80_dot_avx2(w, x) },
+            four: |w, x| unsafe { q80_dot4_avx2(w, x) },
         };
     }
-    q80_dot_scalar
+    Dots { one: q80_dot_scalar, four: |w, x| x.map(|x| q80_dot_scalar(w, x)) }
 }
 
 fn q41_dot_scalar(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
@@ -382,6 +407,56 @@ unsafe fn q80_dot_avx2(w: &[BlockQ80], x: &[BlockQ80]) -> f32 {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc);
     }
     hsum(acc)
+}
+
+/// [`q41_dot_avx2`] for four input rows: each weight block is unpacked
+/// once; every row's accumulation is the single-row sequence exactly.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn q41_dot4_avx2(w: &[BlockQ41], x: [&[BlockQ81]; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut summs = [0f32; 4];
+    let low = _mm_set1_epi8(0x0F);
+    let ones = _mm256_set1_epi16(1);
+    let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
+    for (i, b) in w[..n].iter().enumerate() {
+        // SAFETY: `b.qs` is 16 bytes; the load reads exactly it.
+        let q = _mm_loadu_si128(b.qs.as_ptr().cast());
+        let q4 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
+        for r in 0..4 {
+            let a = &x[r][i];
+            summs[r] += b.m * a.s;
+            // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
+            let q8 = _mm256_loadu_si256(a.qs.as_ptr().cast());
+            let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(q4, q8), ones);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
+        }
+    }
+    [hsum(acc[0]) + summs[0], hsum(acc[1]) + summs[1], hsum(acc[2]) + summs[2], hsum(acc[3]) + summs[3]]
+}
+
+/// [`q80_dot_avx2`] for four input rows (bit-identical per row).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn q80_dot4_avx2(w: &[BlockQ80], x: [&[BlockQ80]; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let ones = _mm256_set1_epi16(1);
+    let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
+    for (i, b) in w[..n].iter().enumerate() {
+        // SAFETY: `b.qs` is 32 bytes; the load reads exactly it.
+        let qw = _mm256_loadu_si256(b.qs.as_ptr().cast());
+        let aw = _mm256_sign_epi8(qw, qw);
+        for r in 0..4 {
+            let a = &x[r][i];
+            // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
+            let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
+            let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw)), ones);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
+        }
+    }
+    [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
 }
 
 /// `Σ q[i]·k[i]` over an f32 query and an f16 key.
