@@ -269,3 +269,20 @@ fn malformed_and_out_of_order_frames_drop_only_that_link() {
         "{log}"
     );
 }
+
+#[test]
+fn a_full_kv_budget_is_a_clear_refusal_and_opt_in_f16_activations_still_serve() {
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("kvfull", &path, &[10, 20], &[1, 1, 1]);
+    // 1 MiB per shard holds ~136 positions of ten layers.
+    c.route.kv_budget_bytes = 1 << 20;
+    c.route.precision = veil_enclave::link::frame::Precision::F16;
+    std::fs::write(&c.route_path, c.route.to_toml()).unwrap();
+    c.start_all();
+    let long: Vec<u32> = (0..150).map(|i| 300 + i).collect();
+    let err = c.generate(&greedy(&long, 4)).unwrap_err();
+    assert!(err.contains("KvFull") && err.contains("KV memory full"), "{err}");
+    // The shard keeps serving what fits, with f16 on the wire.
+    let g = c.generate(&greedy(&fixture_prompts()[0], 16)).unwrap();
+    assert_eq!(g.ids.len(), 16);
+}

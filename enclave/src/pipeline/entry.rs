@@ -26,7 +26,7 @@ use super::worker::{Command, Input, Job, Output, StageWorker};
 use crate::entry::sampler::{Sampler, SamplingParams};
 use crate::entry::tokenizer::{ChatMessage, Tokenizer};
 use crate::generate::{check_request, GenerateRequest, Generation, TextStream};
-use crate::link::frame::{ErrorCode, Frame, LinkError, LinkRole, Precision, SamplingSpec, Verdict, Want};
+use crate::link::frame::{ErrorCode, Frame, LinkError, LinkRole, SamplingSpec, Verdict, Want};
 use crate::model::LayerSlice;
 
 /// Longest request line accepted on the internal endpoint.
@@ -485,7 +485,7 @@ impl Entry {
                         history[history.len().saturating_sub(window)..].to_vec()
                     },
                 }),
-                precision: Precision::F32,
+                precision: self.route.precision,
                 input: Input::Tokens(s.history[start..stop].to_vec()),
             };
             self.worker.send(Command::Run(job)).await.map_err(|_| "the entry worker stopped".to_owned())?;

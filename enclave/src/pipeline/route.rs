@@ -8,6 +8,7 @@
 //! kv_budget_mib = 512                  # per shard, all sessions together
 //! prefill_chunk = 64                   # positions per forward frame during prefill
 //! heartbeat_ms = 250
+//! activation_precision = "f32"         # or "f16"/"bf16": half the bytes per hop, not bit-exact
 //!
 //! [entry]
 //! generate_listen = "127.0.0.1:7700"   # internal streaming generate endpoint (loopback only)
@@ -28,6 +29,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+use crate::link::frame::Precision;
 
 /// Why a route file is unusable.
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +69,8 @@ struct RouteFile {
     prefill_chunk: u32,
     #[serde(default = "default_heartbeat_ms")]
     heartbeat_ms: u64,
+    #[serde(default)]
+    activation_precision: Option<String>,
     entry: EntryFile,
     stage: Vec<StageFile>,
 }
@@ -120,6 +125,8 @@ pub struct Route {
     pub prefill_chunk: usize,
     /// Heartbeat interval on control links.
     pub heartbeat: std::time::Duration,
+    /// Encoding of hidden states between shards (f32 unless the file opts in to f16/bf16).
+    pub precision: Precision,
     /// The entry's internal generate endpoint.
     pub generate_listen: SocketAddr,
     /// Stages in layer order; stage 0 is the entry.
@@ -159,6 +166,12 @@ impl Route {
         if f.prefill_chunk == 0 || f.heartbeat_ms == 0 || f.kv_budget_mib == 0 {
             return bad("prefill_chunk, heartbeat_ms and kv_budget_mib must be positive".into());
         }
+        let precision = match f.activation_precision.as_deref() {
+            None | Some("f32") => Precision::F32,
+            Some("f16") => Precision::F16,
+            Some("bf16") => Precision::Bf16,
+            Some(other) => return bad(format!("activation_precision {other:?} (f32, f16 or bf16)")),
+        };
         let mut stages = Vec::with_capacity(f.stage.len());
         let mut next = 0;
         for (i, s) in f.stage.iter().enumerate() {
@@ -211,6 +224,7 @@ impl Route {
             kv_budget_bytes: usize::try_from(f.kv_budget_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
             prefill_chunk: f.prefill_chunk as usize,
             heartbeat: std::time::Duration::from_millis(f.heartbeat_ms),
+            precision,
             generate_listen: f.entry.generate_listen,
             stages,
         })
@@ -237,10 +251,15 @@ impl Route {
             out += &format!("simulated_root = {:?}\n", r.display().to_string());
         }
         out += &format!(
-            "kv_budget_mib = {}\nprefill_chunk = {}\nheartbeat_ms = {}\n\n[entry]\ngenerate_listen = \"{}\"\n",
+            "kv_budget_mib = {}\nprefill_chunk = {}\nheartbeat_ms = {}\nactivation_precision = \"{}\"\n\n[entry]\ngenerate_listen = \"{}\"\n",
             self.kv_budget_bytes >> 20,
             self.prefill_chunk,
             self.heartbeat.as_millis(),
+            match self.precision {
+                Precision::F32 => "f32",
+                Precision::F16 => "f16",
+                Precision::Bf16 => "bf16",
+            },
             self.generate_listen
         );
         for s in &self.stages {
@@ -295,6 +314,7 @@ replicas = ["127.0.0.1:7720", "127.0.0.1:7721"]
             OK.replace("replicas = [\"127.0.0.1:7710\"]", "replicas = [\"127.0.0.1:7710\", \"127.0.0.1:7711\"]"),
             OK.replace("0101010101", "01"),
             OK.replace("policy =", "unknown = 1\npolicy ="),
+            OK.replace("policy =", "activation_precision = \"f8\"\npolicy ="),
         ];
         for c in cases {
             assert!(Route::parse(&c, Path::new("/")).is_err(), "{c}");

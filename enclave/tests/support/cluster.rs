@@ -70,6 +70,7 @@ impl Cluster {
             kv_budget_bytes: 256 << 20,
             prefill_chunk: 32,
             heartbeat: Duration::from_millis(100),
+            precision: veil_enclave::link::frame::Precision::F32,
             generate_listen: free_port(),
             stages,
         };
