@@ -27,19 +27,28 @@ fn main() {
     let (model, tok) = LocalModel::load(&path, &[]).unwrap();
     let req = greedy(&PROMPT, 128);
     local(&model, &tok, &req); // warm
-    let t = Instant::now();
-    let g = local(&model, &tok, &req);
-    let one = tok_s(g.ids.len(), t.elapsed());
+    let mut one = 0f64;
+    let mut g = None;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let out = local(&model, &tok, &req);
+        one = one.max(tok_s(out.ids.len(), t.elapsed()));
+        g = Some(out);
+    }
+    let g = g.unwrap();
     let per_token = 1.0 / one;
 
     let mut c = Cluster::new("bench", &path, &[10, 20], &[1, 1, 1]);
     c.start_all();
     c.generate(&req).unwrap(); // warm links
-    let t = Instant::now();
-    let g3 = c.generate(&req).unwrap();
-    let three = tok_s(g3.ids.len(), t.elapsed());
-    assert_eq!(g3.ids, g.ids, "the pipeline's output differs from one process");
-    println!("\nSmolLM2-135M-Instruct Q4_1, greedy decode of 128 tokens, 2-core CPU, separate processes on loopback");
+    let mut three = 0f64;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let g3 = c.generate(&req).unwrap();
+        three = three.max(tok_s(g3.ids.len(), t.elapsed()));
+        assert_eq!(g3.ids, g.ids, "the pipeline's output differs from one process");
+    }
+    println!("\nSmolLM2-135M-Instruct Q4_1, greedy decode of 128 tokens (best of 3), 2-core CPU, separate processes on loopback");
     println!("{:<44} {:>12} {:>14} {:>8}", "setup", "tokens/s", "reference", "ratio");
     println!("{:<44} {:>12.1} {:>14} {:>8}", "one process", one, "", "");
     println!("{:<44} {:>12.1} {:>14.1} {:>7.2}x", "3 shards, loopback", three, one, three / one);
@@ -137,15 +146,14 @@ fn main() {
     })
     .unwrap();
     let killed_at = killed_at.unwrap();
-    let after = times.iter().find(|t| **t > killed_at).copied().unwrap();
+    // The stall: the longest gap between tokens around the kill.
+    let stall = times
+        .windows(2)
+        .filter(|w| w[1] > killed_at && w[0] < killed_at + Duration::from_secs(10))
+        .map(|w| (w[1] - w[0]).as_secs_f64() * 1000.0)
+        .fold(0.0, f64::max);
     let gaps: Vec<f64> = times.windows(2).take(19).map(|w| (w[1] - w[0]).as_secs_f64() * 1000.0).collect();
     let normal = gaps.iter().sum::<f64>() / gaps.len() as f64;
-    println!(
-        "{:<44} {:>10.0}ms {:>12.1}ms {:>8}",
-        "kill -9 of a shard: next token after (warm replica)",
-        (after - killed_at).as_secs_f64() * 1000.0,
-        normal,
-        ""
-    );
+    println!("{:<44} {:>10.0}ms {:>12.1}ms {:>8}", "kill -9 of the serving shard: longest stall", stall, normal, "");
     println!("(reference column: one process; for the heal row, the normal gap between tokens)");
 }
