@@ -200,7 +200,7 @@ fn run() -> anyhow::Result<()> {
 
 fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     use std::io::Write;
-    use veil_enclave::entry::sampler::{Sampler, SamplingParams};
+    use veil_enclave::entry::sampler::Sampler;
     use veil_enclave::entry::tokenizer::ChatMessage;
     use veil_enclave::generate::{generate, GenerateRequest, LocalModel};
 
@@ -215,15 +215,7 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
         (None, Some(ids)) => ids.clone(),
         (None, None) => anyhow::bail!("give --prompt or --prompt-ids"),
     };
-    let mut sampler = Sampler::new(SamplingParams {
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repetition_penalty: args.repeat_penalty,
-        seed: args.seed,
-        ..SamplingParams::default()
-    })?;
+    let mut sampler = Sampler::new(wire(&args).sampling())?;
     let req = GenerateRequest { prompt_ids, max_tokens: args.max_tokens, stop: args.stop.clone() };
     let stream = !args.json;
     let mut out = std::io::stdout();
@@ -243,24 +235,12 @@ fn generate(args: GenerateArgs) -> anyhow::Result<()> {
 
 fn generate_remote(addr: std::net::SocketAddr, args: &GenerateArgs) -> anyhow::Result<()> {
     use std::io::{BufRead, Write};
-    use veil_enclave::pipeline::entry::{GenerateEvent, GenerateWire};
+    use veil_enclave::pipeline::entry::GenerateEvent;
 
     if !addr.ip().is_loopback() {
         anyhow::bail!("--entry must be a loopback address: the internal endpoint carries plaintext");
     }
-    let req = GenerateWire {
-        prompt: args.prompt.clone(),
-        prompt_ids: args.prompt_ids.clone(),
-        chat: args.chat,
-        max_tokens: args.max_tokens,
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
-        seed: args.seed,
-        stop: args.stop.clone(),
-    };
+    let req = wire(args);
     let mut tcp = std::net::TcpStream::connect(addr).with_context(|| format!("connecting to the entry at {addr}"))?;
     tcp.write_all(format!("{}\n", serde_json::to_string(&req)?).as_bytes())?;
     let mut out = std::io::stdout();
@@ -329,4 +309,21 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         entry::serve_generate(e, listener).await;
         Ok(())
     })
+}
+
+/// The request the flags describe.
+fn wire(args: &GenerateArgs) -> veil_enclave::pipeline::entry::GenerateWire {
+    veil_enclave::pipeline::entry::GenerateWire {
+        prompt: args.prompt.clone(),
+        prompt_ids: args.prompt_ids.clone(),
+        chat: args.chat,
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        seed: args.seed,
+        stop: args.stop.clone(),
+    }
 }

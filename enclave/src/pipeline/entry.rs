@@ -80,6 +80,21 @@ fn one() -> f32 {
     1.0
 }
 
+impl GenerateWire {
+    /// The request's sampling parameters.
+    pub fn sampling(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repeat_penalty,
+            seed: self.seed,
+            ..SamplingParams::default()
+        }
+    }
+}
+
 /// One line of the endpoint's answer.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -360,15 +375,7 @@ impl Entry {
         out: &mpsc::UnboundedSender<GenerateEvent>,
     ) -> Result<Generation, String> {
         let prompt_ids = self.prompt_ids(&req)?;
-        let params = SamplingParams {
-            temperature: req.temperature,
-            top_k: req.top_k,
-            top_p: req.top_p,
-            min_p: req.min_p,
-            repetition_penalty: req.repeat_penalty,
-            seed: req.seed,
-            ..SamplingParams::default()
-        };
+        let params = req.sampling();
         let mut sampler = Sampler::new(params.clone()).map_err(|e| e.to_string())?;
         let gen =
             GenerateRequest { prompt_ids: prompt_ids.clone(), max_tokens: req.max_tokens, stop: req.stop.clone() };
@@ -392,6 +399,7 @@ impl Entry {
             let mut pending: (usize, bool) = (0, false); // (first position to send, rebuild)
             let mut generated = 0;
             loop {
+                let first = s.seq + 1;
                 let seq = self.send_positions(&mut s, &route, pending.0, pending.1).await?;
                 let verdict = loop {
                     // A round that never answers (a frame lost with a link) is re-routed too.
@@ -402,7 +410,8 @@ impl Entry {
                     match event.ok_or("the entry is shutting down")? {
                         Event::Verdict(v) if v.seq == seq => break Some(v),
                         Event::Verdict(_) => {}
-                        Event::Error(e) if e.seq != seq => {}
+                        // Any chunk of this round failing fails the round; older rounds' errors are stale.
+                        Event::Error(e) if !(first..=seq).contains(&e.seq) => {}
                         Event::Error(e) if e.code == ErrorCode::Unavailable => break None,
                         Event::Error(e) => return Err(format!("shard error ({:?}): {}", e.code, e.message)),
                         Event::Down { stage, replica } if route.get(stage - 1) == Some(&replica) => break None,
