@@ -9,6 +9,7 @@
 
 pub mod attest;
 pub mod entry;
+pub mod gateway;
 pub mod generate;
 pub mod link;
 pub mod model;
