@@ -4,4 +4,5 @@
 
 mod negative;
 mod ratls;
+mod sealed;
 mod vectors;

@@ -1,0 +1,157 @@
+//! The client half of a sealed exchange: seal a Binary HTTP request to the
+//! entry's key configuration (Oblivious HTTP, chunked), and open the
+//! streamed response as it arrives. A response whose final chunk is missing,
+//! or with any byte changed, fails to open: tampered text is never shown.
+//!
+//! The entry's half is `veil_enclave::gateway::seal`; both stand on the
+//! `ohttp` and `bhttp` crates.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use bhttp::stream::AsyncReadMessage;
+use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+/// Why sealing or opening failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SealError {
+    /// The key configuration is not one this client can seal to.
+    #[error("unusable key configuration: {0}")]
+    Config(String),
+    /// The request could not be encoded or sealed.
+    #[error("cannot seal the request: {0}")]
+    Seal(String),
+    /// The response failed authentication, was truncated, or is not Binary HTTP.
+    #[error("the sealed response does not open (tampered or truncated): {0}")]
+    Open(String),
+}
+
+#[derive(Clone, Default)]
+struct Shared(Arc<Mutex<Vec<u8>>>);
+
+impl AsyncWrite for Shared {
+    fn poll_write(self: Pin<&mut Self>, _: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+type OpenFn =
+    Box<dyn FnOnce(Pin<Box<dyn AsyncRead + Send>>) -> Result<Pin<Box<dyn AsyncRead + Send>>, SealError> + Send>;
+
+/// Opens the response to one sealed request (single use).
+pub struct ResponseOpener(OpenFn);
+
+impl std::fmt::Debug for ResponseOpener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ResponseOpener")
+    }
+}
+
+/// One plaintext stream read by the Binary HTTP parser and, after the
+/// message ends, by us: to the end, so the final chunk is authenticated.
+#[derive(Clone)]
+struct SharedReader(Arc<Mutex<Pin<Box<dyn AsyncRead + Send>>>>);
+
+impl AsyncRead for SharedReader {
+    fn poll_read(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<std::io::Result<usize>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).as_mut().poll_read(cx, buf)
+    }
+}
+
+/// A response as it opens: status, header fields, then body pieces.
+pub struct OpenedResponse {
+    message: bhttp::stream::AsyncMessage<SharedReader>,
+    rest: SharedReader,
+    /// HTTP status.
+    pub status: u16,
+    /// Header fields (lower-case names).
+    pub fields: Vec<(String, String)>,
+    done: bool,
+}
+
+impl std::fmt::Debug for OpenedResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenedResponse").field("status", &self.status).finish_non_exhaustive()
+    }
+}
+
+/// Seals `request` to the encoded key configuration `config`.
+pub async fn seal(config: &[u8], request: &bhttp::Message) -> Result<(Vec<u8>, ResponseOpener), SealError> {
+    let mut plain = Vec::new();
+    request.write_bhttp(bhttp::Mode::KnownLength, &mut plain).map_err(|e| SealError::Seal(e.to_string()))?;
+    let client = ohttp::ClientRequest::from_encoded_config(config).map_err(|e| SealError::Config(e.to_string()))?;
+    let out = Shared::default();
+    let mut writer = client.encapsulate_stream(out.clone()).map_err(|e| SealError::Seal(e.to_string()))?;
+    writer.write_all(&plain).await.map_err(|e| SealError::Seal(e.to_string()))?;
+    writer.close().await.map_err(|e| SealError::Seal(e.to_string()))?;
+    let sealed = std::mem::take(&mut *out.0.lock().unwrap_or_else(|p| p.into_inner()));
+    let open: OpenFn = Box::new(move |src| {
+        let plain = writer.response(src).map_err(|e| SealError::Open(e.to_string()))?;
+        Ok(Box::pin(plain) as Pin<Box<dyn AsyncRead + Send>>)
+    });
+    Ok((sealed, ResponseOpener(open)))
+}
+
+impl ResponseOpener {
+    /// Starts opening the sealed response read from `src`; reads the head.
+    pub async fn open(self, src: Pin<Box<dyn AsyncRead + Send>>) -> Result<OpenedResponse, SealError> {
+        let plain = SharedReader(Arc::new(Mutex::new((self.0)(src)?)));
+        let mut message = bhttp::Message::async_read(plain.clone());
+        let header = message.header().await.map_err(|e| SealError::Open(e.to_string()))?;
+        let status =
+            header.control().status().map(|s| s.code()).ok_or_else(|| SealError::Open("not a response".into()))?;
+        let fields = header
+            .iter()
+            .map(|f| {
+                (String::from_utf8_lossy(f.name()).to_lowercase(), String::from_utf8_lossy(f.value()).into_owned())
+            })
+            .collect();
+        Ok(OpenedResponse { message, rest: plain, status, fields, done: false })
+    }
+}
+
+impl OpenedResponse {
+    /// The next authenticated piece of the body; `None` at the (authenticated) end.
+    pub async fn next(&mut self) -> Result<Option<Vec<u8>>, SealError> {
+        if self.done {
+            return Ok(None);
+        }
+        let mut buf = vec![0u8; 16 << 10];
+        let n = {
+            let mut body = self.message.body().map_err(|e| SealError::Open(e.to_string()))?;
+            body.read(&mut buf).await.map_err(|e| SealError::Open(e.to_string()))?
+        };
+        if n == 0 {
+            // The body ended: the trailer, then the stream to its end, so the
+            // chunk marked final authenticates (anything after must be padding).
+            self.message.trailer().await.map_err(|e| SealError::Open(e.to_string()))?;
+            let mut padding = Vec::new();
+            self.rest.read_to_end(&mut padding).await.map_err(|e| SealError::Open(e.to_string()))?;
+            if padding.iter().any(|&b| b != 0) {
+                return Err(SealError::Open("data after the end of the message".into()));
+            }
+            self.done = true;
+            return Ok(None);
+        }
+        buf.truncate(n);
+        Ok(Some(buf))
+    }
+
+    /// The whole remaining body.
+    pub async fn collect(mut self) -> Result<Vec<u8>, SealError> {
+        let mut all = Vec::new();
+        while let Some(piece) = self.next().await? {
+            all.extend(piece);
+        }
+        Ok(all)
+    }
+}
