@@ -201,20 +201,11 @@ fn run() -> anyhow::Result<()> {
 fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     use std::io::Write;
     use veil_enclave::entry::sampler::Sampler;
-    use veil_enclave::entry::tokenizer::ChatMessage;
     use veil_enclave::generate::{generate, GenerateRequest, LocalModel};
 
     let path = args.model.clone().context("--model is required")?;
     let (model, tokenizer) = LocalModel::load(&path, &args.split)?;
-    let prompt_ids = match (&args.prompt, &args.prompt_ids) {
-        (Some(text), _) if args.chat => {
-            let rendered = tokenizer.render_chat(&[ChatMessage { role: "user".into(), content: text.clone() }])?;
-            tokenizer.encode(&rendered, true)?
-        }
-        (Some(text), _) => tokenizer.encode(text, false)?,
-        (None, Some(ids)) => ids.clone(),
-        (None, None) => anyhow::bail!("give --prompt or --prompt-ids"),
-    };
+    let prompt_ids = wire(&args).prompt_ids(&tokenizer)?;
     let mut sampler = Sampler::new(wire(&args).sampling())?;
     let req = GenerateRequest { prompt_ids, max_tokens: args.max_tokens, stop: args.stop.clone() };
     let stream = !args.json;

@@ -163,7 +163,7 @@ impl Tokenizer {
     }
 
     /// Text to ids. `parse_special` matches special-token text as the
-    /// token (for rendered chat templates); user text alone should not.
+    /// token (for template text); user text alone should not.
     /// BOS is prepended when the GGUF asks for it.
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
         if text.is_empty() {
@@ -173,13 +173,59 @@ impl Tokenizer {
         if self.add_bos {
             ids.extend(self.bos);
         }
+        ids.extend(self.encode_piece(text, parse_special)?);
+        Ok(ids)
+    }
+
+    fn encode_piece(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
         match &self.engine {
             Engine::Bpe { with_special, plain } => {
                 let t = if parse_special { with_special } else { plain };
                 let enc = t.encode(text, false).map_err(|e| ModelError::Invalid(format!("tokenize: {e}")))?;
-                ids.extend_from_slice(enc.get_ids());
+                Ok(enc.get_ids().to_vec())
             }
-            Engine::Spm(spm) => ids.extend(spm.encode(text, parse_special)?),
+            Engine::Spm(spm) => spm.encode(text, parse_special),
+        }
+    }
+
+    /// A conversation as ids for generation: the chat template's own text
+    /// with special tokens parsed, every message's content as plain text —
+    /// so a user who types `<|im_start|>` gets those characters, not a
+    /// control token.
+    pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        if messages.is_empty() {
+            return Err(ModelError::Invalid("no messages".into()));
+        }
+        // Render with a marker per message, then tokenize around the markers.
+        let marker = |i: usize| format!("\u{F8FF}veil-message-{i}\u{F8FF}");
+        if messages.iter().any(|m| m.content.contains('\u{F8FF}')) {
+            return Err(ModelError::Invalid("message content holds U+F8FF, which is reserved".into()));
+        }
+        let marked: Vec<ChatMessage> = messages
+            .iter()
+            .enumerate()
+            .map(|(i, m)| ChatMessage { role: m.role.clone(), content: marker(i) })
+            .collect();
+        let rendered = self.render_chat(&marked)?;
+        let mut ids = Vec::new();
+        if self.add_bos {
+            ids.extend(self.bos);
+        }
+        let mut rest = rendered.as_str();
+        loop {
+            // The earliest marker still in the text.
+            let next = (0..messages.len()).filter_map(|i| rest.find(&marker(i)).map(|at| (at, i))).min();
+            let Some((at, i)) = next else { break };
+            if at > 0 {
+                ids.extend(self.encode_piece(&rest[..at], true)?);
+            }
+            if !messages[i].content.is_empty() {
+                ids.extend(self.encode_piece(&messages[i].content, false)?);
+            }
+            rest = &rest[at + marker(i).len()..];
+        }
+        if !rest.is_empty() {
+            ids.extend(self.encode_piece(rest, true)?);
         }
         Ok(ids)
     }

@@ -2,4 +2,5 @@
 //! chunked responses, Binary HTTP (RFC 9292) inside. Requests open only
 //! inside the entry; the host relays ciphertext.
 
+pub mod openai;
 pub mod seal;

@@ -27,7 +27,7 @@ use crate::entry::sampler::{Sampler, SamplingParams};
 use crate::entry::tokenizer::{ChatMessage, Tokenizer};
 use crate::generate::{check_request, GenerateRequest, Generation, TextStream};
 use crate::link::frame::{ErrorCode, Frame, LinkError, LinkRole, SamplingSpec, Verdict, Want};
-use crate::model::LayerSlice;
+use crate::model::{LayerSlice, ModelError};
 
 /// Longest request line accepted on the internal endpoint.
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
@@ -81,6 +81,22 @@ fn one() -> f32 {
 }
 
 impl GenerateWire {
+    /// The prompt as ids: text tokenized as text, or (`chat`) one user turn
+    /// through the chat template with the text kept out of special tokens.
+    pub fn prompt_ids(&self, tokenizer: &Tokenizer) -> Result<Vec<u32>, ModelError> {
+        match (&self.prompt, &self.prompt_ids) {
+            (Some(text), None) if self.chat => {
+                tokenizer.encode_chat(&[ChatMessage { role: "user".into(), content: text.clone() }])
+            }
+            (Some(text), None) => tokenizer.encode(text, false),
+            (None, Some(ids)) => match ids.iter().find(|&&i| i as usize >= tokenizer.vocab_size()) {
+                Some(bad) => Err(ModelError::Invalid(format!("token id {bad} is outside the vocabulary"))),
+                None => Ok(ids.clone()),
+            },
+            _ => Err(ModelError::Invalid("give exactly one of prompt and prompt_ids".into())),
+        }
+    }
+
     /// The request's sampling parameters.
     pub fn sampling(&self) -> SamplingParams {
         SamplingParams {
@@ -349,32 +365,12 @@ impl Entry {
         });
     }
 
-    fn prompt_ids(&self, req: &GenerateWire) -> Result<Vec<u32>, String> {
-        match (&req.prompt, &req.prompt_ids) {
-            (Some(text), None) if req.chat => {
-                let rendered = self
-                    .tokenizer
-                    .render_chat(&[ChatMessage { role: "user".into(), content: text.clone() }])
-                    .map_err(|e| e.to_string())?;
-                self.tokenizer.encode(&rendered, true).map_err(|e| e.to_string())
-            }
-            (Some(text), None) => self.tokenizer.encode(text, false).map_err(|e| e.to_string()),
-            (None, Some(ids)) => {
-                if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.tokenizer.vocab_size()) {
-                    return Err(format!("token id {bad} is outside the vocabulary"));
-                }
-                Ok(ids.clone())
-            }
-            _ => Err("give exactly one of prompt and prompt_ids".into()),
-        }
-    }
-
     async fn run_session(
         self: &Arc<Self>,
         req: GenerateWire,
         out: &mpsc::UnboundedSender<GenerateEvent>,
     ) -> Result<Generation, String> {
-        let prompt_ids = self.prompt_ids(&req)?;
+        let prompt_ids = req.prompt_ids(&self.tokenizer).map_err(|e| e.to_string())?;
         let params = req.sampling();
         let mut sampler = Sampler::new(params.clone()).map_err(|e| e.to_string())?;
         let gen =

@@ -1,0 +1,446 @@
+//! The OpenAI-compatible API, as it runs inside the seal: request parsing
+//! and validation, response and server-sent-event shapes, OpenAI-shaped
+//! errors. `POST /v1/chat/completions`, `POST /v1/completions`,
+//! `GET /v1/models`. Pure functions over bytes: the gateway feeds them the
+//! opened Binary HTTP request and seals what they produce.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::entry::tokenizer::{ChatMessage, Tokenizer};
+use crate::pipeline::entry::GenerateWire;
+
+/// Default `max_tokens` of `/v1/completions` (as OpenAI's).
+pub const DEFAULT_COMPLETION_TOKENS: usize = 16;
+/// Largest request body accepted inside the seal.
+pub const MAX_BODY: usize = 1 << 20;
+
+/// An error as OpenAI shapes it, with its HTTP status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: u16,
+    /// `invalid_request_error`, `not_found_error`, `server_error`, …
+    pub kind: &'static str,
+    /// The offending parameter, if one.
+    pub param: Option<&'static str>,
+    /// For the developer; never echoes prompt text.
+    pub message: String,
+}
+
+impl ApiError {
+    /// A 400 about `param`.
+    pub fn invalid(param: &'static str, message: impl Into<String>) -> Self {
+        Self { status: 400, kind: "invalid_request_error", param: Some(param), message: message.into() }
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> Vec<u8> {
+        serde_json::to_vec(&json!({
+            "error": { "message": self.message, "type": self.kind, "param": self.param, "code": Value::Null }
+        }))
+        .unwrap_or_default()
+    }
+}
+
+/// `stop`: a string or a list of strings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// Message content: a string, or a list of text parts.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct Part {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct Message {
+    role: String,
+    content: Option<Content>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
+}
+
+/// Fields both endpoints share. Unknown fields are ignored, as OpenAI's
+/// own clients send many; those we cannot honour are refused when set.
+#[derive(Debug, Clone, Deserialize)]
+struct Common {
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    max_tokens: Option<usize>,
+    #[serde(default)]
+    max_completion_tokens: Option<usize>,
+    #[serde(default)]
+    temperature: Option<f32>,
+    #[serde(default)]
+    top_p: Option<f32>,
+    #[serde(default)]
+    stop: Option<Stop>,
+    #[serde(default)]
+    seed: Option<u64>,
+    #[serde(default)]
+    n: Option<u32>,
+    #[serde(default)]
+    stream: Option<bool>,
+    #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
+    logprobs: Option<Value>,
+    #[serde(default)]
+    echo: Option<bool>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct ChatBody {
+    messages: Vec<Message>,
+    #[serde(flatten)]
+    common: Common,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct CompletionBody {
+    prompt: Value,
+    #[serde(flatten)]
+    common: Common,
+}
+
+/// Which API shape to answer in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// `chat.completion` / `chat.completion.chunk`.
+    Chat,
+    /// `text_completion`.
+    Completion,
+}
+
+/// A validated generation call.
+#[derive(Debug, Clone)]
+pub struct Call {
+    /// Response shape.
+    pub kind: Kind,
+    /// What to generate (prompt ids filled in).
+    pub request: GenerateWire,
+    /// Stream as server-sent events.
+    pub stream: bool,
+    /// Add a usage chunk before `[DONE]`.
+    pub include_usage: bool,
+    /// The model name to echo.
+    pub model: String,
+}
+
+/// What a request asks for.
+#[derive(Debug, Clone)]
+pub enum Route {
+    /// Generate.
+    Generate(Box<Call>),
+    /// `GET /v1/models`.
+    Models,
+}
+
+/// Parses and validates one request. `context` bounds prompt + output.
+pub fn parse(
+    method: &[u8],
+    path: &[u8],
+    body: &[u8],
+    tokenizer: &Tokenizer,
+    model_name: &str,
+    context: usize,
+) -> Result<Route, ApiError> {
+    let path = path.split(|&b| b == b'?').next().unwrap_or_default();
+    let kind = match (method, path) {
+        (b"GET", b"/v1/models") => return Ok(Route::Models),
+        (b"POST", b"/v1/chat/completions") => Kind::Chat,
+        (b"POST", b"/v1/completions") => Kind::Completion,
+        (_, b"/v1/models" | b"/v1/chat/completions" | b"/v1/completions") => {
+            return Err(ApiError {
+                status: 405,
+                kind: "invalid_request_error",
+                param: None,
+                message: "method not allowed".into(),
+            })
+        }
+        _ => {
+            return Err(ApiError {
+                status: 404,
+                kind: "not_found_error",
+                param: None,
+                message: "unknown endpoint".into(),
+            })
+        }
+    };
+    if body.len() > MAX_BODY {
+        return Err(ApiError {
+            status: 413,
+            kind: "invalid_request_error",
+            param: None,
+            message: "request body too large".into(),
+        });
+    }
+    let bad_json = |e: serde_json::Error| ApiError::invalid("body", format!("invalid JSON: {e}"));
+    let (common, prompt_ids) = match kind {
+        Kind::Chat => {
+            let b: ChatBody = serde_json::from_slice(body).map_err(bad_json)?;
+            let messages = chat_messages(&b.messages)?;
+            let ids = tokenizer.encode_chat(&messages).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+            (b.common, ids)
+        }
+        Kind::Completion => {
+            let b: CompletionBody = serde_json::from_slice(body).map_err(bad_json)?;
+            let ids = completion_prompt(&b.prompt, tokenizer)?;
+            (b.common, ids)
+        }
+    };
+    if common.n.unwrap_or(1) != 1 {
+        return Err(ApiError::invalid("n", "only n = 1 is served"));
+    }
+    if common.logprobs.as_ref().is_some_and(|v| !v.is_null() && v != &Value::Bool(false)) {
+        return Err(ApiError::invalid("logprobs", "logprobs are not served"));
+    }
+    if common.echo == Some(true) {
+        return Err(ApiError::invalid("echo", "echo is not served"));
+    }
+    let temperature = common.temperature.unwrap_or(1.0);
+    if !(0.0..=2.0).contains(&temperature) {
+        return Err(ApiError::invalid("temperature", "temperature must be between 0 and 2"));
+    }
+    let top_p = common.top_p.unwrap_or(1.0);
+    if !(top_p > 0.0 && top_p <= 1.0) {
+        return Err(ApiError::invalid("top_p", "top_p must be in (0, 1]"));
+    }
+    let stop = match common.stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s],
+        Some(Stop::Many(v)) => v,
+    };
+    if stop.len() > 4 || stop.iter().any(String::is_empty) {
+        return Err(ApiError::invalid("stop", "up to 4 non-empty stop strings"));
+    }
+    if prompt_ids.len() >= context {
+        return Err(ApiError::invalid(
+            "messages",
+            format!("the prompt is {} tokens; this model's context is {context}", prompt_ids.len()),
+        ));
+    }
+    let default_max = match kind {
+        Kind::Chat => context - prompt_ids.len(),
+        Kind::Completion => DEFAULT_COMPLETION_TOKENS,
+    };
+    let max_tokens = common.max_completion_tokens.or(common.max_tokens).unwrap_or(default_max);
+    if max_tokens == 0 {
+        return Err(ApiError::invalid("max_tokens", "max_tokens must be at least 1"));
+    }
+    if prompt_ids.len() + max_tokens > context {
+        return Err(ApiError::invalid(
+            "max_tokens",
+            format!("{} prompt tokens + max_tokens {max_tokens} exceed the context of {context}", prompt_ids.len()),
+        ));
+    }
+    let request = GenerateWire {
+        prompt: None,
+        prompt_ids: Some(prompt_ids),
+        chat: false,
+        max_tokens,
+        temperature,
+        top_k: 0,
+        top_p,
+        min_p: 0.0,
+        repeat_penalty: 1.0,
+        seed: common.seed.unwrap_or(0),
+        stop,
+    };
+    Ok(Route::Generate(Box::new(Call {
+        kind,
+        request,
+        stream: common.stream.unwrap_or(false),
+        include_usage: common.stream_options.is_some_and(|o| o.include_usage),
+        model: common.model.unwrap_or_else(|| model_name.to_owned()),
+    })))
+}
+
+fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError> {
+    if messages.is_empty() {
+        return Err(ApiError::invalid("messages", "at least one message is required"));
+    }
+    messages
+        .iter()
+        .map(|m| {
+            if !matches!(m.role.as_str(), "system" | "developer" | "user" | "assistant") {
+                return Err(ApiError::invalid("messages", format!("unsupported role {:?}", m.role)));
+            }
+            let content = match &m.content {
+                None => String::new(),
+                Some(Content::Text(t)) => t.clone(),
+                Some(Content::Parts(parts)) => {
+                    let mut text = String::new();
+                    for p in parts {
+                        if p.kind != "text" {
+                            return Err(ApiError::invalid(
+                                "messages",
+                                format!("content part {:?} is not served", p.kind),
+                            ));
+                        }
+                        text.push_str(p.text.as_deref().unwrap_or_default());
+                    }
+                    text
+                }
+            };
+            let role = if m.role == "developer" { "system".to_owned() } else { m.role.clone() };
+            Ok(ChatMessage { role, content })
+        })
+        .collect()
+}
+
+fn completion_prompt(prompt: &Value, tokenizer: &Tokenizer) -> Result<Vec<u32>, ApiError> {
+    let ids = |v: &[Value]| -> Option<Vec<u32>> {
+        v.iter().map(|x| x.as_u64().and_then(|n| u32::try_from(n).ok())).collect()
+    };
+    let ids = match prompt {
+        Value::String(s) => tokenizer.encode(s, false).map_err(|e| ApiError::invalid("prompt", e.to_string()))?,
+        Value::Array(items) if items.len() == 1 && items[0].is_string() => tokenizer
+            .encode(items[0].as_str().unwrap_or_default(), false)
+            .map_err(|e| ApiError::invalid("prompt", e.to_string()))?,
+        Value::Array(items) if items.len() == 1 && items[0].is_array() => {
+            ids(items[0].as_array().map(Vec::as_slice).unwrap_or_default())
+                .ok_or_else(|| ApiError::invalid("prompt", "token ids must be integers"))?
+        }
+        Value::Array(items) if !items.is_empty() && items.iter().all(Value::is_number) => {
+            ids(items).ok_or_else(|| ApiError::invalid("prompt", "token ids must be integers"))?
+        }
+        _ => return Err(ApiError::invalid("prompt", "a string, or an array of token ids (one prompt only)")),
+    };
+    if ids.is_empty() {
+        return Err(ApiError::invalid("prompt", "the prompt is empty"));
+    }
+    if let Some(bad) = ids.iter().find(|&&i| i as usize >= tokenizer.vocab_size()) {
+        return Err(ApiError::invalid("prompt", format!("token id {bad} is outside the vocabulary")));
+    }
+    Ok(ids)
+}
+
+/// Token counts of a finished call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: usize,
+    /// Generated tokens.
+    pub completion_tokens: usize,
+    /// Both.
+    pub total_tokens: usize,
+}
+
+impl Usage {
+    /// Counts for a prompt and an output.
+    pub fn new(prompt: usize, completion: usize) -> Self {
+        Self { prompt_tokens: prompt, completion_tokens: completion, total_tokens: prompt + completion }
+    }
+}
+
+/// Identity of one response across its chunks.
+#[derive(Debug, Clone)]
+pub struct Ids {
+    /// `chatcmpl-…` / `cmpl-…`.
+    pub id: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// Model name.
+    pub model: String,
+}
+
+/// The non-streamed answer.
+pub fn complete_body(kind: Kind, ids: &Ids, text: &str, finish: &str, usage: Usage) -> Vec<u8> {
+    let v = match kind {
+        Kind::Chat => json!({
+            "id": ids.id, "object": "chat.completion", "created": ids.created, "model": ids.model,
+            "choices": [{ "index": 0, "message": { "role": "assistant", "content": text }, "finish_reason": finish }],
+            "usage": usage,
+        }),
+        Kind::Completion => json!({
+            "id": ids.id, "object": "text_completion", "created": ids.created, "model": ids.model,
+            "choices": [{ "index": 0, "text": text, "logprobs": Value::Null, "finish_reason": finish }],
+            "usage": usage,
+        }),
+    };
+    serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// One server-sent event carrying a chunk: `delta` text, or the finish
+/// reason (with empty text), or the first chat chunk's role.
+pub fn sse_chunk(kind: Kind, ids: &Ids, text: Option<&str>, finish: Option<&str>, first: bool) -> Vec<u8> {
+    let v = match kind {
+        Kind::Chat => {
+            let mut delta = serde_json::Map::new();
+            if first {
+                delta.insert("role".into(), "assistant".into());
+            }
+            if let Some(t) = text {
+                delta.insert("content".into(), t.into());
+            }
+            json!({
+                "id": ids.id, "object": "chat.completion.chunk", "created": ids.created, "model": ids.model,
+                "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
+            })
+        }
+        Kind::Completion => json!({
+            "id": ids.id, "object": "text_completion", "created": ids.created, "model": ids.model,
+            "choices": [{ "index": 0, "text": text.unwrap_or_default(), "logprobs": Value::Null, "finish_reason": finish }],
+        }),
+    };
+    sse(&v)
+}
+
+/// The usage chunk (`stream_options.include_usage`): no choices.
+pub fn sse_usage(kind: Kind, ids: &Ids, usage: Usage) -> Vec<u8> {
+    let object = match kind {
+        Kind::Chat => "chat.completion.chunk",
+        Kind::Completion => "text_completion",
+    };
+    sse(
+        &json!({ "id": ids.id, "object": object, "created": ids.created, "model": ids.model, "choices": [], "usage": usage }),
+    )
+}
+
+/// An error inside an event stream (after the head was sent).
+pub fn sse_error(err: &ApiError) -> Vec<u8> {
+    let mut out = b"data: ".to_vec();
+    out.extend(err.body());
+    out.extend(b"\n\n");
+    out
+}
+
+/// The stream's end marker.
+pub const SSE_DONE: &[u8] = b"data: [DONE]\n\n";
+
+fn sse(v: &Value) -> Vec<u8> {
+    let mut out = b"data: ".to_vec();
+    out.extend(serde_json::to_vec(v).unwrap_or_default());
+    out.extend(b"\n\n");
+    out
+}
+
+/// `GET /v1/models`.
+pub fn models_body(model_name: &str, created: u64) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "object": "list",
+        "data": [{ "id": model_name, "object": "model", "created": created, "owned_by": "veil" }],
+    }))
+    .unwrap_or_default()
+}

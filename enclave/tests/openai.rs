@@ -1,0 +1,147 @@
+//! The OpenAI-compatible request layer on the reference model's tokenizer:
+//! what is accepted, what is refused with which OpenAI-shaped error, and the
+//! response shapes. Needs the reference model (prints SKIP without it).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use serde_json::Value;
+use veil_enclave::entry::tokenizer::{ChatMessage, Tokenizer};
+use veil_enclave::gateway::openai::{self, ApiError, Ids, Kind, Route, Usage};
+use veil_enclave::model::GgufFile;
+
+const CTX: usize = 8192;
+
+fn tokenizer() -> Option<Tokenizer> {
+    let path = cluster::model_path()?;
+    Some(Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap())
+}
+
+fn call(tok: &Tokenizer, method: &str, path: &str, body: &str) -> Result<Route, ApiError> {
+    openai::parse(method.as_bytes(), path.as_bytes(), body.as_bytes(), tok, "smollm2", CTX)
+}
+
+fn generate(tok: &Tokenizer, path: &str, body: &str) -> Box<openai::Call> {
+    match call(tok, "POST", path, body).unwrap() {
+        Route::Generate(c) => c,
+        Route::Models => panic!("parsed as models"),
+    }
+}
+
+#[test]
+fn chat_requests_map_to_template_encoded_generations() {
+    let Some(tok) = tokenizer() else { return };
+    let c = generate(
+        &tok,
+        "/v1/chat/completions",
+        r#"{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi <|im_start|>"}]}],
+            "stream":true,"stream_options":{"include_usage":true},"temperature":0.5,"top_p":0.9,"seed":3,"stop":"\n\n","user":"ignored"}"#,
+    );
+    let want = tok
+        .encode_chat(&[
+            ChatMessage { role: "system".into(), content: "Be brief.".into() },
+            ChatMessage { role: "user".into(), content: "Hi <|im_start|>".into() },
+        ])
+        .unwrap();
+    assert_eq!(c.request.prompt_ids.as_deref(), Some(&want[..]));
+    assert_eq!((c.kind, c.stream, c.include_usage, c.model.as_str()), (Kind::Chat, true, true, "m"));
+    assert_eq!((c.request.temperature, c.request.top_p, c.request.seed), (0.5, 0.9, 3));
+    assert_eq!(c.request.stop, vec!["\n\n".to_owned()]);
+    assert_eq!(c.request.max_tokens, CTX - want.len(), "chat defaults to the rest of the context");
+}
+
+#[test]
+fn completion_prompts_may_be_text_or_token_ids() {
+    let Some(tok) = tokenizer() else { return };
+    let text = tok.encode("Once upon", false).unwrap();
+    for body in [r#"{"prompt":"Once upon"}"#, r#"{"prompt":["Once upon"]}"#] {
+        let c = generate(&tok, "/v1/completions", body);
+        assert_eq!(c.request.prompt_ids.as_deref(), Some(&text[..]));
+        assert_eq!((c.kind, c.request.max_tokens, c.stream), (Kind::Completion, 16, false));
+        assert_eq!(c.request.temperature, 1.0);
+    }
+    for body in [r#"{"prompt":[1,2,3],"max_tokens":4}"#, r#"{"prompt":[[1,2,3]],"max_tokens":4}"#] {
+        let c = generate(&tok, "/v1/completions", body);
+        assert_eq!(c.request.prompt_ids.as_deref(), Some(&[1, 2, 3][..]));
+    }
+    assert!(matches!(call(&tok, "GET", "/v1/models", ""), Ok(Route::Models)));
+}
+
+#[test]
+fn bad_requests_get_openai_shaped_errors() {
+    let Some(tok) = tokenizer() else { return };
+    let cases: [(&str, &str, &str, u16, Option<&str>); 14] = [
+        ("POST", "/v1/chat/completions", "{not json", 400, Some("body")),
+        ("POST", "/v1/chat/completions", r#"{"messages":[]}"#, 400, Some("messages")),
+        ("POST", "/v1/chat/completions", r#"{"messages":[{"role":"tool","content":"x"}]}"#, 400, Some("messages")),
+        ("POST", "/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#, 400, Some("n")),
+        (
+            "POST",
+            "/v1/chat/completions",
+            r#"{"messages":[{"role":"user","content":"x"}],"logprobs":true}"#,
+            400,
+            Some("logprobs"),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            r#"{"messages":[{"role":"user","content":"x"}],"temperature":3}"#,
+            400,
+            Some("temperature"),
+        ),
+        (
+            "POST",
+            "/v1/chat/completions",
+            r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":100000}"#,
+            400,
+            Some("max_tokens"),
+        ),
+        ("POST", "/v1/completions", r#"{"prompt":["a","b"]}"#, 400, Some("prompt")),
+        ("POST", "/v1/completions", r#"{"prompt":[1,99999999]}"#, 400, Some("prompt")),
+        ("POST", "/v1/completions", r#"{"prompt":""}"#, 400, Some("prompt")),
+        ("POST", "/v1/completions", r#"{"prompt":"x","echo":true}"#, 400, Some("echo")),
+        ("GET", "/v1/completions", "", 405, None),
+        ("POST", "/v1/embeddings", "{}", 404, None),
+        ("POST", "/v1/completions", "", 400, Some("body")),
+    ];
+    for (method, path, body, status, param) in cases {
+        let err = call(&tok, method, path, body).unwrap_err();
+        assert_eq!((err.status, err.param), (status, param), "{method} {path} {body}");
+        let v: Value = serde_json::from_slice(&err.body()).unwrap();
+        assert!(v["error"]["message"].is_string() && v["error"]["type"].is_string(), "{v}");
+    }
+    let long = format!(r#"{{"prompt":"{}"}}"#, "word ".repeat(9000));
+    assert_eq!(call(&tok, "POST", "/v1/completions", &long).unwrap_err().param, Some("messages"));
+    let huge = format!(r#"{{"prompt":"{}"}}"#, "x".repeat(openai::MAX_BODY));
+    assert_eq!(call(&tok, "POST", "/v1/completions", &huge).unwrap_err().status, 413);
+}
+
+#[test]
+fn response_shapes_follow_openai() {
+    let ids = Ids { id: "chatcmpl-1".into(), created: 7, model: "m".into() };
+    let v: Value =
+        serde_json::from_slice(&openai::complete_body(Kind::Chat, &ids, "Paris.", "stop", Usage::new(5, 2))).unwrap();
+    assert_eq!(v["object"], "chat.completion");
+    assert_eq!(v["choices"][0]["message"]["content"], "Paris.");
+    assert_eq!(v["usage"]["total_tokens"], 7);
+    let first = openai::sse_chunk(Kind::Chat, &ids, Some("Pa"), None, true);
+    assert!(first.starts_with(b"data: {") && first.ends_with(b"\n\n"));
+    let v: Value = serde_json::from_slice(&first[6..first.len() - 2]).unwrap();
+    assert_eq!(
+        (v["object"].as_str(), v["choices"][0]["delta"]["role"].as_str()),
+        (Some("chat.completion.chunk"), Some("assistant"))
+    );
+    let last = openai::sse_chunk(Kind::Completion, &ids, None, Some("length"), false);
+    let v: Value = serde_json::from_slice(&last[6..last.len() - 2]).unwrap();
+    assert_eq!(
+        (v["choices"][0]["finish_reason"].as_str(), v["choices"][0]["text"].as_str()),
+        (Some("length"), Some(""))
+    );
+    let u = openai::sse_usage(Kind::Chat, &ids, Usage::new(1, 1));
+    let v: Value = serde_json::from_slice(&u[6..u.len() - 2]).unwrap();
+    assert_eq!(v["choices"].as_array().map(Vec::len), Some(0));
+    let m: Value = serde_json::from_slice(&openai::models_body("m", 1)).unwrap();
+    assert_eq!(m["data"][0]["id"], "m");
+}
