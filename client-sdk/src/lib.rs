@@ -16,4 +16,5 @@
 
 pub mod cli;
 pub mod input;
+pub mod sdk;
 pub mod seal;

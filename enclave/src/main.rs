@@ -266,8 +266,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         (Some(dir), false) => Source::Simulated(dir.clone()),
         (None, false) => anyhow::bail!("the route sets no simulated_root; use --hardware on SEV-SNP"),
     };
-    let attester = attest::attester(&source)?;
-    let loaded = shard::load(&route, args.stage, attester.as_ref())?;
+    let attester: std::sync::Arc<dyn veil_attestation::Attester> = attest::attester(&source)?.into();
+    // The entry's sealing key is made before its evidence, which binds the key's hash.
+    let seal_key = (args.stage == 0).then(|| veil_enclave::gateway::seal::SealKey::generate(1)).transpose()?;
+    let loaded = shard::load(&route, args.stage, attester.as_ref(), seal_key.as_ref().map(|k| k.config_hash()))?;
     if args.supervised {
         // The supervisor holds our stdin; when it goes away, so do we.
         std::thread::spawn(|| {
@@ -288,8 +290,17 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         let gen_addr = route.generate_listen;
         let listener =
             tokio::net::TcpListener::bind(gen_addr).await.with_context(|| format!("listening on {gen_addr}"))?;
+        let sealed_addr = route.sealed_listen;
+        let model_name = route.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         let e = entry::Entry::start(route, loaded.slice, tokenizer, loaded.trust);
         tracing::info!(%addr, generate = %gen_addr, "entry up; internal generate endpoint on loopback");
+        if let (Some(sealed), Some(key)) = (sealed_addr, seal_key) {
+            let listener =
+                tokio::net::TcpListener::bind(sealed).await.with_context(|| format!("listening on {sealed}"))?;
+            let gw = veil_enclave::gateway::server::Gateway::new(e.clone(), key, attester, loaded.claims, model_name);
+            tracing::info!(%sealed, "gateway: sealed requests and evidence (ciphertext only)");
+            tokio::spawn(std::sync::Arc::new(gw).serve(listener));
+        }
         let waiting = e.clone();
         tokio::spawn(async move {
             while !waiting.ready().await {

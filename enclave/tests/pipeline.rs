@@ -286,3 +286,68 @@ fn a_full_kv_budget_is_a_clear_refusal_and_opt_in_f16_activations_still_serve() 
     let g = c.generate(&greedy(&fixture_prompts()[0], 16)).unwrap();
     assert_eq!(g.ids.len(), 16);
 }
+
+#[test]
+fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
+    use veil_client::sdk::{Client, ClientError};
+    use veil_enclave::entry::tokenizer::ChatMessage;
+    let Some(path) = model_path() else { return };
+    let (model, tok) = LocalModel::load(&path, &[]).unwrap();
+    let mut c = Cluster::new("sealed", &path, &[10, 20], &[1, 1, 1]);
+    c.start_all();
+    let url = format!("http://{}", c.route.sealed_listen.unwrap());
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let question = "What is the capital of France?";
+    let mut want = greedy(&[], 24);
+    want.prompt_ids = Some(tok.encode_chat(&[ChatMessage { role: "user".into(), content: question.into() }]).unwrap());
+    let expected = local(&model, &tok, &want);
+    rt.block_on(async {
+        let client = Client::connect(&url, &policy).await.unwrap();
+        assert_eq!(client.route().shards.len(), 2);
+        let chat = serde_json::json!({
+            "model": "smollm2", "messages": [{"role": "user", "content": question}],
+            "max_tokens": 24, "temperature": 0
+        });
+        let resp = client.call("POST", "/v1/chat/completions", &chat).await.unwrap();
+        assert_eq!(resp.status, 200);
+        let v: serde_json::Value = serde_json::from_slice(&resp.collect().await.unwrap()).unwrap();
+        assert_eq!(v["choices"][0]["message"]["content"], expected.text);
+        assert_eq!(v["usage"]["completion_tokens"], expected.ids.len());
+        // Streamed: the deltas add up to the same text; usage before [DONE].
+        let mut stream_req = chat.clone();
+        stream_req["stream"] = true.into();
+        stream_req["stream_options"] = serde_json::json!({"include_usage": true});
+        let mut resp = client.call("POST", "/v1/chat/completions", &stream_req).await.unwrap();
+        let mut sse = Vec::new();
+        let mut pieces = 0;
+        while let Some(p) = resp.next().await.unwrap() {
+            sse.extend(p);
+            pieces += 1;
+        }
+        let sse = String::from_utf8(sse).unwrap();
+        assert!(sse.ends_with("data: [DONE]\n\n") && pieces > 3, "{sse}");
+        let mut text = String::new();
+        for ev in sse.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).filter(|e| *e != "[DONE]") {
+            let v: serde_json::Value = serde_json::from_str(ev).unwrap();
+            if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+                text.push_str(t);
+            }
+        }
+        assert_eq!(text, expected.text);
+        assert!(sse.contains("\"usage\""));
+        // Models, and an OpenAI-shaped error, both sealed.
+        let models = client.call("GET", "/v1/models", &serde_json::Value::Null).await.unwrap();
+        assert_eq!(models.status, 200);
+        let bad = client.call("POST", "/v1/completions", &serde_json::json!({"prompt": "x", "n": 3})).await.unwrap();
+        assert_eq!(bad.status, 400);
+        let v: serde_json::Value = serde_json::from_slice(&bad.collect().await.unwrap()).unwrap();
+        assert_eq!(v["error"]["param"], "n");
+        // A policy that pins another measurement refuses the route, with the check table.
+        let mut strict = policy.clone();
+        strict.measurements = vec![veil_attestation::Measurement([7; 48])];
+        let err = Client::connect(&url, &strict).await.unwrap_err();
+        assert!(matches!(err, ClientError::Attestation { .. }), "{err}");
+        assert!(err.check_table().unwrap().contains("measurement"));
+    });
+}

@@ -4,3 +4,4 @@
 
 pub mod openai;
 pub mod seal;
+pub mod server;

@@ -19,6 +19,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Mutex};
 use veil_attestation::ratls::VerifiedPeer;
+use veil_attestation::EvidenceBundle;
 
 use super::net::{Downstream, Trust};
 use super::route::Route;
@@ -133,8 +134,23 @@ enum Event {
 #[derive(Debug, Default)]
 struct Replica {
     control: Option<mpsc::Sender<Frame>>,
-    evidence: Option<VerifiedPeer>,
+    evidence: Option<(VerifiedPeer, EvidenceBundle)>,
     sessions: usize,
+}
+
+/// A shard on the route whose evidence the entry verified.
+#[derive(Debug, Clone)]
+pub struct ShardEvidence {
+    /// Stage index (1 = after the entry).
+    pub stage: usize,
+    /// Replica index within the stage.
+    pub replica: usize,
+    /// Layers served.
+    pub layers: (u32, u32),
+    /// What the entry verified.
+    pub peer: VerifiedPeer,
+    /// The bundle as the shard presented it, for clients to verify themselves.
+    pub bundle: EvidenceBundle,
 }
 
 /// The entry's shared state.
@@ -219,18 +235,39 @@ impl Entry {
         self.replicas.lock().await.iter().all(|s| s.iter().any(|r| r.control.is_some()))
     }
 
-    /// The verified evidence of every live shard: (stage, replica, peer).
-    pub async fn verified_shards(&self) -> Vec<(usize, usize, VerifiedPeer)> {
+    /// The verified evidence of every live shard on the route.
+    pub async fn verified_shards(&self) -> Vec<ShardEvidence> {
         let reps = self.replicas.lock().await;
         let mut out = Vec::new();
         for (s, stage) in reps.iter().enumerate() {
             for (r, rep) in stage.iter().enumerate() {
-                if let (Some(_), Some(p)) = (&rep.control, &rep.evidence) {
-                    out.push((s + 1, r, p.clone()));
+                if let (Some(_), Some((peer, bundle))) = (&rep.control, &rep.evidence) {
+                    out.push(ShardEvidence {
+                        stage: s + 1,
+                        replica: r,
+                        layers: self.route.stages[s + 1].layers,
+                        peer: peer.clone(),
+                        bundle: bundle.clone(),
+                    });
                 }
             }
         }
         out
+    }
+
+    /// The route this entry serves.
+    pub fn route(&self) -> &Route {
+        &self.route
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The context window.
+    pub fn context(&self) -> usize {
+        self.context
     }
 
     async fn control_loop(self: Arc<Self>, stage: usize, replica: u8) {
@@ -246,7 +283,7 @@ impl Entry {
                         warned = true;
                     }
                 }
-                Ok((tx, mut reader, peer)) => {
+                Ok((tx, mut reader, peer, bundle)) => {
                     tracing::info!(stage, %addr, layers = ?spec.layers, "shard verified; control link up");
                     backoff = Duration::from_millis(100);
                     warned = false;
@@ -254,7 +291,7 @@ impl Entry {
                         let mut reps = self.replicas.lock().await;
                         let r = &mut reps[stage - 1][usize::from(replica)];
                         r.control = Some(tx.clone());
-                        r.evidence = Some(peer);
+                        r.evidence = Some((peer, bundle));
                     }
                     let hb = self.route.heartbeat;
                     let pinger = tx.clone();

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Mutex};
 use veil_attestation::ratls::{self, RaTlsIdentity, RaTlsVerifier, VerifiedPeer};
-use veil_attestation::{ExpectedClaims, LayerRange, ManifestRoot, Policy};
+use veil_attestation::{EvidenceBundle, ExpectedClaims, LayerRange, ManifestRoot, Policy};
 
 use super::route::Stage;
 use crate::link::frame::{Frame, Hello, LinkRole, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
@@ -111,7 +111,8 @@ impl Trust {
         addr: SocketAddr,
         stage: &Stage,
         role: LinkRole,
-    ) -> Result<(mpsc::Sender<Frame>, Reader<ratls::tokio::ClientStream>, VerifiedPeer), DialError> {
+    ) -> Result<(mpsc::Sender<Frame>, Reader<ratls::tokio::ClientStream>, VerifiedPeer, EvidenceBundle), DialError>
+    {
         let attempt = async {
             let tcp = TcpStream::connect(addr).await.map_err(|source| DialError::Connect { addr, source })?;
             tcp.set_nodelay(true).ok();
@@ -119,12 +120,23 @@ impl Trust {
             let (tls, peer) = ratls::tokio::connect(tcp, &self.identity, verifier)
                 .await
                 .map_err(|source| DialError::Attestation { addr, source })?;
+            // The evidence as presented (already verified above), for relying parties further out.
+            let bundle = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(|c| ratls::decode_certificate(c.as_ref()))
+                .transpose()
+                .map_err(|source| DialError::Attestation { addr, source })?
+                .map(|(b, _)| b)
+                .ok_or_else(|| DialError::WrongPeer { addr, reason: "no certificate".into() })?;
             let require =
                 PeerRequirement { role: Some(role), layers: Some(stage.layers), manifest_root: stage.manifest_root };
             let (tx, reader, _) = open(tls, Side::Dialer, self.hello(role), require, DEFAULT_MAX_FRAME)
                 .await
                 .map_err(|source| DialError::Link { addr, source })?;
-            Ok((tx, reader, peer))
+            Ok((tx, reader, peer, bundle))
         };
         tokio::time::timeout(DIAL_TIMEOUT, attempt).await.map_err(|_| DialError::Timeout { addr })?
     }
@@ -187,7 +199,7 @@ impl Downstream {
             }
             links.remove(&replica);
         }
-        let (tx, mut reader, _peer) =
+        let (tx, mut reader, _peer, _bundle) =
             self.trust.dial(addr, &self.stage, LinkRole::Data).await.map_err(|e| e.to_string())?;
         tracing::info!(%addr, layers = ?self.stage.layers, "data link up (peer attested)");
         let generation = self.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

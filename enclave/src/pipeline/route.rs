@@ -12,6 +12,7 @@
 //!
 //! [entry]
 //! generate_listen = "127.0.0.1:7700"   # internal streaming generate endpoint (loopback only)
+//! sealed_listen = "127.0.0.1:7701"     # sealed requests and evidence, for the host (ciphertext only)
 //!
 //! [[stage]]                            # stage 0 is the entry: embedding and first layers
 //! layers = [0, 10]
@@ -79,6 +80,8 @@ struct RouteFile {
 #[serde(deny_unknown_fields)]
 struct EntryFile {
     generate_listen: SocketAddr,
+    #[serde(default)]
+    sealed_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -129,6 +132,9 @@ pub struct Route {
     pub precision: Precision,
     /// The entry's internal generate endpoint.
     pub generate_listen: SocketAddr,
+    /// Where the entry serves sealed requests and evidence to the host
+    /// (ciphertext only), when set.
+    pub sealed_listen: Option<SocketAddr>,
     /// Stages in layer order; stage 0 is the entry.
     pub stages: Vec<Stage>,
 }
@@ -200,7 +206,12 @@ impl Route {
             };
             stages.push(Stage { layers: (a, b), manifest_root, replicas: s.replicas.clone() });
         }
-        let all: Vec<_> = stages.iter().flat_map(|s| s.replicas.iter()).chain([&f.entry.generate_listen]).collect();
+        let all: Vec<_> = stages
+            .iter()
+            .flat_map(|s| s.replicas.iter())
+            .chain([&f.entry.generate_listen])
+            .chain(f.entry.sealed_listen.as_ref())
+            .collect();
         for (i, a) in all.iter().enumerate() {
             if all[i + 1..].contains(a) {
                 return bad(format!("address {a} is used twice"));
@@ -226,6 +237,7 @@ impl Route {
             heartbeat: std::time::Duration::from_millis(f.heartbeat_ms),
             precision,
             generate_listen: f.entry.generate_listen,
+            sealed_listen: f.entry.sealed_listen,
             stages,
         })
     }
@@ -262,6 +274,9 @@ impl Route {
             },
             self.generate_listen
         );
+        if let Some(a) = self.sealed_listen {
+            out += &format!("sealed_listen = \"{a}\"\n");
+        }
         for s in &self.stages {
             out += &format!("\n[[stage]]\nlayers = [{}, {}]\n", s.layers.0, s.layers.1);
             if let Some(r) = s.manifest_root {

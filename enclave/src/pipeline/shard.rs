@@ -23,12 +23,20 @@ pub struct Loaded {
     pub slice: Arc<LayerSlice>,
     /// Our attested identity and the policy.
     pub trust: Arc<Trust>,
+    /// The claims our evidence binds (without the TLS key), for fresh evidence.
+    pub claims: veil_attestation::Claims,
 }
 
 /// Loads stage `stage` of `route`: the slice (refusing weights whose
 /// manifest root differs from the route's pin), the policy, and an RA-TLS
-/// identity whose evidence binds the layer range and manifest root.
-pub fn load(route: &Route, stage: usize, attester: &dyn Attester) -> anyhow::Result<Loaded> {
+/// identity whose evidence binds the layer range, the manifest root and
+/// (on the entry) the hash of the sealing key configuration.
+pub fn load(
+    route: &Route,
+    stage: usize,
+    attester: &dyn Attester,
+    hpke_config_hash: Option<[u8; 32]>,
+) -> anyhow::Result<Loaded> {
     route.fully_pinned()?;
     let s = route.stages.get(stage).ok_or_else(|| anyhow::anyhow!("the route has no stage {stage}"))?;
     let slice = LayerSlice::load(&route.model, s.layers.0 as usize..s.layers.1 as usize)?;
@@ -46,9 +54,10 @@ pub fn load(route: &Route, stage: usize, attester: &dyn Attester) -> anyhow::Res
     let mut claims =
         crate::attest::claims(Some(LayerRange::new(s.layers.0, s.layers.1).map_err(anyhow::Error::msg)?), None);
     claims.manifest_root = Some(ManifestRoot(root));
-    let identity = RaTlsIdentity::new(attester, claims)?;
+    claims.hpke_config_hash = hpke_config_hash.map(veil_attestation::KeyHash);
+    let identity = RaTlsIdentity::new(attester, claims.clone())?;
     let hello = Hello { version: PROTOCOL_VERSION, role: LinkRole::Data, layers: s.layers, manifest_root: root };
-    Ok(Loaded { slice: Arc::new(slice), trust: Arc::new(Trust { identity, policy: Arc::new(policy), hello }) })
+    Ok(Loaded { slice: Arc::new(slice), trust: Arc::new(Trust { identity, policy: Arc::new(policy), hello }), claims })
 }
 
 /// Reads a policy file.

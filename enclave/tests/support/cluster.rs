@@ -72,6 +72,7 @@ impl Cluster {
             heartbeat: Duration::from_millis(100),
             precision: veil_enclave::link::frame::Precision::F32,
             generate_listen: free_port(),
+            sealed_listen: Some(free_port()),
             stages,
         };
         let route = veil_enclave::pipeline::local::prepare(route).unwrap();

@@ -1,0 +1,226 @@
+//! The client SDK: connect to a Veil host, verify every shard on the route
+//! against the caller's policy, then send OpenAI API calls sealed to the
+//! attested entry and read the answers as they stream.
+//!
+//! ```no_run
+//! # async fn demo(policy: veil_attestation::Policy) -> Result<(), veil_client::sdk::ClientError> {
+//! let client = veil_client::sdk::Client::connect("http://127.0.0.1:7701", &policy).await?;
+//! let body = serde_json::json!({"messages": [{"role": "user", "content": "Hello"}]});
+//! let answer = client.call("POST", "/v1/chat/completions", &body).await?;
+//! println!("{}", String::from_utf8_lossy(&answer.collect().await?));
+//! # Ok(()) }
+//! ```
+
+use std::pin::Pin;
+use std::time::SystemTime;
+
+use base64::Engine as _;
+use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use http_body_util::{BodyExt, BodyStream, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use sha2::{Digest, Sha256};
+use veil_attestation::{EvidenceBundle, ExpectedClaims, KeyHash, LayerRange, Nonce, Policy, VerifiedEvidence};
+
+use crate::seal::{seal, OpenedResponse, SealError};
+
+/// Why a call failed. Attestation failures carry the full check table.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The host could not be reached or answered outside the protocol.
+    #[error("host: {0}")]
+    Host(String),
+    /// A shard's evidence failed the policy.
+    #[error("attestation of {who} failed: {source}")]
+    Attestation {
+        /// Which shard.
+        who: String,
+        /// The verifier's verdict (with the check table).
+        source: veil_attestation::Error,
+    },
+    /// The route the host presented is incomplete or inconsistent.
+    #[error("route: {0}")]
+    Route(String),
+    /// Sealing or opening failed (a tampered or truncated response lands here).
+    #[error(transparent)]
+    Seal(#[from] SealError),
+}
+
+impl ClientError {
+    /// The check table of an attestation failure.
+    pub fn check_table(&self) -> Option<String> {
+        match self {
+            Self::Attestation { source: veil_attestation::Error::Rejected(r), .. } => Some(r.report.to_string()),
+            _ => None,
+        }
+    }
+}
+
+/// A verified shard of the route.
+#[derive(Debug, Clone)]
+pub struct VerifiedShard {
+    /// Layers `[start, end)`.
+    pub layers: (u32, u32),
+    /// What passed the policy.
+    pub evidence: VerifiedEvidence,
+}
+
+/// Every shard on the route, verified against the client's policy.
+#[derive(Debug, Clone)]
+pub struct VerifiedRoute {
+    /// The model the host names.
+    pub model: String,
+    /// The entry (freshly bound to this client's nonce and to the sealing key).
+    pub entry: VerifiedShard,
+    /// The other shards, by stage (replicas included).
+    pub shards: Vec<VerifiedShard>,
+}
+
+/// A connection to a verified route.
+#[derive(Debug)]
+pub struct Client {
+    base: String,
+    http: hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>,
+    key_config: Vec<u8>,
+    route: VerifiedRoute,
+}
+
+#[derive(serde::Deserialize)]
+struct AttestationDoc {
+    version: u32,
+    model: String,
+    key_config: String,
+    entry: ShardDoc,
+    shards: Vec<ShardDoc>,
+}
+
+#[derive(serde::Deserialize)]
+struct ShardDoc {
+    layers: [u32; 2],
+    evidence: serde_json::Value,
+}
+
+fn bundle(doc: &ShardDoc) -> Result<EvidenceBundle, ClientError> {
+    let bytes = serde_json::to_vec(&doc.evidence).map_err(|e| ClientError::Route(e.to_string()))?;
+    EvidenceBundle::from_json(&bytes).map_err(|e| ClientError::Route(format!("evidence bundle: {e}")))
+}
+
+impl Client {
+    /// Fetches the route's evidence with a fresh nonce and verifies every
+    /// shard against `policy`; the entry's evidence must bind the nonce and
+    /// the key configuration this client will seal to, and the shards must
+    /// cover the layers after the entry's, contiguously.
+    pub async fn connect(url: &str, policy: &Policy) -> Result<Self, ClientError> {
+        let base = url.trim_end_matches('/').to_owned();
+        if !base.starts_with("http://") {
+            return Err(ClientError::Host(
+                "only http:// URLs are supported so far (TLS to the host is future work)".into(),
+            ));
+        }
+        let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http();
+        let nonce = Nonce::random();
+        let uri = format!("{base}/v1/attestation?nonce={}", hex::encode(nonce.as_bytes()));
+        let resp = http
+            .get(uri.parse().map_err(|e| ClientError::Host(format!("bad URL: {e}")))?)
+            .await
+            .map_err(|e| ClientError::Host(e.to_string()))?;
+        if !resp.status().is_success() {
+            return Err(ClientError::Host(format!("attestation endpoint answered {}", resp.status())));
+        }
+        let body = resp.into_body().collect().await.map_err(|e| ClientError::Host(e.to_string()))?.to_bytes();
+        let doc: AttestationDoc =
+            serde_json::from_slice(&body).map_err(|e| ClientError::Host(format!("attestation document: {e}")))?;
+        if doc.version != 1 {
+            return Err(ClientError::Host(format!("attestation document version {}", doc.version)));
+        }
+        let key_config = base64::engine::general_purpose::STANDARD
+            .decode(&doc.key_config)
+            .map_err(|e| ClientError::Host(format!("key config: {e}")))?;
+        let now = SystemTime::now();
+        let layers = |l: [u32; 2]| LayerRange::new(l[0], l[1]).map_err(ClientError::Route);
+        let entry_expected = ExpectedClaims {
+            nonce: Some(nonce),
+            hpke_config_hash: Some(KeyHash(Sha256::digest(&key_config).into())),
+            layer_range: Some(layers(doc.entry.layers)?),
+            ..ExpectedClaims::default()
+        };
+        let entry = veil_attestation::verify(&bundle(&doc.entry)?, policy, &entry_expected, now)
+            .map_err(|source| ClientError::Attestation { who: "the entry".into(), source })?;
+        let mut shards = Vec::new();
+        for s in &doc.shards {
+            let expected = ExpectedClaims { layer_range: Some(layers(s.layers)?), ..ExpectedClaims::default() };
+            let evidence = veil_attestation::verify(&bundle(s)?, policy, &expected, now).map_err(|source| {
+                ClientError::Attestation {
+                    who: format!("the shard for layers {}..{}", s.layers[0], s.layers[1]),
+                    source,
+                }
+            })?;
+            shards.push(VerifiedShard { layers: (s.layers[0], s.layers[1]), evidence });
+        }
+        // Contiguous coverage after the entry: one range per stage.
+        let mut next = doc.entry.layers[1];
+        let mut ranges: Vec<(u32, u32)> = shards.iter().map(|s| s.layers).collect();
+        ranges.sort_unstable();
+        ranges.dedup();
+        for (a, b) in &ranges {
+            if *a != next {
+                return Err(ClientError::Route(format!("layers {next}..{a} are served by no verified shard")));
+            }
+            next = *b;
+        }
+        let route = VerifiedRoute {
+            model: doc.model,
+            entry: VerifiedShard { layers: (doc.entry.layers[0], doc.entry.layers[1]), evidence: entry },
+            shards,
+        };
+        Ok(Self { base, http, key_config, route })
+    }
+
+    /// The verified route.
+    pub fn route(&self) -> &VerifiedRoute {
+        &self.route
+    }
+
+    /// Sends one API call (`method`, `path`, JSON body) sealed to the entry;
+    /// returns the response as it opens.
+    pub async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> Result<OpenedResponse, ClientError> {
+        let mut message = bhttp::Message::request(
+            method.as_bytes().to_vec(),
+            b"https".to_vec(),
+            b"veil-entry".to_vec(),
+            path.as_bytes().to_vec(),
+        );
+        if method != "GET" {
+            message.put_header("content-type", "application/json");
+            message.write_content(serde_json::to_vec(body).map_err(|e| ClientError::Host(e.to_string()))?);
+        }
+        let (sealed, opener) = seal(&self.key_config, &message).await?;
+        let req = hyper::Request::post(format!("{}/v1/sealed", self.base))
+            .header(hyper::header::CONTENT_TYPE, "message/ohttp-chunked-req")
+            .body(Full::new(Bytes::from(sealed)))
+            .map_err(|e| ClientError::Host(e.to_string()))?;
+        let resp = self.http.request(req).await.map_err(|e| ClientError::Host(e.to_string()))?;
+        if !resp.status().is_success() {
+            let status = resp.status();
+            let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            return Err(ClientError::Host(format!("{status}: {}", String::from_utf8_lossy(&body))));
+        }
+        let stream = BodyStream::new(resp.into_body())
+            .filter_map(|frame| async move {
+                match frame {
+                    Ok(f) => f.into_data().ok().map(Ok),
+                    Err(e) => Some(Err(std::io::Error::other(e))),
+                }
+            })
+            .boxed();
+        let reader: Pin<Box<dyn futures::io::AsyncRead + Send>> = Box::pin(stream.into_async_read());
+        Ok(opener.open(reader).await?)
+    }
+}

@@ -1,0 +1,273 @@
+//! The entry's gateway, served to the (untrusted) host over HTTP/1.1:
+//! ciphertext and evidence only.
+//!
+//! - `GET /v1/attestation[?nonce=HEX]`: the sealing key configuration, the
+//!   entry's evidence (freshly bound to the nonce when one is given; its
+//!   claims carry the key configuration's hash) and the evidence of every
+//!   shard on the route, which the entry has verified and each client
+//!   verifies again against its own policy.
+//! - `POST /v1/sealed`: a chunked Oblivious HTTP request; the answer streams
+//!   back as a chunked Oblivious HTTP response. Inside: the OpenAI API
+//!   ([`openai`](super::openai)).
+//! - `GET /healthz`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response, StatusCode};
+use serde_json::json;
+use tokio::sync::mpsc;
+use veil_attestation::{Attester, Claims, Nonce};
+
+use super::openai::{self, ApiError, Call, Ids, Kind, Route, Usage};
+use super::seal::{ResponseSealer, SealError, SealKey, MAX_SEALED_REQUEST};
+use crate::pipeline::entry::{Entry, GenerateEvent};
+
+/// Media type of a chunked sealed request.
+pub const SEALED_REQUEST_TYPE: &str = "message/ohttp-chunked-req";
+/// Media type of a chunked sealed response.
+pub const SEALED_RESPONSE_TYPE: &str = "message/ohttp-chunked-res";
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// What the gateway needs.
+pub struct Gateway {
+    entry: Arc<Entry>,
+    key: SealKey,
+    attester: Arc<dyn Attester>,
+    claims: Claims,
+    model_name: String,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway").field("model", &self.model_name).finish_non_exhaustive()
+    }
+}
+
+fn full(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Body> {
+    let mut r = Response::new(Full::new(Bytes::from(body)).boxed());
+    *r.status_mut() = status;
+    if let Ok(v) = content_type.parse() {
+        r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+    }
+    r
+}
+
+fn plain_error(status: StatusCode, message: &str) -> Response<Body> {
+    full(
+        status,
+        "application/json",
+        serde_json::to_vec(&json!({ "error": { "message": message } })).unwrap_or_default(),
+    )
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+impl Gateway {
+    /// A gateway for `entry`, sealing with `key`; fresh evidence comes from
+    /// `attester` over `claims` (the entry's, including the key's hash).
+    pub fn new(
+        entry: Arc<Entry>,
+        key: SealKey,
+        attester: Arc<dyn Attester>,
+        claims: Claims,
+        model_name: String,
+    ) -> Self {
+        Self { entry, key, attester, claims, model_name }
+    }
+
+    /// Serves the gateway until the listener fails.
+    pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener) {
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { continue };
+            let gw = self.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let gw = gw.clone();
+                    async move { Ok::<_, Infallible>(gw.handle(req).await) }
+                });
+                let io = hyper_util::rt::TokioIo::new(tcp);
+                if let Err(e) = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await {
+                    tracing::debug!(error = %e, "gateway connection ended");
+                }
+            });
+        }
+    }
+
+    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        let path = req.uri().path().to_owned();
+        match (req.method().as_str(), path.as_str()) {
+            ("GET", "/healthz") => full(StatusCode::OK, "text/plain", b"ok\n".to_vec()),
+            ("GET", "/v1/attestation") => self.attestation(req.uri().query()).await,
+            ("POST", "/v1/sealed") => self.sealed(req).await,
+            _ => plain_error(StatusCode::NOT_FOUND, "unknown endpoint"),
+        }
+    }
+
+    async fn attestation(&self, query: Option<&str>) -> Response<Body> {
+        let nonce = query
+            .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("nonce=")))
+            .map(|h| hex::decode(h).map_err(|e| e.to_string()).and_then(Nonce::new));
+        let nonce = match nonce.transpose() {
+            Ok(n) => n,
+            Err(e) => return plain_error(StatusCode::BAD_REQUEST, &format!("bad nonce: {e}")),
+        };
+        let claims = Claims { nonce, ..self.claims.clone() };
+        let attester = self.attester.clone();
+        let evidence = match tokio::task::spawn_blocking(move || attester.evidence(&claims)).await {
+            Ok(Ok(b)) => b,
+            Ok(Err(e)) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, &format!("evidence: {e}")),
+            Err(_) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "evidence task failed"),
+        };
+        let bundle_json = |b: &veil_attestation::EvidenceBundle| -> serde_json::Value {
+            serde_json::from_str(&b.to_json()).unwrap_or(serde_json::Value::Null)
+        };
+        let stage0 = self.entry.route().stages[0].layers;
+        let shards: Vec<serde_json::Value> = self
+            .entry
+            .verified_shards()
+            .await
+            .iter()
+            .map(|s| json!({ "stage": s.stage, "replica": s.replica, "layers": [s.layers.0, s.layers.1], "evidence": bundle_json(&s.bundle) }))
+            .collect();
+        let doc = json!({
+            "version": 1,
+            "model": self.model_name,
+            "key_config": base64::engine::general_purpose::STANDARD.encode(self.key.config()),
+            "entry": { "stage": 0, "layers": [stage0.0, stage0.1], "evidence": bundle_json(&evidence) },
+            "shards": shards,
+        });
+        full(StatusCode::OK, "application/json", serde_json::to_vec(&doc).unwrap_or_default())
+    }
+
+    async fn sealed(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        let body = match Limited::new(req.into_body(), MAX_SEALED_REQUEST).collect().await {
+            Ok(b) => b.to_bytes().to_vec(),
+            Err(_) => return plain_error(StatusCode::PAYLOAD_TOO_LARGE, "sealed request too large or unreadable"),
+        };
+        let opened = match self.key.open(body).await {
+            Ok(o) => o,
+            Err(e) => {
+                let status = match e {
+                    SealError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+                    SealError::Replay => StatusCode::CONFLICT,
+                    SealError::WrongKey(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                    _ => StatusCode::BAD_REQUEST,
+                };
+                return plain_error(status, &e.to_string());
+            }
+        };
+        let mut sealer = opened.response;
+        let Some(mut chunks) = sealer.take_output() else {
+            return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "response stream unavailable");
+        };
+        let request = opened.request;
+        let control = request.control();
+        let method = control.method().unwrap_or_default().to_vec();
+        let path = control.path().unwrap_or_default().to_vec();
+        let content = request.content().to_vec();
+        let gw = self.clone();
+        tokio::spawn(async move {
+            let routed =
+                openai::parse(&method, &path, &content, gw.entry.tokenizer(), &gw.model_name, gw.entry.context());
+            let result = match routed {
+                Ok(Route::Models) => {
+                    respond(sealer, 200, "application/json", &openai::models_body(&gw.model_name, now())).await
+                }
+                Ok(Route::Generate(call)) => gw.run(*call, sealer).await,
+                Err(e) => respond(sealer, e.status, "application/json", &e.body()).await,
+            };
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "sealed response ended early");
+            }
+        });
+        let stream = futures::stream::poll_fn(move |cx| {
+            chunks.poll_recv(cx).map(|c| c.map(|c| Ok(Frame::data(Bytes::from(c)))))
+        });
+        let mut r = Response::new(BodyExt::boxed(StreamBody::new(stream)));
+        if let Ok(v) = SEALED_RESPONSE_TYPE.parse() {
+            r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        }
+        r
+    }
+
+    async fn run(&self, call: Call, mut sealer: ResponseSealer) -> Result<(), SealError> {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let prompt_tokens = call.request.prompt_ids.as_ref().map_or(0, Vec::len);
+        let max_tokens = call.request.max_tokens;
+        let entry = self.entry.clone();
+        tokio::spawn(async move { entry.generate(call.request, tx).await });
+        let prefix = if call.kind == Kind::Chat { "chatcmpl-" } else { "cmpl-" };
+        let ids = Ids {
+            id: format!("{prefix}{}", hex::encode(&Nonce::random().as_bytes()[..12])),
+            created: now(),
+            model: call.model,
+        };
+        let finish = |n: usize| if n >= max_tokens { "length" } else { "stop" };
+        if !call.stream {
+            let mut text = String::new();
+            while let Some(ev) = rx.recv().await {
+                match ev {
+                    GenerateEvent::Text(t) => text.push_str(&t),
+                    GenerateEvent::Done(g) => {
+                        let body = openai::complete_body(
+                            call.kind,
+                            &ids,
+                            &g.text,
+                            finish(g.ids.len()),
+                            Usage::new(prompt_tokens, g.ids.len()),
+                        );
+                        return respond(sealer, 200, "application/json", &body).await;
+                    }
+                    GenerateEvent::Error(e) => {
+                        return respond(sealer, 503, "application/json", &server_error(&e).body()).await
+                    }
+                }
+            }
+            return respond(sealer, 503, "application/json", &server_error("generation ended").body()).await;
+        }
+        sealer.head(200, &[("content-type", "text/event-stream"), ("cache-control", "no-cache")]).await?;
+        let mut first = true;
+        while let Some(ev) = rx.recv().await {
+            match ev {
+                GenerateEvent::Text(t) => {
+                    sealer.body(&openai::sse_chunk(call.kind, &ids, Some(&t), None, first)).await?;
+                    first = false;
+                }
+                GenerateEvent::Done(g) => {
+                    sealer.body(&openai::sse_chunk(call.kind, &ids, None, Some(finish(g.ids.len())), first)).await?;
+                    if call.include_usage {
+                        sealer
+                            .body(&openai::sse_usage(call.kind, &ids, Usage::new(prompt_tokens, g.ids.len())))
+                            .await?;
+                    }
+                    sealer.body(openai::SSE_DONE).await?;
+                    return sealer.finish().await;
+                }
+                GenerateEvent::Error(e) => {
+                    sealer.body(&openai::sse_error(&server_error(&e))).await?;
+                    return sealer.finish().await;
+                }
+            }
+        }
+        sealer.finish().await
+    }
+}
+
+fn server_error(message: &str) -> ApiError {
+    ApiError { status: 503, kind: "server_error", param: None, message: message.to_owned() }
+}
+
+async fn respond(mut sealer: ResponseSealer, status: u16, content_type: &str, body: &[u8]) -> Result<(), SealError> {
+    sealer.head(status, &[("content-type", content_type)]).await?;
+    sealer.body(body).await?;
+    sealer.finish().await
+}
