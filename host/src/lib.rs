@@ -1,24 +1,24 @@
 //! # veil-host
 //!
 //! The untrusted side of a Veil node. The host holds no key that opens a
-//! request. Its public API (attestation relay, sealed-request relay, health,
-//! metrics) and the supervision of shard processes are built by the
-//! sealed-request and pipeline work; they are **not built yet**.
+//! request: it relays ciphertext and evidence and supervises shard processes.
 //!
-//! Today the crate holds test and benchmark tooling:
-//!
+//! - [`relay`]: the public API (`/v1/attestation`, `/v1/sealed`, `/healthz`,
+//!   `/metrics`) in front of the entry's gateway, with body, concurrency and
+//!   timeout limits.
+//! - [`cli`]: the `veil-host` command line (`cluster`, `wan-shim`), one module
+//!   per subcommand.
 //! - [`wan`]: a userspace WAN link shim, a TCP relay that adds one-way delay,
 //!   jitter and a bandwidth cap between shard processes on loopback (the
-//!   machines here have no `netem`). Bin: `veil-host wan-shim`.
+//!   machines here have no `netem`).
 //!
 //! ```text
-//!  shard A ──TCP──▶ WanShim (listen) ──[delay ± jitter, rate cap]──▶ shard B (target)
-//!          ◀──TCP── ─────────────────────[same shape, own schedule]◀──
+//!  client ──HTTP──▶ relay (host) ──HTTP──▶ entry gateway (CVM) ══RA-TLS══▶ shards
+//!         ciphertext + evidence only
 //! ```
-//!
-//! - [`cli`]: the `veil-host` command line, one module per subcommand.
 
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod cli;
+pub mod relay;
 pub mod wan;

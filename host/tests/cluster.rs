@@ -8,7 +8,7 @@
 use std::io::{BufRead, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 fn model() -> Option<PathBuf> {
@@ -68,25 +68,30 @@ fn supervises_restarts_and_stops_every_shard() {
     let gen = port();
     let config = format!(
         "model = {:?}\npolicy = \"sim/policy.dev.toml\"\nsimulated_root = \"sim\"\nheartbeat_ms = 100\n\
-         [entry]\ngenerate_listen = \"{gen}\"\n\
+         [entry]\ngenerate_listen = \"{gen}\"\nsealed_listen = \"{}\"\n\
          [[stage]]\nlayers = [0, 12]\nreplicas = [\"{}\"]\n\
          [[stage]]\nlayers = [12, 30]\nreplicas = [\"{}\"]\n",
         model.display().to_string(),
         port(),
+        port(),
         port()
     );
+    let public = port();
     std::fs::write(dir.join("cluster.toml"), config).unwrap();
     let log = dir.join("cluster.log");
+    let stdout = dir.join("stdout.log");
     let mut sup = Command::new(&host)
-        .args(["cluster", "--config"])
+        .args(["cluster", "--listen", &public.to_string(), "--config"])
         .arg(dir.join("cluster.toml"))
         .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
+        .stdout(std::fs::File::create(&stdout).unwrap())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     let text = wait_for(&log, "ready", 1);
     assert!(generate(gen).contains("\"done\""));
+    wait_for(&stdout, &format!("listening on http://{public}"), 1);
+    sealed_chat_through_the_relay(&dir, public, &log);
     let pid_of = |text: &str, stage: usize| -> Vec<u32> {
         text.lines()
             .filter(|l| l.contains("shard started") && l.contains(&format!("stage={stage} ")))
@@ -111,4 +116,71 @@ fn supervises_restarts_and_stops_every_shard() {
     }
     assert!(std::fs::read_to_string(&log).unwrap().contains("all shards stopped"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A client talks to the public API through a recording proxy: the canary
+/// prompt and the answer never appear in what the host received, sent back
+/// or logged.
+fn sealed_chat_through_the_relay(dir: &std::path::Path, public: SocketAddr, host_log: &std::path::Path) {
+    use std::sync::{Arc, Mutex};
+    // A recording TCP proxy in front of the host: everything the host receives and sends.
+    let seen = Arc::new(Mutex::new(Vec::<u8>::new()));
+    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy_addr = proxy.local_addr().unwrap();
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for client in proxy.incoming() {
+            let Ok(client) = client else { return };
+            let upstream = TcpStream::connect(public).unwrap();
+            for (mut from, mut to) in [(client.try_clone().unwrap(), upstream.try_clone().unwrap()), (upstream, client)]
+            {
+                let record = record.clone();
+                std::thread::spawn(move || {
+                    let mut buf = [0u8; 16 << 10];
+                    loop {
+                        match std::io::Read::read(&mut from, &mut buf) {
+                            Ok(0) | Err(_) => {
+                                let _ = to.shutdown(std::net::Shutdown::Write);
+                                return;
+                            }
+                            Ok(n) => {
+                                record.lock().unwrap().extend_from_slice(&buf[..n]);
+                                if to.write_all(&buf[..n]).is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    }
+                });
+            }
+        }
+    });
+    let policy_text = std::fs::read_to_string(dir.join("sim/policy.dev.toml")).unwrap();
+    let policy = veil_attestation::Policy::from_toml(&policy_text).unwrap();
+    let canary = "zebra-canary-7731 what colour is the sky";
+    let answer = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+        let client = veil_client::sdk::Client::connect(&format!("http://{proxy_addr}"), &policy).await.unwrap();
+        let body =
+            serde_json::json!({"messages": [{"role": "user", "content": canary}], "max_tokens": 12, "temperature": 0});
+        let resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&resp.collect().await.unwrap()).unwrap();
+        v["choices"][0]["message"]["content"].as_str().unwrap().to_owned()
+    });
+    assert!(!answer.trim().is_empty());
+    let seen = seen.lock().unwrap().clone();
+    let log = std::fs::read(host_log).unwrap();
+    for needle in [canary.as_bytes(), b"zebra-canary", answer.trim().as_bytes()] {
+        assert!(!seen.windows(needle.len()).any(|w| w == needle), "the host saw {:?}", String::from_utf8_lossy(needle));
+        assert!(!log.windows(needle.len()).any(|w| w == needle), "a log holds {:?}", String::from_utf8_lossy(needle));
+    }
+    let metrics = generate_metrics(public);
+    assert!(metrics.contains("veil_relay_requests_total{endpoint=\"sealed\",outcome=\"ok\"} 1"), "{metrics}");
+}
+
+fn generate_metrics(public: SocketAddr) -> String {
+    let mut tcp = TcpStream::connect(public).unwrap();
+    tcp.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {public}\r\nConnection: close\r\n\r\n").as_bytes()).unwrap();
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut tcp, &mut out).unwrap();
+    out
 }

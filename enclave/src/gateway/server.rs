@@ -9,7 +9,7 @@
 //! - `POST /v1/sealed`: a chunked Oblivious HTTP request; the answer streams
 //!   back as a chunked Oblivious HTTP response. Inside: the OpenAI API
 //!   ([`openai`](super::openai)).
-//! - `GET /healthz`.
+//! - `GET /healthz`: 200 once every stage has a verified shard.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -105,7 +105,10 @@ impl Gateway {
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let path = req.uri().path().to_owned();
         match (req.method().as_str(), path.as_str()) {
-            ("GET", "/healthz") => full(StatusCode::OK, "text/plain", b"ok\n".to_vec()),
+            ("GET", "/healthz") if self.entry.ready().await => full(StatusCode::OK, "text/plain", b"ok\n".to_vec()),
+            ("GET", "/healthz") => {
+                plain_error(StatusCode::SERVICE_UNAVAILABLE, "waiting for a verified shard per stage")
+            }
             ("GET", "/v1/attestation") => self.attestation(req.uri().query()).await,
             ("POST", "/v1/sealed") => self.sealed(req).await,
             _ => plain_error(StatusCode::NOT_FOUND, "unknown endpoint"),

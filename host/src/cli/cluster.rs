@@ -25,6 +25,9 @@ pub struct ClusterArgs {
     /// Where the completed route is written (default: next to the config, `.run/`).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
+    /// The public API (relay to the entry's gateway).
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
 }
 
 /// The parts of a (completed) route the supervisor needs.
@@ -37,6 +40,7 @@ struct RouteView {
 #[derive(Debug, Deserialize)]
 struct EntryView {
     generate_listen: SocketAddr,
+    sealed_listen: Option<SocketAddr>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -110,6 +114,26 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
         shards.len(),
         view.entry.generate_listen
     );
+    // The public API, once the entry's gateway answers.
+    let relay_task = match view.entry.sealed_listen {
+        None => {
+            tracing::warn!("the route sets no entry.sealed_listen: no public API");
+            None
+        }
+        Some(gateway) => {
+            let listener = tokio::net::TcpListener::bind(args.listen)
+                .await
+                .with_context(|| format!("listening on {}", args.listen))?;
+            let relay = crate::relay::Relay::new(crate::relay::RelayConfig::new(gateway));
+            let listen = args.listen;
+            Some(tokio::spawn(async move {
+                wait_for_gateway(gateway).await;
+                // The line scripts wait for (stdout): the API is ready.
+                println!("listening on http://{listen}");
+                relay.serve(listener).await;
+            }))
+        }
+    };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     loop {
@@ -153,6 +177,9 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             }
         }
     }
+    if let Some(t) = relay_task {
+        t.abort();
+    }
     tracing::info!("shutting down: closing every shard's supervision pipe");
     for s in &mut shards {
         if let Some(child) = &mut s.child {
@@ -170,6 +197,25 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     }
     tracing::info!("all shards stopped");
     Ok(())
+}
+
+/// Waits until the gateway serves evidence for every stage (the entry is
+/// ready when its shards are verified).
+async fn wait_for_gateway(gateway: SocketAddr) {
+    loop {
+        if let Ok(mut tcp) = tokio::net::TcpStream::connect(gateway).await {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let req = format!("GET /healthz HTTP/1.1\r\nHost: {gateway}\r\nConnection: close\r\n\r\n");
+            let mut answer = Vec::new();
+            if tcp.write_all(req.as_bytes()).await.is_ok()
+                && tcp.read_to_end(&mut answer).await.is_ok()
+                && answer.starts_with(b"HTTP/1.1 200")
+            {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 fn spawn(bin: &Path, route: &Path, stage: usize, replica: usize) -> std::io::Result<Child> {

@@ -1,0 +1,279 @@
+//! The host's public API: an untrusted relay in front of the entry's
+//! gateway. It forwards ciphertext and evidence, holds no key that opens a
+//! request, and bounds what a client can make it do: body size, concurrent
+//! sealed requests, header and body read timeouts (slowloris). Metrics count
+//! requests, bytes and latency, never content.
+//!
+//! - `GET /v1/attestation[?nonce=HEX]` → the entry's evidence document
+//! - `POST /v1/sealed` → a sealed request; the sealed response streams back
+//! - `GET /healthz` → whether the entry answers
+//! - `GET /metrics` → Prometheus text
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response, StatusCode};
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::sync::Semaphore;
+
+type Body = http_body_util::combinators::BoxBody<Bytes, hyper::Error>;
+
+/// Limits and addresses of a relay.
+#[derive(Clone, Debug)]
+pub struct RelayConfig {
+    /// The entry's gateway (`sealed_listen` in the route).
+    pub entry: SocketAddr,
+    /// Largest request body accepted.
+    pub max_body: usize,
+    /// Sealed requests in flight at once; more get 503.
+    pub max_concurrent: usize,
+    /// Time allowed to send the request head.
+    pub header_timeout: Duration,
+    /// Time allowed to send the request body.
+    pub body_timeout: Duration,
+}
+
+impl RelayConfig {
+    /// Defaults for `entry`.
+    pub fn new(entry: SocketAddr) -> Self {
+        Self {
+            entry,
+            max_body: 1 << 20,
+            max_concurrent: 64,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+/// Latency buckets of the request histogram, seconds.
+const BUCKETS: [f64; 10] = [0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0];
+
+#[derive(Debug, Default)]
+struct Metrics {
+    sealed_ok: AtomicU64,
+    sealed_err: AtomicU64,
+    attestation: AtomicU64,
+    rejected: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    latency_buckets: [AtomicU64; BUCKETS.len()],
+    latency_count: AtomicU64,
+    latency_micros: AtomicU64,
+    entry_up: AtomicU64,
+}
+
+impl Metrics {
+    fn observe(&self, d: Duration) {
+        let s = d.as_secs_f64();
+        for (b, c) in BUCKETS.iter().zip(&self.latency_buckets) {
+            if s <= *b {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.latency_count.fetch_add(1, Ordering::Relaxed);
+        self.latency_micros.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    fn render(&self) -> String {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut out = String::new();
+        out += "# HELP veil_relay_requests_total Requests relayed, by endpoint and outcome.\n# TYPE veil_relay_requests_total counter\n";
+        out += &format!("veil_relay_requests_total{{endpoint=\"sealed\",outcome=\"ok\"}} {}\n", g(&self.sealed_ok));
+        out += &format!("veil_relay_requests_total{{endpoint=\"sealed\",outcome=\"error\"}} {}\n", g(&self.sealed_err));
+        out +=
+            &format!("veil_relay_requests_total{{endpoint=\"attestation\",outcome=\"ok\"}} {}\n", g(&self.attestation));
+        out += &format!("veil_relay_requests_total{{endpoint=\"any\",outcome=\"rejected\"}} {}\n", g(&self.rejected));
+        out += "# HELP veil_relay_bytes_total Ciphertext bytes relayed.\n# TYPE veil_relay_bytes_total counter\n";
+        out += &format!("veil_relay_bytes_total{{direction=\"in\"}} {}\n", g(&self.bytes_in));
+        out += &format!("veil_relay_bytes_total{{direction=\"out\"}} {}\n", g(&self.bytes_out));
+        out += "# HELP veil_relay_sealed_duration_seconds Sealed request duration to the end of the response.\n# TYPE veil_relay_sealed_duration_seconds histogram\n";
+        for (b, c) in BUCKETS.iter().zip(&self.latency_buckets) {
+            out += &format!("veil_relay_sealed_duration_seconds_bucket{{le=\"{b}\"}} {}\n", g(c));
+        }
+        out += &format!("veil_relay_sealed_duration_seconds_bucket{{le=\"+Inf\"}} {}\n", g(&self.latency_count));
+        out += &format!("veil_relay_sealed_duration_seconds_sum {}\n", g(&self.latency_micros) as f64 / 1e6);
+        out += &format!("veil_relay_sealed_duration_seconds_count {}\n", g(&self.latency_count));
+        out += "# HELP veil_entry_up Whether the entry answered its last health check.\n# TYPE veil_entry_up gauge\n";
+        out += &format!("veil_entry_up {}\n", g(&self.entry_up));
+        out
+    }
+}
+
+/// A running relay.
+#[derive(Debug)]
+pub struct Relay {
+    config: RelayConfig,
+    client: hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>,
+    permits: Arc<Semaphore>,
+    metrics: Metrics,
+}
+
+fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
+    let body: String = body.into();
+    let mut r = Response::new(Full::new(Bytes::from(body)).map_err(|never| match never {}).boxed());
+    *r.status_mut() = status;
+    r
+}
+
+impl Relay {
+    /// A relay with `config`.
+    pub fn new(config: RelayConfig) -> Arc<Self> {
+        let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http();
+        let permits = Arc::new(Semaphore::new(config.max_concurrent));
+        Arc::new(Self { config, client, permits, metrics: Metrics::default() })
+    }
+
+    /// Serves on `listener` until the task is dropped.
+    pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener) {
+        let header_timeout = self.config.header_timeout;
+        loop {
+            let Ok((tcp, _)) = listener.accept().await else { continue };
+            let relay = self.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req| {
+                    let relay = relay.clone();
+                    async move { Ok::<_, Infallible>(relay.handle(req).await) }
+                });
+                let mut builder = hyper::server::conn::http1::Builder::new();
+                builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+                if let Err(e) = builder.serve_connection(TokioIo::new(tcp), service).await {
+                    tracing::debug!(error = %e, "client connection ended");
+                }
+            });
+        }
+    }
+
+    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        match (req.method().as_str(), req.uri().path()) {
+            ("GET", "/healthz") => self.health().await,
+            ("GET", "/metrics") => text(StatusCode::OK, self.metrics.render()),
+            ("GET", "/v1/attestation") => self.attestation(req.uri().query().map(str::to_owned)).await,
+            ("POST", "/v1/sealed") => self.sealed(req).await,
+            _ => text(StatusCode::NOT_FOUND, "unknown endpoint\n"),
+        }
+    }
+
+    async fn health(&self) -> Response<Body> {
+        let up = match format!("http://{}/healthz", self.config.entry).parse() {
+            Ok(uri) => matches!(
+                tokio::time::timeout(Duration::from_secs(2), self.client.get(uri)).await,
+                Ok(Ok(r)) if r.status().is_success()
+            ),
+            Err(_) => false,
+        };
+        self.metrics.entry_up.store(u64::from(up), Ordering::Relaxed);
+        if up {
+            text(StatusCode::OK, "ok\n")
+        } else {
+            text(StatusCode::SERVICE_UNAVAILABLE, "entry unreachable\n")
+        }
+    }
+
+    async fn attestation(&self, query: Option<String>) -> Response<Body> {
+        let q = query.map(|q| format!("?{q}")).unwrap_or_default();
+        if q.len() > 256 {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return text(StatusCode::BAD_REQUEST, "query too long\n");
+        }
+        let Ok(uri) = format!("http://{}/v1/attestation{q}", self.config.entry).parse() else {
+            return text(StatusCode::BAD_REQUEST, "bad query\n");
+        };
+        match self.client.get(uri).await {
+            Ok(resp) => {
+                self.metrics.attestation.fetch_add(1, Ordering::Relaxed);
+                let (parts, body) = resp.into_parts();
+                Response::from_parts(parts, body.boxed())
+            }
+            Err(e) => text(StatusCode::BAD_GATEWAY, format!("entry unreachable: {e}\n")),
+        }
+    }
+
+    async fn sealed(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        let started = Instant::now();
+        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return text(StatusCode::SERVICE_UNAVAILABLE, "too many requests in flight\n");
+        };
+        let declared = req
+            .headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<usize>().ok());
+        if declared.is_some_and(|n| n > self.config.max_body) {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large\n");
+        }
+        let body = Limited::new(req.into_body(), self.config.max_body).collect();
+        let body = match tokio::time::timeout(self.config.body_timeout, body).await {
+            Err(_) => {
+                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                return text(StatusCode::REQUEST_TIMEOUT, "request body too slow\n");
+            }
+            Ok(Err(_)) => {
+                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                return text(StatusCode::PAYLOAD_TOO_LARGE, "request body too large or unreadable\n");
+            }
+            Ok(Ok(b)) => b.to_bytes(),
+        };
+        self.metrics.bytes_in.fetch_add(body.len() as u64, Ordering::Relaxed);
+        let forward = hyper::Request::post(format!("http://{}/v1/sealed", self.config.entry))
+            .header(hyper::header::CONTENT_TYPE, "message/ohttp-chunked-req")
+            .body(Full::new(body));
+        let Ok(forward) = forward else { return text(StatusCode::INTERNAL_SERVER_ERROR, "cannot forward\n") };
+        let resp = match self.client.request(forward).await {
+            Ok(r) => r,
+            Err(e) => {
+                self.metrics.sealed_err.fetch_add(1, Ordering::Relaxed);
+                return text(StatusCode::BAD_GATEWAY, format!("entry unreachable: {e}\n"));
+            }
+        };
+        let ok = resp.status().is_success();
+        let (parts, mut body) = resp.into_parts();
+        // Stream the sealed chunks back as they come, counting bytes; the
+        // permit is held until the response ends.
+        let relay = self.clone();
+        let stream = async_stream(move |tx| async move {
+            let _permit = permit;
+            while let Some(frame) = body.frame().await {
+                match frame {
+                    Ok(f) => {
+                        if let Some(d) = f.data_ref() {
+                            relay.metrics.bytes_out.fetch_add(d.len() as u64, Ordering::Relaxed);
+                        }
+                        if tx.send(Ok(f)).await.is_err() {
+                            break;
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        break;
+                    }
+                }
+            }
+            let counter = if ok { &relay.metrics.sealed_ok } else { &relay.metrics.sealed_err };
+            counter.fetch_add(1, Ordering::Relaxed);
+            relay.metrics.observe(started.elapsed());
+        });
+        Response::from_parts(parts, stream)
+    }
+}
+
+/// A body fed by a task through a channel.
+fn async_stream<F, Fut>(f: F) -> Body
+where
+    F: FnOnce(tokio::sync::mpsc::Sender<Result<Frame<Bytes>, hyper::Error>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    tokio::spawn(f(tx));
+    let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    http_body_util::StreamBody::new(stream).boxed()
+}
