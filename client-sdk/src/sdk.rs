@@ -191,15 +191,25 @@ impl Client {
         path: &str,
         body: &serde_json::Value,
     ) -> Result<OpenedResponse, ClientError> {
+        let bytes = if method == "GET" {
+            Vec::new()
+        } else {
+            serde_json::to_vec(body).map_err(|e| ClientError::Host(e.to_string()))?
+        };
+        self.call_raw(method, path, bytes).await
+    }
+
+    /// [`call`](Self::call) with the JSON body as bytes (a proxy's path).
+    pub async fn call_raw(&self, method: &str, path: &str, body: Vec<u8>) -> Result<OpenedResponse, ClientError> {
         let mut message = bhttp::Message::request(
             method.as_bytes().to_vec(),
             b"https".to_vec(),
             b"veil-entry".to_vec(),
             path.as_bytes().to_vec(),
         );
-        if method != "GET" {
+        if !body.is_empty() {
             message.put_header("content-type", "application/json");
-            message.write_content(serde_json::to_vec(body).map_err(|e| ClientError::Host(e.to_string()))?);
+            message.write_content(body);
         }
         let (sealed, opener) = seal(&self.key_config, &message).await?;
         let req = hyper::Request::post(format!("{}/v1/sealed", self.base))

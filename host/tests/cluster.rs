@@ -92,6 +92,7 @@ fn supervises_restarts_and_stops_every_shard() {
     assert!(generate(gen).contains("\"done\""));
     wait_for(&stdout, &format!("listening on http://{public}"), 1);
     sealed_chat_through_the_relay(&dir, public, &log);
+    openai_python_client_through_veil_proxy(&host, &dir, public);
     let pid_of = |text: &str, stage: usize| -> Vec<u32> {
         text.lines()
             .filter(|l| l.contains("shard started") && l.contains(&format!("stage={stage} ")))
@@ -183,4 +184,44 @@ fn generate_metrics(public: SocketAddr) -> String {
     let mut out = String::new();
     std::io::Read::read_to_string(&mut tcp, &mut out).unwrap();
     out
+}
+
+/// The official `openai` Python package, unmodified, pointed at `veil proxy`
+/// (`scripts/openai_client_check.py`): chat (plain and streamed),
+/// completions (text and token ids), models.list. CI installs the package and
+/// sets `VEIL_REQUIRE_OPENAI=1`; elsewhere a missing package prints SKIP.
+fn openai_python_client_through_veil_proxy(host: &std::path::Path, dir: &std::path::Path, public: SocketAddr) {
+    let have = Command::new("python3").args(["-c", "import openai"]).status().is_ok_and(|s| s.success());
+    if !have {
+        assert!(
+            std::env::var("VEIL_REQUIRE_OPENAI").as_deref() != Ok("1"),
+            "VEIL_REQUIRE_OPENAI=1 but `import openai` fails"
+        );
+        println!("SKIP: the openai Python package is not installed");
+        return;
+    }
+    let veil = host.with_file_name("veil");
+    assert!(veil.exists(), "veil is not built next to veil-host");
+    let listen = port();
+    let out = dir.join("proxy.out");
+    let mut proxy = Command::new(&veil)
+        .args(["proxy", &format!("http://{public}"), "--listen", &listen.to_string(), "--policy"])
+        .arg(dir.join("sim/policy.dev.toml"))
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(dir.join("proxy.err")).unwrap())
+        .spawn()
+        .unwrap();
+    wait_for(&out, "listening on", 1);
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/openai_client_check.py");
+    let run = Command::new("python3").arg(script).arg(format!("http://{listen}/v1")).output().unwrap();
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+    assert!(
+        run.status.success(),
+        "openai client failed:\n{}\n{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let seen: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert!(!seen["chat"].as_str().unwrap_or_default().is_empty(), "{seen}");
 }

@@ -5,6 +5,8 @@
 //! 0 accepted, 1 rejected, 2 unreadable input (file, bundle, policy or flags).
 
 pub mod inspect;
+pub mod proxy;
+pub mod route;
 pub mod sim_init;
 pub mod verify;
 
@@ -38,6 +40,51 @@ pub enum Command {
     /// Attestation evidence: inspect, verify, simulate.
     #[command(subcommand)]
     Attest(AttestCommand),
+    /// Verify every shard on the route behind a Veil host: a check table each.
+    Verify(RouteVerifyArgs),
+    /// Chat with the model behind a verified route, sealed to its entry.
+    Chat(ChatArgs),
+    /// A local OpenAI-compatible endpoint that seals every call to a verified route.
+    Proxy(ProxyArgs),
+}
+
+/// `veil proxy URL`
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// The host's public URL (`http://HOST:PORT`).
+    pub url: String,
+    /// Policy file every shard must satisfy.
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// Where to serve the plain API (loopback only).
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    pub listen: std::net::SocketAddr,
+}
+
+/// `veil verify URL`
+#[derive(Debug, Args)]
+pub struct RouteVerifyArgs {
+    /// The host's public URL (`http://HOST:PORT`).
+    pub url: String,
+    /// Policy file every shard must satisfy.
+    #[arg(long)]
+    pub policy: PathBuf,
+}
+
+/// `veil chat URL`
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// The host's public URL (`http://HOST:PORT`).
+    pub url: String,
+    /// Policy file every shard must satisfy.
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// Most tokens per answer.
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Sampling temperature (0 = greedy).
+    #[arg(long, default_value_t = 0.7)]
+    pub temperature: f32,
 }
 
 /// `veil attest …`
@@ -133,5 +180,8 @@ pub fn run(cli: Cli) -> Exit {
         Command::Attest(AttestCommand::Inspect(args)) => inspect::run(&args),
         Command::Attest(AttestCommand::Verify(args)) => verify::run(&args),
         Command::Attest(AttestCommand::SimInit(args)) => sim_init::run(&args),
+        Command::Verify(args) => route::verify(&args),
+        Command::Chat(args) => route::chat(&args),
+        Command::Proxy(args) => proxy::run(&args),
     }
 }

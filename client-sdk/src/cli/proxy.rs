@@ -1,0 +1,170 @@
+//! `veil proxy URL --policy P --listen 127.0.0.1:PORT`: a plain
+//! OpenAI-compatible endpoint on localhost that seals every call to the
+//! verified entry. It refuses to start when verification fails, and
+//! re-verifies the route (fetching the entry's key again) when the entry
+//! stops accepting what was sealed to the old key.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::{Frame, Incoming};
+use hyper::{Request, Response, StatusCode};
+use tokio::sync::RwLock;
+
+use super::{Exit, ProxyArgs};
+use crate::sdk::{Client, ClientError};
+
+type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+
+/// Largest request body forwarded.
+const MAX_BODY: usize = 1 << 20;
+
+struct Proxy {
+    url: String,
+    policy: veil_attestation::Policy,
+    client: RwLock<Arc<Client>>,
+}
+
+fn json_error(status: StatusCode, message: &str) -> Response<Body> {
+    let body =
+        serde_json::json!({"error": {"message": message, "type": "veil_proxy_error", "param": null, "code": null}});
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    *r.status_mut() = status;
+    r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    r
+}
+
+impl Proxy {
+    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        let method = req.method().as_str().to_owned();
+        let path = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
+        let path = match path.strip_prefix("/v1/") {
+            Some(_) => path,
+            None => return json_error(StatusCode::NOT_FOUND, "only /v1/ endpoints are proxied"),
+        };
+        let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+            Ok(b) => b.to_bytes().to_vec(),
+            Err(_) => return json_error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"),
+        };
+        let client = self.client.read().await.clone();
+        let result = match client.call_raw(&method, &path, body.clone()).await {
+            // The entry no longer opens what was sealed to this key: verify again.
+            Err(ClientError::Host(m)) if m.starts_with("422") || m.starts_with("409") => {
+                match Client::connect(&self.url, &self.policy).await {
+                    Ok(fresh) => {
+                        tracing::warn!("the entry's key changed: route verified again");
+                        let fresh = Arc::new(fresh);
+                        *self.client.write().await = fresh.clone();
+                        fresh.call_raw(&method, &path, body).await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        };
+        let mut opened = match result {
+            Ok(o) => o,
+            Err(e @ ClientError::Attestation { .. }) => return json_error(StatusCode::BAD_GATEWAY, &e.to_string()),
+            Err(e) => return json_error(StatusCode::BAD_GATEWAY, &e.to_string()),
+        };
+        let status = StatusCode::from_u16(opened.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        let content_type =
+            opened.fields.iter().find(|(n, _)| n == "content-type").map(|(_, v)| v.clone()).unwrap_or_default();
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+        tokio::spawn(async move {
+            loop {
+                match opened.next().await {
+                    Ok(Some(piece)) => {
+                        if tx.send(Bytes::from(piece)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => return,
+                    Err(e) => {
+                        // Never pass on unauthenticated text: the stream ends here.
+                        tracing::error!(error = %e, "sealed response failed to open; stream cut");
+                        return;
+                    }
+                }
+            }
+        });
+        let stream = futures::stream::poll_fn(move |cx| {
+            rx.poll_recv(cx).map(|p| p.map(|b| Ok::<_, Infallible>(Frame::data(b))))
+        });
+        let mut r = Response::new(BodyExt::boxed(StreamBody::new(Box::pin(stream))));
+        *r.status_mut() = status;
+        if let Ok(v) = content_type.parse() {
+            r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+        }
+        r
+    }
+}
+
+/// Runs the proxy until interrupted.
+pub fn run(args: &ProxyArgs) -> Exit {
+    let policy = match std::fs::read_to_string(&args.policy)
+        .map_err(|e| e.to_string())
+        .and_then(|t| veil_attestation::Policy::from_toml(&t).map_err(|e| e.to_string()))
+    {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("veil proxy: policy {}: {e}", args.policy.display());
+            return Exit::Unreadable;
+        }
+    };
+    if !args.listen.ip().is_loopback() {
+        eprintln!("veil proxy: --listen must be a loopback address (the proxy speaks plaintext)");
+        return Exit::Unreadable;
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("veil proxy: {e}");
+            return Exit::Unreadable;
+        }
+    };
+    rt.block_on(serve(args.url.clone(), policy, args.listen))
+}
+
+async fn serve(url: String, policy: veil_attestation::Policy, listen: SocketAddr) -> Exit {
+    let client = match Client::connect(&url, &policy).await {
+        Ok(c) => c,
+        Err(e) => {
+            if let Some(t) = e.check_table() {
+                eprintln!("{t}");
+            }
+            eprintln!("veil proxy: refusing to start: {e}");
+            return if matches!(e, ClientError::Attestation { .. }) { Exit::Rejected } else { Exit::Unreadable };
+        }
+    };
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("veil proxy: cannot listen on {listen}: {e}");
+            return Exit::Unreadable;
+        }
+    };
+    eprintln!("veil proxy: route verified ({} shard(s)); sealing every call", 1 + client.route().shards.len());
+    println!("listening on http://{listen}/v1");
+    let proxy = Arc::new(Proxy { url, policy, client: RwLock::new(Arc::new(client)) });
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => return Exit::Accepted,
+            accepted = listener.accept() => {
+                let Ok((tcp, _)) = accepted else { continue };
+                let proxy = proxy.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req| {
+                        let proxy = proxy.clone();
+                        async move { Ok::<_, Infallible>(proxy.handle(req).await) }
+                    });
+                    let io = hyper_util::rt::TokioIo::new(tcp);
+                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
+                });
+            }
+        }
+    }
+}

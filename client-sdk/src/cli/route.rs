@@ -1,0 +1,132 @@
+//! `veil verify URL` and `veil chat URL`: the route behind a Veil host,
+//! verified shard by shard, and a streaming chat sealed to its entry.
+
+use std::io::{BufRead, IsTerminal, Write};
+
+use crate::sdk::{Client, ClientError, VerifiedShard};
+
+use super::{ChatArgs, Exit, RouteVerifyArgs};
+
+fn policy(path: &std::path::Path) -> Result<veil_attestation::Policy, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    veil_attestation::Policy::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())
+}
+
+fn connect(url: &str, policy_path: &std::path::Path) -> Result<(tokio::runtime::Runtime, Client), (Exit, String)> {
+    let policy = policy(policy_path).map_err(|e| (Exit::Unreadable, e))?;
+    let rt = runtime().map_err(|e| (Exit::Unreadable, e))?;
+    match rt.block_on(Client::connect(url, &policy)) {
+        Ok(c) => Ok((rt, c)),
+        Err(e @ ClientError::Attestation { .. }) => {
+            let table = e.check_table().unwrap_or_default();
+            Err((Exit::Rejected, format!("{table}\nREJECTED: {e}")))
+        }
+        Err(e) => Err((Exit::Unreadable, e.to_string())),
+    }
+}
+
+fn print_shard(name: &str, s: &VerifiedShard) {
+    println!("== {name}: layers {}..{}", s.layers.0, s.layers.1);
+    println!("{}", s.evidence.checks());
+}
+
+/// `veil verify URL --policy P`: a check table per shard; exit 0/1/2.
+pub fn verify(args: &RouteVerifyArgs) -> Exit {
+    match connect(&args.url, &args.policy) {
+        Err((exit, message)) => {
+            eprintln!("{message}");
+            exit
+        }
+        Ok((_, client)) => {
+            let route = client.route();
+            print_shard("entry", &route.entry);
+            for s in &route.shards {
+                print_shard("shard", s);
+            }
+            println!(
+                "ACCEPTED: {} shard(s) on the route of {:?} verified against {}",
+                1 + route.shards.len(),
+                route.model,
+                args.policy.display()
+            );
+            Exit::Accepted
+        }
+    }
+}
+
+/// `veil chat URL --policy P`: interactive when stdin is a terminal,
+/// otherwise one user turn per input line.
+pub fn chat(args: &ChatArgs) -> Exit {
+    let (rt, client) = match connect(&args.url, &args.policy) {
+        Ok(c) => c,
+        Err((exit, message)) => {
+            eprintln!("{message}");
+            return exit;
+        }
+    };
+    eprintln!(
+        "verified {} shard(s); messages are sealed to the attested entry. Ctrl-D ends.",
+        1 + client.route().shards.len()
+    );
+    let interactive = std::io::stdin().is_terminal();
+    let mut history: Vec<serde_json::Value> = Vec::new();
+    let mut lines = std::io::stdin().lock().lines();
+    loop {
+        if interactive {
+            eprint!("> ");
+            let _ = std::io::stderr().flush();
+        }
+        let Some(Ok(line)) = lines.next() else { break };
+        if line.trim().is_empty() {
+            continue;
+        }
+        history.push(serde_json::json!({"role": "user", "content": line}));
+        let body = serde_json::json!({
+            "messages": history, "stream": true, "max_tokens": args.max_tokens, "temperature": args.temperature,
+        });
+        match rt.block_on(stream_answer(&client, &body)) {
+            Ok(answer) => history.push(serde_json::json!({"role": "assistant", "content": answer})),
+            Err(e) => {
+                eprintln!("\nerror: {e}");
+                return Exit::Rejected;
+            }
+        }
+    }
+    Exit::Accepted
+}
+
+async fn stream_answer(client: &Client, body: &serde_json::Value) -> Result<String, ClientError> {
+    let mut resp = client.call("POST", "/v1/chat/completions", body).await?;
+    if resp.status != 200 {
+        let body = resp.collect().await?;
+        return Err(ClientError::Host(String::from_utf8_lossy(&body).into_owned()));
+    }
+    let mut pending = String::new();
+    let mut answer = String::new();
+    let mut out = std::io::stdout();
+    while let Some(piece) = resp.next().await? {
+        pending.push_str(&String::from_utf8_lossy(&piece));
+        while let Some(end) = pending.find("\n\n") {
+            let event: String = pending.drain(..end + 2).collect();
+            let Some(data) = event.trim_end().strip_prefix("data: ") else { continue };
+            if data == "[DONE]" {
+                continue;
+            }
+            let v: serde_json::Value = serde_json::from_str(data).map_err(|e| ClientError::Host(e.to_string()))?;
+            if let Some(err) = v.get("error") {
+                return Err(ClientError::Host(err.to_string()));
+            }
+            if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+                answer.push_str(t);
+                let _ = out.write_all(t.as_bytes());
+                let _ = out.flush();
+            }
+        }
+    }
+    println!();
+    Ok(answer)
+}

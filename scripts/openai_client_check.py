@@ -1,0 +1,46 @@
+#!/usr/bin/env python3
+"""The official `openai` Python package, unmodified, against `veil proxy`.
+
+    python3 scripts/openai_client_check.py http://127.0.0.1:8000/v1
+
+Chat completion (plain and streamed), completion (text and token ids) and
+models.list. Prints one JSON line with what it saw; exits non-zero on any
+failure. Used by the Rust test `openai_python_client_through_veil_proxy`.
+"""
+import json
+import sys
+
+from openai import OpenAI
+
+
+def main(base_url: str) -> None:
+    client = OpenAI(base_url=base_url, api_key="unused-by-veil")
+    models = client.models.list()
+    model = models.data[0].id
+    chat = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=16,
+        temperature=0,
+    )
+    text = chat.choices[0].message.content
+    assert chat.usage.completion_tokens > 0, chat
+    streamed = ""
+    for chunk in client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=16,
+        temperature=0,
+        stream=True,
+    ):
+        if chunk.choices and chunk.choices[0].delta.content:
+            streamed += chunk.choices[0].delta.content
+    assert streamed == text, (streamed, text)
+    completion = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
+    by_ids = client.completions.create(model=model, prompt=[504, 3575, 282, 4649, 314], max_tokens=8, temperature=0)
+    assert completion.choices[0].text == by_ids.choices[0].text, (completion, by_ids)
+    print(json.dumps({"model": model, "chat": text, "completion": completion.choices[0].text}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
