@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::claims::{KeyHash, Measurement};
+use crate::claims::{KeyHash, ManifestRoot, Measurement};
 use crate::snp::{report::KNOWN_VERSIONS, Product};
 
 /// Lowest report version Veil accepts by default. Version 2 reports (no
@@ -120,6 +120,11 @@ pub struct Policy {
     /// SubjectPublicKeyInfo) are accepted under `allow_simulated`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub simulated_roots: Vec<KeyHash>,
+    /// Allowed model manifests per layer range (`"START..END"` → roots).
+    /// When non-empty, evidence claiming a layer range must claim one of the
+    /// roots listed for exactly that range; a range not listed is refused.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub manifest_roots: BTreeMap<String, Vec<ManifestRoot>>,
 }
 
 fn all_products() -> Vec<Product> {
@@ -169,6 +174,7 @@ impl Default for Policy {
             id_key_digest: None,
             allow_simulated: false,
             simulated_roots: Vec::new(),
+            manifest_roots: BTreeMap::new(),
         }
     }
 }
@@ -217,6 +223,17 @@ impl Policy {
         }
         if !self.simulated_roots.is_empty() && !self.allow_simulated {
             return Err(PolicyError::Inconsistent("simulated_roots is set but allow_simulated = false".into()));
+        }
+        for (range, roots) in &self.manifest_roots {
+            let ok = range
+                .split_once("..")
+                .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
+                .is_some_and(|(a, b)| a < b);
+            if !ok || roots.is_empty() {
+                return Err(PolicyError::Inconsistent(format!(
+                    "manifest_roots key {range:?} must be START..END with at least one root"
+                )));
+            }
         }
         Ok(())
     }

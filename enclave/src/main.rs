@@ -63,6 +63,9 @@ enum Command {
         /// Where to write the completed route.
         #[arg(long)]
         out: PathBuf,
+        /// Use this model file instead of the route's.
+        #[arg(long)]
+        model: Option<PathBuf>,
     },
 }
 
@@ -190,8 +193,12 @@ fn run() -> anyhow::Result<()> {
             None => generate(args)?,
         },
         Command::Serve(args) => serve(args)?,
-        Command::Prepare { config, out } => {
-            let route = veil_enclave::pipeline::local::prepare(veil_enclave::pipeline::route::Route::load(&config)?)?;
+        Command::Prepare { config, out, model } => {
+            let mut route = veil_enclave::pipeline::route::Route::load(&config)?;
+            if let Some(m) = model {
+                route.model = std::path::absolute(m)?;
+            }
+            let route = veil_enclave::pipeline::local::prepare(route)?;
             std::fs::write(&out, route.to_toml()).with_context(|| format!("writing {}", out.display()))?;
         }
     }

@@ -281,7 +281,7 @@ pub fn appraise(bundle: &EvidenceBundle, policy: &Policy, expected: &ExpectedCla
             t.record(CheckId::Freshness, not_run("report unreadable"));
         }
         Some(r) => {
-            t.record(CheckId::ReportDataBinding, check_binding(r, bundle.claims.as_ref(), expected));
+            t.record(CheckId::ReportDataBinding, check_binding(r, bundle.claims.as_ref(), expected, policy));
             t.record(CheckId::Freshness, check_freshness(bundle.claims.as_ref(), expected));
         }
     }
@@ -690,7 +690,7 @@ fn check_tcb_minimum(reported: Tcb, min: &crate::policy::TcbMinimum) -> Result<S
     }
 }
 
-fn check_binding(r: &SnpReport, claims: Option<&Claims>, expected: &ExpectedClaims) -> Outcome {
+fn check_binding(r: &SnpReport, claims: Option<&Claims>, expected: &ExpectedClaims, policy: &Policy) -> Outcome {
     let actual = r.report_data();
     if let Some(pin) = &expected.report_data {
         if pin.0 != actual {
@@ -746,6 +746,25 @@ fn check_binding(r: &SnpReport, claims: Option<&Claims>, expected: &ExpectedClai
     pinned!(manifest_root, "manifest root");
     pinned!(layer_range, "layer range");
     pinned!(gpu_evidence_hash, "GPU evidence hash");
+    if !policy.manifest_roots.is_empty() {
+        let Some(range) = claims.layer_range else {
+            return Outcome::Failed {
+                expected: "a layer range (the policy pins manifests per range)".into(),
+                actual: "no layer range claimed".into(),
+            };
+        };
+        let allowed = policy.manifest_roots.get(&range.to_string());
+        let root = claims.manifest_root;
+        if !allowed.is_some_and(|roots| root.is_some_and(|r| roots.contains(&r))) {
+            return Outcome::Failed {
+                expected: match allowed {
+                    Some(roots) => format!("a manifest root the policy allows for layers {range} ({} listed)", roots.len()),
+                    None => format!("layers {range} listed in the policy's manifest_roots"),
+                },
+                actual: format!("manifest root {}", root.map(|r| r.to_string()).unwrap_or_else(|| "absent".into())),
+            };
+        }
+    }
     Outcome::Passed { detail: "REPORT_DATA = SHA-512(canonical claims); pinned claims match".into() }
 }
 

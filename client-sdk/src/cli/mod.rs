@@ -5,6 +5,7 @@
 //! 0 accepted, 1 rejected, 2 unreadable input (file, bundle, policy or flags).
 
 pub mod inspect;
+pub mod policy_init;
 pub mod proxy;
 pub mod route;
 pub mod sim_init;
@@ -46,6 +47,32 @@ pub enum Command {
     Chat(ChatArgs),
     /// A local OpenAI-compatible endpoint that seals every call to a verified route.
     Proxy(ProxyArgs),
+    /// Policies.
+    #[command(subcommand)]
+    Policy(PolicyCommand),
+}
+
+/// `veil policy …`
+#[derive(Debug, Subcommand)]
+pub enum PolicyCommand {
+    /// Write a policy pinning what a route presents now (trust on first use), for review.
+    Init(PolicyInitArgs),
+}
+
+/// `veil policy init URL`
+#[derive(Debug, Args)]
+pub struct PolicyInitArgs {
+    /// The host's public URL (`http://HOST:PORT`).
+    pub url: String,
+    /// Where to write the policy.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Accept and pin SIMULATED evidence (development clusters); sets `allow_simulated = true`.
+    #[arg(long)]
+    pub allow_simulated: bool,
+    /// Replace an existing file.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// `veil proxy URL`
@@ -183,5 +210,6 @@ pub fn run(cli: Cli) -> Exit {
         Command::Verify(args) => route::verify(&args),
         Command::Chat(args) => route::chat(&args),
         Command::Proxy(args) => proxy::run(&args),
+        Command::Policy(PolicyCommand::Init(args)) => policy_init::run(&args),
     }
 }

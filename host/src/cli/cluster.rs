@@ -25,6 +25,9 @@ pub struct ClusterArgs {
     /// Where the completed route is written (default: next to the config, `.run/`).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
+    /// Use this model file instead of the route's.
+    #[arg(long)]
+    pub model: Option<PathBuf>,
     /// The public API (relay to the entry's gateway).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
@@ -81,11 +84,12 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&run_dir).with_context(|| format!("creating {}", run_dir.display()))?;
     let route = run_dir.join("route.toml");
     tracing::info!(config = %args.config.display(), "preparing the route (simulated root, manifest roots)");
-    let status = Command::new(&shard_bin)
-        .args(["prepare", "--config"])
-        .arg(&args.config)
-        .arg("--out")
-        .arg(&route)
+    let mut prepare = Command::new(&shard_bin);
+    prepare.args(["prepare", "--config"]).arg(&args.config).arg("--out").arg(&route);
+    if let Some(m) = &args.model {
+        prepare.arg("--model").arg(m);
+    }
+    let status = prepare
         .status()
         .await
         .context("running veil-shard prepare")?;
