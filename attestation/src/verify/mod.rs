@@ -758,7 +758,9 @@ fn check_binding(r: &SnpReport, claims: Option<&Claims>, expected: &ExpectedClai
         if !allowed.is_some_and(|roots| root.is_some_and(|r| roots.contains(&r))) {
             return Outcome::Failed {
                 expected: match allowed {
-                    Some(roots) => format!("a manifest root the policy allows for layers {range} ({} listed)", roots.len()),
+                    Some(roots) => {
+                        format!("a manifest root the policy allows for layers {range} ({} listed)", roots.len())
+                    }
                     None => format!("layers {range} listed in the policy's manifest_roots"),
                 },
                 actual: format!("manifest root {}", root.map(|r| r.to_string()).unwrap_or_else(|| "absent".into())),

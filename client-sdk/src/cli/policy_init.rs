@@ -31,7 +31,9 @@ pub fn run(args: &PolicyInitArgs) -> Exit {
                 eprintln!("{t}");
             }
             if !args.allow_simulated && e.to_string().contains("simulated") {
-                eprintln!("veil policy init: the route presents SIMULATED evidence; pin it only with --allow-simulated");
+                eprintln!(
+                    "veil policy init: the route presents SIMULATED evidence; pin it only with --allow-simulated"
+                );
             }
             eprintln!("veil policy init: {e}");
             return Exit::Rejected;

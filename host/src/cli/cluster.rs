@@ -89,10 +89,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     if let Some(m) = &args.model {
         prepare.arg("--model").arg(m);
     }
-    let status = prepare
-        .status()
-        .await
-        .context("running veil-shard prepare")?;
+    let status = prepare.status().await.context("running veil-shard prepare")?;
     if !status.success() {
         anyhow::bail!("veil-shard prepare failed ({status})");
     }
