@@ -351,3 +351,163 @@ fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
         assert!(err.check_table().unwrap().contains("measurement"));
     });
 }
+
+/// What a malicious host does to the traffic it relays.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Tamper {
+    FlipBit,
+    Truncate,
+    SwapHalves,
+    ReplayOldResponse,
+    ReplayRequest,
+    SwapKey,
+}
+
+/// A relay between client and entry gateway that tampers with the
+/// ciphertext it carries (an in-process test double of a malicious host).
+async fn malicious_host(gateway: std::net::SocketAddr, mode: Tamper) -> std::net::SocketAddr {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use std::sync::{Arc, Mutex};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let last_response: Arc<Mutex<Option<Bytes>>> = Arc::default();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let (client, last_response) = (client.clone(), last_response.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (client, last_response) = (client.clone(), last_response.clone());
+                    async move {
+                        let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+                        let method = req.method().clone();
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let forward = |body: Bytes| {
+                            hyper::Request::builder()
+                                .method(method.clone())
+                                .uri(format!("http://{gateway}{path}"))
+                                .body(Full::new(body))
+                                .unwrap()
+                        };
+                        if mode == Tamper::ReplayRequest && path == "/v1/sealed" {
+                            // The entry already answered this request once.
+                            let first = client.request(forward(body.clone())).await.unwrap();
+                            let _ = first.into_body().collect().await;
+                        }
+                        let resp = client.request(forward(body)).await.unwrap();
+                        let status = resp.status();
+                        let mut bytes = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
+                        if path.starts_with("/v1/attestation") && mode == Tamper::SwapKey {
+                            let mut doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+                            let other = veil_enclave::gateway::seal::SealKey::generate(1).unwrap();
+                            use base64::Engine as _;
+                            doc["key_config"] = base64::engine::general_purpose::STANDARD.encode(other.config()).into();
+                            bytes = serde_json::to_vec(&doc).unwrap();
+                        }
+                        if path == "/v1/sealed" && status.is_success() {
+                            let n = bytes.len();
+                            match mode {
+                                Tamper::FlipBit => bytes[n / 2] ^= 0x01,
+                                Tamper::Truncate => bytes.truncate(n - 20),
+                                Tamper::SwapHalves => bytes.rotate_left(n / 2),
+                                Tamper::ReplayOldResponse => {
+                                    let mut last = last_response.lock().unwrap();
+                                    let old = last.replace(Bytes::from(bytes.clone()));
+                                    if let Some(old) = old {
+                                        bytes = old.to_vec();
+                                    }
+                                }
+                                _ => {}
+                            }
+                        }
+                        let mut r = hyper::Response::new(Full::new(Bytes::from(bytes)));
+                        *r.status_mut() = status;
+                        Ok::<_, std::convert::Infallible>(r)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_malicious_host_is_caught_and_tampered_text_never_shown() {
+    use veil_client::sdk::{Client, ClientError};
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("malicious", &path, &[15], &[1, 1]);
+    c.start_all();
+    let gateway = c.route.sealed_listen.unwrap();
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let body =
+        serde_json::json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8, "temperature": 0});
+    rt.block_on(async {
+        for mode in [
+            Tamper::FlipBit,
+            Tamper::Truncate,
+            Tamper::SwapHalves,
+            Tamper::ReplayOldResponse,
+            Tamper::ReplayRequest,
+            Tamper::SwapKey,
+        ] {
+            let host = malicious_host(gateway, mode).await;
+            let url = format!("http://{host}");
+            let client = match Client::connect(&url, &policy).await {
+                Ok(client) => client,
+                Err(e) => {
+                    assert_eq!(mode, Tamper::SwapKey, "{mode:?}: {e}");
+                    assert!(matches!(e, ClientError::Attestation { .. }), "{e}");
+                    assert!(e.check_table().unwrap().contains("HPKE key-config hash"), "{e}");
+                    continue;
+                }
+            };
+            assert_ne!(mode, Tamper::SwapKey, "a swapped key was accepted");
+            let mut shown = Vec::new();
+            let mut outcome = Ok(());
+            for _ in 0..2 {
+                // Twice, so a replayed old response has something to replay.
+                let r = async {
+                    let mut resp = client.call("POST", "/v1/chat/completions", &body).await?;
+                    while let Some(p) = resp.next().await? {
+                        shown.extend(p);
+                    }
+                    Ok::<_, ClientError>(())
+                }
+                .await;
+                if r.is_err() {
+                    outcome = r;
+                    break;
+                }
+                if mode != Tamper::ReplayOldResponse {
+                    outcome = r;
+                    break;
+                }
+                shown.clear();
+            }
+            let err = outcome.expect_err(&format!("{mode:?} went unnoticed"));
+            match mode {
+                Tamper::ReplayRequest => assert!(err.to_string().contains("409"), "{mode:?}: {err}"),
+                _ => assert!(matches!(err, ClientError::Seal(_)), "{mode:?}: {err}"),
+            }
+            // Each chunk is authenticated on its own: a flipped or moved chunk
+            // never yields text (the body is one chunk here, tampered in its
+            // middle). A truncated stream yields its authentic chunks and then
+            // the error, because the chunk marked final never came.
+            if matches!(mode, Tamper::FlipBit | Tamper::SwapHalves) {
+                assert!(shown.is_empty(), "{mode:?} showed {} bytes", shown.len());
+            }
+        }
+        // The honest path still works.
+        let client = Client::connect(&format!("http://{gateway}"), &policy).await.unwrap();
+        let resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
+        assert_eq!(resp.status, 200);
+        resp.collect().await.unwrap();
+    });
+}
