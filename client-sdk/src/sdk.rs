@@ -199,6 +199,37 @@ impl Client {
         self.call_raw(method, path, bytes).await
     }
 
+    /// `POST /v1/chat/completions` with `messages` (`{"role", "content"}`
+    /// objects) and any further OpenAI parameters in `params`; set
+    /// `"stream": true` there to read server-sent events piece by piece.
+    pub async fn chat(
+        &self,
+        messages: &[serde_json::Value],
+        params: serde_json::Value,
+    ) -> Result<OpenedResponse, ClientError> {
+        let mut body = match params {
+            serde_json::Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        };
+        body.insert("messages".into(), messages.to_vec().into());
+        self.call("POST", "/v1/chat/completions", &body.into()).await
+    }
+
+    /// `POST /v1/completions` with `prompt` (text, or token ids as OpenAI
+    /// allows) and further parameters in `params`.
+    pub async fn complete(
+        &self,
+        prompt: serde_json::Value,
+        params: serde_json::Value,
+    ) -> Result<OpenedResponse, ClientError> {
+        let mut body = match params {
+            serde_json::Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        };
+        body.insert("prompt".into(), prompt);
+        self.call("POST", "/v1/completions", &body.into()).await
+    }
+
     /// [`call`](Self::call) with the JSON body as bytes (a proxy's path).
     pub async fn call_raw(&self, method: &str, path: &str, body: Vec<u8>) -> Result<OpenedResponse, ClientError> {
         let mut message = bhttp::Message::request(

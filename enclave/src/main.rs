@@ -275,7 +275,10 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     };
     let attester: std::sync::Arc<dyn veil_attestation::Attester> = attest::attester(&source)?.into();
     // The entry's sealing key is made before its evidence, which binds the key's hash.
-    let seal_key = (args.stage == 0).then(|| veil_enclave::gateway::seal::SealKey::generate(1)).transpose()?;
+    // A fresh key id per start, so clients holding the previous key get a
+    // "wrong key" answer (and re-verify) rather than an undecryptable request.
+    let key_id = veil_attestation::Nonce::random().as_bytes()[0];
+    let seal_key = (args.stage == 0).then(|| veil_enclave::gateway::seal::SealKey::generate(key_id)).transpose()?;
     let loaded = shard::load(&route, args.stage, attester.as_ref(), seal_key.as_ref().map(|k| k.config_hash()))?;
     if args.supervised {
         // The supervisor holds our stdin; when it goes away, so do we.

@@ -92,7 +92,6 @@ fn supervises_restarts_and_stops_every_shard() {
     assert!(generate(gen).contains("\"done\""));
     wait_for(&stdout, &format!("listening on http://{public}"), 1);
     sealed_chat_through_the_relay(&dir, public, &log);
-    openai_python_client_through_veil_proxy(&host, &dir, public);
     let pid_of = |text: &str, stage: usize| -> Vec<u32> {
         text.lines()
             .filter(|l| l.contains("shard started") && l.contains(&format!("stage={stage} ")))
@@ -104,9 +103,12 @@ fn supervises_restarts_and_stops_every_shard() {
     wait_for(&log, "shard exited; restarting", 1);
     wait_for(&log, "shard verified; control link up", 2);
     assert!(generate(gen).contains("\"done\""), "no service after the restart");
+    openai_python_client_through_veil_proxy(&host, &dir, public, &log);
     let text = std::fs::read_to_string(&log).unwrap();
-    let shards: Vec<u32> = pid_of(&text, 0).into_iter().chain(pid_of(&text, 1)).filter(|&p| p != victim).collect();
+    // The processes running now: the latest start of each stage.
+    let shards: Vec<u32> = [0, 1].iter().filter_map(|&s| pid_of(&text, s).last().copied()).collect();
     assert_eq!(shards.len(), 2);
+    assert!(!shards.contains(&victim));
     Command::new("kill").args(["-TERM", &sup.id().to_string()]).status().unwrap();
     let status = sup.wait().unwrap();
     assert!(status.success(), "supervisor exited with {status}");
@@ -190,7 +192,12 @@ fn generate_metrics(public: SocketAddr) -> String {
 /// (`scripts/openai_client_check.py`): chat (plain and streamed),
 /// completions (text and token ids), models.list. CI installs the package and
 /// sets `VEIL_REQUIRE_OPENAI=1`; elsewhere a missing package prints SKIP.
-fn openai_python_client_through_veil_proxy(host: &std::path::Path, dir: &std::path::Path, public: SocketAddr) {
+fn openai_python_client_through_veil_proxy(
+    host: &std::path::Path,
+    dir: &std::path::Path,
+    public: SocketAddr,
+    log: &std::path::Path,
+) {
     let have = Command::new("python3").args(["-c", "import openai"]).status().is_ok_and(|s| s.success());
     if !have {
         assert!(
@@ -214,8 +221,37 @@ fn openai_python_client_through_veil_proxy(host: &std::path::Path, dir: &std::pa
     wait_for(&out, "listening on", 1);
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/openai_client_check.py");
     let run = Command::new("python3").arg(script).arg(format!("http://{listen}/v1")).output().unwrap();
+    // The entry restarts with a new sealing key: the proxy notices, verifies
+    // the route again and keeps serving.
+    let text = std::fs::read_to_string(log).unwrap();
+    let entry_pid = text
+        .lines()
+        .filter(|l| l.contains("shard started") && l.contains("stage=0 "))
+        .filter_map(|l| l.rsplit("pid=").next()?.trim().parse::<u32>().ok())
+        .last()
+        .unwrap();
+    let count = |needle: &str| text.matches(needle).count();
+    let (exits, readies) = (count("shard exited; restarting"), count("every stage has a verified shard: ready"));
+    Command::new("kill").args(["-KILL", &entry_pid.to_string()]).status().unwrap();
+    wait_for(log, "shard exited; restarting", exits + 1);
+    wait_for(log, "every stage has a verified shard: ready", readies + 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let models = loop {
+        let mut tcp = TcpStream::connect(listen).unwrap();
+        tcp.write_all(format!("GET /v1/models HTTP/1.1\r\nHost: {listen}\r\nConnection: close\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut answer = String::new();
+        std::io::Read::read_to_string(&mut tcp, &mut answer).unwrap();
+        if answer.starts_with("HTTP/1.1 200") || std::time::Instant::now() > deadline {
+            break answer;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let proxy_log = std::fs::read_to_string(dir.join("proxy.err")).unwrap_or_default();
     let _ = proxy.kill();
     let _ = proxy.wait();
+    assert!(models.starts_with("HTTP/1.1 200"), "after the entry's key changed:\n{models}\n{proxy_log}");
+    assert!(proxy_log.contains("verified again"), "{proxy_log}");
     assert!(
         run.status.success(),
         "openai client failed:\n{}\n{}",

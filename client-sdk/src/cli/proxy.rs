@@ -51,8 +51,9 @@ impl Proxy {
         };
         let client = self.client.read().await.clone();
         let result = match client.call_raw(&method, &path, body.clone()).await {
-            // The entry no longer opens what was sealed to this key: verify again.
-            Err(ClientError::Host(m)) if m.starts_with("422") || m.starts_with("409") => {
+            // The entry no longer opens what was sealed to this key (it
+            // restarted with a new one): verify the route again and retry once.
+            Err(ClientError::Host(m)) if ["400", "409", "422"].iter().any(|c| m.starts_with(c)) => {
                 match Client::connect(&self.url, &self.policy).await {
                     Ok(fresh) => {
                         tracing::warn!("the entry's key changed: route verified again");
