@@ -228,7 +228,7 @@ fn openai_python_client_through_veil_proxy(
         .lines()
         .filter(|l| l.contains("shard started") && l.contains("stage=0 "))
         .filter_map(|l| l.rsplit("pid=").next()?.trim().parse::<u32>().ok())
-        .last()
+        .next_back()
         .unwrap();
     let count = |needle: &str| text.matches(needle).count();
     let (exits, readies) = (count("shard exited; restarting"), count("every stage has a verified shard: ready"));
