@@ -14,9 +14,9 @@ mod cluster;
 use std::io::{BufRead, Write};
 use std::time::{Duration, Instant};
 
-use cluster::{free_port, model_path, Cluster};
+use cluster::{free_port, greedy, model_path, Cluster};
 use veil_enclave::gateway::seal::SealKey;
-use veil_enclave::pipeline::entry::{GenerateEvent, GenerateWire};
+use veil_enclave::pipeline::entry::GenerateEvent;
 
 const QUESTION: &str = "Write a short story about a lighthouse keeper.";
 const TOKENS: usize = 64;
@@ -34,6 +34,16 @@ fn latencies(start: Instant, arrivals: &[Instant]) -> (f64, f64) {
     (ttft, gaps.iter().sum::<f64>() / gaps.len().max(1) as f64)
 }
 
+/// Takes every sealed chunk produced so far and opens the response whole.
+async fn open_all(opener: veil_client::seal::ResponseOpener, out: &mut tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>) {
+    let mut bytes = Vec::new();
+    while let Ok(b) = out.try_recv() {
+        bytes.extend(b);
+    }
+    let resp = opener.open(Box::pin(futures::io::Cursor::new(bytes))).await.unwrap();
+    resp.collect().await.unwrap();
+}
+
 fn main() {
     let Some(path) = model_path() else { return };
     let mut c = Cluster::new("sealedbench", &path, &[10, 20], &[1, 1, 1]);
@@ -47,19 +57,8 @@ fn main() {
 
     // Plaintext reference: the entry's internal endpoint, same prompt and tokens.
     let plain = |c: &Cluster| -> (f64, f64) {
-        let req = GenerateWire {
-            prompt: Some(QUESTION.into()),
-            prompt_ids: None,
-            chat: true,
-            max_tokens: TOKENS,
-            temperature: 0.0,
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            repeat_penalty: 1.0,
-            seed: 0,
-            stop: vec![],
-        };
+        let mut req = greedy(&[], TOKENS);
+        (req.prompt, req.prompt_ids, req.chat) = (Some(QUESTION.into()), None, true);
         let start = Instant::now();
         let mut tcp = std::net::TcpStream::connect(c.route.generate_listen).unwrap();
         tcp.write_all(format!("{}\n", serde_json::to_string(&req).unwrap()).as_bytes()).unwrap();
@@ -122,12 +121,7 @@ fn main() {
             opened.response.head(200, &[("content-type", "application/json")]).await.unwrap();
             opened.response.body(b"{}").await.unwrap();
             opened.response.finish().await.unwrap();
-            let mut bytes = Vec::new();
-            while let Ok(b) = out.try_recv() {
-                bytes.extend(b);
-            }
-            let resp = opener.open(Box::pin(futures::io::Cursor::new(bytes))).await.unwrap();
-            resp.collect().await.unwrap();
+            open_all(opener, &mut out).await;
         }
         let per_request = t.elapsed() / n;
         let chunks = 2000u32;
@@ -141,12 +135,7 @@ fn main() {
             opened.response.body(&event).await.unwrap();
         }
         opened.response.finish().await.unwrap();
-        let mut bytes = Vec::new();
-        while let Ok(b) = out.try_recv() {
-            bytes.extend(b);
-        }
-        let resp = opener.open(Box::pin(futures::io::Cursor::new(bytes))).await.unwrap();
-        resp.collect().await.unwrap();
+        open_all(opener, &mut out).await;
         (per_request, t.elapsed() / chunks)
     });
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
