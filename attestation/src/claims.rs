@@ -21,6 +21,8 @@ use sha2::{Digest, Sha256, Sha512};
 
 /// Domain separator of the canonical claims encoding.
 pub const CLAIMS_DOMAIN: &[u8] = b"veil/claims/v1\0";
+/// Domain separator of the GPU nonce derivation.
+pub const GPU_NONCE_DOMAIN: &[u8] = b"veil/gpu-nonce/v1\0";
 /// Longest nonce accepted.
 pub const MAX_NONCE_BYTES: usize = 64;
 /// Longest software version string accepted.
@@ -305,15 +307,23 @@ impl Claims {
         Ok(ReportData(Sha512::digest(self.encode()?).into()))
     }
 
-    /// The nonce a GPU must sign for this shard: SHA-256 over a distinct
-    /// domain and the claims *without* the GPU evidence hash (which depends on it).
-    pub fn gpu_nonce(&self) -> Result<[u8; 32], String> {
+    /// The 32-byte SPDM nonce GPU `gpu_index` must sign for this shard
+    /// (SECURITY-CASES F6): the first 32 bytes of
+    /// `SHA-512("veil/gpu-nonce/v1\0" ‖ encode(claims without the GPU evidence hash) ‖ u32 BE gpu_index)`.
+    /// The encoding carries the client nonce and the session keys, so the GPU
+    /// evidence is bound to them; the GPU evidence hash is left out because it
+    /// depends on this nonce.
+    pub fn gpu_nonce(&self, gpu_index: u32) -> Result<[u8; 32], String> {
         let mut base = self.clone();
         base.gpu_evidence_hash = None;
-        let mut h = Sha256::new();
-        h.update(b"veil/gpu-nonce/v1\0");
+        let mut h = Sha512::new();
+        h.update(GPU_NONCE_DOMAIN);
         h.update(base.encode()?);
-        Ok(h.finalize().into())
+        h.update(gpu_index.to_be_bytes());
+        let full = h.finalize();
+        let mut out = [0u8; 32];
+        out.copy_from_slice(&full[..32]);
+        Ok(out)
     }
 }
 
@@ -375,11 +385,14 @@ mod tests {
     }
 
     #[test]
-    fn gpu_nonce_ignores_gpu_hash() {
+    fn gpu_nonce_ignores_gpu_hash_but_not_index_or_client_nonce() {
         let mut c = sample();
-        let n = c.gpu_nonce().unwrap();
+        let n = c.gpu_nonce(0).unwrap();
         c.gpu_evidence_hash = Some(GpuEvidenceHash([3; 32]));
-        assert_eq!(c.gpu_nonce().unwrap(), n);
+        assert_eq!(c.gpu_nonce(0).unwrap(), n);
+        assert_ne!(c.gpu_nonce(1).unwrap(), n);
+        c.nonce = Some(Nonce::new(vec![8; 16]).unwrap());
+        assert_ne!(c.gpu_nonce(0).unwrap(), n);
     }
 
     proptest::proptest! {

@@ -14,6 +14,9 @@ pub enum Error {
     /// A named verification check failed: the evidence is refused.
     #[error("{0}")]
     Rejected(Box<Rejection>),
+    /// A named GPU check failed (or the GPU set is not what the policy requires).
+    #[error("{0}")]
+    GpuRejected(Box<crate::gpu::GpuRejection>),
     /// The peer did something only an attacker or a broken peer does
     /// (for example a channel-binding signature that does not verify).
     #[error("peer misbehaved: {0}")]
@@ -32,6 +35,7 @@ impl Error {
         match self {
             Self::Malformed(m) => Self::Malformed(m.clone()),
             Self::Rejected(r) => Self::Rejected(r.clone()),
+            Self::GpuRejected(r) => Self::GpuRejected(r.clone()),
             Self::PeerMisbehaved(s) => Self::PeerMisbehaved(s.clone()),
             Self::ApiMisuse(s) => Self::ApiMisuse(s.clone()),
             Self::Io(e) => Self::Io(std::io::Error::new(e.kind(), e.to_string())),

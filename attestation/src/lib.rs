@@ -23,6 +23,8 @@
 //! * [`simulated`] evidence is accepted only with `allow_simulated = true`
 //!   and is flagged in every check table.
 //! * [`ratls`] puts evidence in TLS certificates and verifies it in rustls.
+//! * [`gpu`] parses and verifies NVIDIA GPU (Hopper) CC evidence, bound to the
+//!   CPU report through the claims (one table per GPU).
 
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::panic))]
@@ -30,6 +32,7 @@
 pub mod claims;
 pub mod error;
 pub mod evidence;
+pub mod gpu;
 #[cfg(feature = "hw")]
 pub mod hw;
 pub mod policy;

@@ -22,6 +22,19 @@
 //! tee = 0
 //! snp = 8
 //! microcode = 115
+//!
+//! # NVIDIA GPU evidence (see `GpuPolicy`; every key optional, defaults shown commented).
+//! [gpu]
+//! required = true                      # a shard without GPU evidence is refused
+//! # count = 1                          # GPUs each shard must present
+//! min_driver_version = "550.54.14"     # dotted decimal, compared numerically
+//! min_vbios_version = "96.00.5E.00.01" # dotted hex, compared numerically
+//! require_protected_pcie = false       # protected-PCIe status must be on (0xAA)
+//! require_rim = true                   # golden measurements (RIMs) must be supplied and match
+//! require_rim_signature = false        # RIM XML-DSig must verify: NOT IMPLEMENTED, so true always fails
+//! require_revocation = false           # OCSP data for the device chain must be supplied
+//! require_cc_settings = false          # the collector's CC/DevTools report must be present
+//! # root_pem = "-----BEGIN CERTIFICATE-----…"  # replaces the compiled-in NVIDIA Device Identity CA
 //! ```
 
 use std::collections::BTreeMap;
@@ -55,6 +68,68 @@ pub struct TcbMinimum {
     /// Microcode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub microcode: Option<u8>,
+}
+
+/// Reference values for NVIDIA GPU evidence (`[gpu]`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuPolicy {
+    /// Evidence without GPU evidence is refused.
+    #[serde(default)]
+    pub required: bool,
+    /// Exact number of GPUs each shard must present, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub count: Option<u32>,
+    /// Lowest driver version (dotted decimal, e.g. `550.54.14`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_driver_version: Option<String>,
+    /// Lowest VBIOS version (dotted hex, e.g. `96.00.5E.00.01`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_vbios_version: Option<String>,
+    /// The protected-PCIe status must be on.
+    #[serde(default)]
+    pub require_protected_pcie: bool,
+    /// Golden measurements (driver and VBIOS RIMs) must be supplied, and every active index must match.
+    #[serde(default)]
+    pub require_rim: bool,
+    /// The RIMs' XML signatures must verify to the NVIDIA RIM root. Not implemented: `true` fails closed.
+    #[serde(default)]
+    pub require_rim_signature: bool,
+    /// Revocation data (OCSP) for the device chain must be supplied.
+    #[serde(default)]
+    pub require_revocation: bool,
+    /// The collector's report of CC and DevTools mode must be present (DevTools is not in the signed evidence).
+    #[serde(default)]
+    pub require_cc_settings: bool,
+    /// PEM of a device root replacing the compiled-in NVIDIA Device Identity CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub root_pem: Option<String>,
+}
+
+impl GpuPolicy {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Checks the version strings and the root override.
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        if let Some(v) = &self.min_driver_version {
+            crate::gpu::Version::driver(v)
+                .map_err(|e| PolicyError::Inconsistent(format!("gpu.min_driver_version: {e}")))?;
+        }
+        if let Some(v) = &self.min_vbios_version {
+            crate::gpu::Version::vbios(v)
+                .map_err(|e| PolicyError::Inconsistent(format!("gpu.min_vbios_version: {e}")))?;
+        }
+        if let Some(pem) = &self.root_pem {
+            crate::x509::ParsedCert::from_pem(pem.as_bytes())
+                .map_err(|e| PolicyError::Inconsistent(format!("gpu.root_pem: {e}")))?;
+        }
+        if self.count == Some(0) {
+            return Err(PolicyError::Inconsistent("gpu.count = 0: use required = false instead".into()));
+        }
+        Ok(())
+    }
 }
 
 /// Hex-encoded 32-byte value in the policy file.
@@ -125,6 +200,9 @@ pub struct Policy {
     /// roots listed for exactly that range; a range not listed is refused.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub manifest_roots: BTreeMap<String, Vec<ManifestRoot>>,
+    /// NVIDIA GPU evidence requirements.
+    #[serde(default, skip_serializing_if = "GpuPolicy::is_default")]
+    pub gpu: GpuPolicy,
 }
 
 fn all_products() -> Vec<Product> {
@@ -175,6 +253,7 @@ impl Default for Policy {
             allow_simulated: false,
             simulated_roots: Vec::new(),
             manifest_roots: BTreeMap::new(),
+            gpu: GpuPolicy::default(),
         }
     }
 }
@@ -235,7 +314,7 @@ impl Policy {
                 )));
             }
         }
-        Ok(())
+        self.gpu.validate()
     }
 }
 
@@ -273,6 +352,19 @@ snp = 8
         assert!(matches!(Policy::from_toml("products = []"), Err(PolicyError::Inconsistent(_))));
         assert!(matches!(Policy::from_toml("[min_tcb.Milan]\nfmc = 1"), Err(PolicyError::Inconsistent(_))));
         assert!(matches!(Policy::from_toml("measurements = [\"abcd\"]"), Err(PolicyError::Parse(_))));
+    }
+
+    #[test]
+    fn parses_gpu_section_and_refuses_bad_versions() {
+        let p = Policy::from_toml(
+            "[gpu]\nrequired = true\nmin_driver_version = \"550.54.14\"\nmin_vbios_version = \"96.00.5E.00.01\"\nrequire_rim = true",
+        )
+        .unwrap();
+        assert!(p.gpu.required && p.gpu.require_rim);
+        assert_eq!(Policy::from_toml(&p.to_toml()).unwrap(), p);
+        assert!(matches!(Policy::from_toml("[gpu]\nmin_driver_version = \"new\""), Err(PolicyError::Inconsistent(_))));
+        assert!(matches!(Policy::from_toml("[gpu]\nreqired = true"), Err(PolicyError::Parse(_))));
+        assert!(matches!(Policy::from_toml("[gpu]\nroot_pem = \"x\""), Err(PolicyError::Inconsistent(_))));
     }
 
     #[test]

@@ -1,0 +1,813 @@
+//! GPU verification: an ordered list of named checks per GPU, a table per
+//! GPU, and a proof value only the verifier can make. Pure: the caller
+//! passes the time, the policy, the reference values and the claims.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::time::SystemTime;
+
+use serde::Serialize;
+
+use super::chain::{self, leaf_fwid, verify_chain};
+use super::evidence::{gpu_evidence_digest, GpuEvidence};
+use super::rim::Rim;
+use super::spdm::{SpdmMeasurements, STATUS_OFF, STATUS_ON};
+use super::{simulated, GpuError, Version};
+use crate::claims::Claims;
+use crate::error::Error;
+use crate::policy::Policy;
+use crate::verify::Outcome;
+use crate::x509::{fmt_time, ParsedCert};
+
+/// The checks run on each GPU's evidence, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuCheckId {
+    /// SPDM 1.1 `GET_MEASUREMENTS` transcript parses by its length fields.
+    EvidenceFormat,
+    /// Five certificates, leaf → … → pinned NVIDIA Device Identity CA; validity at the verification time.
+    DeviceChain,
+    /// OCSP status of the device chain.
+    Revocation,
+    /// ECDSA P-384 over SHA-384(request ‖ response without signature), leaf key.
+    ReportSignature,
+    /// Opaque FWID equals the leaf certificate's DICE TcbInfo FWID.
+    Fwid,
+    /// Request nonce equals the expected (or claims-derived) nonce.
+    Nonce,
+    /// The shard's signed claims commit to the digest of all its GPU evidence.
+    EvidenceBinding,
+    /// Confidential-computing mode on.
+    CcMode,
+    /// Not in CC DevTools mode.
+    DevTools,
+    /// Protected-PCIe status, when the policy asks.
+    ProtectedPcie,
+    /// Driver at least the policy minimum.
+    DriverVersion,
+    /// VBIOS at least the policy minimum.
+    VbiosVersion,
+    /// Every active RIM index matches a golden value.
+    RimMeasurements,
+    /// RIM XML-DSig to the NVIDIA RIM root.
+    RimSignature,
+}
+
+impl GpuCheckId {
+    /// Every check, in verification order.
+    pub const ALL: [GpuCheckId; 14] = [
+        Self::EvidenceFormat,
+        Self::DeviceChain,
+        Self::Revocation,
+        Self::ReportSignature,
+        Self::Fwid,
+        Self::Nonce,
+        Self::EvidenceBinding,
+        Self::CcMode,
+        Self::DevTools,
+        Self::ProtectedPcie,
+        Self::DriverVersion,
+        Self::VbiosVersion,
+        Self::RimMeasurements,
+        Self::RimSignature,
+    ];
+
+    /// Stable snake_case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::EvidenceFormat => "gpu_evidence_format",
+            Self::DeviceChain => "gpu_device_chain",
+            Self::Revocation => "gpu_revocation",
+            Self::ReportSignature => "gpu_report_signature",
+            Self::Fwid => "gpu_fwid",
+            Self::Nonce => "gpu_nonce",
+            Self::EvidenceBinding => "gpu_evidence_binding",
+            Self::CcMode => "gpu_cc_mode",
+            Self::DevTools => "gpu_devtools",
+            Self::ProtectedPcie => "gpu_protected_pcie",
+            Self::DriverVersion => "gpu_driver_version",
+            Self::VbiosVersion => "gpu_vbios_version",
+            Self::RimMeasurements => "gpu_rim_measurements",
+            Self::RimSignature => "gpu_rim_signature",
+        }
+    }
+}
+
+impl fmt::Display for GpuCheckId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One row of a GPU table.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct GpuCheckResult {
+    /// Which check.
+    pub check: GpuCheckId,
+    /// Its outcome.
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    /// The typed reason, when the check failed.
+    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "display_opt")]
+    pub error: Option<GpuError>,
+}
+
+fn display_opt<S: serde::Serializer>(e: &Option<GpuError>, s: S) -> Result<S::Ok, S::Error> {
+    match e {
+        Some(e) => s.serialize_str(&e.to_string()),
+        None => s.serialize_none(),
+    }
+}
+
+/// Every check of one GPU with its outcome.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GpuCheckReport {
+    /// Position of the GPU in the shard's evidence (the nonce derivation index).
+    pub gpu_index: u32,
+    /// Rows in verification order.
+    pub results: Vec<GpuCheckResult>,
+    /// Warnings a reviewer must see.
+    pub warnings: Vec<String>,
+}
+
+impl GpuCheckReport {
+    fn record(&mut self, check: GpuCheckId, result: Row) {
+        let (outcome, error) = match result {
+            Row::Pass(detail) => (Outcome::Passed { detail }, None),
+            Row::Fail(error, expected, actual) => (Outcome::Failed { expected, actual }, Some(error)),
+            Row::Skip(reason) => (Outcome::Skipped { reason }, None),
+            Row::NotRun(reason) => (Outcome::NotRun { reason }, None),
+        };
+        self.results.push(GpuCheckResult { check, outcome, error });
+    }
+
+    /// Outcome of `check`.
+    pub fn outcome(&self, check: GpuCheckId) -> Option<&Outcome> {
+        self.results.iter().find(|r| r.check == check).map(|r| &r.outcome)
+    }
+
+    /// Typed error of `check`, if it failed.
+    pub fn error(&self, check: GpuCheckId) -> Option<&GpuError> {
+        self.results.iter().find(|r| r.check == check).and_then(|r| r.error.as_ref())
+    }
+
+    /// The first failed row.
+    pub fn first_failure(&self) -> Option<&GpuCheckResult> {
+        self.results.iter().find(|r| matches!(r.outcome, Outcome::Failed { .. }))
+    }
+
+    /// Every failed check.
+    pub fn failures(&self) -> Vec<GpuCheckId> {
+        self.results.iter().filter(|r| matches!(r.outcome, Outcome::Failed { .. })).map(|r| r.check).collect()
+    }
+
+    /// Checks that did not run.
+    pub fn not_run(&self) -> Vec<GpuCheckId> {
+        self.results.iter().filter(|r| matches!(r.outcome, Outcome::NotRun { .. })).map(|r| r.check).collect()
+    }
+
+    /// Whether no check failed.
+    pub fn accepted(&self) -> bool {
+        self.first_failure().is_none()
+    }
+
+    /// One-line verdict.
+    pub fn verdict(&self) -> String {
+        match self.first_failure() {
+            Some(r) => format!("REJECTED (first failed check: {})", r.check),
+            None => {
+                let mut v = String::from("ACCEPTED");
+                let missing = self.not_run();
+                if !missing.is_empty() {
+                    let names: Vec<_> = missing.iter().map(|c| c.name()).collect();
+                    v.push_str(&format!(" — not run: {}", names.join(", ")));
+                }
+                if !self.warnings.is_empty() {
+                    v.push_str(" — WITH WARNINGS");
+                }
+                v
+            }
+        }
+    }
+}
+
+impl fmt::Display for GpuCheckReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "GPU {}", self.gpu_index)?;
+        for w in &self.warnings {
+            writeln!(f, "WARNING: {w}")?;
+        }
+        writeln!(f, "{:<3} {:<22} {:<8} detail", "#", "check", "result")?;
+        for (i, r) in self.results.iter().enumerate() {
+            let (label, detail) = match &r.outcome {
+                Outcome::Passed { detail } => ("PASS", detail.clone()),
+                Outcome::Failed { expected, actual } => ("FAIL", format!("expected {expected}; got {actual}")),
+                Outcome::Skipped { reason } => ("SKIP", reason.clone()),
+                Outcome::NotRun { reason } => ("NOT RUN", reason.clone()),
+            };
+            writeln!(f, "{:<3} {:<22} {:<8} {}", i + 1, r.check.name(), label, detail)?;
+        }
+        write!(f, "verdict: {}", self.verdict())
+    }
+}
+
+/// Result of appraising a shard's GPUs.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct GpuAppraisal {
+    /// Set-level failure (GPU evidence required but absent, wrong count, a GPU twice).
+    pub topology: Option<(String, String)>,
+    /// The typed set-level error.
+    #[serde(skip)]
+    pub topology_error: Option<GpuError>,
+    /// One table per GPU.
+    pub gpus: Vec<GpuCheckReport>,
+}
+
+impl GpuAppraisal {
+    /// Whether every GPU passed and the set is as the policy requires.
+    pub fn accepted(&self) -> bool {
+        self.topology.is_none() && self.gpus.iter().all(GpuCheckReport::accepted)
+    }
+}
+
+impl fmt::Display for GpuAppraisal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some((expected, actual)) = &self.topology {
+            writeln!(f, "GPU set: FAIL expected {expected}; got {actual}")?;
+        }
+        for (i, g) in self.gpus.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            writeln!(f, "{g}")?;
+        }
+        Ok(())
+    }
+}
+
+/// What the relying party supplies besides the evidence.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GpuExpectations<'a> {
+    /// Golden measurements (driver and VBIOS RIMs), shared by all GPUs.
+    pub rims: &'a [Rim],
+    /// The shard's claims (from its SNP bundle): the nonce is derived from
+    /// them and they must commit to the GPU evidence digest.
+    pub claims: Option<&'a Claims>,
+    /// An explicit expected SPDM nonce for every GPU (bare evidence, `--gpu-nonce`).
+    pub nonce: Option<[u8; 32]>,
+}
+
+/// A failed GPU check with the values compared and the full appraisal.
+#[derive(Clone, Debug)]
+pub struct GpuRejection {
+    /// GPU index (`None` for a set-level failure).
+    pub gpu_index: Option<u32>,
+    /// The first failed check (`None` for a set-level failure).
+    pub check: Option<GpuCheckId>,
+    /// Typed reason.
+    pub error: GpuError,
+    /// Required.
+    pub expected: String,
+    /// Shown by the evidence.
+    pub actual: String,
+    /// Every table.
+    pub appraisal: GpuAppraisal,
+}
+
+impl fmt::Display for GpuRejection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.gpu_index, self.check) {
+            (Some(i), Some(c)) => write!(
+                f,
+                "GPU {i} rejected by check `{c}` ({}): expected {}, got {}",
+                self.error, self.expected, self.actual
+            ),
+            _ => write!(f, "GPU evidence rejected ({}): expected {}, got {}", self.error, self.expected, self.actual),
+        }
+    }
+}
+
+/// GPU evidence that passed every check. Only [`verify_gpus`] makes one.
+#[derive(Clone, Debug)]
+pub struct VerifiedGpus {
+    reports: Vec<SpdmMeasurements>,
+    simulated: bool,
+    appraisal: GpuAppraisal,
+    _private: (),
+}
+
+impl VerifiedGpus {
+    /// The verified transcripts, in GPU index order.
+    pub fn reports(&self) -> &[SpdmMeasurements] {
+        &self.reports
+    }
+    /// Whether any GPU was simulated.
+    pub fn is_simulated(&self) -> bool {
+        self.simulated
+    }
+    /// The tables.
+    pub fn appraisal(&self) -> &GpuAppraisal {
+        &self.appraisal
+    }
+}
+
+enum Row {
+    Pass(String),
+    Fail(GpuError, String, String),
+    Skip(String),
+    NotRun(String),
+}
+
+fn fail(error: GpuError, expected: impl Into<String>, actual: impl Into<String>) -> Row {
+    Row::Fail(error, expected.into(), actual.into())
+}
+
+/// Verifies a shard's GPU evidence; `Ok` only when every check passed.
+pub fn verify_gpus(
+    gpus: &[GpuEvidence],
+    expect: &GpuExpectations<'_>,
+    policy: &Policy,
+    now: SystemTime,
+) -> Result<VerifiedGpus, Error> {
+    let appraisal = appraise_gpus(gpus, expect, policy, now);
+    if let Some((expected, actual)) = &appraisal.topology {
+        let error = appraisal.topology_error.clone().unwrap_or(GpuError::NotCcMode);
+        return Err(Error::GpuRejected(Box::new(GpuRejection {
+            gpu_index: None,
+            check: None,
+            error,
+            expected: expected.clone(),
+            actual: actual.clone(),
+            appraisal: appraisal.clone(),
+        })));
+    }
+    for g in &appraisal.gpus {
+        if let Some(r) = g.first_failure() {
+            let (expected, actual) = match &r.outcome {
+                Outcome::Failed { expected, actual } => (expected.clone(), actual.clone()),
+                _ => (String::new(), String::new()),
+            };
+            return Err(Error::GpuRejected(Box::new(GpuRejection {
+                gpu_index: Some(g.gpu_index),
+                check: Some(r.check),
+                error: r.error.clone().unwrap_or(GpuError::NotCcMode),
+                expected,
+                actual,
+                appraisal: appraisal.clone(),
+            })));
+        }
+    }
+    let mut reports = Vec::with_capacity(gpus.len());
+    for g in gpus {
+        // Invariant: every report parsed (gpu_evidence_format passed); refuse rather than assume.
+        reports.push(SpdmMeasurements::parse(&g.report).map_err(|e| Error::ApiMisuse(e.to_string()))?);
+    }
+    let simulated = appraisal.gpus.iter().any(|g| !g.warnings.is_empty());
+    if simulated {
+        tracing::warn!("accepting SIMULATED GPU evidence (policy allow_simulated = true): no hardware guarantee");
+    }
+    Ok(VerifiedGpus { reports, simulated, appraisal, _private: () })
+}
+
+/// Runs every check on every GPU and returns the tables (no early exit).
+pub fn appraise_gpus(
+    gpus: &[GpuEvidence],
+    expect: &GpuExpectations<'_>,
+    policy: &Policy,
+    now: SystemTime,
+) -> GpuAppraisal {
+    let mut out = GpuAppraisal::default();
+    if gpus.is_empty() && policy.gpu.required {
+        out.topology = Some(("GPU evidence (policy: gpu.required = true)".into(), "none".into()));
+        out.topology_error = Some(GpuError::NotCcMode);
+        return out;
+    }
+    if let Some(n) = policy.gpu.count {
+        if usize::try_from(n).ok() != Some(gpus.len()) {
+            out.topology = Some((format!("{n} GPUs (policy: gpu.count)"), format!("{} GPUs", gpus.len())));
+            out.topology_error =
+                Some(GpuError::TopologyMismatch { expected: format!("{n} GPUs"), got: format!("{}", gpus.len()) });
+        }
+    }
+    let digest = gpu_evidence_digest(gpus);
+    let mut leaves = BTreeSet::new();
+    for (i, g) in gpus.iter().enumerate() {
+        let index = u32::try_from(i).unwrap_or(u32::MAX);
+        if let Some(leaf) = g.cert_chain.first() {
+            if !leaves.insert(leaf.clone()) && out.topology.is_none() {
+                out.topology = Some(("each GPU once".into(), format!("GPU {index} repeats an earlier device")));
+                out.topology_error = Some(GpuError::TopologyMismatch {
+                    expected: "distinct GPUs".into(),
+                    got: format!("GPU {index} presented twice"),
+                });
+            }
+        }
+        out.gpus.push(appraise_one(index, g, digest, expect, policy, now));
+    }
+    out
+}
+
+fn root_for(policy: &Policy) -> Result<ParsedCert, String> {
+    match &policy.gpu.root_pem {
+        Some(pem) => ParsedCert::from_pem(pem.as_bytes()).map_err(|e| format!("policy gpu.root_pem: {e}")),
+        None => chain::nvidia_device_root().map_err(|e| format!("compiled-in NVIDIA root: {e}")),
+    }
+}
+
+fn appraise_one(
+    index: u32,
+    g: &GpuEvidence,
+    digest: crate::claims::GpuEvidenceHash,
+    expect: &GpuExpectations<'_>,
+    policy: &Policy,
+    now: SystemTime,
+) -> GpuCheckReport {
+    let mut t = GpuCheckReport { gpu_index: index, ..Default::default() };
+    use GpuCheckId as C;
+
+    // 1. Format.
+    let parsed = SpdmMeasurements::parse(&g.report);
+    t.record(
+        C::EvidenceFormat,
+        match &parsed {
+            Ok(m) => Row::Pass(format!(
+                "SPDM 1.1 GET_MEASUREMENTS: {} blocks, {} opaque fields, {} bytes{}",
+                m.blocks.len(),
+                m.opaque.fields.len(),
+                g.report.len(),
+                match m.trailing_bytes {
+                    0 => String::new(),
+                    n => format!(" ({n} unsigned trailing byte(s) after the signature, ignored)"),
+                }
+            )),
+            Err(e) => fail(GpuError::Malformed(e.clone()), "a SPDM 1.1 GET_MEASUREMENTS transcript", e.to_string()),
+        },
+    );
+    let parsed = parsed.ok();
+
+    // 2. Device chain.
+    let certs = chain::parse_chain_der(&g.cert_chain);
+    let chain_result: Result<(String, bool), Row> = match (&certs, root_for(policy)) {
+        (Err(e), _) => Err(fail(GpuError::ChainInvalid(e.clone()), "a parsable device chain", e.to_string())),
+        (_, Err(e)) => Err(fail(
+            GpuError::ChainInvalid(chain::ChainError::Malformed { index: 0, reason: e.clone() }),
+            "a usable pinned root",
+            e,
+        )),
+        (Ok(certs), Ok(root)) => {
+            let top = certs.last();
+            let simulated_top = top.filter(|c| simulated::is_simulated_gpu_cert(c) && c.der() != root.der());
+            match simulated_top {
+                Some(sim_root) if !policy.allow_simulated => Err(fail(
+                    GpuError::SimulatedRefused,
+                    "a chain to the NVIDIA Device Identity CA",
+                    format!("SIMULATED root {:?} (policy allow_simulated = false)", sim_root.subject_string()),
+                )),
+                Some(sim_root) => match verify_chain(certs, sim_root, now) {
+                    Ok(names) => Ok((format!("{names} (SIMULATED root), valid at {}", fmt_time(now)), true)),
+                    Err(e) => {
+                        Err(fail(GpuError::ChainInvalid(e.clone()), "a valid simulated device chain", e.to_string()))
+                    }
+                },
+                None => match verify_chain(certs, &root, now) {
+                    Ok(names) => Ok((format!("{names} (pinned root), valid at {}", fmt_time(now)), false)),
+                    Err(e) => Err(fail(
+                        GpuError::ChainInvalid(e.clone()),
+                        format!(
+                            "{} certificates to the pinned {:?}",
+                            chain::CHAIN_LEN,
+                            root.common_name().unwrap_or_default()
+                        ),
+                        e.to_string(),
+                    )),
+                },
+            }
+        }
+    };
+    let chain_ok = chain_result.is_ok();
+    match chain_result {
+        Ok((detail, simulated)) => {
+            if simulated {
+                t.warnings.push(
+                    "SIMULATED GPU evidence: signed by Veil's software device chain, not by an NVIDIA GPU. \
+                     Accepted only because the policy sets allow_simulated = true. It proves nothing."
+                        .into(),
+                );
+            }
+            t.record(C::DeviceChain, Row::Pass(detail));
+        }
+        Err(row) => t.record(C::DeviceChain, row),
+    }
+
+    // 3. Revocation.
+    t.record(
+        C::Revocation,
+        if !chain_ok {
+            Row::NotRun("device chain not established".into())
+        } else if policy.gpu.require_revocation {
+            fail(
+                GpuError::RevocationUnavailable,
+                "OCSP responses for the device chain (policy: gpu.require_revocation = true)",
+                "none supplied (this verifier does not fetch or check OCSP)",
+            )
+        } else {
+            Row::Skip("no OCSP data supplied and the policy does not require it (offline verification)".into())
+        },
+    );
+
+    let leaf = certs.as_ref().ok().and_then(|c| c.first());
+
+    // 4. Signature.
+    t.record(
+        C::ReportSignature,
+        match (&parsed, leaf) {
+            (Some(m), Some(leaf)) => match leaf.verify_p384_fixed(m.signed_bytes(), &m.signature) {
+                Ok(()) => Row::Pass(format!(
+                    "ECDSA P-384 by the leaf key over SHA-384 of {} bytes (request ‖ response without signature)",
+                    m.signed_bytes().len()
+                )),
+                Err(crate::x509::CertError::BadSignature) => fail(
+                    GpuError::GpuReportSignatureInvalid,
+                    "a valid leaf signature over request ‖ response",
+                    "signature does not verify",
+                ),
+                Err(e) => fail(GpuError::GpuReportSignatureInvalid, "an ECDSA P-384 leaf key", e.to_string()),
+            },
+            _ => Row::NotRun("report or leaf certificate unreadable".into()),
+        },
+    );
+
+    // 5. FWID.
+    t.record(
+        C::Fwid,
+        match (&parsed, leaf) {
+            (Some(m), Some(leaf)) => match (m.opaque.fwid(), leaf_fwid(leaf)) {
+                (_, Err(e)) => fail(GpuError::FwidMismatch, "a leaf certificate with a DICE FWID", e),
+                (None, Ok(_)) => fail(GpuError::FwidMismatch, "an FWID opaque field (20)", "absent"),
+                (Some(report), Ok(cert)) if report == cert.as_slice() => {
+                    Row::Pass(format!("FWID {} in the report and the leaf's TcbInfo", hex::encode(report)))
+                }
+                (Some(report), Ok(cert)) => fail(
+                    GpuError::FwidMismatch,
+                    format!("FWID {} (leaf TcbInfo)", hex::encode(cert)),
+                    format!("FWID {} (report)", hex::encode(report)),
+                ),
+            },
+            _ => Row::NotRun("report or leaf certificate unreadable".into()),
+        },
+    );
+
+    // 6. Nonce.
+    let wanted = match (expect.nonce, expect.claims) {
+        (Some(n), _) => Some(Ok((n, "the expected nonce"))),
+        (None, Some(c)) => Some(c.gpu_nonce(index).map(|n| (n, "the nonce derived from the shard's claims"))),
+        (None, None) => None,
+    };
+    t.record(
+        C::Nonce,
+        match (&parsed, wanted) {
+            (None, _) => Row::NotRun("report unreadable".into()),
+            (Some(_), None) => Row::NotRun("no expected nonce and no claims to derive it from".into()),
+            (Some(_), Some(Err(e))) => fail(GpuError::NonceMismatch, "encodable claims", e),
+            (Some(m), Some(Ok((n, source)))) if m.request_nonce == n => {
+                Row::Pass(format!("request nonce {} is {source}", hex::encode(n)))
+            }
+            (Some(m), Some(Ok((n, source)))) => fail(
+                GpuError::NonceMismatch,
+                format!("nonce {} ({source})", hex::encode(n)),
+                format!("nonce {} (stale, replayed or from another session)", hex::encode(m.request_nonce)),
+            ),
+        },
+    );
+
+    // 7. Binding into the CPU claims.
+    t.record(
+        C::EvidenceBinding,
+        match expect.claims {
+            None => Row::NotRun("no shard claims (bare GPU evidence): binding to a CPU report not checked".into()),
+            Some(c) => match c.gpu_evidence_hash {
+                Some(h) if h == digest => Row::Pass(format!("claims commit to the GPU evidence digest {h}")),
+                Some(h) => fail(
+                    GpuError::GpuNotBoundToSession,
+                    format!("gpu_evidence_hash {digest} (digest of the GPU evidence)"),
+                    format!("gpu_evidence_hash {h} in the claims"),
+                ),
+                None => fail(
+                    GpuError::GpuNotBoundToSession,
+                    format!("gpu_evidence_hash {digest} in the claims"),
+                    "the claims carry no GPU evidence hash",
+                ),
+            },
+        },
+    );
+
+    // 8. CC mode.
+    t.record(
+        C::CcMode,
+        match &parsed {
+            None => Row::NotRun("report unreadable".into()),
+            Some(m) => {
+                let flag = m.opaque.feature_flag();
+                let mode = match flag {
+                    Some(0) => Ok("multi-GPU passthrough CC (feature flag 0)"),
+                    Some(1) => Ok("single-GPU passthrough CC (feature flag 1)"),
+                    Some(2) => Ok("protected PCIe (feature flag 2)"),
+                    Some(other) => Err(format!("feature flag {other}")),
+                    None => Ok("signed measurement report with opaque data (the GPU answers only in CC or PPCIe mode; no feature flag in this opaque-data version)"),
+                };
+                match (mode, g.settings) {
+                    (Err(actual), _) => fail(GpuError::NotCcMode, "a CC feature flag (0, 1 or 2)", actual),
+                    (Ok(_), Some(s)) if !s.cc_mode => {
+                        fail(GpuError::NotCcMode, "CC mode on", "the collector reports CC mode off")
+                    }
+                    (Ok(how), Some(_)) => Row::Pass(format!("{how}; collector reports CC on")),
+                    (Ok(how), None) => Row::Pass(how.to_owned()),
+                }
+            }
+        },
+    );
+
+    // 9. DevTools.
+    t.record(
+        C::DevTools,
+        match g.settings {
+            Some(s) if s.devtools_mode => fail(GpuError::DevToolsMode, "CC production mode", "CC DevTools mode"),
+            Some(_) => Row::Pass("collector reports DevTools off (bound through the CPU report)".into()),
+            None if policy.gpu.require_cc_settings => fail(
+                GpuError::DevToolsMode,
+                "the collector's CC settings (policy: gpu.require_cc_settings = true)",
+                "none: DevTools mode cannot be excluded",
+            ),
+            None => Row::NotRun(
+                "DevTools mode is not in the signed SPDM evidence and no collector report was supplied".into(),
+            ),
+        },
+    );
+
+    // 10. Protected PCIe.
+    t.record(
+        C::ProtectedPcie,
+        match &parsed {
+            None => Row::NotRun("report unreadable".into()),
+            Some(m) => {
+                let status = m.opaque.protected_pcie_status();
+                let shown = match status {
+                    Some(STATUS_ON) => "on (0xAA)".to_owned(),
+                    Some(STATUS_OFF) => "off (0x55)".to_owned(),
+                    Some(b) => format!("unknown status {b:#04x}"),
+                    None => "absent".to_owned(),
+                };
+                if !policy.gpu.require_protected_pcie {
+                    Row::Skip(format!("policy does not require protected PCIe (status {shown})"))
+                } else if status == Some(STATUS_ON) {
+                    Row::Pass("protected PCIe on (0xAA)".into())
+                } else {
+                    fail(GpuError::ProtectedPcieOff, "protected PCIe on (0xAA)", shown)
+                }
+            }
+        },
+    );
+
+    // 11-12. Versions.
+    let driver = parsed.as_ref().and_then(|m| m.opaque.driver_version());
+    let vbios = parsed.as_ref().and_then(|m| m.opaque.vbios_version());
+    t.record(C::DriverVersion, version_row(driver.as_deref(), policy.gpu.min_driver_version.as_deref(), true));
+    t.record(C::VbiosVersion, version_row(vbios.as_deref(), policy.gpu.min_vbios_version.as_deref(), false));
+
+    // 13. RIM measurements.
+    t.record(
+        C::RimMeasurements,
+        match &parsed {
+            None => Row::NotRun("report unreadable".into()),
+            Some(_) if expect.rims.is_empty() && policy.gpu.require_rim => fail(
+                GpuError::RimUnavailable,
+                "driver and VBIOS RIMs (policy: gpu.require_rim = true)",
+                "none supplied",
+            ),
+            Some(_) if expect.rims.is_empty() => Row::NotRun("no RIM supplied".into()),
+            Some(m) => rim_row(m, expect.rims, driver.as_deref(), vbios.as_deref(), policy.gpu.require_rim),
+        },
+    );
+
+    // 14. RIM signature.
+    t.record(
+        C::RimSignature,
+        if policy.gpu.require_rim_signature {
+            fail(
+                GpuError::RimSignatureNotVerified,
+                "RIM XML-DSig verified to the NVIDIA RIM root (policy: gpu.require_rim_signature = true)",
+                "not verified: XML-DSig verification is not implemented in this verifier",
+            )
+        } else {
+            Row::NotRun("RIM XML-DSig verification is not implemented; RIM contents are trusted as supplied".into())
+        },
+    );
+    t
+}
+
+fn version_row(got: Option<&str>, min: Option<&str>, driver: bool) -> Row {
+    let what = if driver { "driver" } else { "VBIOS" };
+    let parse = |s: &str| if driver { Version::driver(s) } else { Version::vbios(s) };
+    let Some(min) = min else {
+        return Row::Skip(format!("policy sets no minimum {what} version ({what} {})", got.unwrap_or("absent")));
+    };
+    let too_old = |got: String| {
+        if driver {
+            GpuError::DriverTooOld { got, min: min.to_owned() }
+        } else {
+            GpuError::VbiosTooOld { got, min: min.to_owned() }
+        }
+    };
+    let Some(got) = got else {
+        return fail(too_old("absent".into()), format!("{what} >= {min}"), format!("no {what} version field"));
+    };
+    match (parse(got), parse(min)) {
+        (_, Err(e)) => fail(too_old(got.to_owned()), format!("a valid minimum {what} version"), e),
+        (Err(e), _) => fail(too_old(got.to_owned()), format!("{what} >= {min}"), e),
+        (Ok(g), Ok(m)) if g >= m => Row::Pass(format!("{what} {g} >= {m}")),
+        (Ok(g), Ok(m)) => fail(too_old(got.to_owned()), format!("{what} >= {m}"), format!("{what} {g}")),
+    }
+}
+
+fn same_version(a: &str, b: &str) -> bool {
+    a.trim().eq_ignore_ascii_case(b.trim())
+}
+
+fn rim_row(m: &SpdmMeasurements, rims: &[Rim], driver: Option<&str>, vbios: Option<&str>, require_both: bool) -> Row {
+    let mut driver_rim = None;
+    let mut vbios_rim = None;
+    for r in rims {
+        if driver.is_some_and(|d| same_version(d, &r.version)) && driver_rim.is_none() {
+            driver_rim = Some(r);
+        } else if vbios.is_some_and(|v| same_version(v, &r.version)) && vbios_rim.is_none() {
+            vbios_rim = Some(r);
+        } else {
+            return fail(
+                GpuError::RimNotForThisGpu {
+                    rim_version: r.version.clone(),
+                    driver: driver.unwrap_or("absent").to_owned(),
+                    vbios: vbios.unwrap_or("absent").to_owned(),
+                },
+                format!("RIMs for driver {} and VBIOS {}", driver.unwrap_or("absent"), vbios.unwrap_or("absent")),
+                format!("RIM {} for version {}", r.tag_id, r.version),
+            );
+        }
+    }
+    if require_both && (driver_rim.is_none() || vbios_rim.is_none()) {
+        let missing = if driver_rim.is_none() { "driver" } else { "VBIOS" };
+        return fail(
+            GpuError::RimUnavailable,
+            "both a driver and a VBIOS RIM (policy: gpu.require_rim = true)",
+            format!("no {missing} RIM supplied"),
+        );
+    }
+    if let (Some(d), Some(v)) = (driver_rim, vbios_rim) {
+        if let Some(index) = d.active_indices().find(|i| v.measurements.get(i).is_some_and(|g| g.active)) {
+            return fail(
+                GpuError::RimConflict { index },
+                "driver and VBIOS RIMs with disjoint indices",
+                format!("both claim index {index}"),
+            );
+        }
+    }
+    // NVDEC0 disabled (0x55): index 35 reflects no loaded NVDEC firmware and is not compared (NVIDIA's verifier does the same).
+    let skip_35 = m.opaque.nvdec0_status() == Some(STATUS_OFF);
+    let mut compared = 0usize;
+    let mut mismatches = Vec::new();
+    for (kind, rim) in [("driver", driver_rim), ("VBIOS", vbios_rim)] {
+        let Some(rim) = rim else { continue };
+        for (index, golden) in rim.measurements.iter().filter(|(_, g)| g.active) {
+            if *index == 35 && skip_35 {
+                continue;
+            }
+            compared += 1;
+            let block = u8::try_from(index + 1).ok().and_then(|b| m.block(b));
+            let ok = block.is_some_and(|b| golden.alternatives.contains(&b.value));
+            if !ok {
+                mismatches.push((*index, kind, golden, block.map(|b| hex::encode(&b.value))));
+            }
+        }
+    }
+    let which = [driver_rim.map(|_| "driver"), vbios_rim.map(|_| "VBIOS")]
+        .into_iter()
+        .flatten()
+        .collect::<Vec<_>>()
+        .join(" + ");
+    match mismatches.first() {
+        None => Row::Pass(format!("{compared} active golden measurements match ({which} RIM)")),
+        Some((index, kind, golden, got)) => fail(
+            GpuError::RimMismatch { index: *index },
+            format!(
+                "{kind} RIM index {index} (SPDM block {}) = {}",
+                index + 1,
+                golden.alternatives.iter().map(hex::encode).collect::<Vec<_>>().join(" or ")
+            ),
+            format!(
+                "{} ({} of {compared} active indices mismatch: {:?})",
+                got.clone().unwrap_or_else(|| "no such block".into()),
+                mismatches.len(),
+                mismatches.iter().map(|m| m.0).collect::<Vec<_>>()
+            ),
+        ),
+    }
+}
