@@ -794,7 +794,10 @@ fn rim_row(m: &SpdmMeasurements, rims: &[Rim], driver: Option<&str>, vbios: Opti
         .collect::<Vec<_>>()
         .join(" + ");
     match mismatches.first() {
-        None => Row::Pass(format!("{compared} active golden measurements match ({which} RIM)")),
+        None => Row::Pass(format!(
+            "{compared} active golden measurements match ({which} RIM){}",
+            if skip_35 { "; index 35 not compared (NVDEC0 disabled)" } else { "" }
+        )),
         Some((index, kind, golden, got)) => fail(
             GpuError::RimMismatch { index: *index },
             format!(
