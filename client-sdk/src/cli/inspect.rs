@@ -1,15 +1,141 @@
-//! `veil attest inspect`: every field of a report, named and decoded.
+//! `veil attest inspect`: every field of a report, named and decoded
+//! (SEV-SNP reports and bundles; NVIDIA GPU evidence, one section per GPU).
 
 use serde_json::{json, Value};
+use veil_attestation::gpu::chain::leaf_fwid;
+use veil_attestation::gpu::evidence as gpu_evidence;
+use veil_attestation::gpu::spdm::SpdmMeasurements;
+use veil_attestation::gpu::GpuEvidence;
 use veil_attestation::snp::{Endorsement, Product, RawTcb, SnpReport};
 use veil_attestation::x509::fmt_time;
+use veil_attestation::x509::ParsedCert;
 
 use super::{Exit, InspectArgs};
 use crate::input::{self, Evidence};
 
 /// Runs the command.
 pub fn run(args: &InspectArgs) -> Exit {
-    let (report_bytes, bundle) = match input::load_evidence(&args.file) {
+    let mut exit = Exit::Accepted;
+    if let Some(file) = &args.file {
+        exit = run_snp(file, args.json);
+    }
+    if let Some(path) = &args.gpu_evidence {
+        if exit == Exit::Accepted {
+            exit = run_gpu(path, args.gpu_certs.as_deref(), args.json);
+        }
+    }
+    exit
+}
+
+fn run_gpu(path: &std::path::Path, certs: Option<&std::path::Path>, as_json: bool) -> Exit {
+    let loaded = input::read(path).map_err(|e| e.to_string()).and_then(|bytes| {
+        let pem = certs.map(input::read).transpose().map_err(|e| e.to_string())?;
+        gpu_evidence::load_any(&bytes, pem.as_deref()).map_err(|e| format!("{}: {e}", path.display()))
+    });
+    let gpus = match loaded {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("veil attest inspect: unreadable input: {e}");
+            return Exit::Unreadable;
+        }
+    };
+    let docs: Vec<Value> = gpus.iter().map(gpu_json).collect();
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&json!({ "gpus": docs })).unwrap_or_default());
+    } else {
+        for (i, doc) in docs.iter().enumerate() {
+            let mut out = format!("NVIDIA GPU evidence, GPU {i} (UNVERIFIED: decoded, not checked)\n");
+            if let Some(map) = doc.as_object() {
+                for (key, v) in map {
+                    write_value(&mut out, key, v, 1);
+                }
+            }
+            print!("{out}");
+        }
+    }
+    if docs.iter().any(|d| d.get("error").is_some()) {
+        Exit::Unreadable
+    } else {
+        Exit::Accepted
+    }
+}
+
+/// One GPU's evidence as a JSON document: SPDM fields, opaque data, measurements, chain.
+pub fn gpu_json(g: &GpuEvidence) -> Value {
+    let chain: Vec<Value> = g
+        .cert_chain
+        .iter()
+        .map(|d| match ParsedCert::from_der(d) {
+            Ok(c) => {
+                let (nb, na) = c.validity();
+                json!({ "subject": c.subject_string(), "not_before": fmt_time(nb), "not_after": fmt_time(na) })
+            }
+            Err(e) => json!({ "error": e.to_string() }),
+        })
+        .collect();
+    let leaf = g.cert_chain.first().and_then(|d| ParsedCert::from_der(d).ok());
+    let mut doc = json!({
+        "arch": g.arch,
+        "evidence_bytes": g.report.len(),
+        "collector_settings": g.settings.map(|s| json!({ "cc_mode": s.cc_mode, "devtools_mode": s.devtools_mode })),
+        "certificate_chain": chain,
+        "leaf_dice_fwid": leaf.map(|l| leaf_fwid(&l).map(hex::encode).unwrap_or_else(|e| format!("unreadable: {e}"))),
+    });
+    match SpdmMeasurements::parse(&g.report) {
+        Err(e) => doc["error"] = json!(e.to_string()),
+        Ok(m) => {
+            let (project, project_sku, chip_sku) = m.opaque.board();
+            let status = |s: Option<u8>| {
+                s.map(|b| match b {
+                    0xAA => "0xaa (on)".to_owned(),
+                    0x55 => "0x55 (off)".to_owned(),
+                    other => format!("{other:#04x}"),
+                })
+            };
+            doc["spdm"] = json!({
+                "version": "1.1",
+                "request_attributes": format!("{:#04x}", m.request_attributes),
+                "measurement_operation": format!("{:#04x}", m.request_operation),
+                "slot": m.slot,
+                "request_nonce": hex::encode(m.request_nonce),
+                "responder_nonce": hex::encode(m.responder_nonce),
+                "measurement_blocks": m.blocks.len(),
+                "signed_bytes": m.signed_bytes().len(),
+                "signature": hex::encode(m.signature),
+                "trailing_bytes": m.trailing_bytes,
+            });
+            doc["opaque"] = json!({
+                "driver_version": m.opaque.driver_version(),
+                "vbios_version": m.opaque.vbios_version(),
+                "project": project,
+                "project_sku": project_sku,
+                "chip_sku": chip_sku,
+                "fwid": m.opaque.fwid().map(hex::encode),
+                "nvdec0_status": status(m.opaque.nvdec0_status()),
+                "protected_pcie_status": status(m.opaque.protected_pcie_status()),
+                "opaque_data_version": m.opaque.opaque_data_version(),
+                "feature_flag": m.opaque.feature_flag(),
+                "fields": m.opaque.fields.len(),
+            });
+            let blocks: serde_json::Map<String, Value> = m
+                .blocks
+                .iter()
+                .map(|b| {
+                    (
+                        format!("{:02} (RIM index {})", b.index, u32::from(b.index).saturating_sub(1)),
+                        json!(hex::encode(&b.value)),
+                    )
+                })
+                .collect();
+            doc["measurements"] = Value::Object(blocks);
+        }
+    }
+    doc
+}
+
+fn run_snp(file: &std::path::Path, as_json: bool) -> Exit {
+    let args = (file, as_json);
+    let (report_bytes, bundle) = match input::load_evidence(args.0) {
         Ok(Evidence::Report(r)) => (r, None),
         Ok(Evidence::Bundle(b)) => (b.report.clone(), Some(*b)),
         Err(e) => {
@@ -20,7 +146,7 @@ pub fn run(args: &InspectArgs) -> Exit {
     let report = match SnpReport::from_bytes(&report_bytes) {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("veil attest inspect: {}: not an SEV-SNP report: {e}", args.file.display());
+            eprintln!("veil attest inspect: {}: not an SEV-SNP report: {e}", args.0.display());
             return Exit::Unreadable;
         }
     };
@@ -43,7 +169,7 @@ pub fn run(args: &InspectArgs) -> Exit {
         doc["crl"] = json!(b.crl.is_some());
         doc["claims"] = serde_json::to_value(&b.claims).unwrap_or(Value::Null);
     }
-    if args.json {
+    if args.1 {
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
     } else {
         print!("{}", render_text(&doc));

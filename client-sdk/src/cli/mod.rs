@@ -3,6 +3,8 @@
 //!
 //! Exit codes of `veil attest verify` (stable; scripts rely on them):
 //! 0 accepted, 1 rejected, 2 unreadable input (file, bundle, policy or flags).
+//! The same codes hold for GPU evidence (`--gpu-evidence`), alone or together
+//! with SNP evidence: 0 only when the SNP table (if any) and every GPU table accept.
 
 pub mod inspect;
 pub mod policy_init;
@@ -117,19 +119,26 @@ pub struct ChatArgs {
 /// `veil attest …`
 #[derive(Debug, Subcommand)]
 pub enum AttestCommand {
-    /// Decode every field of an SEV-SNP report or evidence bundle.
+    /// Decode every field of an SEV-SNP report or evidence bundle, or of NVIDIA GPU evidence.
     Inspect(InspectArgs),
     /// Verify evidence against a policy and print the check table.
-    Verify(VerifyArgs),
+    Verify(Box<VerifyArgs>),
     /// Create a SIMULATED attestation root and chip (development only).
     SimInit(SimInitArgs),
 }
 
 /// `veil attest inspect`
 #[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("what").required(true).args(["file", "gpu_evidence"])))]
 pub struct InspectArgs {
     /// Raw 1184-byte report, the same as hex text, or an evidence bundle (JSON).
-    pub file: PathBuf,
+    pub file: Option<PathBuf>,
+    /// NVIDIA GPU evidence: Veil GPU JSON, the NVIDIA SDK's JSON list, or a hex report (with --gpu-certs).
+    #[arg(long, value_name = "FILE")]
+    pub gpu_evidence: Option<PathBuf>,
+    /// PEM device certificate chain (leaf first) for a hex --gpu-evidence.
+    #[arg(long, value_name = "PEM", requires = "gpu_evidence")]
+    pub gpu_certs: Option<PathBuf>,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -137,7 +146,7 @@ pub struct InspectArgs {
 
 /// `veil attest verify`
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("input").required(true).args(["evidence", "report"])))]
+#[command(group(clap::ArgGroup::new("input").required(true).multiple(true).args(["evidence", "report", "gpu_evidence"])))]
 pub struct VerifyArgs {
     /// Policy file (TOML). Without it a strict default applies: every product,
     /// debug and migration agent off, VMPL 0, no TCB minimums, simulated
@@ -175,6 +184,23 @@ pub struct VerifyArgs {
     /// Verify as of this time (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ) instead of now.
     #[arg(long, value_name = "TIME")]
     pub at: Option<String>,
+    /// NVIDIA GPU evidence: Veil GPU JSON, the NVIDIA SDK's JSON list, or a hex report (with --gpu-certs).
+    /// Together with --evidence, the GPU nonce is derived from the bundle's claims and the claims must
+    /// commit to the GPU evidence digest.
+    #[arg(long, value_name = "FILE")]
+    pub gpu_evidence: Option<PathBuf>,
+    /// PEM device certificate chain (leaf first) for a hex --gpu-evidence.
+    #[arg(long, value_name = "PEM", requires = "gpu_evidence")]
+    pub gpu_certs: Option<PathBuf>,
+    /// Expected SPDM request nonce of every GPU (64 hex digits).
+    #[arg(long, value_name = "HEX", requires = "gpu_evidence")]
+    pub gpu_nonce: Option<String>,
+    /// A driver or VBIOS RIM (SWID XML); repeatable. Without any, RIM comparison shows as not run.
+    #[arg(long = "rim", value_name = "FILE", requires = "gpu_evidence")]
+    pub rims: Vec<PathBuf>,
+    /// Fail unless both RIMs are given and match (sets the policy's gpu.require_rim).
+    #[arg(long, requires = "gpu_evidence")]
+    pub require_rim: bool,
     /// Print JSON instead of the table.
     #[arg(long)]
     pub json: bool,

@@ -1,7 +1,8 @@
-//! `veil attest verify`: the check table and an exit code.
+//! `veil attest verify`: the check table (SNP, and one per GPU) and an exit code.
 
 use std::time::SystemTime;
 
+use veil_attestation::gpu::{appraise_gpus, evidence as gpu_evidence, GpuAppraisal, GpuEvidence, GpuExpectations, Rim};
 use veil_attestation::x509::parse_time;
 use veil_attestation::{appraise, EvidenceBundle, ExpectedClaims, Measurement, Nonce, Policy, ReportData};
 
@@ -11,8 +12,16 @@ use crate::input;
 /// Everything `verify` needs, resolved from files and flags.
 #[derive(Debug)]
 pub struct Prepared {
-    /// The evidence.
-    pub bundle: EvidenceBundle,
+    /// The SNP evidence, when given.
+    pub bundle: Option<EvidenceBundle>,
+    /// GPU evidence, when given (`gpu_given` tells an empty file from no flag).
+    pub gpus: Vec<GpuEvidence>,
+    /// Whether `--gpu-evidence` was given.
+    pub gpu_given: bool,
+    /// Reference values for the GPUs.
+    pub rims: Vec<Rim>,
+    /// Expected SPDM nonce of every GPU.
+    pub gpu_nonce: Option<[u8; 32]>,
     /// The effective policy.
     pub policy: Policy,
     /// What the caller expects.
@@ -40,16 +49,19 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, String> {
     if args.any_measurement {
         policy.any_measurement = true;
     }
+    if args.require_rim {
+        policy.gpu.require_rim = true;
+    }
     policy.validate().map_err(|e| e.to_string())?;
 
     let bundle = match (&args.evidence, &args.report, &args.vcek) {
-        (Some(path), _, _) => input::load_bundle(path).map_err(|e| e.to_string())?,
+        (Some(path), _, _) => Some(input::load_bundle(path).map_err(|e| e.to_string())?),
         (None, Some(report), Some(vcek)) => {
             let report = match input::load_evidence(report).map_err(|e| e.to_string())? {
                 input::Evidence::Report(bytes) => bytes,
                 input::Evidence::Bundle(_) => return Err("--report got a bundle; use --evidence".into()),
             };
-            EvidenceBundle {
+            Some(EvidenceBundle {
                 report,
                 endorsement: input::load_cert(vcek).map_err(|e| e.to_string())?,
                 chain: match &args.chain {
@@ -58,10 +70,39 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, String> {
                 },
                 crl: args.crl.as_deref().map(input::load_crl).transpose().map_err(|e| e.to_string())?,
                 claims: None,
-            }
+            })
         }
-        _ => return Err("give --evidence BUNDLE, or --report REPORT with --vcek CERT".into()),
+        (None, None, None) if args.gpu_evidence.is_some() => None,
+        _ => {
+            return Err("give --evidence BUNDLE, or --report REPORT with --vcek CERT, and/or --gpu-evidence FILE".into())
+        }
     };
+    let gpus = match &args.gpu_evidence {
+        None => Vec::new(),
+        Some(path) => {
+            let bytes = input::read(path).map_err(|e| e.to_string())?;
+            let certs = args.gpu_certs.as_deref().map(input::read).transpose().map_err(|e| e.to_string())?;
+            gpu_evidence::load_any(&bytes, certs.as_deref()).map_err(|e| format!("{}: {e}", path.display()))?
+        }
+    };
+    let rims = args
+        .rims
+        .iter()
+        .map(|p| {
+            let bytes = input::read(p).map_err(|e| e.to_string())?;
+            Rim::parse(&bytes).map_err(|e| format!("{}: {e}", p.display()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let gpu_nonce = args
+        .gpu_nonce
+        .as_deref()
+        .map(|h| {
+            hex::decode(h.trim())
+                .ok()
+                .and_then(|v| <[u8; 32]>::try_from(v).ok())
+                .ok_or_else(|| format!("--gpu-nonce: expected 64 hex digits, got {h:?}"))
+        })
+        .transpose()?;
 
     let expected = ExpectedClaims {
         report_data: args
@@ -79,7 +120,7 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, String> {
         }
         None => SystemTime::now(),
     };
-    Ok(Prepared { bundle, policy, expected, now })
+    Ok(Prepared { bundle, gpus, gpu_given: args.gpu_evidence.is_some(), rims, gpu_nonce, policy, expected, now })
 }
 
 /// Runs the command.
@@ -91,23 +132,62 @@ pub fn run(args: &VerifyArgs) -> Exit {
             return Exit::Unreadable;
         }
     };
-    let appraisal = appraise(&prepared.bundle, &prepared.policy, &prepared.expected, prepared.now);
-    let checks = &appraisal.checks;
-    for w in &checks.warnings {
+    let snp = prepared.bundle.as_ref().map(|b| appraise(b, &prepared.policy, &prepared.expected, prepared.now).checks);
+    let gpu: Option<GpuAppraisal> = prepared.gpu_given.then(|| {
+        let expect = GpuExpectations {
+            rims: &prepared.rims,
+            claims: prepared.bundle.as_ref().and_then(|b| b.claims.as_ref()),
+            nonce: prepared.gpu_nonce,
+        };
+        appraise_gpus(&prepared.gpus, &expect, &prepared.policy, prepared.now)
+    });
+    let warnings: Vec<&String> = snp
+        .iter()
+        .flat_map(|c| c.warnings.iter())
+        .chain(gpu.iter().flat_map(|g| g.gpus.iter().flat_map(|t| t.warnings.iter())))
+        .collect();
+    for w in &warnings {
         eprintln!("WARNING: {w}");
     }
+    let accepted = snp.as_ref().is_none_or(|c| c.accepted()) && gpu.as_ref().is_none_or(GpuAppraisal::accepted);
     if args.json {
-        let out = serde_json::json!({
-            "accepted": checks.accepted(),
-            "verdict": checks.verdict(),
-            "checks": checks.results,
-            "warnings": checks.warnings,
-        });
+        let mut out = serde_json::json!({ "accepted": accepted, "warnings": warnings });
+        if let Some(checks) = &snp {
+            out["verdict"] = serde_json::json!(checks.verdict());
+            out["checks"] = serde_json::json!(checks.results);
+        }
+        if let Some(g) = &gpu {
+            out["gpu_topology"] = serde_json::json!(g.topology);
+            out["gpus"] = serde_json::json!(g
+                .gpus
+                .iter()
+                .map(|t| serde_json::json!({
+                    "gpu_index": t.gpu_index,
+                    "accepted": t.accepted(),
+                    "verdict": t.verdict(),
+                    "checks": t.results,
+                }))
+                .collect::<Vec<_>>());
+        }
         println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
     } else {
-        println!("{checks}");
+        if let Some(checks) = &snp {
+            println!("{checks}");
+        }
+        if let Some(g) = &gpu {
+            if snp.is_some() {
+                println!();
+            }
+            print!("{g}");
+            if g.gpus.is_empty() && g.topology.is_none() {
+                println!("GPU evidence: none in the file");
+            }
+        }
+        if snp.is_some() && gpu.is_some() {
+            println!("overall: {}", if accepted { "ACCEPTED" } else { "REJECTED" });
+        }
     }
-    if checks.accepted() {
+    if accepted {
         Exit::Accepted
     } else {
         Exit::Rejected
