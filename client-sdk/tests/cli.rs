@@ -235,3 +235,192 @@ fn tempdir(tag: &str) -> PathBuf {
 fn rand_suffix() -> String {
     veil_attestation::Nonce::random().to_string()[..8].to_owned()
 }
+
+// ---- NVIDIA GPU evidence ----
+
+const NVTRUST_NONCE: &str = "931d8dd0add203ac3d8b4fbde75e115278eefcdceac5b87671a748f32364dfcb";
+
+#[test]
+fn verify_gpu_hex_evidence_alone_exit_0_and_nonce_mismatch_exit_1() {
+    let Some(d) = set("nvidia-h100-nvtrust") else { return };
+    let base = [
+        "attest",
+        "verify",
+        "--gpu-evidence",
+        s(&d.join("attestation_report.hex")),
+        "--gpu-certs",
+        s(&d.join("cert_chain.pem")),
+    ];
+    let o = veil(&[&base[..], &["--gpu-nonce", NVTRUST_NONCE]].concat());
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    for needle in [
+        "GPU 0",
+        "gpu_device_chain       PASS",
+        "gpu_report_signature   PASS",
+        "gpu_fwid               PASS",
+        "gpu_nonce              PASS",
+        "gpu_cc_mode            PASS",
+        "gpu_rim_measurements   NOT RUN",
+        "gpu_rim_signature      NOT RUN",
+    ] {
+        assert!(out.contains(needle), "missing {needle}: {out}");
+    }
+    // Without --gpu-nonce the nonce is not checked, and says so.
+    let o = veil(&base);
+    assert_eq!(code(&o), 0);
+    assert!(stdout(&o).contains("gpu_nonce              NOT RUN"), "{}", stdout(&o));
+    let wrong = format!("{}00", &NVTRUST_NONCE[..62]);
+    let o = veil(&[&base[..], &["--gpu-nonce", wrong.as_str(), "--json"]].concat());
+    assert_eq!(code(&o), 1);
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["accepted"], false);
+    let failed: Vec<_> = j["gpus"][0]["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] == "failed")
+        .map(|c| c["check"].as_str().unwrap())
+        .collect();
+    assert_eq!(failed, vec!["gpu_nonce"]);
+}
+
+#[test]
+fn verify_gpu_rim_mismatch_and_require_rim_exit_1() {
+    let Some(d) = set("nvidia-h100-coco-trustee") else { return };
+    let base = [
+        "attest",
+        "verify",
+        "--gpu-evidence",
+        s(&d.join("attestation_report.hex")),
+        "--gpu-certs",
+        s(&d.join("cert_chain.pem")),
+        "--at",
+        "2025-01-01",
+    ];
+    let o = veil(&base);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    assert!(stdout(&o).contains("1 unsigned trailing byte"), "{}", stdout(&o));
+    let o = veil(&[&base[..], &["--require-rim"]].concat());
+    assert_eq!(code(&o), 1);
+    assert!(stdout(&o).contains("first failed check: gpu_rim_measurements"), "{}", stdout(&o));
+    let rim = d.join("rim/NV_GPU_VBIOS_1010_0200_882_960074001A_PROD.swidtag");
+    let o = veil(&[&base[..], &["--rim", s(&rim)]].concat());
+    assert_eq!(code(&o), 1);
+    let out = stdout(&o);
+    assert!(out.contains("VBIOS RIM index 9 (SPDM block 10)"), "{out}");
+}
+
+#[test]
+fn verify_gpu_sdk_json_and_bad_signature() {
+    let Some(d) = set("nvidia-hopper-negative-nvsdk") else { return };
+    let o = veil(&[
+        "attest",
+        "verify",
+        "--gpu-evidence",
+        s(&d.join("cert_hold_evidence.json")),
+        "--gpu-nonce",
+        NVTRUST_NONCE,
+    ]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    let o = veil(&[
+        "attest",
+        "verify",
+        "--gpu-evidence",
+        s(&d.join("invalid_signature_report.hex")),
+        "--gpu-certs",
+        s(&d.join("invalid_signature_cert_chain.pem")),
+    ]);
+    assert_eq!(code(&o), 1);
+    assert!(stdout(&o).contains("first failed check: gpu_report_signature"), "{}", stdout(&o));
+}
+
+#[test]
+fn gpu_unreadable_input_exits_2() {
+    let dir = tempdir("gpu-bad");
+    let junk = dir.join("junk.hex");
+    std::fs::write(&junk, "11e0zz").unwrap();
+    let bad_rim = dir.join("rim.xml");
+    std::fs::write(&bad_rim, "<SoftwareIdentity").unwrap();
+    let json = dir.join("gpu.json");
+    std::fs::write(&json, "{\"version\":1,\"gpus\":[]}").unwrap();
+    for args in [
+        vec!["attest", "verify", "--gpu-evidence", s(&junk)],
+        vec!["attest", "verify", "--gpu-evidence", s(&junk), "--gpu-certs", s(&junk)],
+        vec!["attest", "verify", "--gpu-evidence", s(&json), "--rim", s(&bad_rim)],
+        vec!["attest", "verify", "--gpu-evidence", s(&json), "--gpu-nonce", "abcd"],
+        vec!["attest", "inspect", "--gpu-evidence", s(&junk)],
+    ] {
+        let o = veil(&args);
+        assert_eq!(code(&o), 2, "{args:?}: {}", stderr(&o));
+    }
+}
+
+#[test]
+fn inspect_gpu_evidence_decodes_fields() {
+    let Some(d) = set("nvidia-h100-coco-trustee") else { return };
+    let o = veil(&[
+        "attest",
+        "inspect",
+        "--gpu-evidence",
+        s(&d.join("attestation_report.hex")),
+        "--gpu-certs",
+        s(&d.join("cert_chain.pem")),
+        "--json",
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    let g = &j["gpus"][0];
+    assert_eq!(g["opaque"]["driver_version"], "580.95.05");
+    assert_eq!(g["opaque"]["vbios_version"], "96.00.74.00.1A");
+    assert_eq!(g["spdm"]["trailing_bytes"], 1);
+    assert_eq!(g["spdm"]["measurement_blocks"], 64);
+    assert_eq!(g["leaf_dice_fwid"], g["opaque"]["fwid"]);
+    let o = veil(&[
+        "attest",
+        "inspect",
+        "--gpu-evidence",
+        s(&d.join("attestation_report.hex")),
+        "--gpu-certs",
+        s(&d.join("cert_chain.pem")),
+    ]);
+    assert!(stdout(&o).contains("UNVERIFIED"), "{}", stdout(&o));
+}
+
+#[test]
+fn verify_composite_simulated_cpu_and_gpu_binding() {
+    use veil_attestation::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
+    let dir = tempdir("composite");
+    let snp = veil_tests::sim(veil_attestation::snp::Product::Genoa);
+    let gpu = SimulatedGpu::from_seed(b"cli composite", SimulatedGpuConfig::default()).unwrap();
+    let claims = Claims { nonce: Some(Nonce::new(vec![5; 32]).unwrap()), ..Default::default() };
+    let (bound, gpus) = composite(std::slice::from_ref(&gpu), &claims).unwrap();
+    let bundle = veil_attestation::Attester::evidence(&snp, &bound).unwrap();
+    let policy = dir.join("policy.toml");
+    std::fs::write(
+        &policy,
+        format!(
+            "allow_simulated = true\nmeasurements = [\"{}\"]\n[gpu]\nrequired = true\n",
+            veil_attestation::simulated::default_measurement()
+        ),
+    )
+    .unwrap();
+    let b = dir.join("bundle.json");
+    std::fs::write(&b, bundle.to_json()).unwrap();
+    let g = dir.join("gpu.json");
+    std::fs::write(&g, veil_attestation::gpu::evidence::to_json(&gpus)).unwrap();
+    let o = veil(&["attest", "verify", "--policy", s(&policy), "--evidence", s(&b), "--gpu-evidence", s(&g)]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("gpu_evidence_binding   PASS") && out.contains("overall: ACCEPTED"), "{out}");
+    assert!(stderr(&o).contains("SIMULATED GPU evidence"), "{}", stderr(&o));
+    // GPU evidence from another session (another client nonce) spliced into this bundle.
+    let other = Claims { nonce: Some(Nonce::new(vec![6; 32]).unwrap()), ..Default::default() };
+    let (_, spliced) = composite(&[gpu], &other).unwrap();
+    std::fs::write(&g, veil_attestation::gpu::evidence::to_json(&spliced)).unwrap();
+    let o = veil(&["attest", "verify", "--policy", s(&policy), "--evidence", s(&b), "--gpu-evidence", s(&g)]);
+    assert_eq!(code(&o), 1);
+    let out = stdout(&o);
+    assert!(out.contains("gpu_nonce              FAIL") && out.contains("gpu_evidence_binding   FAIL"), "{out}");
+    assert!(out.contains("overall: REJECTED"), "{out}");
+}

@@ -20,8 +20,7 @@ use crate::verify::Outcome;
 use crate::x509::{fmt_time, ParsedCert};
 
 /// The checks run on each GPU's evidence, in the order they run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum GpuCheckId {
     /// SPDM 1.1 `GET_MEASUREMENTS` transcript parses by its length fields.
     EvidenceFormat,
@@ -90,6 +89,12 @@ impl GpuCheckId {
             Self::RimMeasurements => "gpu_rim_measurements",
             Self::RimSignature => "gpu_rim_signature",
         }
+    }
+}
+
+impl Serialize for GpuCheckId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
     }
 }
 
