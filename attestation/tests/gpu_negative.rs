@@ -482,3 +482,17 @@ fn composite_cpu_and_gpu_evidence_bind_both_ways() {
         assert_eq!(g.failures(), vec![C::Nonce, C::EvidenceBinding], "{g}");
     }
 }
+
+#[test]
+fn fuzz_seed_corpus_parses() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+    for entry in std::fs::read_dir(root.join("gpu_spdm")).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        let m = veil_attestation::gpu::SpdmMeasurements::parse(&bytes).unwrap();
+        assert_eq!(m.blocks.len(), 64);
+    }
+    for entry in std::fs::read_dir(root.join("rim")).unwrap() {
+        let rim = Rim::parse(&std::fs::read(entry.unwrap().path()).unwrap()).unwrap();
+        assert_eq!(rim.measurements.len(), 4);
+    }
+}
