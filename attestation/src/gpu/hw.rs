@@ -24,17 +24,14 @@ pub struct NvmlGpuAttester;
 
 /// Splits NVML's attestation certificate chain (PEM text or concatenated DER) into DER certificates.
 fn split_chain(bytes: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
-    let trimmed: &[u8] = {
-        let end = bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
-        &bytes[..end]
-    };
-    if trimmed.windows(10).any(|w| w == b"-----BEGIN") {
-        let certs = ParsedCert::chain_from_pem(trimmed).map_err(|e| nvml_error(format!("certificate chain: {e}")))?;
+    if bytes.windows(10).any(|w| w == b"-----BEGIN") {
+        let certs = ParsedCert::chain_from_pem(bytes).map_err(|e| nvml_error(format!("certificate chain: {e}")))?;
         return Ok(certs.iter().map(|c| c.der().to_vec()).collect());
     }
     let mut out = Vec::new();
-    let mut rest = trimmed;
-    while !rest.is_empty() {
+    let mut rest = bytes;
+    // The NVML buffer may be zero-padded after the last certificate.
+    while !rest.iter().all(|b| *b == 0) {
         // DER SEQUENCE with a long-form length of up to two bytes.
         let len = match rest {
             [0x30, 0x82, a, b, ..] => 4 + (usize::from(*a) << 8 | usize::from(*b)),
