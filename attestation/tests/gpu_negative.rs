@@ -12,8 +12,8 @@ use veil_attestation::gpu::chain::ChainError;
 use veil_attestation::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
 use veil_attestation::gpu::spdm::{field, OpaqueField, SpdmError, REQUEST_LEN, RESPONSE_HEADER_LEN};
 use veil_attestation::gpu::{
-    appraise_gpus, gpu_evidence_digest, verify_gpus, CcSettings, GpuAppraisal, GpuCheckId as C, GpuCheckReport,
-    GpuError, GpuEvidence, GpuExpectations, Rim, RimError,
+    appraise_gpus, gpu_evidence_digest, verify_composite, verify_gpus, CcSettings, GpuAppraisal, GpuCheckId as C,
+    GpuCheckReport, GpuError, GpuEvidence, GpuExpectations, Rim, RimError,
 };
 use veil_attestation::simulated::{default_measurement, SimulatedAttester, SimulatedConfig};
 use veil_attestation::snp::Product;
@@ -471,10 +471,19 @@ fn composite_cpu_and_gpu_evidence_bind_both_ways() {
     let (bound, gpus) = composite(&[gpu().clone(), other_gpu().clone()], &claims()).unwrap();
     let bundle = veil_attestation::Attester::evidence(&snp, &bound).unwrap();
     let policy = Policy { allow_simulated: true, measurements: vec![default_measurement()], ..Policy::default() };
-    let cpu = verify(&bundle, &policy, &ExpectedClaims { nonce: claims().nonce, ..Default::default() }, now()).unwrap();
+    let expected = ExpectedClaims { nonce: claims().nonce, ..Default::default() };
+    let cpu = verify(&bundle, &policy, &expected, now()).unwrap();
     let expect = GpuExpectations { claims: cpu.claims(), ..Default::default() };
     let ok = verify_gpus(&gpus, &expect, &policy, now()).unwrap();
     assert_eq!(ok.reports().len(), 2);
+    let (_, both) = verify_composite(&bundle, &gpus, &[], &policy, &expected, now()).unwrap();
+    assert!(both.is_simulated());
+    // A GPU dropped from the set: the digest in the signed claims no longer matches.
+    let e = verify_composite(&bundle, &gpus[..1], &[], &policy, &expected, now()).unwrap_err();
+    assert!(
+        matches!(&e, Error::GpuRejected(r) if r.error == GpuError::GpuNotBoundToSession && r.check == Some(C::EvidenceBinding)),
+        "{e}"
+    );
     // Swapping the GPUs' order breaks both the per-index nonce and the digest.
     let swapped = [gpus[1].clone(), gpus[0].clone()];
     let a = appraise_gpus(&swapped, &expect, &policy, now());

@@ -34,8 +34,8 @@ pub use evidence::{gpu_evidence_digest, CcSettings, GpuEvidence, GpuInputError};
 pub use rim::{Rim, RimError};
 pub use spdm::{SpdmError, SpdmMeasurements};
 pub use verify::{
-    appraise_gpus, verify_gpus, GpuAppraisal, GpuCheckId, GpuCheckReport, GpuCheckResult, GpuExpectations,
-    GpuRejection, VerifiedGpus,
+    appraise_gpus, verify_composite, verify_gpus, GpuAppraisal, GpuCheckId, GpuCheckReport, GpuCheckResult,
+    GpuExpectations, GpuRejection, VerifiedGpus,
 };
 
 /// Why a GPU check failed: SECURITY-CASES §3 `GpuError` plus the chain,

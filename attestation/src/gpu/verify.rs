@@ -374,6 +374,23 @@ pub fn verify_gpus(
     Ok(VerifiedGpus { reports, simulated, appraisal, _private: () })
 }
 
+/// Verifies a composite attester: the CPU bundle first, then its GPUs with
+/// the nonce derived from, and the binding checked against, the *verified*
+/// claims. `Ok` only when both pass.
+pub fn verify_composite(
+    bundle: &crate::EvidenceBundle,
+    gpus: &[GpuEvidence],
+    rims: &[Rim],
+    policy: &Policy,
+    expected: &crate::ExpectedClaims,
+    now: SystemTime,
+) -> Result<(crate::VerifiedEvidence, VerifiedGpus), Error> {
+    let cpu = crate::verify(bundle, policy, expected, now)?;
+    let expect = GpuExpectations { rims, claims: cpu.claims(), nonce: None };
+    let verified = verify_gpus(gpus, &expect, policy, now)?;
+    Ok((cpu, verified))
+}
+
 /// Runs every check on every GPU and returns the tables (no early exit).
 pub fn appraise_gpus(
     gpus: &[GpuEvidence],
