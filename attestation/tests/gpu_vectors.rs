@@ -334,3 +334,36 @@ fn every_truncation_of_real_evidence_is_a_typed_format_failure() {
         assert!(not_run(&t, C::ReportSignature));
     }
 }
+
+#[test]
+fn rim_xml_signatures_verify_before_signer_expiry_and_fail_after_or_when_edited() {
+    use veil_attestation::gpu::xmldsig::{nvidia_rim_root, verify_rim_signature, XmlDsigError};
+    let root = nvidia_rim_root().unwrap();
+    let mut seen = 0;
+    for (name, file) in [
+        ("nvidia-h100-coco-trustee", "rim/NV_GPU_VBIOS_1010_0200_882_960074001A_PROD.swidtag"),
+        ("nvidia-h100-nvtrust", "rim-samples-nonmatching/NV_GPU_VBIOS_1010_0200_882_96005E0001_PROD.swidtag"),
+    ] {
+        let Some(d) = set(name) else { return };
+        let xml = std::fs::read(d.join(file)).unwrap();
+        let signer = verify_rim_signature(&xml, &root, at()).unwrap();
+        assert!(signer.contains("RIM"), "{signer}");
+        // After the L4 signer's notAfter the chain is no longer valid.
+        let late = verify_rim_signature(&xml, &root, parse_time("2026-01-01").unwrap()).unwrap_err();
+        assert!(matches!(&late, XmlDsigError::Chain(m) if m.contains("expired")), "{late}");
+        // One golden value edited: the digest no longer matches.
+        let text = String::from_utf8(xml.clone()).unwrap();
+        let i = text.find("Hash0=\"").unwrap() + 7;
+        let mut edited = text.into_bytes();
+        edited[i] = if edited[i] == b'0' { b'1' } else { b'0' };
+        assert_eq!(verify_rim_signature(&edited, &root, at()), Err(XmlDsigError::DigestMismatch));
+        // The SignatureValue altered: the signature fails.
+        let text = String::from_utf8(xml).unwrap();
+        let i = text.find("<ds:SignatureValue>").unwrap() + 20;
+        let mut edited = text.into_bytes();
+        edited[i] = if edited[i] == b'A' { b'B' } else { b'A' };
+        assert_eq!(verify_rim_signature(&edited, &root, at()), Err(XmlDsigError::BadSignature));
+        seen += 1;
+    }
+    assert_eq!(seen, 2);
+}

@@ -26,6 +26,7 @@ pub mod rim;
 pub mod simulated;
 pub mod spdm;
 mod verify;
+pub mod xmldsig;
 
 use std::cmp::Ordering;
 use std::fmt;
