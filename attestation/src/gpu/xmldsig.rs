@@ -268,7 +268,7 @@ pub fn verify_rim_signature(xml: &[u8], root: &ParsedCert, now: SystemTime) -> R
 
     // 1. The document, without the signature, hashes to the signed digest.
     let content = c14n_document(&doc, src, Some(signature.id()))?;
-    if Sha384::digest(content.as_bytes()).as_slice() != digest_value.as_slice() {
+    if Sha384::digest(content.as_bytes())[..] != digest_value[..] {
         return Err(XmlDsigError::DigestMismatch);
     }
 
