@@ -31,10 +31,11 @@
 //! min_vbios_version = "96.00.5E.00.01" # dotted hex, compared numerically
 //! require_protected_pcie = false       # protected-PCIe status must be on (0xAA)
 //! require_rim = true                   # golden measurements (RIMs) must be supplied and match
-//! require_rim_signature = false        # RIM XML-DSig must verify: NOT IMPLEMENTED, so true always fails
+//! require_rim_signature = false        # every RIM must be signed (signed RIMs are always verified)
 //! require_revocation = false           # OCSP data for the device chain must be supplied
 //! require_cc_settings = false          # the collector's CC/DevTools report must be present
 //! # root_pem = "-----BEGIN CERTIFICATE-----…"  # replaces the compiled-in NVIDIA Device Identity CA
+//! # rim_root_pem = "-----BEGIN CERTIFICATE-----…"  # replaces the compiled-in NVIDIA CoRIM signing root
 //! ```
 
 use std::collections::BTreeMap;
@@ -92,9 +93,12 @@ pub struct GpuPolicy {
     /// Golden measurements (driver and VBIOS RIMs) must be supplied, and every active index must match.
     #[serde(default)]
     pub require_rim: bool,
-    /// The RIMs' XML signatures must verify to the NVIDIA RIM root. Not implemented: `true` fails closed.
+    /// Every RIM must carry an XML signature (signed RIMs are always verified, to the NVIDIA RIM root).
     #[serde(default)]
     pub require_rim_signature: bool,
+    /// PEM of a RIM signing root replacing the compiled-in NVIDIA CoRIM signing Root CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rim_root_pem: Option<String>,
     /// Revocation data (OCSP) for the device chain must be supplied.
     #[serde(default)]
     pub require_revocation: bool,
@@ -124,6 +128,10 @@ impl GpuPolicy {
         if let Some(pem) = &self.root_pem {
             crate::x509::ParsedCert::from_pem(pem.as_bytes())
                 .map_err(|e| PolicyError::Inconsistent(format!("gpu.root_pem: {e}")))?;
+        }
+        if let Some(pem) = &self.rim_root_pem {
+            crate::x509::ParsedCert::from_pem(pem.as_bytes())
+                .map_err(|e| PolicyError::Inconsistent(format!("gpu.rim_root_pem: {e}")))?;
         }
         if self.count == Some(0) {
             return Err(PolicyError::Inconsistent("gpu.count = 0: use required = false instead".into()));

@@ -407,6 +407,15 @@ fn rejects_missing_rim_when_required_and_rim_signature_fails_closed() {
     only_failure(&appraise_one(&g, &c, &p), C::RimSignature, &GpuError::RimSignatureNotVerified);
     let t = appraise_one(&g, &c, &sim_policy());
     assert!(matches!(t.outcome(C::RimSignature), Some(Outcome::NotRun { .. })), "{t}");
+    // Unsigned (simulated) RIMs: accepted as supplied unless the policy requires signatures.
+    let rims = rims(gpu());
+    let expect = GpuExpectations { claims: Some(&c), rims: &rims, ..Default::default() };
+    let t = appraise_gpus(std::slice::from_ref(&g), &expect, &sim_policy(), now()).gpus.remove(0);
+    assert!(matches!(t.outcome(C::RimSignature), Some(Outcome::Skipped { .. })), "{t}");
+    let mut p = sim_policy();
+    p.gpu.require_rim_signature = true;
+    let t = appraise_gpus(std::slice::from_ref(&g), &expect, &p, now()).gpus.remove(0);
+    only_failure(&t, C::RimSignature, &GpuError::RimSignatureNotVerified);
 }
 
 #[test]

@@ -141,6 +141,8 @@ fn nvtrust_sample_rim_is_for_another_vbios() {
             if rim_version == "96.00.5E.00.01" && vbios == "96.00.9F.00.01"),
         "{t}"
     );
+    // A genuine NVIDIA RIM (its signature verifies), just not for this GPU.
+    assert!(passed(&t, C::RimSignature), "{t}");
 }
 
 #[test]
@@ -177,6 +179,19 @@ fn coco_rim_mismatches_at_index_9() {
     let rims = [rim];
     let t = table(&g, &GpuExpectations { rims: &rims, ..Default::default() }, &Policy::default(), at());
     assert_eq!(t.error(C::RimMeasurements), Some(&GpuError::RimMismatch { index: 9 }), "{t}");
+    // The RIM itself is authentic at that time: its XML signature verifies to the NVIDIA RIM root.
+    assert!(passed(&t, C::RimSignature), "{t}");
+    // Today its L4 signer has expired (2025-09-05).
+    let late = table(
+        &g,
+        &GpuExpectations { rims: &rims, ..Default::default() },
+        &Policy::default(),
+        parse_time("2026-01-01").unwrap(),
+    );
+    assert!(
+        matches!(late.error(C::RimSignature), Some(GpuError::RimSignatureInvalid(m)) if m.contains("expired")),
+        "{late}"
+    );
     let Some(Outcome::Failed { expected, actual }) = t.outcome(C::RimMeasurements) else { panic!("{t}") };
     assert!(expected.contains("7f3e9382") && expected.contains("SPDM block 10"), "{expected}");
     assert!(actual.starts_with("059b32e7") && actual.contains("1 of 12"), "{actual}");
@@ -191,6 +206,8 @@ fn coco_rim_mismatches_at_index_9() {
         at(),
     );
     assert!(passed(&t, C::RimMeasurements), "{t}");
+    // …but an edited golden value is no longer what NVIDIA signed.
+    assert!(matches!(t.error(C::RimSignature), Some(GpuError::RimSignatureInvalid(_))), "{t}");
     // The policy may require both RIMs: the driver RIM is not available offline.
     let mut p = Policy::default();
     p.gpu.require_rim = true;

@@ -309,6 +309,11 @@ fn verify_gpu_rim_mismatch_and_require_rim_exit_1() {
     assert_eq!(code(&o), 1);
     let out = stdout(&o);
     assert!(out.contains("VBIOS RIM index 9 (SPDM block 10)"), "{out}");
+    assert!(out.contains("gpu_rim_signature      PASS"), "{out}");
+    // Verified now, the RIM signer has expired.
+    let o = veil(&["attest", "verify", "--gpu-evidence", base[3], "--gpu-certs", base[5], "--rim", s(&rim)]);
+    assert_eq!(code(&o), 1);
+    assert!(stdout(&o).contains("gpu_rim_signature      FAIL"), "{}", stdout(&o));
 }
 
 #[test]

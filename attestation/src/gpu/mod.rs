@@ -115,9 +115,12 @@ pub enum GpuError {
         /// RIM index (SPDM block index − 1).
         index: u32,
     },
-    /// The RIM signature was required and is not verified.
-    #[error("RIM signature not verified (XML-DSig verification is not implemented)")]
+    /// The policy requires signed RIMs and a RIM is unsigned (or none was supplied).
+    #[error("RIM signature required but absent")]
     RimSignatureNotVerified,
+    /// A RIM's XML signature or its signer chain does not verify, or its contents differ from the signed document.
+    #[error("RIM signature invalid: {0}")]
+    RimSignatureInvalid(String),
     /// Wrong number of GPUs, or one GPU presented twice.
     #[error("GPU topology: expected {expected}, got {got}")]
     TopologyMismatch {

@@ -8,7 +8,7 @@
 //!   <Payload>
 //!     <Resource type="Measurement" index="9" active="True" alternatives="1" Hash0="…96 hex…" size="48"/>
 //!   </Payload>
-//!   <ds:Signature>…</ds:Signature>   (XML-DSig, not verified here: see THREAT_MODEL.md)
+//!   <ds:Signature>…</ds:Signature>   (XML-DSig: see `super::xmldsig`)
 //! </SoftwareIdentity>
 //! ```
 //!
@@ -72,8 +72,9 @@ pub struct Rim {
     pub version: String,
     /// Golden measurements by RIM index.
     pub measurements: BTreeMap<u32, GoldenMeasurement>,
-    /// Whether an XML-DSig `Signature` element is present (not verified).
+    /// Whether an XML-DSig `Signature` element is present (verified by the `gpu_rim_signature` check).
     pub has_signature: bool,
+    source: Vec<u8>,
 }
 
 fn invalid(element: &'static str, reason: impl Into<String>) -> RimError {
@@ -171,7 +172,12 @@ impl Rim {
             return Err(invalid("Payload", "no Measurement resources"));
         }
         let has_signature = root.children().any(|n| n.is_element() && n.tag_name().name() == "Signature");
-        Ok(Self { tag_id, name, version, measurements, has_signature })
+        Ok(Self { tag_id, name, version, measurements, has_signature, source: bytes.to_vec() })
+    }
+
+    /// The document as received (what the XML signature covers).
+    pub fn source(&self) -> &[u8] {
+        &self.source
     }
 
     /// Indices whose golden values are compared.

@@ -711,20 +711,80 @@ fn appraise_one(
         },
     );
 
-    // 14. RIM signature.
-    t.record(
-        C::RimSignature,
-        if policy.gpu.require_rim_signature {
+    // 14. RIM signatures.
+    t.record(C::RimSignature, rim_signature_row(expect.rims, policy, now));
+    t
+}
+
+fn rim_signature_row(rims: &[Rim], policy: &Policy, now: SystemTime) -> Row {
+    let required = policy.gpu.require_rim_signature;
+    if rims.is_empty() {
+        return if required {
             fail(
                 GpuError::RimSignatureNotVerified,
-                "RIM XML-DSig verified to the NVIDIA RIM root (policy: gpu.require_rim_signature = true)",
-                "not verified: XML-DSig verification is not implemented in this verifier",
+                "signed RIMs (policy: gpu.require_rim_signature = true)",
+                "no RIM supplied",
             )
         } else {
-            Row::NotRun("RIM XML-DSig verification is not implemented; RIM contents are trusted as supplied".into())
-        },
-    );
-    t
+            Row::NotRun("no RIM supplied".into())
+        };
+    }
+    let root = match &policy.gpu.rim_root_pem {
+        Some(pem) => ParsedCert::from_pem(pem.as_bytes()).map_err(|e| format!("policy gpu.rim_root_pem: {e}")),
+        None => super::xmldsig::nvidia_rim_root().map_err(|e| e.to_string()),
+    };
+    let root = match root {
+        Ok(r) => r,
+        Err(e) => return fail(GpuError::RimSignatureInvalid(e.clone()), "a usable RIM root", e),
+    };
+    let mut signers = Vec::new();
+    let mut unsigned = Vec::new();
+    for rim in rims {
+        if !rim.has_signature {
+            unsigned.push(rim.tag_id.clone());
+            continue;
+        }
+        // The comparison uses the parsed values: they must be the signed document's.
+        let same = Rim::parse(rim.source())
+            .is_ok_and(|signed| signed.measurements == rim.measurements && signed.version == rim.version);
+        if !same {
+            let why = format!("RIM {}: golden values differ from the signed document", rim.tag_id);
+            return fail(GpuError::RimSignatureInvalid(why.clone()), "RIM contents as signed", why);
+        }
+        match super::xmldsig::verify_rim_signature(rim.source(), &root, now) {
+            Ok(signer) => signers.push(format!("{} (signed by {signer})", rim.version)),
+            Err(e) => {
+                return fail(
+                    GpuError::RimSignatureInvalid(e.to_string()),
+                    format!(
+                        "RIM {} signed, chain to {:?} valid at {}",
+                        rim.version,
+                        root.common_name().unwrap_or_default(),
+                        fmt_time(now)
+                    ),
+                    e.to_string(),
+                )
+            }
+        }
+    }
+    match (unsigned.is_empty(), required) {
+        (false, true) => fail(
+            GpuError::RimSignatureNotVerified,
+            "every RIM signed (policy: gpu.require_rim_signature = true)",
+            format!("unsigned: {}", unsigned.join(", ")),
+        ),
+        (false, false) => Row::Skip(format!(
+            "unsigned RIM(s) {} accepted as supplied (policy does not require signatures){}",
+            unsigned.join(", "),
+            if signers.is_empty() { String::new() } else { format!("; verified: {}", signers.join(", ")) }
+        )),
+        (true, _) => Row::Pass(format!(
+            "XML-DSig (C14N 1.1, ECDSA P-384) verified to {:?} at {}: {}",
+            root.common_name().unwrap_or_default(),
+            fmt_time(now),
+            signers.join(", ")
+        )),
+    }
 }
 
 fn version_row(got: Option<&str>, min: Option<&str>, driver: bool) -> Row {
