@@ -126,11 +126,24 @@ fn main() {
             .unwrap();
             let rim_xml = std::fs::read(d.join("rim/NV_GPU_VBIOS_1010_0200_882_960074001A_PROD.swidtag")).unwrap();
             let gpus = [g];
-            rows.push(measure("veil verify GPU: real H100 (coco-trustee) + parse/compare VBIOS RIM", || {
+            // As of 2025-01-01: the sample RIM's signer expired later that year.
+            let at = veil_attestation::x509::parse_time("2025-01-01").unwrap();
+            let check = |a: &veil_attestation::gpu::GpuAppraisal| {
+                let t = &a.gpus[0];
+                assert!(t.failures() == vec![veil_attestation::gpu::GpuCheckId::RimMeasurements], "{t}");
+            };
+            let rims = [Rim::parse(&rim_xml).unwrap()];
+            check(&appraise_gpus(
+                &gpus,
+                &GpuExpectations { rims: &rims, ..Default::default() },
+                &Policy::default(),
+                at,
+            ));
+            rows.push(measure("veil verify GPU: real H100 + parse, XML-DSig-verify, compare VBIOS RIM", || {
                 let rims = [Rim::parse(&rim_xml).unwrap()];
                 let expect = GpuExpectations { rims: &rims, ..Default::default() };
                 // Every check runs; this RIM mismatches at index 9 by design of the vector.
-                black_box(appraise_gpus(black_box(&gpus), &expect, &Policy::default(), now));
+                black_box(appraise_gpus(black_box(&gpus), &expect, &Policy::default(), at));
             }));
         }
         for (set, vcek, measurement) in [
