@@ -514,3 +514,19 @@ fn fuzz_seed_corpus_parses() {
         assert_eq!(rim.measurements.len(), 4);
     }
 }
+
+#[test]
+fn pinning_a_simulated_root_in_the_policy_does_not_bypass_allow_simulated() {
+    let (c, g) = good();
+    let root = veil_attestation::x509::ParsedCert::from_der(&gpu().chain_der()[4]).unwrap();
+    let pem = format!(
+        "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+        base64::Engine::encode(&base64::engine::general_purpose::STANDARD, root.der())
+    );
+    let mut p = Policy::default();
+    p.gpu.root_pem = Some(pem);
+    only_failure(&appraise_one(&g, &c, &p), C::DeviceChain, &GpuError::SimulatedRefused);
+    p.allow_simulated = true;
+    let t = appraise_one(&g, &c, &p);
+    assert!(t.accepted() && !t.warnings.is_empty(), "{t}");
+}

@@ -478,7 +478,8 @@ fn appraise_one(
         )),
         (Ok(certs), Ok(root)) => {
             let top = certs.last();
-            let simulated_top = top.filter(|c| simulated::is_simulated_gpu_cert(c) && c.der() != root.der());
+            // A simulated chain is refused without allow_simulated, and flagged, even when a policy pins its root.
+            let simulated_top = top.filter(|c| simulated::is_simulated_gpu_cert(c));
             match simulated_top {
                 Some(sim_root) if !policy.allow_simulated => Err(fail(
                     GpuError::SimulatedRefused,
