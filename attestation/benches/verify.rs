@@ -110,7 +110,7 @@ fn main() {
         p.gpu.require_rim = true;
         rows.push(measure("veil verify GPU: simulated Hopper + parse/compare 2 RIMs", || {
             let rims: Vec<Rim> = rim_xml.iter().map(|x| Rim::parse(x.as_bytes()).unwrap()).collect();
-            let expect = GpuExpectations { rims: &rims, claims: Some(&bound), nonce: None };
+            let expect = GpuExpectations { rims: &rims, claims: Some(&bound), ..Default::default() };
             black_box(verify_gpus(black_box(&gpus), &expect, &p, now).unwrap());
         }));
     }

@@ -99,7 +99,7 @@ pub struct GpuPolicy {
     /// PEM of a RIM signing root replacing the compiled-in NVIDIA CoRIM signing Root CA.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rim_root_pem: Option<String>,
-    /// Revocation data (OCSP) for the device chain must be supplied.
+    /// OCSP responses covering the device chain must be supplied (and say good).
     #[serde(default)]
     pub require_revocation: bool,
     /// The collector's report of CC and DevTools mode must be present (DevTools is not in the signed evidence).

@@ -316,7 +316,7 @@ fn p384_point(spki: &spki::SubjectPublicKeyInfoOwned) -> Result<&[u8], CertError
     spki.subject_public_key.as_bytes().ok_or_else(|| CertError::Malformed("public key bit string".into()))
 }
 
-fn verify_signature(
+pub(crate) fn verify_signature(
     algorithm: &ObjectIdentifier,
     tbs: &[u8],
     signature: Option<&[u8]>,

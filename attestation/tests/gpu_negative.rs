@@ -503,14 +503,27 @@ fn composite_cpu_and_gpu_evidence_bind_both_ways() {
 
 #[test]
 fn fuzz_seed_corpus_parses() {
+    // The committed seeds (`sim-*`); a local fuzzing run adds hash-named inputs that need not parse.
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
-    for entry in std::fs::read_dir(root.join("gpu_spdm")).unwrap() {
-        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
-        let m = veil_attestation::gpu::SpdmMeasurements::parse(&bytes).unwrap();
+    let seeds = |dir: &str| {
+        let mut v: Vec<_> = std::fs::read_dir(root.join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("sim-"))
+            .collect();
+        v.sort();
+        v
+    };
+    let spdm = seeds("gpu_spdm");
+    assert_eq!(spdm.len(), 2);
+    for path in spdm {
+        let m = veil_attestation::gpu::SpdmMeasurements::parse(&std::fs::read(path).unwrap()).unwrap();
         assert_eq!(m.blocks.len(), 64);
     }
-    for entry in std::fs::read_dir(root.join("rim")).unwrap() {
-        let rim = Rim::parse(&std::fs::read(entry.unwrap().path()).unwrap()).unwrap();
+    let rims = seeds("rim");
+    assert_eq!(rims.len(), 1);
+    for path in rims {
+        let rim = Rim::parse(&std::fs::read(path).unwrap()).unwrap();
         assert_eq!(rim.measurements.len(), 4);
     }
 }
@@ -529,4 +542,65 @@ fn pinning_a_simulated_root_in_the_policy_does_not_bypass_allow_simulated() {
     p.allow_simulated = true;
     let t = appraise_one(&g, &c, &p);
     assert!(t.accepted() && !t.warnings.is_empty(), "{t}");
+}
+
+fn with_ocsp(responses: &[Vec<u8>]) -> GpuCheckReport {
+    let (c, g) = good();
+    let expect = GpuExpectations { claims: Some(&c), ocsp: responses, ..Default::default() };
+    let mut p = sim_policy();
+    p.gpu.require_revocation = true;
+    appraise_gpus(std::slice::from_ref(&g), &expect, &p, now()).gpus.remove(0)
+}
+
+fn day(d: &str) -> SystemTime {
+    parse_time(d).unwrap()
+}
+
+#[test]
+fn accepts_good_current_ocsp_for_every_chain_certificate() {
+    let r = gpu().ocsp_responses(None, day("2026-11-28"), Some(day("2026-12-05"))).unwrap();
+    let t = with_ocsp(&r);
+    assert!(
+        matches!(t.outcome(C::Revocation), Some(Outcome::Passed { detail }) if detail.contains("SIM GH100 GSP BROM")),
+        "{t}"
+    );
+    assert!(t.accepted(), "{t}");
+}
+
+#[test]
+fn rejects_revoked_chain_certificate() {
+    let r = gpu().ocsp_responses(Some(1), day("2026-11-28"), Some(day("2026-12-05"))).unwrap();
+    only_failure(
+        &with_ocsp(&r),
+        C::Revocation,
+        &GpuError::OcspRevoked { cert: "SIM GH100 GSP BROM".into(), reason: "CertificateHold".into() },
+    );
+}
+
+#[test]
+fn rejects_stale_or_future_ocsp() {
+    let stale = gpu().ocsp_responses(None, day("2026-10-01"), Some(day("2026-10-08"))).unwrap();
+    only_failure(&with_ocsp(&stale), C::Revocation, &GpuError::OcspStale { cert: "SIM GH100 GSP FMC LF".into() });
+    let future = gpu().ocsp_responses(None, day("2026-12-01"), Some(day("2026-12-08"))).unwrap();
+    only_failure(&with_ocsp(&future), C::Revocation, &GpuError::OcspStale { cert: "SIM GH100 GSP FMC LF".into() });
+    let open_ended = gpu().ocsp_responses(None, day("2026-11-28"), None).unwrap();
+    only_failure(&with_ocsp(&open_ended), C::Revocation, &GpuError::OcspStale { cert: "SIM GH100 GSP FMC LF".into() });
+}
+
+#[test]
+fn rejects_incomplete_forged_or_foreign_ocsp() {
+    let mut r = gpu().ocsp_responses(None, day("2026-11-28"), Some(day("2026-12-05"))).unwrap();
+    r.remove(2);
+    only_failure(&with_ocsp(&r), C::Revocation, &GpuError::RevocationUnavailable);
+    // Another GPU's responses name other certificates: nothing covers this chain.
+    let foreign = other_gpu().ocsp_responses(None, day("2026-11-28"), Some(day("2026-12-05"))).unwrap();
+    only_failure(&with_ocsp(&foreign), C::Revocation, &GpuError::RevocationUnavailable);
+    // A flipped signature byte.
+    let mut forged = gpu().ocsp_responses(None, day("2026-11-28"), Some(day("2026-12-05"))).unwrap();
+    let last = forged[0].len() - 3;
+    forged[0][last] ^= 1;
+    let t = with_ocsp(&forged);
+    only_failure(&t, C::Revocation, &GpuError::RevocationUnavailable);
+    assert!(t.to_string().contains("does not verify"), "{t}");
+    only_failure(&with_ocsp(&[vec![0x30, 0x03, 0x0a, 0x01, 0x00]]), C::Revocation, &GpuError::RevocationUnavailable);
 }

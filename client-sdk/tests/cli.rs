@@ -419,6 +419,24 @@ fn verify_composite_simulated_cpu_and_gpu_binding() {
     let out = stdout(&o);
     assert!(out.contains("gpu_evidence_binding   PASS") && out.contains("overall: ACCEPTED"), "{out}");
     assert!(stderr(&o).contains("SIMULATED GPU evidence"), "{}", stderr(&o));
+    assert!(out.contains("gpu_revocation         SKIP"), "{out}");
+    // OCSP responses for the device chain: good and current → PASS; one revoked → exit 1.
+    let now = std::time::SystemTime::now();
+    let day = std::time::Duration::from_secs(86_400);
+    for (revoked, want_code, want) in
+        [(None, 0, "gpu_revocation         PASS"), (Some(0), 1, "gpu_revocation         FAIL")]
+    {
+        let responses = gpu.ocsp_responses(revoked, now - day, Some(now + day)).unwrap();
+        let mut args = vec!["attest", "verify", "--policy", s(&policy), "--evidence", s(&b), "--gpu-evidence", s(&g)];
+        for (i, r) in responses.iter().enumerate() {
+            let f = dir.join(format!("ocsp-{i}.der"));
+            std::fs::write(&f, r).unwrap();
+            args.extend(["--gpu-ocsp", s(&f)]);
+        }
+        let o = veil(&args);
+        assert_eq!(code(&o), want_code, "{}", stdout(&o));
+        assert!(stdout(&o).contains(want), "{}", stdout(&o));
+    }
     // GPU evidence from another session (another client nonce) spliced into this bundle.
     let other = Claims { nonce: Some(Nonce::new(vec![6; 32]).unwrap()), ..Default::default() };
     let (_, spliced) = composite(&[gpu], &other).unwrap();

@@ -22,6 +22,7 @@ pub mod chain;
 pub mod evidence;
 #[cfg(feature = "hw")]
 pub mod hw;
+pub mod ocsp;
 pub mod rim;
 pub mod simulated;
 pub mod spdm;
@@ -50,9 +51,23 @@ pub enum GpuError {
     /// The device certificate chain is not acceptable.
     #[error("GPU device chain: {0}")]
     ChainInvalid(#[from] chain::ChainError),
-    /// Revocation data was required and is not available.
+    /// Revocation data was required and is not available (or not usable).
     #[error("revocation data (OCSP) for the GPU device chain is unavailable")]
     RevocationUnavailable,
+    /// An OCSP response says a chain certificate is revoked.
+    #[error("OCSP: {cert} is revoked ({reason})")]
+    OcspRevoked {
+        /// Certificate common name.
+        cert: String,
+        /// Revocation reason.
+        reason: String,
+    },
+    /// An OCSP response is not current.
+    #[error("OCSP response for {cert} is not current")]
+    OcspStale {
+        /// Certificate common name.
+        cert: String,
+    },
     /// The SPDM signature does not verify under the leaf key.
     #[error("GPU report signature does not verify")]
     GpuReportSignatureInvalid,

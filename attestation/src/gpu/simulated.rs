@@ -109,6 +109,7 @@ pub fn tcb_info_der(fwid: &[u8; 48]) -> Vec<u8> {
 pub struct SimulatedGpu {
     config: SimulatedGpuConfig,
     leaf_key: p384::ecdsa::SigningKey,
+    keys: Vec<p384::SecretKey>,
     chain: Vec<Vec<u8>>,
     fwid: [u8; 48],
 }
@@ -159,7 +160,7 @@ impl SimulatedGpu {
             chain[i] = params(i).signed_by(&kps[i], &issuer).map_err(gen)?.der().to_vec();
         }
         let leaf_key = p384::ecdsa::SigningKey::from(&keys[0]);
-        Ok(Self { config, leaf_key, chain, fwid })
+        Ok(Self { config, leaf_key, keys, chain, fwid })
     }
 
     /// The device chain, DER, leaf first.
@@ -270,6 +271,53 @@ impl SimulatedGpu {
         }
         s.push_str("</Payload></SoftwareIdentity>");
         s
+    }
+}
+
+impl SimulatedGpu {
+    /// OCSP responses for the four non-root certificates of the chain, each
+    /// signed by the certificate's issuer (SHA-256 CertIDs). `revoked`: the
+    /// index of a certificate reported revoked (reason certificateHold).
+    pub fn ocsp_responses(
+        &self,
+        revoked: Option<usize>,
+        this_update: SystemTime,
+        next_update: Option<SystemTime>,
+    ) -> Result<Vec<Vec<u8>>, Error> {
+        use der::{Decode, Encode};
+        use x509_ocsp::builder::OcspResponseBuilder;
+        use x509_ocsp::{CertId, CertStatus, OcspGeneralizedTime, ResponderId, RevokedInfo, SingleResponse};
+        let err = |e: &dyn std::fmt::Display| Error::ApiMisuse(format!("simulated OCSP: {e}"));
+        let time = |t: SystemTime| -> Result<OcspGeneralizedTime, Error> {
+            let d = t.duration_since(SystemTime::UNIX_EPOCH).map_err(|e| err(&e))?;
+            Ok(OcspGeneralizedTime::from(der::DateTime::from_unix_duration(d).map_err(|e| err(&e))?))
+        };
+        let mut out = Vec::new();
+        for i in 0..4 {
+            let cert = x509_cert::Certificate::from_der(&self.chain[i]).map_err(|e| err(&e))?;
+            let issuer = x509_cert::Certificate::from_der(&self.chain[i + 1]).map_err(|e| err(&e))?;
+            let id = CertId::from_issuer::<sha2::Sha256>(&issuer, cert.tbs_certificate.serial_number.clone())
+                .map_err(|e| err(&e))?;
+            let status = if revoked == Some(i) {
+                CertStatus::revoked(RevokedInfo {
+                    revocation_time: time(this_update)?,
+                    revocation_reason: Some(x509_cert::ext::pkix::CrlReason::CertificateHold),
+                })
+            } else {
+                CertStatus::good()
+            };
+            let mut single = SingleResponse::new(id, status, time(this_update)?);
+            if let Some(n) = next_update {
+                single = single.with_next_update(time(n)?);
+            }
+            let mut signer = p384::ecdsa::SigningKey::from(&self.keys[i + 1]);
+            let response = OcspResponseBuilder::new(ResponderId::ByName(issuer.tbs_certificate.subject.clone()))
+                .with_single_response(single)
+                .sign::<_, p384::ecdsa::DerSignature>(&mut signer, None, time(this_update)?)
+                .map_err(|e| err(&e))?;
+            out.push(response.to_der().map_err(|e| err(&e))?);
+        }
+        Ok(out)
     }
 }
 

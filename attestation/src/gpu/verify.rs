@@ -260,6 +260,8 @@ pub struct GpuExpectations<'a> {
     pub claims: Option<&'a Claims>,
     /// An explicit expected SPDM nonce for every GPU (bare evidence, `--gpu-nonce`).
     pub nonce: Option<[u8; 32]>,
+    /// OCSP responses (DER) covering the device chains, fetched by the relying party.
+    pub ocsp: &'a [Vec<u8>],
 }
 
 /// A failed GPU check with the values compared and the full appraisal.
@@ -386,7 +388,7 @@ pub fn verify_composite(
     now: SystemTime,
 ) -> Result<(crate::VerifiedEvidence, VerifiedGpus), Error> {
     let cpu = crate::verify(bundle, policy, expected, now)?;
-    let expect = GpuExpectations { rims, claims: cpu.claims(), nonce: None };
+    let expect = GpuExpectations { rims, claims: cpu.claims(), nonce: None, ocsp: &[] };
     let verified = verify_gpus(gpus, &expect, policy, now)?;
     Ok((cpu, verified))
 }
@@ -525,16 +527,23 @@ fn appraise_one(
     // 3. Revocation.
     t.record(
         C::Revocation,
-        if !chain_ok {
-            Row::NotRun("device chain not established".into())
-        } else if policy.gpu.require_revocation {
-            fail(
+        match (&certs, chain_ok) {
+            (Ok(certs), true) if !expect.ocsp.is_empty() => match super::ocsp::check_chain(certs, expect.ocsp, now) {
+                Ok(detail) => Row::Pass(detail),
+                Err(failed) => {
+                    let (error, expected, actual) = *failed;
+                    Row::Fail(error, expected, actual)
+                }
+            },
+            (_, true) if policy.gpu.require_revocation => fail(
                 GpuError::RevocationUnavailable,
                 "OCSP responses for the device chain (policy: gpu.require_revocation = true)",
-                "none supplied (this verifier does not fetch or check OCSP)",
-            )
-        } else {
-            Row::Skip("no OCSP data supplied and the policy does not require it (offline verification)".into())
+                "none supplied",
+            ),
+            (_, true) => Row::Skip(
+                "no OCSP responses supplied and the policy does not require them (offline verification)".into(),
+            ),
+            _ => Row::NotRun("device chain not established".into()),
         },
     );
 

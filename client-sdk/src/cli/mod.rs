@@ -198,6 +198,9 @@ pub struct VerifyArgs {
     /// A driver or VBIOS RIM (SWID XML); repeatable. Without any, RIM comparison shows as not run.
     #[arg(long = "rim", value_name = "FILE", requires = "gpu_evidence")]
     pub rims: Vec<PathBuf>,
+    /// OCSP response (DER) for a certificate of the GPU device chain; repeatable.
+    #[arg(long = "gpu-ocsp", value_name = "FILE", requires = "gpu_evidence")]
+    pub gpu_ocsp: Vec<PathBuf>,
     /// Fail unless both RIMs are given and match (sets the policy's gpu.require_rim).
     #[arg(long, requires = "gpu_evidence")]
     pub require_rim: bool,

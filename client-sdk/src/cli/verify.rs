@@ -22,6 +22,8 @@ pub struct Prepared {
     pub rims: Vec<Rim>,
     /// Expected SPDM nonce of every GPU.
     pub gpu_nonce: Option<[u8; 32]>,
+    /// OCSP responses for the GPU device chains.
+    pub gpu_ocsp: Vec<Vec<u8>>,
     /// The effective policy.
     pub policy: Policy,
     /// What the caller expects.
@@ -120,7 +122,18 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, String> {
         }
         None => SystemTime::now(),
     };
-    Ok(Prepared { bundle, gpus, gpu_given: args.gpu_evidence.is_some(), rims, gpu_nonce, policy, expected, now })
+    let gpu_ocsp = args.gpu_ocsp.iter().map(|p| input::read(p).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    Ok(Prepared {
+        bundle,
+        gpus,
+        gpu_given: args.gpu_evidence.is_some(),
+        rims,
+        gpu_nonce,
+        gpu_ocsp,
+        policy,
+        expected,
+        now,
+    })
 }
 
 /// Runs the command.
@@ -138,6 +151,7 @@ pub fn run(args: &VerifyArgs) -> Exit {
             rims: &prepared.rims,
             claims: prepared.bundle.as_ref().and_then(|b| b.claims.as_ref()),
             nonce: prepared.gpu_nonce,
+            ocsp: &prepared.gpu_ocsp,
         };
         appraise_gpus(&prepared.gpus, &expect, &prepared.policy, prepared.now)
     });
