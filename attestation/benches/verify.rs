@@ -194,7 +194,8 @@ fn main() {
     );
     println!("{:<66} {:>7} {:>10} {:>10} {:>10} {:>8}", "case", "iters", "mean µs", "p50 µs", "p99 µs", "target");
     for r in &rows {
-        let ok = if r.case.starts_with("reference") {
+        // The 3 ms target is for SEV-SNP bundles; GPU rows (six to twelve P-384 verifications each) are reported.
+        let ok = if r.case.starts_with("reference") || r.case.contains(" GPU:") {
             "-"
         } else if r.p99 < TARGET {
             "met"
