@@ -604,3 +604,11 @@ fn rejects_incomplete_forged_or_foreign_ocsp() {
     assert!(t.to_string().contains("does not verify"), "{t}");
     only_failure(&with_ocsp(&[vec![0x30, 0x03, 0x0a, 0x01, 0x00]]), C::Revocation, &GpuError::RevocationUnavailable);
 }
+
+#[test]
+fn rejects_unknown_architecture() {
+    let (c, mut g) = good();
+    g.arch = "BLACKWELL".into();
+    let t = appraise_one(&g, &c, &sim_policy());
+    assert_eq!(t.error(C::EvidenceFormat), Some(&GpuError::UnsupportedArchitecture("BLACKWELL".into())), "{t}");
+}

@@ -144,6 +144,9 @@ pub enum GpuError {
         /// What the evidence shows.
         got: String,
     },
+    /// An architecture this verifier does not know (only Hopper).
+    #[error("GPU architecture {0:?} is not supported (HOPPER only)")]
+    UnsupportedArchitecture(String),
     /// The device chain ends at a simulated root.
     #[error("simulated GPU evidence is refused (policy allow_simulated = false)")]
     SimulatedRefused,

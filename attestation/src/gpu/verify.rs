@@ -449,8 +449,12 @@ fn appraise_one(
     let mut t = GpuCheckReport { gpu_index: index, ..Default::default() };
     use GpuCheckId as C;
 
-    // 1. Format.
-    let parsed = SpdmMeasurements::parse(&g.report);
+    // 1. Format (Hopper only: the layout, signature size and opaque fields are Hopper's).
+    let parsed = if g.arch.eq_ignore_ascii_case("HOPPER") {
+        SpdmMeasurements::parse(&g.report).map_err(GpuError::Malformed)
+    } else {
+        Err(GpuError::UnsupportedArchitecture(g.arch.chars().take(32).collect()))
+    };
     t.record(
         C::EvidenceFormat,
         match &parsed {
@@ -464,7 +468,7 @@ fn appraise_one(
                     n => format!(" ({n} unsigned trailing byte(s) after the signature, ignored)"),
                 }
             )),
-            Err(e) => fail(GpuError::Malformed(e.clone()), "a SPDM 1.1 GET_MEASUREMENTS transcript", e.to_string()),
+            Err(e) => fail(e.clone(), "a Hopper SPDM 1.1 GET_MEASUREMENTS transcript", e.to_string()),
         },
     );
     let parsed = parsed.ok();
