@@ -612,3 +612,16 @@ fn rejects_unknown_architecture() {
     let t = appraise_one(&g, &c, &sim_policy());
     assert_eq!(t.error(C::EvidenceFormat), Some(&GpuError::UnsupportedArchitecture("BLACKWELL".into())), "{t}");
 }
+
+#[test]
+fn devtools_report_counts_only_when_bound_to_signed_claims() {
+    let (_, g) = good();
+    // Bare evidence with a collector report that says "off": unauthenticated, so not a pass.
+    let bare =
+        appraise_gpus(std::slice::from_ref(&g), &GpuExpectations::default(), &sim_policy(), now()).gpus.remove(0);
+    assert!(matches!(bare.outcome(C::DevTools), Some(Outcome::NotRun { .. })), "{bare}");
+    let mut p = sim_policy();
+    p.gpu.require_cc_settings = true;
+    let strict = appraise_gpus(std::slice::from_ref(&g), &GpuExpectations::default(), &p, now()).gpus.remove(0);
+    assert_eq!(strict.error(C::DevTools), Some(&GpuError::DevToolsMode), "{strict}");
+}

@@ -663,17 +663,26 @@ fn appraise_one(
         },
     );
 
-    // 9. DevTools.
+    // 9. DevTools. The collector's report is trusted only when the signed CPU claims commit to it.
+    let bound = expect.claims.and_then(|c| c.gpu_evidence_hash) == Some(digest);
     t.record(
         C::DevTools,
         match g.settings {
             Some(s) if s.devtools_mode => fail(GpuError::DevToolsMode, "CC production mode", "CC DevTools mode"),
-            Some(_) => Row::Pass("collector reports DevTools off (bound through the CPU report)".into()),
+            Some(_) if bound => Row::Pass("collector reports DevTools off (bound through the CPU report)".into()),
             None if policy.gpu.require_cc_settings => fail(
                 GpuError::DevToolsMode,
                 "the collector's CC settings (policy: gpu.require_cc_settings = true)",
                 "none: DevTools mode cannot be excluded",
             ),
+            Some(_) if policy.gpu.require_cc_settings => fail(
+                GpuError::DevToolsMode,
+                "the collector's CC settings bound to a CPU report (policy: gpu.require_cc_settings = true)",
+                "a report not bound to signed claims: DevTools mode cannot be excluded",
+            ),
+            Some(_) => {
+                Row::NotRun("the collector reports DevTools off, but no signed claims commit to that report".into())
+            }
             None => Row::NotRun(
                 "DevTools mode is not in the signed SPDM evidence and no collector report was supplied".into(),
             ),
