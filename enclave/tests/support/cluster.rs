@@ -73,12 +73,20 @@ impl Cluster {
             precision: veil_enclave::link::frame::Precision::F32,
             generate_listen: free_port(),
             sealed_listen: Some(free_port()),
+            speculation: Default::default(),
             stages,
         };
         let route = veil_enclave::pipeline::local::prepare(route).unwrap();
         let route_path = dir.join("route.toml");
         std::fs::write(&route_path, route.to_toml()).unwrap();
         Self { dir, route, route_path, children: Vec::new() }
+    }
+
+    /// Sets the route's speculation (before the shards start).
+    #[allow(dead_code)]
+    pub fn set_speculation(&mut self, speculation: veil_enclave::pipeline::route::Speculation) {
+        self.route.speculation = speculation;
+        std::fs::write(&self.route_path, self.route.to_toml()).unwrap();
     }
 
     pub fn log(&self, stage: usize, replica: usize) -> PathBuf {
@@ -181,6 +189,7 @@ pub fn greedy(ids: &[u32], max_tokens: usize) -> GenerateWire {
         repeat_penalty: 1.0,
         seed: 0,
         stop: vec![],
+        speculation: Default::default(),
     }
 }
 
