@@ -153,6 +153,13 @@ struct GenerateArgs {
     /// Print `{"prompt_ids": [...], "ids": [...], "text": "..."}` instead of streaming.
     #[arg(long)]
     json: bool,
+    /// With `--entry`: the drafter for speculative decoding (`none`, `ngram`
+    /// or `model`); default: the route's setting.
+    #[arg(long, requires = "entry")]
+    drafter: Option<String>,
+    /// With `--entry`: draft exactly this many tokens per round instead of adaptive k.
+    #[arg(long, requires = "entry")]
+    draft_k: Option<usize>,
 }
 
 fn parse_range(s: &str) -> Result<LayerRange, String> {
@@ -285,6 +292,17 @@ fn generate_remote(addr: std::net::SocketAddr, args: &GenerateArgs) -> anyhow::R
                     println!("{}", serde_json::to_string(&g)?);
                 } else {
                     println!();
+                    if let Some(s) = &g.speculation {
+                        eprintln!(
+                            "speculation ({}): {} rounds for {} tokens, {} of {} drafted tokens kept ({:.0}%)",
+                            s.drafter,
+                            s.rounds,
+                            g.ids.len(),
+                            s.accepted,
+                            s.drafted,
+                            100.0 * s.acceptance()
+                        );
+                    }
                 }
                 return Ok(());
             }
@@ -376,6 +394,11 @@ fn wire(args: &GenerateArgs) -> veil_enclave::pipeline::entry::GenerateWire {
         repeat_penalty: args.repeat_penalty,
         seed: args.seed,
         stop: args.stop.clone(),
-        speculation: Default::default(),
+        speculation: veil_enclave::pipeline::entry::SpeculationRequest {
+            enabled: args.drafter.as_deref().map(|d| d != "none"),
+            drafter: args.drafter.clone(),
+            k: args.draft_k,
+            script: None,
+        },
     }
 }

@@ -7,7 +7,8 @@
 //! - `GET /v1/attestation[?nonce=HEX]` → the entry's evidence document
 //! - `POST /v1/sealed` → a sealed request; the sealed response streams back
 //! - `GET /healthz` → whether the entry answers
-//! - `GET /metrics` → Prometheus text
+//! - `GET /metrics` → Prometheus text (the relay's counters, then the
+//!   entry's speculation counts)
 //!
 //! TLS on the public side is optional ([`tls_server_config`]): the sealed
 //! layer already hides content from everyone but the entry; TLS also hides
@@ -180,10 +181,27 @@ impl Relay {
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         match (req.method().as_str(), req.uri().path()) {
             ("GET", "/healthz") => self.health().await,
-            ("GET", "/metrics") => text(StatusCode::OK, self.metrics.render()),
+            ("GET", "/metrics") => text(StatusCode::OK, self.metrics.render() + &self.entry_metrics().await),
             ("GET", "/v1/attestation") => self.attestation(req.uri().query().map(str::to_owned)).await,
             ("POST", "/v1/sealed") => self.sealed(req).await,
             _ => text(StatusCode::NOT_FOUND, "unknown endpoint\n"),
+        }
+    }
+
+    /// The entry's own counters (speculation), appended to the relay's.
+    async fn entry_metrics(&self) -> String {
+        let Ok(uri) = format!("http://{}/metrics", self.config.entry).parse() else { return String::new() };
+        let Ok(Ok(resp)) = tokio::time::timeout(Duration::from_secs(2), self.client.get(uri)).await else {
+            return String::new();
+        };
+        if !resp.status().is_success() {
+            return String::new();
+        }
+        let body =
+            tokio::time::timeout(Duration::from_secs(2), Limited::new(resp.into_body(), 64 << 10).collect()).await;
+        match body {
+            Ok(Ok(b)) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+            _ => String::new(),
         }
     }
 

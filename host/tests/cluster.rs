@@ -199,6 +199,12 @@ fn sealed_chat_through_the_relay(dir: &std::path::Path, public: SocketAddr, host
     }
     let metrics = generate_metrics(public);
     assert!(metrics.contains("veil_relay_requests_total{endpoint=\"sealed\",outcome=\"ok\"} 1"), "{metrics}");
+    // The entry's counts ride along (the chat's decode rounds), never content.
+    let rounds = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("veil_entry_decode_rounds_total "))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    assert!(rounds.is_some_and(|r| r > 0), "{metrics}");
 }
 
 /// The public API over TLS (a second relay in front of the same entry, with

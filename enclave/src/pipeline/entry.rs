@@ -227,19 +227,23 @@ impl SpecCounters {
     }
 }
 
+/// A drafter preparing in the background, handed back when done.
+type Preparing = tokio::task::JoinHandle<(Box<dyn Drafter>, Result<(), ModelError>)>;
+
 /// One session's speculation.
 #[derive(Debug)]
 struct Speculation {
     drafter: Option<Box<dyn Drafter>>,
-    preparing: Option<tokio::task::JoinHandle<(Box<dyn Drafter>, Result<(), ModelError>)>>,
+    preparing: Option<Preparing>,
     k: AdaptiveK,
     mode: DraftMode,
     stats: SpecStats,
 }
 
 impl Speculation {
-    /// The drafter, once any background preparation is done.
-    async fn take_drafter(&mut self) -> Option<Box<dyn Drafter>> {
+    /// Waits for any background preparation (a draft model's prefill), so
+    /// that its time is not charged to drafting.
+    async fn ready(&mut self) {
         if let Some(h) = self.preparing.take() {
             match h.await {
                 Ok((d, Ok(()))) => self.drafter = Some(d),
@@ -247,13 +251,13 @@ impl Speculation {
                 Err(e) => tracing::warn!(error = %e, "drafter preparation panicked: speculation off"),
             }
         }
-        self.drafter.take()
     }
 
     /// Up to `k` drafted tokens for `context`; an error turns speculation
     /// off for the session (plain decoding continues).
     async fn draft(&mut self, context: &[u32], k: usize) -> Draft {
-        let Some(mut d) = self.take_drafter().await else { return Draft::default() };
+        self.ready().await;
+        let Some(mut d) = self.drafter.take() else { return Draft::default() };
         let mode = self.mode.clone();
         let result = if d.is_cheap() {
             let r = d.draft(context, k, &mode);
@@ -638,6 +642,7 @@ impl Entry {
                         let limit = max_tokens.saturating_sub(generated + 1).min(room);
                         let k = sp.k.next_k(limit);
                         if k > 0 {
+                            sp.ready().await;
                             let t = Instant::now();
                             draft = sp.draft(&s.history, k).await;
                             drafting = t.elapsed();
@@ -711,6 +716,7 @@ impl Entry {
                         sp.stats.drafted += k as u64;
                         sp.stats.accepted += accepted as u64;
                         sp.stats.draft_micros += drafting.as_micros() as u64;
+                        sp.stats.round_micros += round.as_micros() as u64;
                         let c = &self.counters;
                         c.rounds.fetch_add(1, Ordering::Relaxed);
                         c.spec_rounds.fetch_add(u64::from(k > 0), Ordering::Relaxed);

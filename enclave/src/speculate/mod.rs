@@ -174,6 +174,9 @@ pub struct SpecStats {
     pub kv_checked: u64,
     /// Time spent drafting, microseconds.
     pub draft_micros: u64,
+    /// Time from sending each decode round to its verdict, microseconds.
+    #[serde(default)]
+    pub round_micros: u64,
 }
 
 impl SpecStats {
