@@ -10,7 +10,8 @@
 //! drafter (always wrong) that adaptive k must back off from. Prompts: novel
 //! prose, and a code edit whose answer repeats the prompt (draftable).
 //!
-//! `cargo bench -p veil-enclave --bench speculation` (needs `scripts/fetch-model.sh`).
+//! `cargo bench -p veil-enclave --bench speculation` (needs `scripts/fetch-model.sh`;
+//! `VEIL_SPEC_DELAYS=0,25` runs only those delays).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
@@ -20,12 +21,12 @@ mod cluster;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use cluster::{free_port, greedy, model_path, Cluster};
+use cluster::{greedy, model_path, Cluster};
 use veil_enclave::generate::Generation;
 use veil_enclave::pipeline::entry::{GenerateWire, SpeculationRequest};
 use veil_enclave::pipeline::route::{DrafterKind, Speculation};
 use veil_enclave::speculate::expected_tokens;
-use veil_host::wan::{LinkShape, WanShim};
+use veil_host::wan::WanShim;
 
 const TOKENS: usize = 48;
 
@@ -48,27 +49,11 @@ fn start(
         k_max: 8,
         k: None,
     });
-    let mut shims = Vec::new();
     if delay_ms == 0 {
         c.start_all();
-        return (c, shims);
+        return (c, Vec::new());
     }
-    let shape = LinkShape::IDEAL.with_delay(Duration::from_millis(delay_ms));
-    let mut via = c.route.clone();
-    for stage in 1..via.stages.len() {
-        let real = c.route.stages[stage].replicas[0];
-        let shim = rt.block_on(WanShim::start(free_port(), real, shape)).unwrap();
-        via.stages[stage].replicas[0] = shim.local_addr();
-        shims.push(shim);
-    }
-    for stage in (0..c.route.stages.len()).rev() {
-        let mut own = via.clone();
-        own.stages[stage] = c.route.stages[stage].clone();
-        let file = c.dir.join(format!("route-{stage}.toml"));
-        std::fs::write(&file, own.to_toml()).unwrap();
-        c.spawn_with(stage, 0, &file);
-    }
-    c.wait_log(0, 0, "ready", 1);
+    let shims = c.start_behind_shims(rt, Duration::from_millis(delay_ms));
     (c, shims)
 }
 
@@ -108,7 +93,12 @@ fn main() {
         "{:>5} {:<6} {:<22} {:>8} {:>8} {:>7} {:>6} {:>6} {:>9} {:>8} {:>9}",
         "delay", "prompt", "drafter", "tok/s", "plain", "speedup", "a", "k", "tok/round", "bound", "of bound"
     );
-    for delay_ms in [0u64, 10, 25, 50] {
+    // `VEIL_SPEC_DELAYS=0,25` runs a subset.
+    let delays: Vec<u64> = std::env::var("VEIL_SPEC_DELAYS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|d| d.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![0, 10, 25, 50]);
+    for delay_ms in delays {
         // Two clusters per delay: the entry's draft model is the derived
         // draft in one and the target itself in the other.
         for (draft_name, draft) in [("derived 24/30 layers", derived.as_path()), ("target as draft", path.as_path())] {

@@ -637,6 +637,9 @@ impl Entry {
                                 (d, r)
                             }));
                         }
+                    } else if sp.preparing.as_ref().is_some_and(|h| !h.is_finished()) {
+                        // The draft model is still prefilling: plain rounds
+                        // meanwhile, rather than waiting for it.
                     } else if !rebuild {
                         let room = self.context.saturating_sub(s.history.len() + 1);
                         let limit = max_tokens.saturating_sub(generated + 1).min(room);

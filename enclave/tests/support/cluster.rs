@@ -122,6 +122,35 @@ impl Cluster {
         self.wait_log(0, 0, "ready", 1);
     }
 
+    /// Starts one process per stage (first replicas), each reaching the
+    /// others through a WAN shim adding `delay` one way per hop (three legs
+    /// per token: entry → 1 → 2 → entry); returns the shims.
+    #[allow(dead_code)]
+    pub fn start_behind_shims(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        delay: Duration,
+    ) -> Vec<veil_host::wan::WanShim> {
+        let shape = veil_host::wan::LinkShape::IDEAL.with_delay(delay);
+        let mut shims = Vec::new();
+        let mut via = self.route.clone();
+        for stage in 1..via.stages.len() {
+            let real = self.route.stages[stage].replicas[0];
+            let shim = rt.block_on(veil_host::wan::WanShim::start(free_port(), real, shape)).unwrap();
+            via.stages[stage].replicas[0] = shim.local_addr();
+            shims.push(shim);
+        }
+        for stage in (0..self.route.stages.len()).rev() {
+            let mut own = via.clone();
+            own.stages[stage] = self.route.stages[stage].clone();
+            let file = self.dir.join(format!("route-{stage}.toml"));
+            std::fs::write(&file, own.to_toml()).unwrap();
+            self.spawn_with(stage, 0, &file);
+        }
+        self.wait_log(0, 0, "ready", 1);
+        shims
+    }
+
     /// Waits until the (stage, replica) log holds `needle` at least `count` times.
     pub fn wait_log(&self, stage: usize, replica: usize, needle: &str, count: usize) {
         let deadline = Instant::now() + Duration::from_secs(120);
