@@ -18,6 +18,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use http_body_util::{BodyExt, BodyStream, Full};
+use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use sha2::{Digest, Sha256};
@@ -78,11 +79,75 @@ pub struct VerifiedRoute {
     pub shards: Vec<VerifiedShard>,
 }
 
+/// How to reach the host. The host's TLS (when its URL is `https://`) only
+/// hides metadata from the network; what protects a request is the seal to
+/// the attested entry, whichever certificate the host presents.
+#[derive(Debug, Clone, Default)]
+pub struct ConnectOptions {
+    /// Certificate authorities trusted for the host's TLS besides the system's.
+    pub extra_roots: Vec<rustls_pki_types::CertificateDer<'static>>,
+}
+
+impl ConnectOptions {
+    /// Also trust the PEM certificates in `path` for the host's TLS.
+    pub fn with_ca_file(mut self, path: &std::path::Path) -> Result<Self, ClientError> {
+        use rustls_pki_types::pem::PemObject as _;
+        let bad = |e: String| ClientError::Host(format!("CA file {}: {e}", path.display()));
+        let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
+            .map_err(|e| bad(e.to_string()))?
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| bad(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(bad("no CERTIFICATE block".into()));
+        }
+        self.extra_roots.extend(certs);
+        Ok(self)
+    }
+
+    fn http_client(&self, https: bool) -> Result<HttpClient, ClientError> {
+        let mut roots = rustls::RootCertStore::empty();
+        if https {
+            // Unreadable system certificates are skipped; an empty store is
+            // an error only if no extra root was given either.
+            roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+            for c in &self.extra_roots {
+                roots.add(c.clone()).map_err(|e| ClientError::Host(format!("CA certificate: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(ClientError::Host("no trusted certificate authority for https".into()));
+            }
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| ClientError::Host(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let connector =
+            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
+        Ok(hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector))
+    }
+}
+
+/// An error with its causes (a connection error's reason, such as an
+/// untrusted certificate, is only in the chain).
+fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out += &format!(": {c}");
+        cause = c.source();
+    }
+    out
+}
+
+type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
 /// A connection to a verified route.
 #[derive(Debug)]
 pub struct Client {
     base: String,
-    http: hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>,
+    http: HttpClient,
     key_config: Vec<u8>,
     route: VerifiedRoute,
 }
@@ -113,19 +178,23 @@ impl Client {
     /// the key configuration this client will seal to, and the shards must
     /// cover the layers after the entry's, contiguously.
     pub async fn connect(url: &str, policy: &Policy) -> Result<Self, ClientError> {
+        Self::connect_with(url, policy, &ConnectOptions::default()).await
+    }
+
+    /// [`connect`](Self::connect) with options for reaching the host.
+    pub async fn connect_with(url: &str, policy: &Policy, options: &ConnectOptions) -> Result<Self, ClientError> {
         let base = url.trim_end_matches('/').to_owned();
-        if !base.starts_with("http://") {
-            return Err(ClientError::Host(
-                "only http:// URLs are supported so far (TLS to the host is future work)".into(),
-            ));
+        let https = base.starts_with("https://");
+        if !https && !base.starts_with("http://") {
+            return Err(ClientError::Host(format!("{base}: the host's URL must start with http:// or https://")));
         }
-        let http = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http();
+        let http = options.http_client(https)?;
         let nonce = Nonce::random();
         let uri = format!("{base}/v1/attestation?nonce={}", hex::encode(nonce.as_bytes()));
         let resp = http
             .get(uri.parse().map_err(|e| ClientError::Host(format!("bad URL: {e}")))?)
             .await
-            .map_err(|e| ClientError::Host(e.to_string()))?;
+            .map_err(|e| ClientError::Host(with_causes(&e)))?;
         if !resp.status().is_success() {
             return Err(ClientError::Host(format!("attestation endpoint answered {}", resp.status())));
         }
@@ -247,7 +316,7 @@ impl Client {
             .header(hyper::header::CONTENT_TYPE, "message/ohttp-chunked-req")
             .body(Full::new(Bytes::from(sealed)))
             .map_err(|e| ClientError::Host(e.to_string()))?;
-        let resp = self.http.request(req).await.map_err(|e| ClientError::Host(e.to_string()))?;
+        let resp = self.http.request(req).await.map_err(|e| ClientError::Host(with_causes(&e)))?;
         if !resp.status().is_success() {
             let status = resp.status();
             let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();

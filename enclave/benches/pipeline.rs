@@ -12,9 +12,8 @@ mod cluster;
 
 use std::time::{Duration, Instant};
 
-use cluster::{free_port, greedy, local, model_path, Cluster};
+use cluster::{greedy, local, model_path, Cluster};
 use veil_enclave::generate::LocalModel;
-use veil_host::wan::{LinkShape, WanShim};
 
 const PROMPT: [u32; 5] = [504, 3575, 282, 4649, 314]; // "The capital of France is"
 
@@ -85,26 +84,7 @@ fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     for delay_ms in [10u64, 25, 50] {
         let mut c = Cluster::new(&format!("wan{delay_ms}"), &path, &[10, 20], &[1, 1, 1]);
-        // Every process listens on its own address and reaches the others
-        // through a shim with `delay_ms` one way (three legs per token:
-        // entry → 1 → 2 → entry).
-        let shape = LinkShape::IDEAL.with_delay(Duration::from_millis(delay_ms));
-        let mut shims = Vec::new();
-        let mut via = c.route.clone();
-        for stage in 1..via.stages.len() {
-            let real = c.route.stages[stage].replicas[0];
-            let shim = rt.block_on(WanShim::start(free_port(), real, shape)).unwrap();
-            via.stages[stage].replicas[0] = shim.local_addr();
-            shims.push(shim);
-        }
-        for stage in (0..c.route.stages.len()).rev() {
-            let mut own = via.clone();
-            own.stages[stage] = c.route.stages[stage].clone();
-            let file = c.dir.join(format!("route-{stage}.toml"));
-            std::fs::write(&file, own.to_toml()).unwrap();
-            c.spawn_with(stage, 0, &file);
-        }
-        c.wait_log(0, 0, "ready", 1);
+        let shims = c.start_behind_shims(&rt, Duration::from_millis(delay_ms));
         let req = greedy(&PROMPT, 32);
         c.generate(&req).unwrap();
         let t = Instant::now();

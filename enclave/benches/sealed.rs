@@ -1,8 +1,9 @@
 //! What sealing costs: time to first token and inter-token latency of a
 //! streamed chat through host relay → entry gateway (sealed, 3 shards on
-//! loopback) next to the same generation on the entry's internal plaintext
-//! endpoint, measured in the same run; and the seal's own cost per request
-//! and per chunk, in process.
+//! loopback), by the SDK and by a plain HTTP client through `veil proxy`,
+//! next to the same generation on the entry's internal plaintext endpoint,
+//! measured in the same run; and the seal's own cost per request and per
+//! chunk, in process.
 //!
 //! `cargo bench -p veil-enclave --bench sealed` (needs `scripts/fetch-model.sh`).
 
@@ -87,10 +88,49 @@ fn main() {
             latencies(start, &arrivals)
         })
     };
+    // `veil proxy` in front of the host, driven by a plain HTTP/1.1 client
+    // reading the server-sent events line by line.
+    let proxy_listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let proxy_addr = proxy_listener.local_addr().unwrap();
+    rt.spawn(veil_client::cli::proxy::serve_on(
+        proxy_listener,
+        format!("http://{host}"),
+        policy.clone(),
+        veil_client::sdk::ConnectOptions::default(),
+    ));
+    let proxied = || -> (f64, f64) {
+        let body = serde_json::json!({
+            "messages": [{"role": "user", "content": QUESTION}], "max_tokens": TOKENS, "temperature": 0, "stream": true
+        })
+        .to_string();
+        let start = Instant::now();
+        let mut tcp = loop {
+            match std::net::TcpStream::connect(proxy_addr) {
+                Ok(t) => break t,
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        };
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: {proxy_addr}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        tcp.write_all(format!("{head}{body}").as_bytes()).unwrap();
+        let mut arrivals = Vec::new();
+        for line in std::io::BufReader::new(tcp).lines() {
+            let line = line.unwrap();
+            if line.starts_with("data:") && line.contains("\"content\"") {
+                arrivals.push(Instant::now());
+            }
+        }
+        latencies(start, &arrivals)
+    };
     let client = rt.block_on(veil_client::sdk::Client::connect(&format!("http://{host}"), &policy)).unwrap();
     plain(&c);
     sealed(&client);
-    let (mut p_ttft, mut p_itl, mut s_ttft, mut s_itl) = (vec![], vec![], vec![], vec![]);
+    proxied();
+    let (mut p_ttft, mut p_itl, mut s_ttft, mut s_itl, mut x_ttft, mut x_itl) =
+        (vec![], vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..RUNS {
         let (t, i) = plain(&c);
         p_ttft.push(t);
@@ -98,8 +138,12 @@ fn main() {
         let (t, i) = sealed(&client);
         s_ttft.push(t);
         s_itl.push(i);
+        let (t, i) = proxied();
+        x_ttft.push(t);
+        x_itl.push(i);
     }
     let (pt, pi, st, si) = (median(p_ttft), median(p_itl), median(s_ttft), median(s_itl));
+    let (xt, xi) = (median(x_ttft), median(x_itl));
 
     // The seal alone, in process: per request (seal, open, head, finish, open
     // the response) and per chunk (seal a ~100-byte event, open it).
@@ -143,6 +187,14 @@ fn main() {
     println!("{:<48} {:>12} {:>14} {:>10}", "", "sealed", "plaintext ref", "added");
     println!("{:<48} {:>10.2}ms {:>12.2}ms {:>8.2}ms", "time to first token (client → host → entry)", st, pt, st - pt);
     println!("{:<48} {:>10.2}ms {:>12.2}ms {:>8.2}ms", "inter-token latency", si, pi, si - pi);
+    println!(
+        "{:<48} {:>10.2}ms {:>12.2}ms {:>8.2}ms",
+        "time to first token (veil proxy → host → entry)",
+        xt,
+        pt,
+        xt - pt
+    );
+    println!("{:<48} {:>10.2}ms {:>12.2}ms {:>8.2}ms", "inter-token latency (veil proxy)", xi, pi, xi - pi);
     println!("{:<48} {:>10.1}µs", "seal cost per request (both ends, in process)", ms(per_request) * 1000.0);
     println!("{:<48} {:>10.1}µs", "seal cost per chunk (both ends, in process)", ms(per_chunk) * 1000.0);
 }

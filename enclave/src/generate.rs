@@ -115,6 +115,9 @@ pub struct Generation {
     pub ids: Vec<u32>,
     /// New text.
     pub text: String,
+    /// Speculative decoding counts, when the session speculated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculation: Option<crate::speculate::SpecStats>,
 }
 
 /// Generated ids turned into text as they come: pieces are emitted only
@@ -216,5 +219,5 @@ pub fn generate(
     }
     let (rest, ids, text) = stream.finish(stopped)?;
     on_text(&rest);
-    Ok(Generation { prompt_ids: req.prompt_ids.clone(), ids, text })
+    Ok(Generation { prompt_ids: req.prompt_ids.clone(), ids, text, speculation: None })
 }

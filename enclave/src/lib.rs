@@ -14,3 +14,4 @@ pub mod generate;
 pub mod link;
 pub mod model;
 pub mod pipeline;
+pub mod speculate;

@@ -67,6 +67,23 @@ enum Command {
         #[arg(long)]
         model: Option<PathBuf>,
     },
+    /// Write a draft model derived from a target: its first layers (an
+    /// early-exit model sharing the target's vocabulary), optionally
+    /// requantized; for speculative decoding when no second model is at hand.
+    DeriveDraft {
+        /// The target GGUF.
+        #[arg(long)]
+        model: PathBuf,
+        /// Where to write the draft GGUF.
+        #[arg(long)]
+        out: PathBuf,
+        /// Transformer blocks to keep (from the first).
+        #[arg(long)]
+        layers: usize,
+        /// Convert matrices to this GGML type (q4_0, q4_1, q8_0, f16, q4_k, …).
+        #[arg(long = "type")]
+        dtype: Option<String>,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -136,6 +153,13 @@ struct GenerateArgs {
     /// Print `{"prompt_ids": [...], "ids": [...], "text": "..."}` instead of streaming.
     #[arg(long)]
     json: bool,
+    /// With `--entry`: the drafter for speculative decoding (`none`, `ngram`
+    /// or `model`); default: the route's setting.
+    #[arg(long, requires = "entry")]
+    drafter: Option<String>,
+    /// With `--entry`: draft exactly this many tokens per round instead of adaptive k.
+    #[arg(long, requires = "entry")]
+    draft_k: Option<usize>,
 }
 
 fn parse_range(s: &str) -> Result<LayerRange, String> {
@@ -193,6 +217,19 @@ fn run() -> anyhow::Result<()> {
             None => generate(args)?,
         },
         Command::Serve(args) => serve(args)?,
+        Command::DeriveDraft { model, out, layers, dtype } => {
+            let dtype = dtype.as_deref().map(veil_enclave::speculate::derive::parse_dtype).transpose()?;
+            let d = veil_enclave::speculate::derive::derive_draft(&model, &out, layers, dtype)?;
+            println!(
+                "wrote {}: {} of {} layers, {} tensors ({} converted), {:.1} MiB",
+                out.display(),
+                d.layers,
+                d.target_layers,
+                d.tensors,
+                d.requantized,
+                d.bytes as f64 / (1 << 20) as f64
+            );
+        }
         Command::Prepare { config, out, model } => {
             let mut route = veil_enclave::pipeline::route::Route::load(&config)?;
             if let Some(m) = model {
@@ -255,6 +292,17 @@ fn generate_remote(addr: std::net::SocketAddr, args: &GenerateArgs) -> anyhow::R
                     println!("{}", serde_json::to_string(&g)?);
                 } else {
                     println!();
+                    if let Some(s) = &g.speculation {
+                        eprintln!(
+                            "speculation ({}): {} rounds for {} tokens, {} of {} drafted tokens kept ({:.0}%)",
+                            s.drafter,
+                            s.rounds,
+                            g.ids.len(),
+                            s.accepted,
+                            s.drafted,
+                            100.0 * s.acceptance()
+                        );
+                    }
                 }
                 return Ok(());
             }
@@ -302,7 +350,16 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
             tokio::net::TcpListener::bind(gen_addr).await.with_context(|| format!("listening on {gen_addr}"))?;
         let sealed_addr = route.sealed_listen;
         let model_name = route.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        let e = entry::Entry::start(route, loaded.slice, tokenizer, loaded.trust);
+        let draft_model = match &route.speculation.draft_model {
+            None => None,
+            Some(path) => {
+                let m = veil_enclave::speculate::model::DraftModel::load(path, &tokenizer)
+                    .with_context(|| format!("loading the draft model {}", path.display()))?;
+                tracing::info!(draft = %m.name(), "draft model loaded for speculative decoding");
+                Some(std::sync::Arc::new(m))
+            }
+        };
+        let e = entry::Entry::start(route, loaded.slice, tokenizer, loaded.trust, draft_model);
         tracing::info!(%addr, generate = %gen_addr, "entry up; internal generate endpoint on loopback");
         if let (Some(sealed), Some(key)) = (sealed_addr, seal_key) {
             let listener =
@@ -337,5 +394,11 @@ fn wire(args: &GenerateArgs) -> veil_enclave::pipeline::entry::GenerateWire {
         repeat_penalty: args.repeat_penalty,
         seed: args.seed,
         stop: args.stop.clone(),
+        speculation: veil_enclave::pipeline::entry::SpeculationRequest {
+            enabled: args.drafter.as_deref().map(|d| d != "none"),
+            drafter: args.drafter.clone(),
+            k: args.draft_k,
+            script: None,
+        },
     }
 }

@@ -50,6 +50,26 @@ fn chat_requests_map_to_template_encoded_generations() {
     assert_eq!((c.request.temperature, c.request.top_p, c.request.seed), (0.5, 0.9, 3));
     assert_eq!(c.request.stop, vec!["\n\n".to_owned()]);
     assert_eq!(c.request.max_tokens, CTX - want.len(), "chat defaults to the rest of the context");
+    assert_eq!(c.request.speculation.enabled, None, "no `speculate`: the cluster decides");
+}
+
+#[test]
+fn speculation_is_switched_per_request_and_nothing_more() {
+    let Some(tok) = tokenizer() else { return };
+    for (flag, want) in [("true", Some(true)), ("false", Some(false))] {
+        let body = format!(r#"{{"messages":[{{"role":"user","content":"Hi"}}],"speculate":{flag}}}"#);
+        let c = generate(&tok, "/v1/chat/completions", &body);
+        assert_eq!(c.request.speculation.enabled, want);
+        // The sealed API cannot pick a drafter or script one.
+        assert_eq!((c.request.speculation.drafter.as_deref(), c.request.speculation.script.as_deref()), (None, None));
+    }
+    let bad = call(
+        &tok,
+        "POST",
+        "/v1/chat/completions",
+        r#"{"messages":[{"role":"user","content":"Hi"}],"speculate":"yes"}"#,
+    );
+    assert!(bad.is_err());
 }
 
 #[test]

@@ -217,6 +217,7 @@ fn malformed_and_out_of_order_frames_drop_only_that_link() {
                 truncate_to: None,
                 want: veil_enclave::link::frame::Want::Nothing,
                 route: vec![0, 0],
+                kv_lens: vec![0],
                 sampling: None,
                 precision: veil_enclave::link::frame::Precision::F32,
                 width: 576,

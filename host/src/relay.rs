@@ -7,7 +7,13 @@
 //! - `GET /v1/attestation[?nonce=HEX]` → the entry's evidence document
 //! - `POST /v1/sealed` → a sealed request; the sealed response streams back
 //! - `GET /healthz` → whether the entry answers
-//! - `GET /metrics` → Prometheus text
+//! - `GET /metrics` → Prometheus text (the relay's counters, then the
+//!   entry's speculation counts)
+//!
+//! TLS on the public side is optional ([`tls_server_config`]): the sealed
+//! layer already hides content from everyone but the entry; TLS also hides
+//! which endpoint a client calls and the sizes of its messages' headers from
+//! the network between the client and the host.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -38,6 +44,8 @@ pub struct RelayConfig {
     pub header_timeout: Duration,
     /// Time allowed to send the request body.
     pub body_timeout: Duration,
+    /// Serve HTTPS with this configuration instead of plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 impl RelayConfig {
@@ -49,6 +57,7 @@ impl RelayConfig {
             max_concurrent: 64,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
+            tls: None,
         }
     }
 }
@@ -133,31 +142,66 @@ impl Relay {
 
     /// Serves on `listener` until the task is dropped.
     pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener) {
-        let header_timeout = self.config.header_timeout;
+        let acceptor = self.config.tls.clone().map(tokio_rustls::TlsAcceptor::from);
         loop {
             let Ok((tcp, _)) = listener.accept().await else { continue };
             let relay = self.clone();
+            let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req| {
-                    let relay = relay.clone();
-                    async move { Ok::<_, Infallible>(relay.handle(req).await) }
-                });
-                let mut builder = hyper::server::conn::http1::Builder::new();
-                builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
-                if let Err(e) = builder.serve_connection(TokioIo::new(tcp), service).await {
-                    tracing::debug!(error = %e, "client connection ended");
+                let Some(acceptor) = acceptor else { return relay.serve_connection(tcp).await };
+                // The handshake counts against the header timeout: a client
+                // that stalls it holds a connection no longer than one that
+                // stalls its request head.
+                match tokio::time::timeout(relay.config.header_timeout, acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => relay.serve_connection(tls).await,
+                    Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
+                    Err(_) => tracing::debug!("TLS handshake timed out"),
                 }
             });
+        }
+    }
+
+    async fn serve_connection<I>(self: Arc<Self>, io: I)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let header_timeout = self.config.header_timeout;
+        let relay = self;
+        let service = hyper::service::service_fn(move |req| {
+            let relay = relay.clone();
+            async move { Ok::<_, Infallible>(relay.handle(req).await) }
+        });
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+        if let Err(e) = builder.serve_connection(TokioIo::new(io), service).await {
+            tracing::debug!(error = %e, "client connection ended");
         }
     }
 
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         match (req.method().as_str(), req.uri().path()) {
             ("GET", "/healthz") => self.health().await,
-            ("GET", "/metrics") => text(StatusCode::OK, self.metrics.render()),
+            ("GET", "/metrics") => text(StatusCode::OK, self.metrics.render() + &self.entry_metrics().await),
             ("GET", "/v1/attestation") => self.attestation(req.uri().query().map(str::to_owned)).await,
             ("POST", "/v1/sealed") => self.sealed(req).await,
             _ => text(StatusCode::NOT_FOUND, "unknown endpoint\n"),
+        }
+    }
+
+    /// The entry's own counters (speculation), appended to the relay's.
+    async fn entry_metrics(&self) -> String {
+        let Ok(uri) = format!("http://{}/metrics", self.config.entry).parse() else { return String::new() };
+        let Ok(Ok(resp)) = tokio::time::timeout(Duration::from_secs(2), self.client.get(uri)).await else {
+            return String::new();
+        };
+        if !resp.status().is_success() {
+            return String::new();
+        }
+        let body =
+            tokio::time::timeout(Duration::from_secs(2), Limited::new(resp.into_body(), 64 << 10).collect()).await;
+        match body {
+            Ok(Ok(b)) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+            _ => String::new(),
         }
     }
 
@@ -264,6 +308,57 @@ impl Relay {
         });
         Response::from_parts(parts, stream)
     }
+}
+
+/// Why a TLS configuration could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsConfigError {
+    /// The certificate file is missing, unreadable or holds no certificate.
+    #[error("certificate chain {path}: {reason}")]
+    Certificates {
+        /// The file.
+        path: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// The key file is missing, unreadable or holds no private key.
+    #[error("private key {path}: {reason}")]
+    Key {
+        /// The file.
+        path: String,
+        /// What was wrong.
+        reason: String,
+    },
+    /// rustls refused the pair (for instance, the key does not match the certificate).
+    #[error("TLS configuration: {0}")]
+    Rustls(#[from] rustls::Error),
+}
+
+/// A TLS 1.2/1.3 server configuration (HTTP/1.1 over ALPN) from a PEM
+/// certificate chain (leaf first) and a PEM private key.
+pub fn tls_server_config(
+    cert_chain: &std::path::Path,
+    key: &std::path::Path,
+) -> Result<Arc<rustls::ServerConfig>, TlsConfigError> {
+    use rustls_pki_types::pem::PemObject as _;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let certs_err = |reason: String| TlsConfigError::Certificates { path: cert_chain.display().to_string(), reason };
+    let certs = CertificateDer::pem_file_iter(cert_chain)
+        .map_err(|e| certs_err(e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| certs_err(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(certs_err("no CERTIFICATE block".into()));
+    }
+    let key = PrivateKeyDer::from_pem_file(key)
+        .map_err(|e| TlsConfigError::Key { path: key.display().to_string(), reason: e.to_string() })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
 }
 
 /// A body fed by a task through a channel.

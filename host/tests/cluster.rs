@@ -50,6 +50,24 @@ fn generate(addr: SocketAddr) -> String {
     std::io::BufReader::new(tcp).lines().map(|l| l.unwrap()).last().unwrap_or_default()
 }
 
+/// A child process stopped (SIGTERM, then SIGKILL) when the test ends,
+/// whether it passes or panics: no test leaves a cluster running.
+struct Stopped(std::process::Child);
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while matches!(self.0.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| !s.contains(") Z "))
 }
@@ -65,14 +83,13 @@ fn supervises_restarts_and_stops_every_shard() {
     let dir = std::env::temp_dir().join(format!("veil-cluster-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let gen = port();
+    let (gen, gateway) = (port(), port());
     let config = format!(
         "model = {:?}\npolicy = \"sim/policy.dev.toml\"\nsimulated_root = \"sim\"\nheartbeat_ms = 100\n\
-         [entry]\ngenerate_listen = \"{gen}\"\nsealed_listen = \"{}\"\n\
+         [entry]\ngenerate_listen = \"{gen}\"\nsealed_listen = \"{gateway}\"\n\
          [[stage]]\nlayers = [0, 12]\nreplicas = [\"{}\"]\n\
          [[stage]]\nlayers = [12, 30]\nreplicas = [\"{}\"]\n",
         model.display().to_string(),
-        port(),
         port(),
         port()
     );
@@ -80,18 +97,22 @@ fn supervises_restarts_and_stops_every_shard() {
     std::fs::write(dir.join("cluster.toml"), config).unwrap();
     let log = dir.join("cluster.log");
     let stdout = dir.join("stdout.log");
-    let mut sup = Command::new(&host)
-        .args(["cluster", "--listen", &public.to_string(), "--config"])
-        .arg(dir.join("cluster.toml"))
-        .env("RUST_LOG", "info")
-        .stdout(std::fs::File::create(&stdout).unwrap())
-        .stderr(std::fs::File::create(&log).unwrap())
-        .spawn()
-        .unwrap();
+    let mut sup = Stopped(
+        Command::new(&host)
+            .args(["cluster", "--listen", &public.to_string(), "--config"])
+            .arg(dir.join("cluster.toml"))
+            .env("RUST_LOG", "info")
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     let text = wait_for(&log, "ready", 1);
     assert!(generate(gen).contains("\"done\""));
     wait_for(&stdout, &format!("listening on http://{public}"), 1);
     sealed_chat_through_the_relay(&dir, public, &log);
+    sealed_chat_over_https(&dir, gateway);
+    policy_init_pins_what_it_saw(&host, &dir, public);
     let pid_of = |text: &str, stage: usize| -> Vec<u32> {
         text.lines()
             .filter(|l| l.contains("shard started") && l.contains(&format!("stage={stage} ")))
@@ -109,8 +130,8 @@ fn supervises_restarts_and_stops_every_shard() {
     let shards: Vec<u32> = [0, 1].iter().filter_map(|&s| pid_of(&text, s).last().copied()).collect();
     assert_eq!(shards.len(), 2);
     assert!(!shards.contains(&victim));
-    Command::new("kill").args(["-TERM", &sup.id().to_string()]).status().unwrap();
-    let status = sup.wait().unwrap();
+    Command::new("kill").args(["-TERM", &sup.0.id().to_string()]).status().unwrap();
+    let status = sup.0.wait().unwrap();
     assert!(status.success(), "supervisor exited with {status}");
     let deadline = Instant::now() + Duration::from_secs(5);
     while shards.iter().any(|&p| alive(p)) {
@@ -178,6 +199,84 @@ fn sealed_chat_through_the_relay(dir: &std::path::Path, public: SocketAddr, host
     }
     let metrics = generate_metrics(public);
     assert!(metrics.contains("veil_relay_requests_total{endpoint=\"sealed\",outcome=\"ok\"} 1"), "{metrics}");
+    // The entry's counts ride along (the chat's decode rounds), never content.
+    let rounds = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("veil_entry_decode_rounds_total "))
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    assert!(rounds.is_some_and(|r| r > 0), "{metrics}");
+}
+
+/// The public API over TLS (a second relay in front of the same entry, with
+/// a certificate from a test CA): the SDK connects over https:// when it
+/// trusts the CA and refuses the host's certificate when it does not.
+fn sealed_chat_over_https(dir: &std::path::Path, gateway: SocketAddr) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(rcgen::DnType::CommonName, "Veil test CA");
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let host_key = rcgen::KeyPair::generate().unwrap();
+    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    let issuer = rcgen::Issuer::from_params(&ca, &ca_key);
+    let leaf = leaf.signed_by(&host_key, &issuer).unwrap();
+    std::fs::write(dir.join("host.crt"), leaf.pem()).unwrap();
+    std::fs::write(dir.join("host.key"), host_key.serialize_pem()).unwrap();
+    std::fs::write(dir.join("ca.crt"), ca_cert.pem()).unwrap();
+    let tls = veil_host::relay::tls_server_config(&dir.join("host.crt"), &dir.join("host.key")).unwrap();
+    let policy_text = std::fs::read_to_string(dir.join("sim/policy.dev.toml")).unwrap();
+    let policy = veil_attestation::Policy::from_toml(&policy_text).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    rt.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://localhost:{}", listener.local_addr().unwrap().port());
+        let relay = veil_host::relay::Relay::new(veil_host::relay::RelayConfig {
+            tls: Some(tls),
+            ..veil_host::relay::RelayConfig::new(gateway)
+        });
+        let served = tokio::spawn(relay.serve(listener));
+        let untrusted = veil_client::sdk::Client::connect(&url, &policy).await;
+        let err = untrusted.expect_err("a certificate from an unknown CA was accepted").to_string();
+        assert!(err.contains("certificate") || err.contains("UnknownIssuer"), "{err}");
+        let options = veil_client::sdk::ConnectOptions::default().with_ca_file(&dir.join("ca.crt")).unwrap();
+        let client = veil_client::sdk::Client::connect_with(&url, &policy, &options).await.unwrap();
+        let body =
+            serde_json::json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4, "temperature": 0});
+        let resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&resp.collect().await.unwrap()).unwrap();
+        assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
+        served.abort();
+    });
+}
+
+/// `veil policy init` pins what the route presented, simulated roots
+/// included; the pinned policy verifies the same route, and refuses it once
+/// the pinned simulated root is another one.
+fn policy_init_pins_what_it_saw(host: &std::path::Path, dir: &std::path::Path, public: SocketAddr) {
+    let veil = host.with_file_name("veil");
+    let url = format!("http://{public}");
+    let pinned = dir.join("pinned.toml");
+    let refused = Command::new(&veil).args(["policy", "init", &url, "--out"]).arg(&pinned).output().unwrap();
+    assert_eq!(refused.status.code(), Some(1), "{}", String::from_utf8_lossy(&refused.stderr));
+    let why = format!("{}{}", String::from_utf8_lossy(&refused.stdout), String::from_utf8_lossy(&refused.stderr));
+    assert!(why.contains("--allow-simulated"), "{why}");
+    let init =
+        Command::new(&veil).args(["policy", "init", &url, "--allow-simulated", "--out"]).arg(&pinned).output().unwrap();
+    assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+    let text = std::fs::read_to_string(&pinned).unwrap();
+    let policy = veil_attestation::Policy::from_toml(&text).unwrap();
+    assert!(policy.allow_simulated && policy.simulated_roots.len() == 1, "{text}");
+    assert_eq!(policy.manifest_roots.len(), 2, "one pinned manifest root per layer range:\n{text}");
+    let verify = |policy: &std::path::Path| Command::new(&veil).args(["verify", &url, "--policy"]).arg(policy).output();
+    let ok = verify(&pinned).unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stdout));
+    let other = dir.join("other-root.toml");
+    let root = hex::encode(policy.simulated_roots[0].0);
+    std::fs::write(&other, text.replace(&root, &"ab".repeat(32))).unwrap();
+    let no = verify(&other).unwrap();
+    let why = format!("{}{}", String::from_utf8_lossy(&no.stdout), String::from_utf8_lossy(&no.stderr));
+    assert_eq!(no.status.code(), Some(1), "{why}");
+    assert!(why.contains("a simulated root pinned in policy simulated_roots"), "{why}");
 }
 
 fn generate_metrics(public: SocketAddr) -> String {
@@ -211,13 +310,15 @@ fn openai_python_client_through_veil_proxy(
     assert!(veil.exists(), "veil is not built next to veil-host");
     let listen = port();
     let out = dir.join("proxy.out");
-    let mut proxy = Command::new(&veil)
-        .args(["proxy", &format!("http://{public}"), "--listen", &listen.to_string(), "--policy"])
-        .arg(dir.join("sim/policy.dev.toml"))
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(dir.join("proxy.err")).unwrap())
-        .spawn()
-        .unwrap();
+    let proxy = Stopped(
+        Command::new(&veil)
+            .args(["proxy", &format!("http://{public}"), "--listen", &listen.to_string(), "--policy"])
+            .arg(dir.join("sim/policy.dev.toml"))
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(dir.join("proxy.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
     wait_for(&out, "listening on", 1);
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/openai_client_check.py");
     let run = Command::new("python3").arg(script).arg(format!("http://{listen}/v1")).output().unwrap();
@@ -248,8 +349,7 @@ fn openai_python_client_through_veil_proxy(
         std::thread::sleep(Duration::from_millis(200));
     };
     let proxy_log = std::fs::read_to_string(dir.join("proxy.err")).unwrap_or_default();
-    let _ = proxy.kill();
-    let _ = proxy.wait();
+    drop(proxy);
     assert!(models.starts_with("HTTP/1.1 200"), "after the entry's key changed:\n{models}\n{proxy_log}");
     assert!(proxy_log.contains("verified again"), "{proxy_log}");
     assert!(

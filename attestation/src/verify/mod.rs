@@ -49,8 +49,9 @@ pub struct ExpectedClaims {
 pub enum RootKind {
     /// A pinned AMD root key.
     Amd,
-    /// Veil's simulated root (accepted only under `allow_simulated`).
-    Simulated,
+    /// Veil's simulated root (accepted only under `allow_simulated`), by the
+    /// SHA-256 of its SubjectPublicKeyInfo (what `simulated_roots` pins).
+    Simulated(KeyHash),
 }
 
 /// Evidence that passed every check of a policy. Only [`verify`] makes one.
@@ -80,7 +81,14 @@ impl VerifiedEvidence {
     }
     /// Whether the evidence came from the simulated attester.
     pub fn is_simulated(&self) -> bool {
-        self.root == RootKind::Simulated
+        matches!(self.root, RootKind::Simulated(_))
+    }
+    /// The simulated root's key fingerprint, for simulated evidence.
+    pub fn simulated_root(&self) -> Option<KeyHash> {
+        match self.root {
+            RootKind::Simulated(k) => Some(k),
+            RootKind::Amd => None,
+        }
     }
     /// The claims `REPORT_DATA` commits to, when the bundle carried them.
     pub fn claims(&self) -> Option<&Claims> {
@@ -112,7 +120,7 @@ pub fn verify(
     }
     match (appraisal.report, appraisal.product, appraisal.signer, appraisal.root) {
         (Some(snp), Some(product), Some(signer), Some(root)) => {
-            if root == RootKind::Simulated {
+            if matches!(root, RootKind::Simulated(_)) {
                 tracing::warn!(
                     "accepting SIMULATED attestation evidence (policy allow_simulated = true): no hardware guarantee"
                 );
@@ -197,7 +205,7 @@ pub fn appraise(bundle: &EvidenceBundle, policy: &Policy, expected: &ExpectedCla
         Ok(c) => {
             let root = match c.root {
                 RootKind::Amd => "AMD root",
-                RootKind::Simulated => "SIMULATED root",
+                RootKind::Simulated(_) => "SIMULATED root",
             };
             t.record(
                 CheckId::EndorsementChain,
@@ -211,7 +219,7 @@ pub fn appraise(bundle: &EvidenceBundle, policy: &Policy, expected: &ExpectedCla
                     ),
                 },
             );
-            if c.root == RootKind::Simulated {
+            if matches!(c.root, RootKind::Simulated(_)) {
                 t.warnings.push(
                     "SIMULATED evidence: signed by Veil's software root, not by AMD hardware. \
                      Accepted only because the policy sets allow_simulated = true. It proves nothing about confidentiality."
@@ -411,7 +419,7 @@ fn check_chain(
                     format!("simulated root {fingerprint}"),
                 ));
             }
-            (c.clone(), RootKind::Simulated)
+            (c.clone(), RootKind::Simulated(fingerprint))
         }
         Some(c) => {
             return Err(fail(
@@ -422,7 +430,7 @@ fn check_chain(
     };
     // The pinned AMD ARK's self-signature and its ASK were verified once when
     // the builtin roots were loaded; only supplied certificates are checked here.
-    if root == RootKind::Simulated {
+    if matches!(root, RootKind::Simulated(_)) {
         ark.verify_signed_by(&ark).map_err(|err| fail("a self-signed ARK", err.to_string()))?;
     }
 

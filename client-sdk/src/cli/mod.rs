@@ -64,7 +64,7 @@ pub enum PolicyCommand {
 /// `veil policy init URL`
 #[derive(Debug, Args)]
 pub struct PolicyInitArgs {
-    /// The host's public URL (`http://HOST:PORT`).
+    /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
     pub url: String,
     /// Where to write the policy.
     #[arg(long)]
@@ -75,12 +75,15 @@ pub struct PolicyInitArgs {
     /// Replace an existing file.
     #[arg(long)]
     pub force: bool,
+    /// Also trust these PEM certificate authorities for the host's https:// URL.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
 }
 
 /// `veil proxy URL`
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
-    /// The host's public URL (`http://HOST:PORT`).
+    /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
     pub url: String,
     /// Policy file every shard must satisfy.
     #[arg(long)]
@@ -88,22 +91,28 @@ pub struct ProxyArgs {
     /// Where to serve the plain API (loopback only).
     #[arg(long, default_value = "127.0.0.1:8000")]
     pub listen: std::net::SocketAddr,
+    /// Also trust these PEM certificate authorities for the host's https:// URL.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
 }
 
 /// `veil verify URL`
 #[derive(Debug, Args)]
 pub struct RouteVerifyArgs {
-    /// The host's public URL (`http://HOST:PORT`).
+    /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
     pub url: String,
     /// Policy file every shard must satisfy.
     #[arg(long)]
     pub policy: PathBuf,
+    /// Also trust these PEM certificate authorities for the host's https:// URL.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
 }
 
 /// `veil chat URL`
 #[derive(Debug, Args)]
 pub struct ChatArgs {
-    /// The host's public URL (`http://HOST:PORT`).
+    /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
     pub url: String,
     /// Policy file every shard must satisfy.
     #[arg(long)]
@@ -114,6 +123,9 @@ pub struct ChatArgs {
     /// Sampling temperature (0 = greedy).
     #[arg(long, default_value_t = 0.7)]
     pub temperature: f32,
+    /// Also trust these PEM certificate authorities for the host's https:// URL.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
 }
 
 /// `veil attest …`
@@ -240,5 +252,14 @@ pub fn run(cli: Cli) -> Exit {
         Command::Chat(args) => route::chat(&args),
         Command::Proxy(args) => proxy::run(&args),
         Command::Policy(PolicyCommand::Init(args)) => policy_init::run(&args),
+    }
+}
+
+/// Connection options from a `--ca` flag.
+fn connect_options(ca: Option<&std::path::Path>) -> Result<crate::sdk::ConnectOptions, crate::sdk::ClientError> {
+    let options = crate::sdk::ConnectOptions::default();
+    match ca {
+        Some(path) => options.with_ca_file(path),
+        None => Ok(options),
     }
 }

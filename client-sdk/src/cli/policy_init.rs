@@ -24,7 +24,14 @@ pub fn run(args: &PolicyInitArgs) -> Exit {
             return Exit::Unreadable;
         }
     };
-    let client = match rt.block_on(Client::connect(&args.url, &seen_policy)) {
+    let options = match super::connect_options(args.ca.as_deref()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("veil policy init: {e}");
+            return Exit::Unreadable;
+        }
+    };
+    let client = match rt.block_on(Client::connect_with(&args.url, &seen_policy, &options)) {
         Ok(c) => c,
         Err(e) => {
             if let Some(t) = e.check_table() {
@@ -43,6 +50,13 @@ pub fn run(args: &PolicyInitArgs) -> Exit {
     let all: Vec<&VerifiedShard> = std::iter::once(&route.entry).chain(&route.shards).collect();
     let mut policy = Policy { allow_simulated: all.iter().any(|s| s.evidence.is_simulated()), ..Policy::default() };
     for s in &all {
+        // Simulated evidence is pinned to the roots seen: another simulated
+        // root (anyone can make one) does not pass this policy.
+        if let Some(root) = s.evidence.simulated_root() {
+            if !policy.simulated_roots.contains(&root) {
+                policy.simulated_roots.push(root);
+            }
+        }
         let m = veil_attestation::Measurement(s.evidence.report().measurement());
         if !policy.measurements.contains(&m) {
             policy.measurements.push(m);

@@ -15,7 +15,7 @@ use hyper::{Request, Response, StatusCode};
 use tokio::sync::RwLock;
 
 use super::{Exit, ProxyArgs};
-use crate::sdk::{Client, ClientError};
+use crate::sdk::{Client, ClientError, ConnectOptions};
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
@@ -25,6 +25,7 @@ const MAX_BODY: usize = 1 << 20;
 struct Proxy {
     url: String,
     policy: veil_attestation::Policy,
+    options: ConnectOptions,
     client: RwLock<Arc<Client>>,
 }
 
@@ -54,7 +55,7 @@ impl Proxy {
             // The entry no longer opens what was sealed to this key (it
             // restarted with a new one): verify the route again and retry once.
             Err(ClientError::Host(m)) if ["400", "409", "422"].iter().any(|c| m.starts_with(c)) => {
-                match Client::connect(&self.url, &self.policy).await {
+                match Client::connect_with(&self.url, &self.policy, &self.options).await {
                     Ok(fresh) => {
                         tracing::warn!("the entry's key changed: route verified again");
                         let fresh = Arc::new(fresh);
@@ -127,11 +128,44 @@ pub fn run(args: &ProxyArgs) -> Exit {
             return Exit::Unreadable;
         }
     };
-    rt.block_on(serve(args.url.clone(), policy, args.listen))
+    let options = match super::connect_options(args.ca.as_deref()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("veil proxy: {e}");
+            return Exit::Unreadable;
+        }
+    };
+    rt.block_on(serve(args.url.clone(), policy, options, args.listen))
 }
 
-async fn serve(url: String, policy: veil_attestation::Policy, listen: SocketAddr) -> Exit {
-    let client = match Client::connect(&url, &policy).await {
+async fn serve(url: String, policy: veil_attestation::Policy, options: ConnectOptions, listen: SocketAddr) -> Exit {
+    let listener = match tokio::net::TcpListener::bind(listen).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("veil proxy: cannot listen on {listen}: {e}");
+            return Exit::Unreadable;
+        }
+    };
+    serve_on(listener, url, policy, options).await
+}
+
+/// Verifies the route at `url` against `policy`, then serves the plain API
+/// on `listener` until Ctrl-C; refuses to start (returns) when verification
+/// fails. The listener should be on loopback: what it serves is plaintext.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    url: String,
+    policy: veil_attestation::Policy,
+    options: ConnectOptions,
+) -> Exit {
+    let listen = match listener.local_addr() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("veil proxy: {e}");
+            return Exit::Unreadable;
+        }
+    };
+    let client = match Client::connect_with(&url, &policy, &options).await {
         Ok(c) => c,
         Err(e) => {
             if let Some(t) = e.check_table() {
@@ -141,16 +175,9 @@ async fn serve(url: String, policy: veil_attestation::Policy, listen: SocketAddr
             return if matches!(e, ClientError::Attestation { .. }) { Exit::Rejected } else { Exit::Unreadable };
         }
     };
-    let listener = match tokio::net::TcpListener::bind(listen).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("veil proxy: cannot listen on {listen}: {e}");
-            return Exit::Unreadable;
-        }
-    };
     eprintln!("veil proxy: route verified ({} shard(s)); sealing every call", 1 + client.route().shards.len());
     println!("listening on http://{listen}/v1");
-    let proxy = Arc::new(Proxy { url, policy, client: RwLock::new(Arc::new(client)) });
+    let proxy = Arc::new(Proxy { url, policy, options, client: RwLock::new(Arc::new(client)) });
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return Exit::Accepted,

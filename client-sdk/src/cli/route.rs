@@ -16,10 +16,15 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())
 }
 
-fn connect(url: &str, policy_path: &std::path::Path) -> Result<(tokio::runtime::Runtime, Client), (Exit, String)> {
+fn connect(
+    url: &str,
+    policy_path: &std::path::Path,
+    ca: Option<&std::path::Path>,
+) -> Result<(tokio::runtime::Runtime, Client), (Exit, String)> {
     let policy = policy(policy_path).map_err(|e| (Exit::Unreadable, e))?;
+    let options = super::connect_options(ca).map_err(|e| (Exit::Unreadable, e.to_string()))?;
     let rt = runtime().map_err(|e| (Exit::Unreadable, e))?;
-    match rt.block_on(Client::connect(url, &policy)) {
+    match rt.block_on(Client::connect_with(url, &policy, &options)) {
         Ok(c) => Ok((rt, c)),
         Err(e @ ClientError::Attestation { .. }) => {
             let table = e.check_table().unwrap_or_default();
@@ -36,7 +41,7 @@ fn print_shard(name: &str, s: &VerifiedShard) {
 
 /// `veil verify URL --policy P`: a check table per shard; exit 0/1/2.
 pub fn verify(args: &RouteVerifyArgs) -> Exit {
-    match connect(&args.url, &args.policy) {
+    match connect(&args.url, &args.policy, args.ca.as_deref()) {
         Err((exit, message)) => {
             eprintln!("{message}");
             exit
@@ -61,7 +66,7 @@ pub fn verify(args: &RouteVerifyArgs) -> Exit {
 /// `veil chat URL --policy P`: interactive when stdin is a terminal,
 /// otherwise one user turn per input line.
 pub fn chat(args: &ChatArgs) -> Exit {
-    let (rt, client) = match connect(&args.url, &args.policy) {
+    let (rt, client) = match connect(&args.url, &args.policy, args.ca.as_deref()) {
         Ok(c) => c,
         Err((exit, message)) => {
             eprintln!("{message}");

@@ -154,6 +154,12 @@ impl Sampler {
         Ok(order.into_iter().zip(probs).map(|(t, x)| (t, (x / total) as f32)).collect())
     }
 
+    /// A uniform draw in `[0, 1)` from this sampler's random stream (the
+    /// acceptance test of speculative verification).
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.next_f64()
+    }
+
     /// Draws from a distribution with this sampler's random stream.
     pub fn draw(&mut self, dist: &Distribution) -> u32 {
         if dist.len() == 1 {

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::entry::tokenizer::{ChatMessage, Tokenizer};
-use crate::pipeline::entry::GenerateWire;
+use crate::pipeline::entry::{GenerateWire, SpeculationRequest};
 
 /// Default `max_tokens` of `/v1/completions` (as OpenAI's).
 pub const DEFAULT_COMPLETION_TOKENS: usize = 16;
@@ -107,6 +107,11 @@ struct Common {
     logprobs: Option<Value>,
     #[serde(default)]
     echo: Option<bool>,
+    /// Veil extension: speculative decoding on (`true`) or off (`false`)
+    /// for this request; absent = the cluster's setting. Never changes the
+    /// output's distribution, only its speed.
+    #[serde(default)]
+    speculate: Option<bool>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -266,6 +271,7 @@ pub fn parse(
         repeat_penalty: 1.0,
         seed: common.seed.unwrap_or(0),
         stop,
+        speculation: SpeculationRequest { enabled: common.speculate, ..SpeculationRequest::default() },
     };
     Ok(Route::Generate(Box::new(Call {
         kind,

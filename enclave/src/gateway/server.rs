@@ -10,6 +10,8 @@
 //!   back as a chunked Oblivious HTTP response. Inside: the OpenAI API
 //!   ([`openai`](super::openai)).
 //! - `GET /healthz`: 200 once every stage has a verified shard.
+//! - `GET /metrics`: speculation counts across all sessions (rounds, drafted
+//!   and kept tokens, committed tokens), Prometheus text; counts only.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -110,6 +112,9 @@ impl Gateway {
                 plain_error(StatusCode::SERVICE_UNAVAILABLE, "waiting for a verified shard per stage")
             }
             ("GET", "/v1/attestation") => self.attestation(req.uri().query()).await,
+            ("GET", "/metrics") => {
+                full(StatusCode::OK, "text/plain; version=0.0.4", self.entry.counters().render().into())
+            }
             ("POST", "/v1/sealed") => self.sealed(req).await,
             _ => plain_error(StatusCode::NOT_FOUND, "unknown endpoint"),
         }

@@ -106,6 +106,10 @@ pub struct Forward {
     pub want: Want,
     /// Replica index chosen for every stage after the entry.
     pub route: Vec<u8>,
+    /// Each earlier stage's KV length for this session after running this
+    /// frame (the entry's first); the last shard returns them, with its own,
+    /// in the verdict, so the entry can check every shard rolled back.
+    pub kv_lens: Vec<u32>,
     /// The transform for the verdict (required when `want` is not `Nothing`).
     pub sampling: Option<SamplingSpec>,
     /// Wire encoding of `hidden`.
@@ -127,6 +131,8 @@ pub struct Verdict {
     pub seq: u64,
     /// One distribution per wanted position.
     pub positions: Vec<Vec<(u32, f32)>>,
+    /// Every stage's KV length for the session after the frame, stage 0 first.
+    pub kv_lens: Vec<u32>,
 }
 
 /// Why a peer reports failure.
@@ -333,6 +339,8 @@ impl Frame {
                 });
                 w.len(f.route.len());
                 w.0.extend_from_slice(&f.route);
+                w.len(f.kv_lens.len());
+                f.kv_lens.iter().for_each(|&l| w.u32(l));
                 match &f.sampling {
                     None => w.u8(0),
                     Some(s) => {
@@ -371,6 +379,8 @@ impl Frame {
                         w.f32(p);
                     }
                 }
+                w.len(v.kv_lens.len());
+                v.kv_lens.iter().for_each(|&l| w.u32(l));
             }
             Self::EndSession(s) => {
                 w.u8(KIND_END);
@@ -465,7 +475,9 @@ impl Frame {
                     }
                     positions.push(dist);
                 }
-                Self::Verdict(Verdict { session, seq, positions })
+                let n = r.count(4, 256, "KV lengths")?;
+                let kv_lens = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
+                Self::Verdict(Verdict { session, seq, positions, kv_lens })
             }
             KIND_END => Self::EndSession(r.u64()?),
             KIND_ERROR => {
@@ -511,6 +523,8 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
     };
     let n = r.count(1, 255, "route")?;
     let route = r.take(n)?.to_vec();
+    let n = r.count(4, 256, "KV lengths")?;
+    let kv_lens = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
     let sampling = match r.u8()? {
         0 => None,
         1 => {
@@ -559,6 +573,7 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
         truncate_to,
         want,
         route,
+        kv_lens,
         sampling,
         precision,
         width: width as u32,
@@ -640,6 +655,7 @@ mod tests {
             truncate_to: Some(12),
             want: Want::Last,
             route: vec![0, 1],
+            kv_lens: vec![13],
             sampling: Some(SamplingSpec {
                 temperature: 0.7,
                 top_k: 40,
@@ -665,7 +681,12 @@ mod tests {
             Frame::Forward(forward(Precision::F32)),
             Frame::Forward(forward(Precision::F16)),
             Frame::Forward(forward(Precision::Bf16)),
-            Frame::Verdict(Verdict { session: 7, seq: 3, positions: vec![vec![(5, 1.0)], vec![(1, 0.25), (2, 0.75)]] }),
+            Frame::Verdict(Verdict {
+                session: 7,
+                seq: 3,
+                positions: vec![vec![(5, 1.0)], vec![(1, 0.25), (2, 0.75)]],
+                kv_lens: vec![12, 12, 12],
+            }),
             Frame::EndSession(7),
             Frame::Error(LinkError { session: Some(7), seq: 3, code: ErrorCode::KvFull, message: "full".into() }),
             Frame::Ping(1),
@@ -713,7 +734,7 @@ mod tests {
         d.push(&Frame::Forward(f).encode());
         assert!(matches!(d.next_frame(), Err(FrameError::Malformed { frame: "forward", .. })));
         // A verdict whose probabilities do not sum to one.
-        let v = Verdict { session: 1, seq: 1, positions: vec![vec![(1, 0.5)]] };
+        let v = Verdict { session: 1, seq: 1, positions: vec![vec![(1, 0.5)]], kv_lens: vec![] };
         let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
         d.push(&Frame::Verdict(v).encode());
         assert!(matches!(d.next_frame(), Err(FrameError::Malformed { frame: "verdict", .. })));

@@ -164,6 +164,7 @@ mod tests {
             truncate_to: None,
             want: Want::Nothing,
             route: vec![],
+            kv_lens: vec![],
             sampling: None,
             precision: Precision::F32,
             width: 1,
@@ -203,7 +204,12 @@ mod tests {
         // Verdicts only on control links, from the shard.
         let mut s = LinkState::new(Side::Acceptor, require());
         s.on_receive(&hello(LinkRole::Control, (0, 10), 1)).unwrap();
-        let v = Frame::Verdict(super::super::frame::Verdict { session: 1, seq: 1, positions: vec![vec![(0, 1.0)]] });
+        let v = Frame::Verdict(super::super::frame::Verdict {
+            session: 1,
+            seq: 1,
+            positions: vec![vec![(0, 1.0)]],
+            kv_lens: vec![],
+        });
         assert!(matches!(s.on_receive(&v), Err(Violation::NotAllowed { .. })));
     }
 }

@@ -22,13 +22,15 @@ use veil_attestation::ratls::VerifiedPeer;
 use veil_attestation::EvidenceBundle;
 
 use super::net::{Downstream, Trust};
-use super::route::Route;
+use super::route::{DrafterKind, Route};
 use super::worker::{Command, Input, Job, Output, StageWorker};
 use crate::entry::sampler::{Sampler, SamplingParams};
 use crate::entry::tokenizer::{ChatMessage, Tokenizer};
 use crate::generate::{check_request, GenerateRequest, Generation, TextStream};
 use crate::link::frame::{ErrorCode, Frame, LinkError, LinkRole, SamplingSpec, Verdict, Want};
 use crate::model::{LayerSlice, ModelError};
+use crate::speculate::model::DraftModel;
+use crate::speculate::{verify_round, AdaptiveK, Draft, DraftMode, Drafter, DrafterSpec, SpecStats, MAX_K};
 
 /// Longest request line accepted on the internal endpoint.
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;
@@ -75,6 +77,28 @@ pub struct GenerateWire {
     /// Stop strings.
     #[serde(default)]
     pub stop: Vec<String>,
+    /// Speculative decoding for this request.
+    #[serde(default)]
+    pub speculation: SpeculationRequest,
+}
+
+/// A request's speculative decoding choices; unset fields take the route's.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SpeculationRequest {
+    /// On or off; unset = the route's setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// `"ngram"`, `"model"` (the route's draft model) or `"script"`
+    /// (proposes `script`: tests and benchmarks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drafter: Option<String>,
+    /// A fixed k instead of adaptive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<usize>,
+    /// The continuation the `"script"` drafter proposes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<Vec<u32>>,
 }
 
 fn one() -> f32 {
@@ -165,12 +189,114 @@ pub struct Entry {
     /// Per stage after the entry, per replica.
     replicas: Mutex<Vec<Vec<Replica>>>,
     next_session: AtomicU64,
+    draft_model: Option<Arc<DraftModel>>,
+    counters: SpecCounters,
+}
+
+/// Entry-wide speculation counts (no content): for `/metrics`.
+#[derive(Debug, Default)]
+pub struct SpecCounters {
+    /// Decode rounds of every session.
+    pub rounds: AtomicU64,
+    /// Rounds that carried drafted tokens.
+    pub spec_rounds: AtomicU64,
+    /// Tokens drafted.
+    pub drafted: AtomicU64,
+    /// Drafted tokens kept.
+    pub accepted: AtomicU64,
+    /// Tokens committed by decode rounds.
+    pub committed: AtomicU64,
+}
+
+impl SpecCounters {
+    /// Prometheus text.
+    pub fn render(&self) -> String {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut out = String::new();
+        out += "# HELP veil_entry_decode_rounds_total Pipeline rounds after the prompt.\n# TYPE veil_entry_decode_rounds_total counter\n";
+        out += &format!("veil_entry_decode_rounds_total {}\n", g(&self.rounds));
+        out += "# HELP veil_entry_spec_rounds_total Rounds that verified drafted tokens.\n# TYPE veil_entry_spec_rounds_total counter\n";
+        out += &format!("veil_entry_spec_rounds_total {}\n", g(&self.spec_rounds));
+        out += "# HELP veil_entry_drafted_tokens_total Tokens proposed by drafters.\n# TYPE veil_entry_drafted_tokens_total counter\n";
+        out += &format!("veil_entry_drafted_tokens_total {}\n", g(&self.drafted));
+        out += "# HELP veil_entry_accepted_tokens_total Drafted tokens the target kept.\n# TYPE veil_entry_accepted_tokens_total counter\n";
+        out += &format!("veil_entry_accepted_tokens_total {}\n", g(&self.accepted));
+        out += "# HELP veil_entry_committed_tokens_total Tokens committed by decode rounds (tokens per round = this / rounds).\n# TYPE veil_entry_committed_tokens_total counter\n";
+        out += &format!("veil_entry_committed_tokens_total {}\n", g(&self.committed));
+        out
+    }
+}
+
+/// A drafter preparing in the background, handed back when done.
+type Preparing = tokio::task::JoinHandle<(Box<dyn Drafter>, Result<(), ModelError>)>;
+
+/// One session's speculation.
+#[derive(Debug)]
+struct Speculation {
+    drafter: Option<Box<dyn Drafter>>,
+    preparing: Option<Preparing>,
+    k: AdaptiveK,
+    mode: DraftMode,
+    stats: SpecStats,
+}
+
+impl Speculation {
+    /// Waits for any background preparation (a draft model's prefill), so
+    /// that its time is not charged to drafting.
+    async fn ready(&mut self) {
+        if let Some(h) = self.preparing.take() {
+            match h.await {
+                Ok((d, Ok(()))) => self.drafter = Some(d),
+                Ok((_, Err(e))) => tracing::warn!(error = %e, "drafter preparation failed: speculation off"),
+                Err(e) => tracing::warn!(error = %e, "drafter preparation panicked: speculation off"),
+            }
+        }
+    }
+
+    /// Up to `k` drafted tokens for `context`; an error turns speculation
+    /// off for the session (plain decoding continues).
+    async fn draft(&mut self, context: &[u32], k: usize) -> Draft {
+        self.ready().await;
+        let Some(mut d) = self.drafter.take() else { return Draft::default() };
+        let mode = self.mode.clone();
+        let result = if d.is_cheap() {
+            let r = d.draft(context, k, &mode);
+            Some((d, r))
+        } else {
+            let ctx = context.to_vec();
+            tokio::task::spawn_blocking(move || {
+                let r = d.draft(&ctx, k, &mode);
+                (d, r)
+            })
+            .await
+            .ok()
+        };
+        match result {
+            Some((d, Ok(mut draft))) => {
+                self.drafter = Some(d);
+                draft.tokens.truncate(k);
+                draft.q.truncate(k);
+                draft
+            }
+            Some((_, Err(e))) => {
+                tracing::warn!(error = %e, "drafter failed: speculation off for this session");
+                Draft::default()
+            }
+            None => Draft::default(),
+        }
+    }
 }
 
 impl Entry {
     /// Starts the entry: worker thread, output dispatch, control links to
     /// every shard. Returns once they are started (links come up on their own).
-    pub fn start(route: Route, slice: Arc<LayerSlice>, tokenizer: Tokenizer, trust: Arc<Trust>) -> Arc<Self> {
+    pub fn start(
+        route: Route,
+        slice: Arc<LayerSlice>,
+        tokenizer: Tokenizer,
+        trust: Arc<Trust>,
+        draft_model: Option<Arc<DraftModel>>,
+    ) -> Arc<Self> {
         let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
         let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
         let worker = StageWorker::new(slice.clone(), 0, route.kv_budget_bytes);
@@ -190,6 +316,8 @@ impl Entry {
             sessions: Mutex::new(HashMap::new()),
             replicas: Mutex::new(replicas),
             next_session: AtomicU64::new(1),
+            draft_model,
+            counters: SpecCounters::default(),
         });
         let downstream = route.stages.get(1).map(|s| Downstream::new(trust, s.clone()));
         let e = entry.clone();
@@ -268,6 +396,59 @@ impl Entry {
     /// The context window.
     pub fn context(&self) -> usize {
         self.context
+    }
+
+    /// Speculation counts across sessions.
+    pub fn counters(&self) -> &SpecCounters {
+        &self.counters
+    }
+
+    /// The session's speculation, from the request and the route.
+    fn speculation_for(&self, req: &GenerateWire, prompt_len: usize) -> Result<Option<Speculation>, String> {
+        let r = &req.speculation;
+        let route = &self.route.speculation;
+        if r.enabled == Some(false) {
+            return Ok(None);
+        }
+        let model = || {
+            self.draft_model
+                .clone()
+                .map(DrafterSpec::Model)
+                .ok_or_else(|| "this entry has no draft model (route speculation.draft_model)".to_owned())
+        };
+        let spec = match r.drafter.as_deref() {
+            None => match route.drafter {
+                DrafterKind::None if r.enabled == Some(true) => DrafterSpec::Ngram,
+                DrafterKind::None => return Ok(None),
+                DrafterKind::Ngram => DrafterSpec::Ngram,
+                DrafterKind::Model => model()?,
+            },
+            Some("none") => return Ok(None),
+            Some("ngram") => DrafterSpec::Ngram,
+            Some("model") => model()?,
+            Some("script") => DrafterSpec::Script {
+                prompt_len,
+                tokens: r.script.clone().ok_or("drafter \"script\" needs speculation.script")?,
+            },
+            Some(other) => return Err(format!("unknown drafter {other:?} (ngram, model or script)")),
+        };
+        if r.k.is_some_and(|k| k > MAX_K) {
+            return Err(format!("speculation k must be at most {MAX_K}"));
+        }
+        if req.repeat_penalty != 1.0 {
+            // The last shard would need each drafted token in the penalty's
+            // history to verify losslessly; plain decoding instead.
+            return Ok(None);
+        }
+        let Some(drafter) = spec.instantiate() else { return Ok(None) };
+        let mode = if req.temperature == 0.0 { DraftMode::Greedy } else { DraftMode::Sample(req.sampling()) };
+        Ok(Some(Speculation {
+            stats: SpecStats { drafter: drafter.name().to_owned(), ..SpecStats::default() },
+            drafter: Some(drafter),
+            preparing: None,
+            k: AdaptiveK::new(route.k_max, r.k.or(route.k)),
+            mode,
+        }))
     }
 
     async fn control_loop(self: Arc<Self>, stage: usize, replica: u8) {
@@ -424,16 +605,60 @@ impl Entry {
             }
         };
         let mut s = Session { id, seq: 0, history: prompt_ids.clone(), params };
+        let mut spec = match self.speculation_for(&req, prompt_ids.len()) {
+            Ok(spec) => spec,
+            Err(e) => {
+                self.sessions.lock().await.remove(&id);
+                self.release(id, &route).await;
+                return Err(e);
+            }
+        };
+        let greedy = s.params.temperature == 0.0;
         let result = async {
             let mut stream = TextStream::new(&self.tokenizer, req.stop.clone());
             let mut stopped = false;
             let mut reroutes = 0;
-            // Send the whole prompt (chunked), then one token per round.
+            // Send the whole prompt (chunked), then per round the last
+            // committed token and any drafted tokens after it.
             let mut pending: (usize, bool) = (0, false); // (first position to send, rebuild)
             let mut generated = 0;
-            loop {
+            let mut prompt_round = true;
+            'rounds: loop {
+                let (from, rebuild) = pending;
+                let mut draft = Draft::default();
+                let mut drafting = Duration::ZERO;
+                if let Some(sp) = spec.as_mut() {
+                    if prompt_round && !rebuild {
+                        // A draft model prefills while the target does.
+                        if let Some(mut d) = sp.drafter.take() {
+                            let ctx = s.history.clone();
+                            sp.preparing = Some(tokio::task::spawn_blocking(move || {
+                                let r = d.prepare(&ctx);
+                                (d, r)
+                            }));
+                        }
+                    } else if sp.preparing.as_ref().is_some_and(|h| !h.is_finished()) {
+                        // The draft model is still prefilling: plain rounds
+                        // meanwhile, rather than waiting for it.
+                    } else if !rebuild {
+                        let room = self.context.saturating_sub(s.history.len() + 1);
+                        let limit = max_tokens.saturating_sub(generated + 1).min(room);
+                        let k = sp.k.next_k(limit);
+                        if k > 0 {
+                            sp.ready().await;
+                            let t = Instant::now();
+                            draft = sp.draft(&s.history, k).await;
+                            drafting = t.elapsed();
+                        }
+                    }
+                }
+                // After a round that verified drafts the shards hold
+                // positions past the committed ones: every round of a
+                // speculating session rolls back to what it sends from.
+                let truncate_to = if rebuild || spec.is_some() { Some(from) } else { None };
                 let first = s.seq + 1;
-                let seq = self.send_positions(&mut s, &route, pending.0, pending.1).await?;
+                let sent = Instant::now();
+                let seq = self.send_positions(&mut s, &route, from, truncate_to, &draft.tokens).await?;
                 let verdict = loop {
                     // A round that never answers (a frame lost with a link) is re-routed too.
                     let Ok(event) = tokio::time::timeout(ROUND_TIMEOUT, events.recv()).await else {
@@ -451,6 +676,7 @@ impl Entry {
                         Event::Down { .. } => {}
                     }
                 };
+                let round = sent.elapsed();
                 let Some(v) = verdict else {
                     // A shard on the route died: new route, rebuild from what is committed.
                     reroutes += 1;
@@ -463,23 +689,66 @@ impl Entry {
                     pending = (0, true);
                     continue;
                 };
-                let dist = v.positions.first().ok_or("empty verdict")?;
-                let next = sampler.draw(dist);
-                if self.tokenizer.stop_ids().contains(&next) {
-                    break;
+                // Every stage must hold exactly the positions just sent on
+                // top of the committed ones: rejected drafts were rolled back.
+                let expected = (s.history.len() + draft.tokens.len()) as u32;
+                if v.kv_lens.len() != self.route.stages.len() || v.kv_lens.iter().any(|&l| l != expected) {
+                    return Err(format!(
+                        "KV lengths {:?} after a round; every stage should hold {expected} positions",
+                        v.kv_lens
+                    ));
                 }
-                s.history.push(next);
-                generated += 1;
-                let step = stream.push(next).map_err(|e| e.to_string())?;
-                if !step.piece.is_empty() {
-                    let _ = out.send(GenerateEvent::Text(step.piece));
+                let tokens = if draft.tokens.is_empty() {
+                    vec![sampler.draw(v.positions.first().ok_or("empty verdict")?)]
+                } else {
+                    // The final frame carried the last committed token and the drafts.
+                    let n = draft.tokens.len() + 1;
+                    if v.positions.len() < n {
+                        return Err(format!("a verdict of {} positions for {n} verified", v.positions.len()));
+                    }
+                    verify_round(&draft, &v.positions[v.positions.len() - n..], greedy, &mut sampler).tokens
+                };
+                if let Some(sp) = spec.as_mut() {
+                    sp.stats.kv_checked += 1;
+                    if !prompt_round && !rebuild {
+                        let accepted = tokens.len() - 1;
+                        let k = draft.tokens.len();
+                        sp.k.observe(k, accepted, round, drafting);
+                        sp.stats.rounds += 1;
+                        sp.stats.spec_rounds += u64::from(k > 0);
+                        sp.stats.drafted += k as u64;
+                        sp.stats.accepted += accepted as u64;
+                        sp.stats.draft_micros += drafting.as_micros() as u64;
+                        sp.stats.round_micros += round.as_micros() as u64;
+                        let c = &self.counters;
+                        c.rounds.fetch_add(1, Ordering::Relaxed);
+                        c.spec_rounds.fetch_add(u64::from(k > 0), Ordering::Relaxed);
+                        c.drafted.fetch_add(k as u64, Ordering::Relaxed);
+                        c.accepted.fetch_add(accepted as u64, Ordering::Relaxed);
+                        c.committed.fetch_add(tokens.len() as u64, Ordering::Relaxed);
+                    }
+                } else if !prompt_round && !rebuild {
+                    self.counters.rounds.fetch_add(1, Ordering::Relaxed);
+                    self.counters.committed.fetch_add(1, Ordering::Relaxed);
                 }
-                if step.stopped {
-                    stopped = true;
-                    break;
-                }
-                if generated >= max_tokens {
-                    break;
+                prompt_round = false;
+                for next in tokens {
+                    if self.tokenizer.stop_ids().contains(&next) {
+                        break 'rounds;
+                    }
+                    s.history.push(next);
+                    generated += 1;
+                    let step = stream.push(next).map_err(|e| e.to_string())?;
+                    if !step.piece.is_empty() {
+                        let _ = out.send(GenerateEvent::Text(step.piece));
+                    }
+                    if step.stopped {
+                        stopped = true;
+                        break 'rounds;
+                    }
+                    if generated >= max_tokens {
+                        break 'rounds;
+                    }
                 }
                 pending = (s.history.len() - 1, false);
             }
@@ -487,18 +756,31 @@ impl Entry {
             if !rest.is_empty() {
                 let _ = out.send(GenerateEvent::Text(rest));
             }
-            Ok(Generation { prompt_ids: prompt_ids.clone(), ids, text })
+            let speculation = spec.as_ref().map(|sp| sp.stats.clone());
+            Ok(Generation { prompt_ids: prompt_ids.clone(), ids, text, speculation })
         }
         .await;
+        if let Some(h) = spec.and_then(|mut sp| sp.preparing.take()) {
+            h.abort();
+        }
         self.sessions.lock().await.remove(&id);
         self.release(id, &route).await;
         let _ = self.worker.send(Command::End(id)).await;
         result
     }
 
-    /// Sends positions `[from, history.len())` in prefill-sized chunks; the
-    /// last chunk wants a verdict. `rebuild` first drops every cached position.
-    async fn send_positions(&self, s: &mut Session, route: &[u8], from: usize, rebuild: bool) -> Result<u64, String> {
+    /// Sends positions `[from, history.len())` in prefill-sized chunks, then
+    /// `drafts` after them; the last chunk wants a verdict (for every
+    /// position when there are drafts, which then travel in one frame with
+    /// the last committed token). `truncate_to` rolls every stage back first.
+    async fn send_positions(
+        &self,
+        s: &mut Session,
+        route: &[u8],
+        from: usize,
+        truncate_to: Option<usize>,
+        drafts: &[u32],
+    ) -> Result<u64, String> {
         let chunk = self.route.prefill_chunk;
         let mut start = from;
         let end = s.history.len();
@@ -508,13 +790,22 @@ impl Entry {
             let last = stop == end;
             s.seq += 1;
             let history = &s.history[..end];
+            let mut tokens = s.history[start..stop].to_vec();
+            if last {
+                tokens.extend_from_slice(drafts);
+            }
             let job = Job {
                 session: s.id,
                 seq: s.seq,
                 start,
-                truncate_to: (rebuild && start == from).then_some(from),
-                want: if last { Want::Last } else { Want::Nothing },
+                truncate_to: if start == from { truncate_to } else { None },
+                want: match (last, drafts.is_empty()) {
+                    (false, _) => Want::Nothing,
+                    (true, true) => Want::Last,
+                    (true, false) => Want::All,
+                },
                 route: route.to_vec(),
+                kv_lens: Vec::new(),
                 sampling: last.then(|| SamplingSpec {
                     temperature: s.params.temperature,
                     top_k: s.params.top_k as u32,
@@ -528,7 +819,7 @@ impl Entry {
                     },
                 }),
                 precision: self.route.precision,
-                input: Input::Tokens(s.history[start..stop].to_vec()),
+                input: Input::Tokens(tokens),
             };
             self.worker.send(Command::Run(job)).await.map_err(|_| "the entry worker stopped".to_owned())?;
             start = stop;

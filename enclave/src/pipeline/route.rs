@@ -10,6 +10,12 @@
 //! heartbeat_ms = 250
 //! activation_precision = "f32"         # or "f16"/"bf16": half the bytes per hop, not bit-exact
 //!
+//! [speculation]                        # optional; default: off
+//! drafter = "ngram"                    # "none", "ngram" (prompt lookup) or "model"
+//! draft_model = "draft.gguf"           # for "model": a GGUF with the target's vocabulary
+//! k_max = 8                            # most drafted tokens per round (adaptive k up to this)
+//! k = 4                                # optional: a fixed k instead of adaptive
+//!
 //! [entry]
 //! generate_listen = "127.0.0.1:7700"   # internal streaming generate endpoint (loopback only)
 //! sealed_listen = "127.0.0.1:7701"     # sealed requests and evidence, for the host (ciphertext only)
@@ -72,8 +78,57 @@ struct RouteFile {
     heartbeat_ms: u64,
     #[serde(default)]
     activation_precision: Option<String>,
+    #[serde(default)]
+    speculation: Option<SpeculationFile>,
     entry: EntryFile,
     stage: Vec<StageFile>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpeculationFile {
+    #[serde(default)]
+    drafter: Option<String>,
+    #[serde(default)]
+    draft_model: Option<String>,
+    #[serde(default = "default_k_max")]
+    k_max: usize,
+    #[serde(default)]
+    k: Option<usize>,
+}
+
+fn default_k_max() -> usize {
+    8
+}
+
+/// Which drafter the entry uses when a request does not choose.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DrafterKind {
+    /// No speculation.
+    None,
+    /// Prompt lookup (no weights).
+    Ngram,
+    /// The route's draft model.
+    Model,
+}
+
+/// The route's speculative decoding settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Speculation {
+    /// The default drafter.
+    pub drafter: DrafterKind,
+    /// The draft model file (loaded by the entry when set).
+    pub draft_model: Option<PathBuf>,
+    /// Most drafted tokens per round.
+    pub k_max: usize,
+    /// A fixed k instead of adaptive.
+    pub k: Option<usize>,
+}
+
+impl Default for Speculation {
+    fn default() -> Self {
+        Self { drafter: DrafterKind::None, draft_model: None, k_max: default_k_max(), k: None }
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -130,6 +185,8 @@ pub struct Route {
     pub heartbeat: std::time::Duration,
     /// Encoding of hidden states between shards (f32 unless the file opts in to f16/bf16).
     pub precision: Precision,
+    /// Speculative decoding on the entry.
+    pub speculation: Speculation,
     /// The entry's internal generate endpoint.
     pub generate_listen: SocketAddr,
     /// Where the entry serves sealed requests and evidence to the host
@@ -177,6 +234,27 @@ impl Route {
             Some("f16") => Precision::F16,
             Some("bf16") => Precision::Bf16,
             Some(other) => return bad(format!("activation_precision {other:?} (f32, f16 or bf16)")),
+        };
+        let speculation = match &f.speculation {
+            None => Speculation::default(),
+            Some(sp) => {
+                let drafter = match sp.drafter.as_deref() {
+                    None | Some("none") => DrafterKind::None,
+                    Some("ngram") => DrafterKind::Ngram,
+                    Some("model") => DrafterKind::Model,
+                    Some(other) => return bad(format!("speculation.drafter {other:?} (none, ngram or model)")),
+                };
+                if drafter == DrafterKind::Model && sp.draft_model.is_none() {
+                    return bad("speculation.drafter = \"model\" needs speculation.draft_model".into());
+                }
+                if sp.k_max == 0 || sp.k_max > crate::speculate::MAX_K {
+                    return bad(format!("speculation.k_max must be 1..={}", crate::speculate::MAX_K));
+                }
+                if sp.k.is_some_and(|k| k > sp.k_max) {
+                    return bad("speculation.k is larger than k_max".into());
+                }
+                Speculation { drafter, draft_model: None, k_max: sp.k_max, k: sp.k }
+            }
         };
         let mut stages = Vec::with_capacity(f.stage.len());
         let mut next = 0;
@@ -228,7 +306,12 @@ impl Route {
                 base.join(p)
             }
         };
+        let speculation = Speculation {
+            draft_model: f.speculation.as_ref().and_then(|sp| sp.draft_model.as_deref()).map(resolve),
+            ..speculation
+        };
         Ok(Self {
+            speculation,
             model: resolve(&f.model),
             policy: resolve(&f.policy),
             simulated_root: f.simulated_root.as_deref().map(resolve),
@@ -277,6 +360,24 @@ impl Route {
         if let Some(a) = self.sealed_listen {
             out += &format!("sealed_listen = \"{a}\"\n");
         }
+        let sp = &self.speculation;
+        if *sp != Speculation::default() {
+            out += &format!(
+                "\n[speculation]\ndrafter = \"{}\"\nk_max = {}\n",
+                match sp.drafter {
+                    DrafterKind::None => "none",
+                    DrafterKind::Ngram => "ngram",
+                    DrafterKind::Model => "model",
+                },
+                sp.k_max
+            );
+            if let Some(m) = &sp.draft_model {
+                out += &format!("draft_model = {:?}\n", m.display().to_string());
+            }
+            if let Some(k) = sp.k {
+                out += &format!("k = {k}\n");
+            }
+        }
         for s in &self.stages {
             out += &format!("\n[[stage]]\nlayers = [{}, {}]\n", s.layers.0, s.layers.1);
             if let Some(r) = s.manifest_root {
@@ -318,6 +419,14 @@ replicas = ["127.0.0.1:7720", "127.0.0.1:7721"]
         let again = Route::parse(&r.to_toml(), Path::new("/")).unwrap();
         assert_eq!(again.stages, r.stages);
         assert_eq!(again.model, r.model);
+        assert_eq!(r.speculation, Speculation::default());
+        let spec =
+            OK.replace("[entry]", "[speculation]\ndrafter = \"model\"\ndraft_model = \"d.gguf\"\nk = 3\n[entry]");
+        let r = Route::parse(&spec, Path::new("/srv/veil")).unwrap();
+        assert_eq!(r.speculation.drafter, DrafterKind::Model);
+        assert_eq!(r.speculation.draft_model.as_deref(), Some(Path::new("/srv/veil/d.gguf")));
+        assert_eq!(r.speculation.k, Some(3));
+        assert_eq!(Route::parse(&r.to_toml(), Path::new("/")).unwrap().speculation, r.speculation);
     }
 
     #[test]
@@ -330,6 +439,10 @@ replicas = ["127.0.0.1:7720", "127.0.0.1:7721"]
             OK.replace("0101010101", "01"),
             OK.replace("policy =", "unknown = 1\npolicy ="),
             OK.replace("policy =", "activation_precision = \"f8\"\npolicy ="),
+            OK.replace("[entry]", "[speculation]\ndrafter = \"model\"\n[entry]"),
+            OK.replace("[entry]", "[speculation]\ndrafter = \"oracle\"\n[entry]"),
+            OK.replace("[entry]", "[speculation]\ndrafter = \"ngram\"\nk_max = 99\n[entry]"),
+            OK.replace("[entry]", "[speculation]\ndrafter = \"ngram\"\nk_max = 4\nk = 5\n[entry]"),
         ];
         for c in cases {
             assert!(Route::parse(&c, Path::new("/")).is_err(), "{c}");

@@ -48,6 +48,8 @@ pub struct Job {
     pub want: Want,
     /// Replica per stage after the entry.
     pub route: Vec<u8>,
+    /// Earlier stages' KV lengths after this job (see [`Forward::kv_lens`]).
+    pub kv_lens: Vec<u32>,
     /// The verdict's sampling transform.
     pub sampling: Option<SamplingSpec>,
     /// Wire precision downstream.
@@ -67,6 +69,7 @@ impl Job {
             truncate_to: f.truncate_to.map(|t| t as usize),
             want: f.want,
             route: f.route,
+            kv_lens: f.kv_lens,
             sampling: f.sampling,
             precision: f.precision,
             input: Input::Hidden(hidden),
@@ -287,6 +290,7 @@ impl StageWorker {
                         truncate_to: job.truncate_to.map(|t| t as u32),
                         want: job.want,
                         route: job.route,
+                        kv_lens: [job.kv_lens, vec![self.kv_len(job.session)]].concat(),
                         sampling: job.sampling,
                         precision: job.precision,
                         width: rows.width() as u32,
@@ -316,11 +320,21 @@ impl StageWorker {
                 let positions: Result<Vec<_>, ModelError> =
                     sampler.and_then(|s| (0..rows.n()).map(|i| s.distribution(rows.row(i), &spec.history)).collect());
                 Some(match positions {
-                    Ok(positions) => Output::Verdict(Verdict { session: job.session, seq: job.seq, positions }),
+                    Ok(positions) => Output::Verdict(Verdict {
+                        session: job.session,
+                        seq: job.seq,
+                        positions,
+                        kv_lens: [job.kv_lens.clone(), vec![self.kv_len(job.session)]].concat(),
+                    }),
                     Err(e) => self.failure(&job, &e),
                 })
             }
         }
+    }
+
+    /// The session's cached positions now (observed, not inferred).
+    fn kv_len(&self, session: u64) -> u32 {
+        self.sessions.get(&session).map_or(0, |kv| kv.len() as u32)
     }
 
     fn failure(&self, job: &Job, e: &ModelError) -> Output {

@@ -73,12 +73,20 @@ impl Cluster {
             precision: veil_enclave::link::frame::Precision::F32,
             generate_listen: free_port(),
             sealed_listen: Some(free_port()),
+            speculation: Default::default(),
             stages,
         };
         let route = veil_enclave::pipeline::local::prepare(route).unwrap();
         let route_path = dir.join("route.toml");
         std::fs::write(&route_path, route.to_toml()).unwrap();
         Self { dir, route, route_path, children: Vec::new() }
+    }
+
+    /// Sets the route's speculation (before the shards start).
+    #[allow(dead_code)]
+    pub fn set_speculation(&mut self, speculation: veil_enclave::pipeline::route::Speculation) {
+        self.route.speculation = speculation;
+        std::fs::write(&self.route_path, self.route.to_toml()).unwrap();
     }
 
     pub fn log(&self, stage: usize, replica: usize) -> PathBuf {
@@ -112,6 +120,35 @@ impl Cluster {
             }
         }
         self.wait_log(0, 0, "ready", 1);
+    }
+
+    /// Starts one process per stage (first replicas), each reaching the
+    /// others through a WAN shim adding `delay` one way per hop (three legs
+    /// per token: entry → 1 → 2 → entry); returns the shims.
+    #[allow(dead_code)]
+    pub fn start_behind_shims(
+        &mut self,
+        rt: &tokio::runtime::Runtime,
+        delay: Duration,
+    ) -> Vec<veil_host::wan::WanShim> {
+        let shape = veil_host::wan::LinkShape::IDEAL.with_delay(delay);
+        let mut shims = Vec::new();
+        let mut via = self.route.clone();
+        for stage in 1..via.stages.len() {
+            let real = self.route.stages[stage].replicas[0];
+            let shim = rt.block_on(veil_host::wan::WanShim::start(free_port(), real, shape)).unwrap();
+            via.stages[stage].replicas[0] = shim.local_addr();
+            shims.push(shim);
+        }
+        for stage in (0..self.route.stages.len()).rev() {
+            let mut own = via.clone();
+            own.stages[stage] = self.route.stages[stage].clone();
+            let file = self.dir.join(format!("route-{stage}.toml"));
+            std::fs::write(&file, own.to_toml()).unwrap();
+            self.spawn_with(stage, 0, &file);
+        }
+        self.wait_log(0, 0, "ready", 1);
+        shims
     }
 
     /// Waits until the (stage, replica) log holds `needle` at least `count` times.
@@ -181,6 +218,7 @@ pub fn greedy(ids: &[u32], max_tokens: usize) -> GenerateWire {
         repeat_penalty: 1.0,
         seed: 0,
         stop: vec![],
+        speculation: Default::default(),
     }
 }
 

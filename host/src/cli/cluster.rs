@@ -31,6 +31,12 @@ pub struct ClusterArgs {
     /// The public API (relay to the entry's gateway).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Serve the public API over HTTPS with this PEM certificate chain (leaf first).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
 }
 
 /// The parts of a (completed) route the supervisor needs.
@@ -115,7 +121,13 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
         shards.len(),
         view.entry.generate_listen
     );
-    // The public API, once the entry's gateway answers.
+    // The public API, once the entry's gateway answers. A bad certificate or
+    // key stops the cluster before any shard starts.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(crate::relay::tls_server_config(cert, key)?),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let relay_task = match view.entry.sealed_listen {
         None => {
             tracing::warn!("the route sets no entry.sealed_listen: no public API");
@@ -125,12 +137,13 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(args.listen)
                 .await
                 .with_context(|| format!("listening on {}", args.listen))?;
-            let relay = crate::relay::Relay::new(crate::relay::RelayConfig::new(gateway));
+            let relay =
+                crate::relay::Relay::new(crate::relay::RelayConfig { tls, ..crate::relay::RelayConfig::new(gateway) });
             let listen = args.listen;
             Some(tokio::spawn(async move {
                 wait_for_gateway(gateway).await;
                 // The line scripts wait for (stdout): the API is ready.
-                println!("listening on http://{listen}");
+                println!("listening on {scheme}://{listen}");
                 relay.serve(listener).await;
             }))
         }

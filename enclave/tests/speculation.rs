@@ -1,0 +1,216 @@
+//! Speculative decoding through a 3-shard cluster (separate processes on
+//! loopback): greedy output is token-identical to plain decoding for every
+//! drafter and every k, including an oracle and an adversary; sampling
+//! keeps the target's distribution; after rejections every shard's KV
+//! length is the committed length plus the positions just verified (checked
+//! by the entry on every round from the lengths the shards report); a
+//! useless drafter is backed off to k = 0.
+//!
+//! Needs the reference model (`scripts/fetch-model.sh`); SKIP without it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use std::collections::BTreeMap;
+
+use cluster::{greedy, local, model_path, Cluster};
+use veil_enclave::generate::{Generation, LocalModel};
+use veil_enclave::pipeline::entry::{GenerateWire, SpeculationRequest};
+use veil_enclave::pipeline::route::{DrafterKind, Speculation};
+use veil_enclave::speculate::SpecStats;
+
+fn fixture_prompts() -> Vec<Vec<u32>> {
+    let v: serde_json::Value = serde_json::from_str(include_str!("../testdata/llamacpp_fixtures.json")).unwrap();
+    v["cases"].as_array().unwrap().iter().map(|c| serde_json::from_value(c["prompt_ids"].clone()).unwrap()).collect()
+}
+
+fn with(req: &GenerateWire, drafter: &str, k: Option<usize>, script: Option<Vec<u32>>) -> GenerateWire {
+    GenerateWire {
+        speculation: SpeculationRequest { enabled: Some(true), drafter: Some(drafter.into()), k, script },
+        ..req.clone()
+    }
+}
+
+fn stats(g: &Generation) -> SpecStats {
+    g.speculation.clone().expect("the session did not speculate")
+}
+
+/// One cluster for every case: its entry holds a draft model derived from
+/// the target (the first 24 of 30 layers).
+#[test]
+fn speculation_through_three_shards() {
+    let Some(path) = model_path() else { return };
+    let (model, tok) = LocalModel::load(&path, &[]).unwrap();
+    let mut c = Cluster::new("speculation", &path, &[10, 20], &[1, 1, 1]);
+    let draft = c.dir.join("draft24.gguf");
+    veil_enclave::speculate::derive::derive_draft(&path, &draft, 24, None).unwrap();
+    c.set_speculation(Speculation { drafter: DrafterKind::Ngram, draft_model: Some(draft), k_max: 8, k: None });
+    c.start_all();
+
+    greedy_is_token_identical_for_every_drafter_and_k(&c, &model, &tok);
+    a_useless_drafter_backs_off_to_plain_decoding(&c);
+    sampling_keeps_the_target_distribution(&c);
+}
+
+fn greedy_is_token_identical_for_every_drafter_and_k(
+    c: &Cluster,
+    model: &LocalModel,
+    tok: &veil_enclave::entry::tokenizer::Tokenizer,
+) {
+    let mut prompts = fixture_prompts()[..3].to_vec();
+    // A draftable prompt: the answer repeats the prompt's text.
+    prompts.push(
+        tok.encode("Repeat exactly: the quick brown fox jumps over the lazy dog. The quick brown", false).unwrap(),
+    );
+    let vocab = tok.vocab_size() as u32;
+    let mut totals: BTreeMap<String, SpecStats> = BTreeMap::new();
+    for prompt in &prompts {
+        let base = greedy(prompt, 40);
+        let plain = GenerateWire {
+            speculation: SpeculationRequest { enabled: Some(false), ..Default::default() },
+            ..base.clone()
+        };
+        let want = local(model, tok, &base);
+        let got = c.generate(&plain).unwrap();
+        assert_eq!(got, want, "plain decoding through the pipeline");
+        assert!(got.speculation.is_none());
+        let right = want.ids.clone();
+        let wrong: Vec<u32> = want.ids.iter().map(|t| (t + 1) % vocab).collect();
+        let mut cases = vec![
+            ("ngram adaptive".to_owned(), with(&base, "ngram", None, None)),
+            ("ngram k=4".to_owned(), with(&base, "ngram", Some(4), None)),
+            ("model adaptive".to_owned(), with(&base, "model", None, None)),
+            ("model k=3".to_owned(), with(&base, "model", Some(3), None)),
+            // The route's default drafter (ngram) when a request only turns speculation on.
+            (
+                "route default".to_owned(),
+                GenerateWire {
+                    speculation: SpeculationRequest { enabled: Some(true), ..Default::default() },
+                    ..base.clone()
+                },
+            ),
+        ];
+        for k in 1..=8 {
+            cases.push((format!("oracle k={k}"), with(&base, "script", Some(k), Some(right.clone()))));
+            cases.push((format!("adversary k={k}"), with(&base, "script", Some(k), Some(wrong.clone()))));
+        }
+        for (name, req) in cases {
+            let g = c.generate(&req).unwrap();
+            assert_eq!((&g.ids, &g.text), (&want.ids, &want.text), "{name}: output differs from plain greedy");
+            let s = stats(&g);
+            // The prompt round and every decode round were KV-checked.
+            assert_eq!(s.kv_checked, s.rounds + 1, "{name}: {s:?}");
+            if name.starts_with("oracle") {
+                assert_eq!(s.accepted, s.drafted, "{name}: the oracle was rejected: {s:?}");
+                assert!(s.spec_rounds > 0 && s.rounds < want.ids.len() as u64, "{name}: {s:?}");
+            }
+            if name.starts_with("adversary") {
+                assert_eq!(s.accepted, 0, "{name}: {s:?}");
+                assert!(s.drafted > 0, "{name}: {s:?}");
+            }
+            let t = totals.entry(name.split(' ').next().unwrap().to_owned()).or_default();
+            t.rounds += s.rounds;
+            t.drafted += s.drafted;
+            t.accepted += s.accepted;
+        }
+    }
+    for (name, t) in &totals {
+        println!(
+            "{name:>10}: {} rounds, {} drafted, {} kept (acceptance {:.2})",
+            t.rounds,
+            t.drafted,
+            t.accepted,
+            t.acceptance()
+        );
+    }
+    // The n-gram drafter found the repeated text.
+    assert!(totals["ngram"].accepted > 0, "{:?}", totals["ngram"]);
+}
+
+fn a_useless_drafter_backs_off_to_plain_decoding(c: &Cluster) {
+    let prompt = fixture_prompts()[0].clone();
+    let base = greedy(&prompt, 64);
+    let want = c.generate(&with(&base, "none", None, None)).unwrap();
+    let wrong: Vec<u32> = want.ids.iter().map(|t| t ^ 1).collect();
+    let g = c.generate(&with(&base, "script", None, Some(wrong))).unwrap();
+    assert_eq!(g.ids, want.ids);
+    let s = stats(&g);
+    assert_eq!(s.accepted, 0);
+    // A few rounds to learn, then k = 0 with an occasional one-token probe.
+    assert!(s.spec_rounds * 4 < s.rounds, "adaptive k kept drafting with a useless drafter: {s:?}");
+    println!("useless drafter: {} of {} rounds drafted ({} tokens)", s.spec_rounds, s.rounds, s.drafted);
+}
+
+/// Chi-square critical value at probability 0.999 (Wilson–Hilferty).
+fn chi_square_999(df: usize) -> f64 {
+    let d = df as f64;
+    let z = 3.090_2;
+    d * (1.0 - 2.0 / (9.0 * d) + z * (2.0 / (9.0 * d)).sqrt()).powi(3)
+}
+
+/// Sampling (temperature 1, top-k 4): the second and third generated tokens
+/// — the first decided by rejection sampling against an oracle drafter's
+/// proposals, or by plain decoding — have the same distribution with and
+/// without speculation. Two-sample chi-square over the (token 2, token 3)
+/// pairs, categories with fewer than 10 expected draws pooled, against the
+/// 0.999 critical value; the draws use different seeds on each side.
+fn sampling_keeps_the_target_distribution(c: &Cluster) {
+    let prompt = fixture_prompts()[1].clone();
+    let n = 400;
+    let greedy_ids = c.generate(&greedy(&prompt, 3)).unwrap().ids;
+    let mut counts: BTreeMap<(u32, u32), [u64; 2]> = BTreeMap::new();
+    let mut accepted = 0;
+    for i in 0..n {
+        for (side, spec) in [(0usize, false), (1, true)] {
+            let mut req = greedy(&prompt, 3);
+            (req.temperature, req.top_k, req.seed) = (1.0, 4, (i * 2 + side) as u64);
+            let req = if spec {
+                with(&req, "script", Some(2), Some(greedy_ids.clone()))
+            } else {
+                with(&req, "none", None, None)
+            };
+            let g = c.generate(&req).unwrap();
+            if let Some(s) = &g.speculation {
+                accepted += s.accepted;
+            }
+            if g.ids.len() == 3 {
+                counts.entry((g.ids[1], g.ids[2])).or_default()[side] += 1;
+            }
+        }
+    }
+    // Pool rare categories.
+    let mut cells: Vec<[u64; 2]> = Vec::new();
+    let mut other = [0u64; 2];
+    for v in counts.values() {
+        if v[0] + v[1] >= 20 {
+            cells.push(*v);
+        } else {
+            other[0] += v[0];
+            other[1] += v[1];
+        }
+    }
+    if other[0] + other[1] > 0 {
+        cells.push(other);
+    }
+    let totals = [cells.iter().map(|c| c[0]).sum::<u64>() as f64, cells.iter().map(|c| c[1]).sum::<u64>() as f64];
+    let all = totals[0] + totals[1];
+    let mut chi = 0.0;
+    for cell in &cells {
+        let row = (cell[0] + cell[1]) as f64;
+        for side in 0..2 {
+            let e = row * totals[side] / all;
+            chi += (cell[side] as f64 - e).powi(2) / e;
+        }
+    }
+    let df = cells.len().saturating_sub(1).max(1);
+    println!(
+        "sampling: {} categories, chi-square {chi:.1} (critical {:.1} at 0.999), {accepted} drafted tokens kept",
+        cells.len(),
+        chi_square_999(df)
+    );
+    assert!(cells.len() >= 3, "too few categories to compare: {counts:?}");
+    assert!(accepted > 0, "rejection sampling never accepted a draft");
+    assert!(chi < chi_square_999(df), "speculative sampling changed the distribution: {counts:?}");
+}
