@@ -67,6 +67,7 @@ fn real_bundle(dir: &std::path::Path, vcek: &str) -> EvidenceBundle {
         chain: vec![],
         crl: None,
         claims: None,
+        gpus: Vec::new(),
     }
 }
 

@@ -51,6 +51,9 @@ struct Wire {
     crl: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     claims: Option<Claims>,
+    /// The shard's GPUs (composite attester), as Veil GPU evidence JSON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gpus: Option<serde_json::Value>,
 }
 
 /// Decoded evidence bundle (not yet verified).
@@ -66,6 +69,10 @@ pub struct EvidenceBundle {
     pub crl: Option<Vec<u8>>,
     /// The claims REPORT_DATA commits to.
     pub claims: Option<Claims>,
+    /// Evidence of the CVM's GPUs, in GPU index order (composite attester:
+    /// the claims commit to its digest, each GPU signed a nonce derived
+    /// from the claims). Empty for a CPU-only shard.
+    pub gpus: Vec<crate::gpu::GpuEvidence>,
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -103,7 +110,14 @@ impl EvidenceBundle {
         let endorsement = decode_field("endorsement", &wire.endorsement, MAX_CERT_BYTES)?;
         let chain = wire.chain.iter().map(|c| decode_field("chain", c, MAX_CERT_BYTES)).collect::<Result<_, _>>()?;
         let crl = wire.crl.as_deref().map(|c| decode_field("crl", c, ParsedCrl::MAX_BYTES)).transpose()?;
-        Ok(Self { report, endorsement, chain, crl, claims: wire.claims })
+        let gpus = match &wire.gpus {
+            None => Vec::new(),
+            Some(v) => {
+                let bytes = serde_json::to_vec(v).map_err(|e| Malformed::Json(e.to_string()))?;
+                crate::gpu::evidence::from_json(&bytes).map_err(|e| Malformed::Json(format!("gpus: {e}")))?
+            }
+        };
+        Ok(Self { report, endorsement, chain, crl, claims: wire.claims, gpus })
     }
 
     /// Serialises to bundle JSON.
@@ -116,6 +130,9 @@ impl EvidenceBundle {
             chain: self.chain.iter().map(|c| b64().encode(c)).collect(),
             crl: self.crl.as_ref().map(|c| b64().encode(c)),
             claims: self.claims.clone(),
+            gpus: (!self.gpus.is_empty())
+                .then(|| serde_json::from_str(&crate::gpu::evidence::to_json(&self.gpus)).ok())
+                .flatten(),
         };
         // Invariant: the wire struct holds only strings, numbers and maps.
         serde_json::to_string_pretty(&wire).unwrap_or_default()
@@ -139,6 +156,7 @@ mod tests {
             chain: vec![vec![4]],
             crl: None,
             claims: Some(Claims::default()),
+            gpus: Vec::new(),
         }
     }
 

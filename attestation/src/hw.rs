@@ -46,6 +46,13 @@ impl Attester for HardwareAttester {
             )
         })?;
         let chain = [CertType::ASK, CertType::ARK].into_iter().filter_map(find).collect();
-        Ok(EvidenceBundle { report, endorsement, chain, crl: find(CertType::CRL), claims: Some(claims.clone()) })
+        Ok(EvidenceBundle {
+            report,
+            endorsement,
+            chain,
+            crl: find(CertType::CRL),
+            claims: Some(claims.clone()),
+            gpus: Vec::new(),
+        })
     }
 }

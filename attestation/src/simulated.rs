@@ -444,6 +444,7 @@ impl SimulatedAttester {
             chain: vec![self.ask_der.clone(), self.ark_der.clone()],
             crl: None,
             claims,
+            gpus: Vec::new(),
         }
     }
 

@@ -32,6 +32,14 @@ pub enum CertError {
     /// Larger than [`MAX_CERT_BYTES`].
     #[error("certificate of {0} bytes exceeds the {MAX_CERT_BYTES}-byte limit")]
     TooLarge(usize),
+    /// Larger than the limit of its kind (RA-TLS certificates carry evidence).
+    #[error("certificate of {actual} bytes exceeds the {limit}-byte limit")]
+    ExceedsLimit {
+        /// Size.
+        actual: usize,
+        /// Limit.
+        limit: usize,
+    },
     /// Signature algorithm we do not accept.
     #[error("unsupported signature algorithm {0}")]
     UnsupportedAlgorithm(String),
@@ -84,6 +92,15 @@ impl ParsedCert {
     pub fn from_der(der: &[u8]) -> Result<Self, CertError> {
         if der.len() > MAX_CERT_BYTES {
             return Err(CertError::TooLarge(der.len()));
+        }
+        Self::from_der_limited(der, MAX_CERT_BYTES)
+    }
+
+    /// [`from_der`](Self::from_der) with a larger size limit (RA-TLS
+    /// certificates, whose extension carries a whole evidence bundle).
+    pub fn from_der_limited(der: &[u8], limit: usize) -> Result<Self, CertError> {
+        if der.len() > limit {
+            return Err(CertError::ExceedsLimit { actual: der.len(), limit });
         }
         let cert = Certificate::from_der(der).map_err(|e| CertError::Malformed(e.to_string()))?;
         let tbs_range = inner_first_tlv(der).map_err(|e| CertError::Malformed(e.to_string()))?;

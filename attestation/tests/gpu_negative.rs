@@ -478,10 +478,17 @@ fn every_gpu_check_has_a_failing_case() {
 fn composite_cpu_and_gpu_evidence_bind_both_ways() {
     let snp = SimulatedAttester::from_seed(b"veil gpu composite", SimulatedConfig::new(Product::Genoa, b"g")).unwrap();
     let (bound, gpus) = composite(&[gpu().clone(), other_gpu().clone()], &claims()).unwrap();
-    let bundle = veil_attestation::Attester::evidence(&snp, &bound).unwrap();
+    let cpu_part = veil_attestation::Attester::evidence(&snp, &bound).unwrap();
     let policy = Policy { allow_simulated: true, measurements: vec![default_measurement()], ..Policy::default() };
     let expected = ExpectedClaims { nonce: claims().nonce, ..Default::default() };
+    // The CPU report commits to GPU evidence: without it the bundle is refused.
+    let e = verify(&cpu_part, &policy, &expected, now()).unwrap_err();
+    assert!(matches!(&e, Error::GpuRejected(r) if r.error == GpuError::GpuNotBoundToSession), "{e}");
+    // One bundle: CPU evidence and its GPUs, verified together by `verify`.
+    let bundle = veil_attestation::EvidenceBundle { gpus: gpus.clone(), ..cpu_part };
+    let bundle = veil_attestation::EvidenceBundle::from_json(bundle.to_json().as_bytes()).unwrap();
     let cpu = verify(&bundle, &policy, &expected, now()).unwrap();
+    assert_eq!(cpu.gpus().map(|g| g.reports().len()), Some(2));
     let expect = GpuExpectations { claims: cpu.claims(), ..Default::default() };
     let ok = verify_gpus(&gpus, &expect, &policy, now()).unwrap();
     assert_eq!(ok.reports().len(), 2);

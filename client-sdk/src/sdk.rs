@@ -54,6 +54,7 @@ impl ClientError {
     pub fn check_table(&self) -> Option<String> {
         match self {
             Self::Attestation { source: veil_attestation::Error::Rejected(r), .. } => Some(r.report.to_string()),
+            Self::Attestation { source: veil_attestation::Error::GpuRejected(r), .. } => Some(r.appraisal.to_string()),
             _ => None,
         }
     }

@@ -321,7 +321,23 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         (Some(dir), false) => Source::Simulated(dir.clone()),
         (None, false) => anyhow::bail!("the route sets no simulated_root; use --hardware on SEV-SNP"),
     };
-    let attester: std::sync::Arc<dyn veil_attestation::Attester> = attest::attester(&source)?.into();
+    let mut attester = attest::attester(&source)?;
+    if route.simulated_gpus > 0 {
+        // Development: this CVM's GPUs are simulated too (fresh device keys
+        // per start); one bundle carries CPU and GPU evidence, bound both ways.
+        tracing::warn!(gpus = route.simulated_gpus, "using SIMULATED GPUs: GPU evidence proves nothing about hardware");
+        let gpus = (0..route.simulated_gpus)
+            .map(|_| {
+                let seed = veil_attestation::Nonce::random();
+                veil_attestation::gpu::simulated::SimulatedGpu::from_seed(seed.as_bytes(), Default::default())
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        attester = Box::new(veil_attestation::gpu::CompositeAttester::new(
+            attester,
+            veil_attestation::gpu::GpuSource::Simulated(gpus),
+        ));
+    }
+    let attester: std::sync::Arc<dyn veil_attestation::Attester> = attester.into();
     // The entry's sealing key is made before its evidence, which binds the key's hash.
     // A fresh key id per start, so clients holding the previous key get a
     // "wrong key" answer (and re-verify) rather than an undecryptable request.

@@ -85,7 +85,7 @@ fn supervises_restarts_and_stops_every_shard() {
     std::fs::create_dir_all(&dir).unwrap();
     let (gen, gateway) = (port(), port());
     let config = format!(
-        "model = {:?}\npolicy = \"sim/policy.dev.toml\"\nsimulated_root = \"sim\"\nheartbeat_ms = 100\n\
+        "model = {:?}\npolicy = \"sim/policy.dev.toml\"\nsimulated_root = \"sim\"\nsimulated_gpus = 1\nheartbeat_ms = 100\n\
          [entry]\ngenerate_listen = \"{gen}\"\nsealed_listen = \"{gateway}\"\n\
          [[stage]]\nlayers = [0, 12]\nreplicas = [\"{}\"]\n\
          [[stage]]\nlayers = [12, 30]\nreplicas = [\"{}\"]\n",
@@ -266,10 +266,15 @@ fn policy_init_pins_what_it_saw(host: &std::path::Path, dir: &std::path::Path, p
     let text = std::fs::read_to_string(&pinned).unwrap();
     let policy = veil_attestation::Policy::from_toml(&text).unwrap();
     assert!(policy.allow_simulated && policy.simulated_roots.len() == 1, "{text}");
+    // Every shard presented one (simulated) GPU: the policy requires it.
+    assert!(policy.gpu.required && policy.gpu.count == Some(1), "{text}");
     assert_eq!(policy.manifest_roots.len(), 2, "one pinned manifest root per layer range:\n{text}");
     let verify = |policy: &std::path::Path| Command::new(&veil).args(["verify", &url, "--policy"]).arg(policy).output();
     let ok = verify(&pinned).unwrap();
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stdout));
+    let table = String::from_utf8_lossy(&ok.stdout);
+    assert!(ok.status.success(), "{table}");
+    // A GPU table per shard, its evidence bound to the shard's claims.
+    assert_eq!(table.matches("gpu_evidence_binding").count(), 2, "{table}");
     let other = dir.join("other-root.toml");
     let root = hex::encode(policy.simulated_roots[0].0);
     std::fs::write(&other, text.replace(&root, &"ab".repeat(32))).unwrap();

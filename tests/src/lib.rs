@@ -76,6 +76,7 @@ impl Vector {
             chain: chain_file.map(|f| self.chain_der(f)).unwrap_or_default(),
             crl: None,
             claims: None,
+            gpus: Vec::new(),
         }
     }
 

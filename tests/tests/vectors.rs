@@ -270,6 +270,7 @@ fn sev_crate_milan_report_accepts() {
         chain: vec![],
         crl: None,
         claims: None,
+        gpus: Vec::new(),
     };
     let report = SnpReport::from_bytes(&bundle.report).unwrap();
     let policy =

@@ -224,3 +224,52 @@ mod tests {
         assert!(Version::driver("1..2").is_err());
     }
 }
+
+/// Where a composite attester's GPU evidence comes from.
+#[derive(Debug)]
+pub enum GpuSource {
+    /// Software GPUs (development; accepted only under `allow_simulated`).
+    Simulated(Vec<simulated::SimulatedGpu>),
+    /// Every GPU NVML sees, in confidential-computing mode.
+    #[cfg(feature = "hw")]
+    Nvml(hw::NvmlGpuAttester),
+}
+
+/// A CVM and its GPUs as one attester (RFC 9334 composite attester): GPU
+/// `i` signs the nonce derived from the claims, the claims then commit to
+/// the digest of all GPU evidence, the CPU report commits to the claims, and
+/// one bundle carries both. [`crate::verify`] checks them together.
+pub struct CompositeAttester {
+    cpu: Box<dyn crate::Attester>,
+    gpus: GpuSource,
+}
+
+impl fmt::Debug for CompositeAttester {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CompositeAttester").field("gpus", &self.gpus).finish_non_exhaustive()
+    }
+}
+
+impl CompositeAttester {
+    /// `cpu`'s reports, with `gpus`' evidence bound in.
+    pub fn new(cpu: Box<dyn crate::Attester>, gpus: GpuSource) -> Self {
+        Self { cpu, gpus }
+    }
+}
+
+impl crate::Attester for CompositeAttester {
+    fn evidence(&self, claims: &crate::Claims) -> Result<crate::EvidenceBundle, crate::Error> {
+        let (bound, gpus) = match &self.gpus {
+            GpuSource::Simulated(g) => simulated::composite(g, claims)?,
+            #[cfg(feature = "hw")]
+            GpuSource::Nvml(n) => {
+                let evidence = n.collect(claims)?;
+                let mut bound = claims.clone();
+                bound.gpu_evidence_hash = Some(gpu_evidence_digest(&evidence));
+                (bound, evidence)
+            }
+        };
+        let bundle = self.cpu.evidence(&bound)?;
+        Ok(crate::EvidenceBundle { gpus, ..bundle })
+    }
+}

@@ -387,10 +387,13 @@ pub fn verify_composite(
     expected: &crate::ExpectedClaims,
     now: SystemTime,
 ) -> Result<(crate::VerifiedEvidence, VerifiedGpus), Error> {
-    let cpu = crate::verify(bundle, policy, expected, now)?;
-    let expect = GpuExpectations { rims, claims: cpu.claims(), nonce: None, ocsp: &[] };
-    let verified = verify_gpus(gpus, &expect, policy, now)?;
-    Ok((cpu, verified))
+    let composite = crate::EvidenceBundle { gpus: gpus.to_vec(), ..bundle.clone() };
+    let cpu = crate::verify::verify_with_rims(&composite, policy, expected, rims, now)?;
+    match cpu.gpus().cloned() {
+        Some(verified) => Ok((cpu, verified)),
+        // Invariant: a bundle with GPUs (or a policy requiring them) has them verified.
+        None => Err(Error::ApiMisuse("no GPU evidence to verify".into())),
+    }
 }
 
 /// Runs every check on every GPU and returns the tables (no early exit).
@@ -405,6 +408,15 @@ pub fn appraise_gpus(
         out.topology = Some(("GPU evidence (policy: gpu.required = true)".into(), "none".into()));
         out.topology_error = Some(GpuError::NotCcMode);
         return out;
+    }
+    if gpus.is_empty() {
+        if let Some(h) = expect.claims.and_then(|c| c.gpu_evidence_hash) {
+            // The CPU report commits to GPU evidence that was not presented
+            // (stripped on the way): refuse rather than pass as CPU-only.
+            out.topology = Some((format!("the GPU evidence the claims commit to ({h})"), "none".into()));
+            out.topology_error = Some(GpuError::GpuNotBoundToSession);
+            return out;
+        }
     }
     if let Some(n) = policy.gpu.count {
         if usize::try_from(n).ok() != Some(gpus.len()) {

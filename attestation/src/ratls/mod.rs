@@ -166,8 +166,17 @@ pub fn tls_key_hash(key: &p256::SecretKey) -> Result<KeyHash, Error> {
     Ok(KeyHash::of(spki.as_bytes()))
 }
 
+/// Largest RA-TLS certificate accepted: the evidence bundle (with a
+/// composite attester's GPU evidence) rides in it, and rustls caps a
+/// handshake message at 64 KiB. One or two GPUs fit; more need evidence
+/// sent after the handshake, bound by the exporter (not built).
+pub const MAX_RATLS_CERT_BYTES: usize = 60 * 1024;
+
 fn encode_extension(bundle: &EvidenceBundle) -> Vec<u8> {
-    let value = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bundle.to_json());
+    // Compact JSON: the certificate travels in every handshake.
+    let json = bundle.to_json();
+    let compact = serde_json::from_str::<serde_json::Value>(&json).map(|v| v.to_string()).unwrap_or(json);
+    let value = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(compact);
     // Invariant: an array of two strings always serialises.
     serde_json::to_vec(&(EVIDENCE_MEDIA_TYPE, value)).unwrap_or_default()
 }
@@ -175,7 +184,8 @@ fn encode_extension(bundle: &EvidenceBundle) -> Vec<u8> {
 /// Decodes the evidence extension of a certificate and the hash of the
 /// certificate's key. The parser every RA-TLS verifier runs on untrusted bytes.
 pub fn decode_certificate(cert_der: &[u8]) -> Result<(EvidenceBundle, KeyHash), Error> {
-    let cert = ParsedCert::from_der(cert_der).map_err(|e| Malformed::Certificate(e.to_string()))?;
+    let cert = ParsedCert::from_der_limited(cert_der, MAX_RATLS_CERT_BYTES)
+        .map_err(|e| Malformed::Certificate(e.to_string()))?;
     let ext = cert
         .extension(EVIDENCE_EXTENSION_OID)
         .map_err(|e| Malformed::Certificate(e.to_string()))?
@@ -202,7 +212,8 @@ pub fn decode_extension(ext: &[u8]) -> Result<EvidenceBundle, Error> {
 
 /// Verifies a peer's channel-binding signature with its certificate key.
 pub fn verify_binding(peer_cert_der: &[u8], peer_role: Role, exporter: &[u8], signature: &[u8]) -> Result<(), Error> {
-    let cert = ParsedCert::from_der(peer_cert_der).map_err(|e| Malformed::Certificate(e.to_string()))?;
+    let cert = ParsedCert::from_der_limited(peer_cert_der, MAX_RATLS_CERT_BYTES)
+        .map_err(|e| Malformed::Certificate(e.to_string()))?;
     let key = p256::ecdsa::VerifyingKey::from_public_key_der(&cert.spki_der())
         .map_err(|_| Error::PeerMisbehaved("RA-TLS certificate key is not ECDSA P-256".into()))?;
     let sig = p256::ecdsa::Signature::from_der(signature)

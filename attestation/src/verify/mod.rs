@@ -63,6 +63,7 @@ pub struct VerifiedEvidence {
     root: RootKind,
     claims: Option<Claims>,
     checks: CheckReport,
+    gpus: Option<crate::gpu::VerifiedGpus>,
     _private: (),
 }
 
@@ -98,17 +99,34 @@ impl VerifiedEvidence {
     pub fn checks(&self) -> &CheckReport {
         &self.checks
     }
+    /// The shard's verified GPUs (composite evidence), when it presented any
+    /// or the policy requires them.
+    pub fn gpus(&self) -> Option<&crate::gpu::VerifiedGpus> {
+        self.gpus.as_ref()
+    }
     /// `REPORTED_TCB`, decoded for the product.
     pub fn reported_tcb(&self) -> Tcb {
         self.report.reported_tcb().decode(self.product)
     }
 }
 
-/// Verifies `bundle` against `policy`, the caller's expectations and `now`.
+/// Verifies `bundle` against `policy`, the caller's expectations and `now`
+/// (its GPUs too, when it carries any: see [`crate::gpu`]).
 pub fn verify(
     bundle: &EvidenceBundle,
     policy: &Policy,
     expected: &ExpectedClaims,
+    now: SystemTime,
+) -> Result<VerifiedEvidence, Error> {
+    verify_with_rims(bundle, policy, expected, &[], now)
+}
+
+/// [`verify`], comparing the GPUs' measurements with `rims`.
+pub(crate) fn verify_with_rims(
+    bundle: &EvidenceBundle,
+    policy: &Policy,
+    expected: &ExpectedClaims,
+    rims: &[crate::gpu::Rim],
     now: SystemTime,
 ) -> Result<VerifiedEvidence, Error> {
     let appraisal = appraise(bundle, policy, expected, now);
@@ -120,6 +138,19 @@ pub fn verify(
     }
     match (appraisal.report, appraisal.product, appraisal.signer, appraisal.root) {
         (Some(snp), Some(product), Some(signer), Some(root)) => {
+            // A composite attester's GPUs: verified against the claims the
+            // report just proved (their nonce derives from them, and they
+            // commit to the GPU evidence digest).
+            let claims = bundle.claims.as_ref();
+            let gpus = if !bundle.gpus.is_empty()
+                || policy.gpu.required
+                || claims.is_some_and(|c| c.gpu_evidence_hash.is_some())
+            {
+                let expect = crate::gpu::GpuExpectations { rims, claims, nonce: None, ocsp: &[] };
+                Some(crate::gpu::verify_gpus(&bundle.gpus, &expect, policy, now)?)
+            } else {
+                None
+            };
             if matches!(root, RootKind::Simulated(_)) {
                 tracing::warn!(
                     "accepting SIMULATED attestation evidence (policy allow_simulated = true): no hardware guarantee"
@@ -132,6 +163,7 @@ pub fn verify(
                 root,
                 claims: bundle.claims.clone(),
                 checks: report,
+                gpus,
                 _private: (),
             })
         }

@@ -57,6 +57,12 @@ pub fn run(args: &PolicyInitArgs) -> Exit {
                 policy.simulated_roots.push(root);
             }
         }
+        // GPUs seen: require them, as many as each shard presented.
+        if let Some(g) = s.evidence.gpus() {
+            let n = u32::try_from(g.reports().len()).unwrap_or(u32::MAX);
+            policy.gpu.required = true;
+            policy.gpu.count = Some(policy.gpu.count.map_or(n, |c| c.min(n)));
+        }
         let m = veil_attestation::Measurement(s.evidence.report().measurement());
         if !policy.measurements.contains(&m) {
             policy.measurements.push(m);

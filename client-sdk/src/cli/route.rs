@@ -37,6 +37,9 @@ fn connect(
 fn print_shard(name: &str, s: &VerifiedShard) {
     println!("== {name}: layers {}..{}", s.layers.0, s.layers.1);
     println!("{}", s.evidence.checks());
+    if let Some(gpus) = s.evidence.gpus() {
+        println!("{}", gpus.appraisal());
+    }
 }
 
 /// `veil verify URL --policy P`: a check table per shard; exit 0/1/2.

@@ -72,6 +72,7 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, String> {
                 },
                 crl: args.crl.as_deref().map(input::load_crl).transpose().map_err(|e| e.to_string())?,
                 claims: None,
+                gpus: Vec::new(),
             })
         }
         (None, None, None) if args.gpu_evidence.is_some() => None,

@@ -27,7 +27,18 @@ pub fn prepare(mut route: Route) -> anyhow::Result<Route> {
         }
         if !route.policy.exists() {
             let sim = SimulatedAttester::load(dir)?;
-            write_new(&route.policy, &sim.dev_policy_toml()?)?;
+            let mut policy = sim.dev_policy()?;
+            if route.simulated_gpus > 0 {
+                // Every shard must present its (simulated) GPUs, bound to its claims.
+                policy.gpu.required = true;
+                policy.gpu.count = Some(route.simulated_gpus);
+            }
+            let text = format!(
+                "# DEVELOPMENT POLICY: accepts evidence from the SIMULATED root in this directory only.\n\
+                 # Simulated evidence proves nothing about hardware. Never use this policy in production.\n{}",
+                policy.to_toml()
+            );
+            write_new(&route.policy, &text)?;
             tracing::warn!(policy = %route.policy.display(), "wrote a development policy accepting the simulated root");
         }
     }

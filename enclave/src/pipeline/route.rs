@@ -5,6 +5,7 @@
 //! model = "~/.cache/veil/models/SmolLM2-135M-Instruct.Q4_1.gguf"
 //! policy = "sim/policy.dev.toml"        # attestation policy every link is verified against
 //! simulated_root = "sim"               # dev only: shards attest with this simulated root
+//! simulated_gpus = 1                   # dev only: each shard also presents this many simulated GPUs
 //! kv_budget_mib = 512                  # per shard, all sessions together
 //! prefill_chunk = 64                   # positions per forward frame during prefill
 //! heartbeat_ms = 250
@@ -70,6 +71,8 @@ struct RouteFile {
     model: String,
     policy: String,
     simulated_root: Option<String>,
+    #[serde(default)]
+    simulated_gpus: u32,
     #[serde(default = "default_kv_budget_mib")]
     kv_budget_mib: u64,
     #[serde(default = "default_prefill_chunk")]
@@ -177,6 +180,8 @@ pub struct Route {
     pub policy: PathBuf,
     /// Simulated attestation root (development), when set.
     pub simulated_root: Option<PathBuf>,
+    /// Simulated GPUs each shard presents with its evidence (development).
+    pub simulated_gpus: u32,
     /// KV memory per shard, bytes.
     pub kv_budget_bytes: usize,
     /// Positions per forward frame in prefill.
@@ -225,6 +230,12 @@ impl Route {
                 "entry.generate_listen {} is not a loopback address: the internal endpoint carries plaintext and must not leave the enclave",
                 f.entry.generate_listen
             ));
+        }
+        if f.simulated_gpus > 0 && f.simulated_root.is_none() {
+            return bad("simulated_gpus needs simulated_root (development clusters only)".into());
+        }
+        if f.simulated_gpus > 8 {
+            return bad("simulated_gpus is at most 8".into());
         }
         if f.prefill_chunk == 0 || f.heartbeat_ms == 0 || f.kv_budget_mib == 0 {
             return bad("prefill_chunk, heartbeat_ms and kv_budget_mib must be positive".into());
@@ -315,6 +326,7 @@ impl Route {
             model: resolve(&f.model),
             policy: resolve(&f.policy),
             simulated_root: f.simulated_root.as_deref().map(resolve),
+            simulated_gpus: f.simulated_gpus,
             kv_budget_bytes: usize::try_from(f.kv_budget_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
             prefill_chunk: f.prefill_chunk as usize,
             heartbeat: std::time::Duration::from_millis(f.heartbeat_ms),
@@ -344,6 +356,9 @@ impl Route {
         );
         if let Some(r) = &self.simulated_root {
             out += &format!("simulated_root = {:?}\n", r.display().to_string());
+        }
+        if self.simulated_gpus > 0 {
+            out += &format!("simulated_gpus = {}\n", self.simulated_gpus);
         }
         out += &format!(
             "kv_budget_mib = {}\nprefill_chunk = {}\nheartbeat_ms = {}\nactivation_precision = \"{}\"\n\n[entry]\ngenerate_listen = \"{}\"\n",

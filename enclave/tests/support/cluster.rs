@@ -67,6 +67,7 @@ impl Cluster {
             model: model.to_owned(),
             policy: dir.join("sim/policy.dev.toml"),
             simulated_root: Some(dir.join("sim")),
+            simulated_gpus: 0,
             kv_budget_bytes: 256 << 20,
             prefill_chunk: 32,
             heartbeat: Duration::from_millis(100),
