@@ -228,7 +228,8 @@ impl AdaptiveK {
         Self {
             k_max,
             fixed: fixed.map(|k| k.min(MAX_K)),
-            kept: 1.0,
+            // A cautious prior (a = 1/3): a drafter earns k by being right.
+            kept: 0.5,
             rejected: 1.0,
             round: vec![None; k_max + 1],
             draft_per_token: 0.0,
@@ -249,7 +250,9 @@ impl AdaptiveK {
             self.round.iter().enumerate().filter_map(|(k, t)| t.map(|t| (k as f64, t))).collect();
         let &(k0, t0) = seen.iter().min_by(|a, b| (a.0 - k as f64).abs().total_cmp(&(b.0 - k as f64).abs()))?;
         // Cost per verified position: the least-squares slope when two or
-        // more k were measured, else a prior of 5% of a round per position.
+        // more k were measured, else a prior of 15% of a round per position
+        // (right for a compute-bound pipeline; on a slow network the first
+        // measurements correct it downwards).
         let slope = if seen.len() >= 2 {
             let n = seen.len() as f64;
             let (mk, mt) = (seen.iter().map(|s| s.0).sum::<f64>() / n, seen.iter().map(|s| s.1).sum::<f64>() / n);
@@ -257,7 +260,7 @@ impl AdaptiveK {
             let cov: f64 = seen.iter().map(|s| (s.0 - mk) * (s.1 - mt)).sum();
             (cov / var).max(0.0)
         } else {
-            0.05 * t0
+            0.15 * t0
         };
         Some(t0 + slope * (k as f64 - k0))
     }
