@@ -100,6 +100,10 @@ struct ServeArgs {
     /// Attest with the SEV-SNP guest device instead of the route's simulated root.
     #[arg(long)]
     hardware: bool,
+    /// With `--hardware`: also collect evidence from every GPU NVML sees (CC
+    /// mode), bound to this shard's claims (build with `--features hw`).
+    #[arg(long, requires = "hardware")]
+    nvml_gpus: bool,
     /// Exit when stdin closes (set by a supervisor, so no shard outlives it).
     #[arg(long)]
     supervised: bool,
@@ -322,7 +326,18 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         (None, false) => anyhow::bail!("the route sets no simulated_root; use --hardware on SEV-SNP"),
     };
     let mut attester = attest::attester(&source)?;
-    if route.simulated_gpus > 0 {
+    if args.nvml_gpus {
+        #[cfg(feature = "hw")]
+        {
+            tracing::info!("collecting GPU evidence through NVML with every report");
+            attester = Box::new(veil_attestation::gpu::CompositeAttester::new(
+                attester,
+                veil_attestation::gpu::GpuSource::Nvml(veil_attestation::gpu::hw::NvmlGpuAttester),
+            ));
+        }
+        #[cfg(not(feature = "hw"))]
+        anyhow::bail!("--nvml-gpus needs a veil-shard built with `--features hw`");
+    } else if route.simulated_gpus > 0 && !args.hardware {
         // Development: this CVM's GPUs are simulated too (fresh device keys
         // per start); one bundle carries CPU and GPU evidence, bound both ways.
         tracing::warn!(gpus = route.simulated_gpus, "using SIMULATED GPUs: GPU evidence proves nothing about hardware");

@@ -720,6 +720,10 @@ impl Entry {
                         sp.stats.accepted += accepted as u64;
                         sp.stats.draft_micros += drafting.as_micros() as u64;
                         sp.stats.round_micros += round.as_micros() as u64;
+                        if sp.stats.rounds_by_k.len() <= k {
+                            sp.stats.rounds_by_k.resize(k + 1, 0);
+                        }
+                        sp.stats.rounds_by_k[k] += 1;
                         let c = &self.counters;
                         c.rounds.fetch_add(1, Ordering::Relaxed);
                         c.spec_rounds.fetch_add(u64::from(k > 0), Ordering::Relaxed);

@@ -177,9 +177,20 @@ pub struct SpecStats {
     /// Time from sending each decode round to its verdict, microseconds.
     #[serde(default)]
     pub round_micros: u64,
+    /// Decode rounds by the number of tokens drafted (index = k).
+    #[serde(default)]
+    pub rounds_by_k: Vec<u64>,
 }
 
 impl SpecStats {
+    /// Tokens the rounds would commit on average at the measured acceptance,
+    /// `Σ rounds(k) · (1 − a^(k+1)) / (1 − a)`: with the time they took, the
+    /// analytic bound for the k actually used.
+    pub fn expected_tokens(&self) -> f64 {
+        let a = self.acceptance();
+        self.rounds_by_k.iter().enumerate().map(|(k, &n)| n as f64 * expected_tokens(a, k)).sum()
+    }
+
     /// Kept / drafted.
     pub fn acceptance(&self) -> f64 {
         if self.drafted == 0 {
@@ -443,6 +454,9 @@ mod tests {
         assert_eq!(expected_tokens(0.0, 5), 1.0);
         assert_eq!(expected_tokens(1.0, 4), 5.0);
         assert!((expected_tokens(0.8, 4) - (1.0 + 0.8 + 0.64 + 0.512 + 0.4096)).abs() < 1e-9);
+        // Per-round k: 2 plain rounds and 1 round of 2 drafts at a = 0.5.
+        let s = SpecStats { drafted: 4, accepted: 2, rounds_by_k: vec![2, 0, 1], ..SpecStats::default() };
+        assert!((s.expected_tokens() - (2.0 + 1.75)).abs() < 1e-9);
     }
 
     #[test]
