@@ -163,13 +163,7 @@ fn c14n_element(
             NodeType::Text => escape_text(child.text().unwrap_or_default(), out),
             NodeType::PI => {
                 if let Some(pi) = child.pi() {
-                    out.push_str("<?");
-                    out.push_str(pi.target);
-                    if let Some(v) = pi.value {
-                        out.push(' ');
-                        out.push_str(v);
-                    }
-                    out.push_str("?>");
+                    write_pi(pi, out);
                 }
             }
             NodeType::Comment | NodeType::Root => {}
@@ -179,6 +173,17 @@ fn c14n_element(
     out.push_str(qname);
     out.push('>');
     Ok(())
+}
+
+/// A processing instruction in canonical form.
+fn write_pi(pi: roxmltree::PI<'_>, out: &mut String) {
+    out.push_str("<?");
+    out.push_str(pi.target);
+    if let Some(v) = pi.value {
+        out.push(' ');
+        out.push_str(v);
+    }
+    out.push_str("?>");
 }
 
 /// Inclusive C14N of the whole document without comments, leaving out `skip`'s subtree.
@@ -196,13 +201,7 @@ fn c14n_document(doc: &Document<'_>, src: &str, skip: Option<roxmltree::NodeId>)
                     if after_root {
                         out.push('\n');
                     }
-                    out.push_str("<?");
-                    out.push_str(pi.target);
-                    if let Some(v) = pi.value {
-                        out.push(' ');
-                        out.push_str(v);
-                    }
-                    out.push_str("?>");
+                    write_pi(pi, &mut out);
                     if !after_root {
                         out.push('\n');
                     }
