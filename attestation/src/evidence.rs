@@ -110,19 +110,27 @@ impl EvidenceBundle {
         let endorsement = decode_field("endorsement", &wire.endorsement, MAX_CERT_BYTES)?;
         let chain = wire.chain.iter().map(|c| decode_field("chain", c, MAX_CERT_BYTES)).collect::<Result<_, _>>()?;
         let crl = wire.crl.as_deref().map(|c| decode_field("crl", c, ParsedCrl::MAX_BYTES)).transpose()?;
-        let gpus = match &wire.gpus {
+        let gpus = match wire.gpus {
             None => Vec::new(),
-            Some(v) => {
-                let bytes = serde_json::to_vec(v).map_err(|e| Malformed::Json(e.to_string()))?;
-                crate::gpu::evidence::from_json(&bytes).map_err(|e| Malformed::Json(format!("gpus: {e}")))?
-            }
+            Some(v) => crate::gpu::evidence::from_value(v).map_err(|e| Malformed::Json(format!("gpus: {e}")))?,
         };
         Ok(Self { report, endorsement, chain, crl, claims: wire.claims, gpus })
     }
 
     /// Serialises to bundle JSON.
     pub fn to_json(&self) -> String {
-        let wire = Wire {
+        // Invariant: the wire struct holds only strings, numbers and maps.
+        serde_json::to_string_pretty(&self.wire()).unwrap_or_default()
+    }
+
+    /// Bundle JSON without whitespace (inside certificates).
+    pub fn to_compact_json(&self) -> String {
+        // Invariant: as for `to_json`.
+        serde_json::to_string(&self.wire()).unwrap_or_default()
+    }
+
+    fn wire(&self) -> Wire {
+        Wire {
             version: BUNDLE_VERSION,
             kind: EvidenceKind::SevSnp,
             report: b64().encode(&self.report),
@@ -130,12 +138,8 @@ impl EvidenceBundle {
             chain: self.chain.iter().map(|c| b64().encode(c)).collect(),
             crl: self.crl.as_ref().map(|c| b64().encode(c)),
             claims: self.claims.clone(),
-            gpus: (!self.gpus.is_empty())
-                .then(|| serde_json::from_str(&crate::gpu::evidence::to_json(&self.gpus)).ok())
-                .flatten(),
-        };
-        // Invariant: the wire struct holds only strings, numbers and maps.
-        serde_json::to_string_pretty(&wire).unwrap_or_default()
+            gpus: (!self.gpus.is_empty()).then(|| crate::gpu::evidence::to_value(&self.gpus)),
+        }
     }
 
     /// SHA-256 of the canonical JSON (what other evidence refers to).

@@ -174,6 +174,16 @@ pub fn from_json(bytes: &[u8]) -> Result<Vec<GpuEvidence>, GpuInputError> {
         return Err(GpuInputError::TooLarge { field: "json", limit: MAX_GPUS });
     }
     let wire: WireSet = serde_json::from_slice(bytes).map_err(|e| GpuInputError::Json(e.to_string()))?;
+    from_wire(wire)
+}
+
+/// Parses Veil's GPU evidence JSON already read as a value (the `gpus`
+/// field of an evidence bundle, whose size the bundle parser bounded).
+pub(crate) fn from_value(value: serde_json::Value) -> Result<Vec<GpuEvidence>, GpuInputError> {
+    from_wire(serde_json::from_value(value).map_err(|e| GpuInputError::Json(e.to_string()))?)
+}
+
+fn from_wire(wire: WireSet) -> Result<Vec<GpuEvidence>, GpuInputError> {
     if wire.version != GPU_EVIDENCE_VERSION {
         return Err(GpuInputError::UnsupportedVersion(wire.version));
     }
@@ -202,7 +212,18 @@ pub fn from_json(bytes: &[u8]) -> Result<Vec<GpuEvidence>, GpuInputError> {
 
 /// Serialises a set to Veil's GPU evidence JSON.
 pub fn to_json(gpus: &[GpuEvidence]) -> String {
-    let wire = WireSet {
+    // Invariant: only strings, numbers and booleans.
+    serde_json::to_string_pretty(&to_wire(gpus)).unwrap_or_default()
+}
+
+/// The set as a JSON value (embedded in an evidence bundle).
+pub(crate) fn to_value(gpus: &[GpuEvidence]) -> serde_json::Value {
+    // Invariant: only strings, numbers and booleans.
+    serde_json::to_value(to_wire(gpus)).unwrap_or_default()
+}
+
+fn to_wire(gpus: &[GpuEvidence]) -> WireSet {
+    WireSet {
         version: GPU_EVIDENCE_VERSION,
         gpus: gpus
             .iter()
@@ -213,9 +234,7 @@ pub fn to_json(gpus: &[GpuEvidence]) -> String {
                 settings: g.settings,
             })
             .collect(),
-    };
-    // Invariant: only strings, numbers and booleans.
-    serde_json::to_string_pretty(&wire).unwrap_or_default()
+    }
 }
 
 /// Parses the NVIDIA attestation SDK's evidence JSON list.

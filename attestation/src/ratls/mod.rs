@@ -174,9 +174,7 @@ pub const MAX_RATLS_CERT_BYTES: usize = 60 * 1024;
 
 fn encode_extension(bundle: &EvidenceBundle) -> Vec<u8> {
     // Compact JSON: the certificate travels in every handshake.
-    let json = bundle.to_json();
-    let compact = serde_json::from_str::<serde_json::Value>(&json).map(|v| v.to_string()).unwrap_or(json);
-    let value = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(compact);
+    let value = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bundle.to_compact_json());
     // Invariant: an array of two strings always serialises.
     serde_json::to_vec(&(EVIDENCE_MEDIA_TYPE, value)).unwrap_or_default()
 }

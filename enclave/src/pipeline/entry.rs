@@ -253,10 +253,17 @@ impl Speculation {
         }
     }
 
-    /// Up to `k` drafted tokens for `context`; an error turns speculation
+    /// Up to `k` drafted tokens for `context`, and the time drafting took
+    /// (not counting a wait for preparation); an error turns speculation
     /// off for the session (plain decoding continues).
-    async fn draft(&mut self, context: &[u32], k: usize) -> Draft {
+    async fn draft(&mut self, context: &[u32], k: usize) -> (Draft, Duration) {
         self.ready().await;
+        let started = Instant::now();
+        let draft = self.draft_now(context, k).await;
+        (draft, started.elapsed())
+    }
+
+    async fn draft_now(&mut self, context: &[u32], k: usize) -> Draft {
         let Some(mut d) = self.drafter.take() else { return Draft::default() };
         let mode = self.mode.clone();
         let result = if d.is_cheap() {
@@ -645,10 +652,7 @@ impl Entry {
                         let limit = max_tokens.saturating_sub(generated + 1).min(room);
                         let k = sp.k.next_k(limit);
                         if k > 0 {
-                            sp.ready().await;
-                            let t = Instant::now();
-                            draft = sp.draft(&s.history, k).await;
-                            drafting = t.elapsed();
+                            (draft, drafting) = sp.draft(&s.history, k).await;
                         }
                     }
                 }
