@@ -4,15 +4,19 @@
 //! canonical, domain-separated encoding:
 //!
 //! ```text
-//! "veil/claims/v1\0"
+//! "veil/claims/v2\0"
 //! for each field in the fixed order below:
 //!     u8 field id, u8 present (0|1), and if present: u32 big-endian length ‖ bytes
 //! ```
 //!
 //! Field order and ids: 1 tls_key_hash, 2 hpke_config_hash, 3 manifest_root,
 //! 4 layer_range (start u32 BE ‖ end u32 BE), 5 gpu_evidence_hash, 6 nonce,
-//! 7 software_version (UTF-8). Every field has a fixed id and a length, so two
-//! different claim sets never encode to the same bytes.
+//! 7 software_version (UTF-8), 8 peer_policy (digest of the policy the shard
+//! enforces on its links), 9 route_shape (digest of the route's layer ranges,
+//! manifest pins and the model's layer count), 10 route_links (the entry's
+//! commitment to the shards it has verified and linked, in nonce-bound
+//! evidence). Every field has a fixed id and a length, so two different claim
+//! sets never encode to the same bytes.
 
 use std::fmt;
 
@@ -20,7 +24,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256, Sha512};
 
 /// Domain separator of the canonical claims encoding.
-pub const CLAIMS_DOMAIN: &[u8] = b"veil/claims/v1\0";
+pub const CLAIMS_DOMAIN: &[u8] = b"veil/claims/v2\0";
 /// Domain separator of the GPU nonce derivation.
 pub const GPU_NONCE_DOMAIN: &[u8] = b"veil/gpu-nonce/v1\0";
 /// Longest nonce accepted.
@@ -117,6 +121,23 @@ digest_newtype!(
 digest_newtype!(
     /// SHA-256 of the GPU evidence a shard collected.
     GpuEvidenceHash,
+    32
+);
+digest_newtype!(
+    /// SHA-256 of a policy's canonical encoding (`Policy::digest`): the peer
+    /// policy a shard enforces on its links.
+    PolicyDigest,
+    32
+);
+digest_newtype!(
+    /// SHA-256 of a route's canonical shape (`route::RouteShape::digest`).
+    RouteDigest,
+    32
+);
+digest_newtype!(
+    /// SHA-256 commitment to the set of shards an entry has verified and
+    /// linked (`route::links_commitment`).
+    LinksCommitment,
     32
 );
 digest_newtype!(
@@ -259,6 +280,15 @@ pub struct Claims {
     /// Version of the shard software.
     #[serde(default)]
     pub software_version: String,
+    /// Digest of the policy this shard verifies its neighbours against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_policy: Option<PolicyDigest>,
+    /// Digest of the route's shape (stages, manifest pins, layer count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_shape: Option<RouteDigest>,
+    /// The entry's commitment to the shards it has linked (fresh evidence only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub route_links: Option<LinksCommitment>,
 }
 
 impl Claims {
@@ -276,7 +306,7 @@ impl Claims {
             b[4..].copy_from_slice(&r.end.to_be_bytes());
             b
         });
-        let fields: [(u8, Option<&[u8]>); 7] = [
+        let fields: [(u8, Option<&[u8]>); 10] = [
             (1, self.tls_key_hash.as_ref().map(|h| &h.0[..])),
             (2, self.hpke_config_hash.as_ref().map(|h| &h.0[..])),
             (3, self.manifest_root.as_ref().map(|h| &h.0[..])),
@@ -284,6 +314,9 @@ impl Claims {
             (5, self.gpu_evidence_hash.as_ref().map(|h| &h.0[..])),
             (6, self.nonce.as_ref().map(Nonce::as_bytes)),
             (7, Some(self.software_version.as_bytes())),
+            (8, self.peer_policy.as_ref().map(|h| &h.0[..])),
+            (9, self.route_shape.as_ref().map(|h| &h.0[..])),
+            (10, self.route_links.as_ref().map(|h| &h.0[..])),
         ];
         let mut out = Vec::with_capacity(256);
         out.extend_from_slice(CLAIMS_DOMAIN);
@@ -340,6 +373,9 @@ mod tests {
             gpu_evidence_hash: None,
             nonce: Some(Nonce::new(vec![9; 16]).unwrap()),
             software_version: "veil 0.1.0".into(),
+            peer_policy: Some(PolicyDigest([4; 32])),
+            route_shape: Some(RouteDigest([5; 32])),
+            route_links: None,
         }
     }
 
@@ -362,6 +398,15 @@ mod tests {
         let mut c = sample();
         c.software_version.push('x');
         variants.push(c);
+        let mut c = sample();
+        c.peer_policy = Some(PolicyDigest([6; 32]));
+        variants.push(c);
+        let mut c = sample();
+        c.route_shape = None;
+        variants.push(c);
+        let mut c = sample();
+        c.route_links = Some(LinksCommitment([7; 32]));
+        variants.push(c);
         for v in variants {
             assert_ne!(v.report_data().unwrap(), base, "{v:?}");
         }
@@ -373,6 +418,10 @@ mod tests {
         let a = Claims { tls_key_hash: Some(KeyHash([7; 32])), ..Default::default() };
         let b = Claims { hpke_config_hash: Some(KeyHash([7; 32])), ..Default::default() };
         assert_ne!(a.encode().unwrap(), b.encode().unwrap());
+        let c = Claims { peer_policy: Some(PolicyDigest([7; 32])), ..Default::default() };
+        let d = Claims { route_links: Some(LinksCommitment([7; 32])), ..Default::default() };
+        assert_ne!(c.encode().unwrap(), d.encode().unwrap());
+        assert_ne!(a.encode().unwrap(), c.encode().unwrap());
     }
 
     #[test]

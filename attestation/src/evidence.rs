@@ -98,6 +98,10 @@ impl EvidenceBundle {
             return Err(Malformed::TooLarge { actual: bytes.len(), limit: MAX_BUNDLE_BYTES });
         }
         let wire: Wire = serde_json::from_slice(bytes).map_err(|e| Malformed::Json(e.to_string()))?;
+        Self::from_wire(wire)
+    }
+
+    fn from_wire(wire: Wire) -> Result<Self, Malformed> {
         if wire.version != BUNDLE_VERSION {
             return Err(Malformed::UnsupportedVersion { actual: wire.version, supported: BUNDLE_VERSION });
         }
@@ -142,10 +146,25 @@ impl EvidenceBundle {
         }
     }
 
-    /// SHA-256 of the canonical JSON (what other evidence refers to).
+    /// SHA-256 of the canonical JSON (what other evidence refers to, and
+    /// what an entry's route-links commitment covers).
     pub fn digest(&self) -> [u8; 32] {
         use sha2::Digest;
         sha2::Sha256::digest(self.to_json().as_bytes()).into()
+    }
+}
+
+/// A bundle inside another JSON document (the route's attestation
+/// document): the same wire form and limits as [`EvidenceBundle::from_json`].
+impl Serialize for EvidenceBundle {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        self.wire().serialize(s)
+    }
+}
+
+impl<'de> Deserialize<'de> for EvidenceBundle {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        Self::from_wire(Wire::deserialize(d)?).map_err(serde::de::Error::custom)
     }
 }
 

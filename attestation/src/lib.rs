@@ -37,12 +37,15 @@ pub mod gpu;
 pub mod hw;
 pub mod policy;
 pub mod ratls;
+pub mod route;
 pub mod simulated;
 pub mod snp;
 pub mod verify;
 pub mod x509;
 
-pub use claims::{Claims, KeyHash, LayerRange, ManifestRoot, Measurement, Nonce, ReportData};
+pub use claims::{
+    Claims, KeyHash, LayerRange, LinksCommitment, ManifestRoot, Measurement, Nonce, PolicyDigest, ReportData, RouteDigest,
+};
 pub use error::{Error, Malformed, Rejection};
 pub use evidence::EvidenceBundle;
 pub use policy::Policy;

@@ -42,7 +42,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::claims::{KeyHash, ManifestRoot, Measurement};
+use crate::claims::{KeyHash, ManifestRoot, Measurement, PolicyDigest};
 use crate::snp::{report::KNOWN_VERSIONS, Product};
 
 /// Lowest report version Veil accepts by default. Version 2 reports (no
@@ -211,6 +211,35 @@ pub struct Policy {
     /// NVIDIA GPU evidence requirements.
     #[serde(default, skip_serializing_if = "GpuPolicy::is_default")]
     pub gpu: GpuPolicy,
+    /// Peer policies accepted by digest (relying party): a route whose
+    /// shards enforce one of these on their links is accepted even where it
+    /// is not at least as strict as this policy (`veil policy init` pins
+    /// what it saw here).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub peer_policies: Vec<PolicyDigest>,
+    /// The model's layer count the route must cover, from layer 0, when pinned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_layers: Option<u32>,
+}
+
+/// Domain separator of a policy's canonical encoding.
+pub const POLICY_DOMAIN: &[u8] = b"veil/peer-policy/v1\0";
+
+/// One setting on which a peer policy is weaker than the relying party's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PolicyGap {
+    /// The policy key (`products`, `min_tcb.Genoa.snp`, `gpu.required`, …).
+    pub setting: String,
+    /// What the relying party's policy requires.
+    pub yours: String,
+    /// What the peer policy enforces.
+    pub peer: String,
+}
+
+impl std::fmt::Display for PolicyGap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: yours {}, the route's {}", self.setting, self.yours, self.peer)
+    }
 }
 
 fn all_products() -> Vec<Product> {
@@ -262,6 +291,8 @@ impl Default for Policy {
             simulated_roots: Vec::new(),
             manifest_roots: BTreeMap::new(),
             gpu: GpuPolicy::default(),
+            peer_policies: Vec::new(),
+            model_layers: None,
         }
     }
 }
@@ -322,7 +353,216 @@ impl Policy {
                 )));
             }
         }
+        if self.model_layers == Some(0) {
+            return Err(PolicyError::Inconsistent("model_layers = 0".into()));
+        }
         self.gpu.validate()
+    }
+
+    /// The same policy with every list sorted and deduplicated: two files
+    /// that accept exactly the same evidence normalise equal.
+    pub fn normalized(&self) -> Self {
+        fn norm<T: Ord>(v: &mut Vec<T>) {
+            v.sort();
+            v.dedup();
+        }
+        let mut p = self.clone();
+        norm(&mut p.products);
+        norm(&mut p.measurements);
+        norm(&mut p.simulated_roots);
+        norm(&mut p.peer_policies);
+        for roots in p.manifest_roots.values_mut() {
+            norm(roots);
+        }
+        p
+    }
+
+    /// The canonical encoding: `"veil/peer-policy/v1\0" ‖ JSON` of the
+    /// normalised policy (fields in declaration order, maps sorted), so the
+    /// same policy always encodes — and hashes — the same, whatever its
+    /// file's order, comments or spelling of defaults.
+    pub fn canonical_bytes(&self) -> Vec<u8> {
+        let mut out = POLICY_DOMAIN.to_vec();
+        // Invariant: the policy is plain data (strings, numbers, maps); serialising cannot fail.
+        out.extend_from_slice(&serde_json::to_vec(&self.normalized()).unwrap_or_default());
+        out
+    }
+
+    /// SHA-256 of [`canonical_bytes`](Self::canonical_bytes): what a shard's
+    /// claims carry as its peer policy.
+    pub fn digest(&self) -> PolicyDigest {
+        use sha2::Digest as _;
+        PolicyDigest(sha2::Sha256::digest(self.canonical_bytes()).into())
+    }
+
+    /// Whether a shard with hardware evidence may enforce this policy on its
+    /// links: not if it accepts simulated evidence or waives the measurement.
+    pub fn fit_for_hardware(&self) -> Result<(), PolicyError> {
+        if self.allow_simulated {
+            return Err(PolicyError::Inconsistent(
+                "allow_simulated = true: a shard attesting with hardware refuses to link to simulated peers".into(),
+            ));
+        }
+        if self.any_measurement {
+            return Err(PolicyError::Inconsistent(
+                "any_measurement = true: a shard attesting with hardware requires its peers' launch measurements pinned"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Every setting on which `peer` (the policy a route's shards enforce on
+    /// their links) would accept evidence this policy refuses. Empty means
+    /// `peer` is at least as strict as `self` on every check.
+    ///
+    /// Manifests are not compared here: the route pins one manifest root per
+    /// stage, which the route verifier compares with `manifest_roots`.
+    pub fn gaps_in(&self, peer: &Policy) -> Vec<PolicyGap> {
+        let mut gaps = Vec::new();
+        let mut gap = |setting: &str, yours: String, theirs: String| {
+            gaps.push(PolicyGap { setting: setting.to_owned(), yours, peer: theirs })
+        };
+        let list = |v: &[String]| if v.is_empty() { "none".to_owned() } else { v.join(", ") };
+        let names = |v: &[Product]| list(&v.iter().map(|p| p.to_string()).collect::<Vec<_>>());
+        let extra: Vec<Product> = peer.products.iter().filter(|p| !self.products.contains(p)).copied().collect();
+        if !extra.is_empty() {
+            gap("products", names(&self.products), format!("also {}", names(&extra)));
+        }
+        if peer.min_report_version < self.min_report_version {
+            gap("min_report_version", self.min_report_version.to_string(), peer.min_report_version.to_string());
+        }
+        if peer.max_report_version > self.max_report_version {
+            gap("max_report_version", self.max_report_version.to_string(), peer.max_report_version.to_string());
+        }
+        let flag = |b: bool| b.to_string();
+        for (setting, mine, theirs) in [
+            ("allow_vlek", self.allow_vlek, peer.allow_vlek),
+            ("allow_debug", self.allow_debug, peer.allow_debug),
+            ("allow_migration_agent", self.allow_migration_agent, peer.allow_migration_agent),
+            ("allow_smt", self.allow_smt, peer.allow_smt),
+            ("allow_simulated", self.allow_simulated, peer.allow_simulated),
+        ] {
+            // An allowance the peer grants and we do not.
+            if theirs && !mine {
+                gap(setting, flag(mine), flag(theirs));
+            }
+        }
+        if self.require_crl && !peer.require_crl {
+            gap("require_crl", "true".into(), "false".into());
+        }
+        if peer.vmpl != self.vmpl {
+            gap("vmpl", self.vmpl.to_string(), peer.vmpl.to_string());
+        }
+        // TCB minimums: for every product the peer accepts (that we accept),
+        // every component we bound must be bound at least as high.
+        for product in peer.products.iter().filter(|p| self.products.contains(p)) {
+            let Some(mine) = self.min_tcb.get(product) else { continue };
+            let theirs = peer.min_tcb.get(product).copied().unwrap_or_default();
+            for (component, m, t) in [
+                ("fmc", mine.fmc, theirs.fmc),
+                ("bootloader", mine.bootloader, theirs.bootloader),
+                ("tee", mine.tee, theirs.tee),
+                ("snp", mine.snp, theirs.snp),
+                ("microcode", mine.microcode, theirs.microcode),
+            ] {
+                if let Some(m) = m {
+                    if t.is_none_or(|t| t < m) {
+                        let t = t.map_or("no minimum".to_owned(), |t| t.to_string());
+                        gap(&format!("min_tcb.{product}.{component}"), m.to_string(), t);
+                    }
+                }
+            }
+        }
+        if !self.any_measurement {
+            if peer.any_measurement {
+                gap("measurements", format!("{} pinned", self.measurements.len()), "any_measurement = true".into());
+            } else {
+                let extra: Vec<String> =
+                    peer.measurements.iter().filter(|m| !self.measurements.contains(m)).map(|m| m.to_string()).collect();
+                if !extra.is_empty() {
+                    gap("measurements", format!("{} pinned", self.measurements.len()), format!("also {}", list(&extra)));
+                }
+            }
+        }
+        for (setting, mine, theirs) in [
+            ("host_data", self.host_data.map(|h| h.0.to_string()), peer.host_data.map(|h| h.0.to_string())),
+            (
+                "id_key_digest",
+                self.id_key_digest.map(|h| h.to_string()),
+                peer.id_key_digest.map(|h| h.to_string()),
+            ),
+        ] {
+            if mine.is_some() && mine != theirs {
+                gap(setting, mine.unwrap_or_default(), theirs.unwrap_or_else(|| "not pinned".into()));
+            }
+        }
+        if self.allow_simulated && peer.allow_simulated && !self.simulated_roots.is_empty() {
+            let extra: Vec<String> = peer
+                .simulated_roots
+                .iter()
+                .filter(|r| !self.simulated_roots.contains(r))
+                .map(|r| r.to_string())
+                .collect();
+            if peer.simulated_roots.is_empty() {
+                gap("simulated_roots", list(&self.simulated_roots.iter().map(|r| r.to_string()).collect::<Vec<_>>()), "any simulated root".into());
+            } else if !extra.is_empty() {
+                gap("simulated_roots", format!("{} pinned", self.simulated_roots.len()), format!("also {}", list(&extra)));
+            }
+        }
+        self.gpu_gaps(&peer.gpu, &mut gap);
+        gaps
+    }
+
+    fn gpu_gaps(&self, peer: &GpuPolicy, gap: &mut impl FnMut(&str, String, String)) {
+        let mine = &self.gpu;
+        for (setting, m, t) in [
+            ("gpu.required", mine.required, peer.required),
+            ("gpu.require_protected_pcie", mine.require_protected_pcie, peer.require_protected_pcie),
+            ("gpu.require_rim", mine.require_rim, peer.require_rim),
+            ("gpu.require_rim_signature", mine.require_rim_signature, peer.require_rim_signature),
+            ("gpu.require_revocation", mine.require_revocation, peer.require_revocation),
+            ("gpu.require_cc_settings", mine.require_cc_settings, peer.require_cc_settings),
+        ] {
+            if m && !t {
+                gap(setting, "true".into(), "false".into());
+            }
+        }
+        if mine.count.is_some() && mine.count != peer.count {
+            let show = |c: Option<u32>| c.map_or("any".to_owned(), |c| c.to_string());
+            gap("gpu.count", show(mine.count), show(peer.count));
+        }
+        let lower = |m: &Option<String>, t: &Option<String>, parse: fn(&str) -> Result<crate::gpu::Version, String>| {
+            let Some(m) = m else { return false };
+            match (parse(m), t.as_deref().map(parse)) {
+                (Ok(m), Some(Ok(t))) => t < m,
+                _ => true,
+            }
+        };
+        if lower(&mine.min_driver_version, &peer.min_driver_version, crate::gpu::Version::driver) {
+            gap(
+                "gpu.min_driver_version",
+                mine.min_driver_version.clone().unwrap_or_default(),
+                peer.min_driver_version.clone().unwrap_or_else(|| "no minimum".into()),
+            );
+        }
+        if lower(&mine.min_vbios_version, &peer.min_vbios_version, crate::gpu::Version::vbios) {
+            gap(
+                "gpu.min_vbios_version",
+                mine.min_vbios_version.clone().unwrap_or_default(),
+                peer.min_vbios_version.clone().unwrap_or_else(|| "no minimum".into()),
+            );
+        }
+        // A replaced root trusts other devices or RIM signers than ours.
+        let pem = |p: &Option<String>| p.as_deref().map(str::trim).map(str::to_owned);
+        if pem(&mine.root_pem) != pem(&peer.root_pem) {
+            let show = |p: &Option<String>| if p.is_some() { "a replaced root" } else { "the NVIDIA root" }.to_owned();
+            gap("gpu.root_pem", show(&mine.root_pem), show(&peer.root_pem));
+        }
+        if pem(&mine.rim_root_pem) != pem(&peer.rim_root_pem) {
+            let show = |p: &Option<String>| if p.is_some() { "a replaced root" } else { "the NVIDIA root" }.to_owned();
+            gap("gpu.rim_root_pem", show(&mine.rim_root_pem), show(&peer.rim_root_pem));
+        }
     }
 }
 

@@ -14,15 +14,14 @@
 use std::pin::Pin;
 use std::time::SystemTime;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use http_body_util::{BodyExt, BodyStream, Full};
+use http_body_util::{BodyExt, BodyStream, Full, Limited};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use sha2::{Digest, Sha256};
-use veil_attestation::{EvidenceBundle, ExpectedClaims, KeyHash, LayerRange, Nonce, Policy, VerifiedEvidence};
+use veil_attestation::route::{verify_route, AttestationDoc, RouteError, MAX_DOC_BYTES};
+use veil_attestation::{Nonce, Policy};
 
 use crate::seal::{seal, OpenedResponse, SealError};
 
@@ -44,6 +43,10 @@ pub enum ClientError {
     /// The route the host presented is incomplete or inconsistent.
     #[error("route: {0}")]
     Route(String),
+    /// A route check failed (the route table names it; the peer policy's
+    /// gaps are listed line by line).
+    #[error("{0}")]
+    RouteRejected(Box<veil_attestation::route::RouteRejection>),
     /// Sealing or opening failed (a tampered or truncated response lands here).
     #[error(transparent)]
     Seal(#[from] SealError),
@@ -55,30 +58,13 @@ impl ClientError {
         match self {
             Self::Attestation { source: veil_attestation::Error::Rejected(r), .. } => Some(r.report.to_string()),
             Self::Attestation { source: veil_attestation::Error::GpuRejected(r), .. } => Some(r.appraisal.to_string()),
+            Self::RouteRejected(r) => Some(r.report.to_string()),
             _ => None,
         }
     }
 }
 
-/// A verified shard of the route.
-#[derive(Debug, Clone)]
-pub struct VerifiedShard {
-    /// Layers `[start, end)`.
-    pub layers: (u32, u32),
-    /// What passed the policy.
-    pub evidence: VerifiedEvidence,
-}
-
-/// Every shard on the route, verified against the client's policy.
-#[derive(Debug, Clone)]
-pub struct VerifiedRoute {
-    /// The model the host names.
-    pub model: String,
-    /// The entry (freshly bound to this client's nonce and to the sealing key).
-    pub entry: VerifiedShard,
-    /// The other shards, by stage (replicas included).
-    pub shards: Vec<VerifiedShard>,
-}
+pub use veil_attestation::route::{VerifiedRoute, VerifiedShard};
 
 /// How to reach the host. The host's TLS (when its URL is `https://`) only
 /// hides metadata from the network; what protects a request is the seal to
@@ -149,35 +135,18 @@ type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnecto
 pub struct Client {
     base: String,
     http: HttpClient,
-    key_config: Vec<u8>,
     route: VerifiedRoute,
 }
 
-#[derive(serde::Deserialize)]
-struct AttestationDoc {
-    version: u32,
-    model: String,
-    key_config: String,
-    entry: ShardDoc,
-    shards: Vec<ShardDoc>,
-}
-
-#[derive(serde::Deserialize)]
-struct ShardDoc {
-    layers: [u32; 2],
-    evidence: serde_json::Value,
-}
-
-fn bundle(doc: &ShardDoc) -> Result<EvidenceBundle, ClientError> {
-    let bytes = serde_json::to_vec(&doc.evidence).map_err(|e| ClientError::Route(e.to_string()))?;
-    EvidenceBundle::from_json(&bytes).map_err(|e| ClientError::Route(format!("evidence bundle: {e}")))
-}
-
 impl Client {
-    /// Fetches the route's evidence with a fresh nonce and verifies every
-    /// shard against `policy`; the entry's evidence must bind the nonce and
-    /// the key configuration this client will seal to, and the shards must
-    /// cover the layers after the entry's, contiguously.
+    /// Fetches the route's attestation document with a fresh nonce and
+    /// verifies it as one (`veil_attestation::route::verify_route`): the
+    /// entry's evidence must bind the nonce, the key configuration this client
+    /// will seal to, the published peer policy and route shape, and the exact
+    /// list of shards it has linked; every listed shard must pass `policy`
+    /// with the route's pins; every stage must be covered; and the peer
+    /// policy the shards enforce must be at least as strict as `policy` or
+    /// pinned in it by digest.
     pub async fn connect(url: &str, policy: &Policy) -> Result<Self, ClientError> {
         Self::connect_with(url, policy, &ConnectOptions::default()).await
     }
@@ -199,53 +168,18 @@ impl Client {
         if !resp.status().is_success() {
             return Err(ClientError::Host(format!("attestation endpoint answered {}", resp.status())));
         }
-        let body = resp.into_body().collect().await.map_err(|e| ClientError::Host(e.to_string()))?.to_bytes();
-        let doc: AttestationDoc =
-            serde_json::from_slice(&body).map_err(|e| ClientError::Host(format!("attestation document: {e}")))?;
-        if doc.version != 1 {
-            return Err(ClientError::Host(format!("attestation document version {}", doc.version)));
-        }
-        let key_config = base64::engine::general_purpose::STANDARD
-            .decode(&doc.key_config)
-            .map_err(|e| ClientError::Host(format!("key config: {e}")))?;
-        let now = SystemTime::now();
-        let layers = |l: [u32; 2]| LayerRange::new(l[0], l[1]).map_err(ClientError::Route);
-        let entry_expected = ExpectedClaims {
-            nonce: Some(nonce),
-            hpke_config_hash: Some(KeyHash(Sha256::digest(&key_config).into())),
-            layer_range: Some(layers(doc.entry.layers)?),
-            ..ExpectedClaims::default()
-        };
-        let entry = veil_attestation::verify(&bundle(&doc.entry)?, policy, &entry_expected, now)
-            .map_err(|source| ClientError::Attestation { who: "the entry".into(), source })?;
-        let mut shards = Vec::new();
-        for s in &doc.shards {
-            let expected = ExpectedClaims { layer_range: Some(layers(s.layers)?), ..ExpectedClaims::default() };
-            let evidence = veil_attestation::verify(&bundle(s)?, policy, &expected, now).map_err(|source| {
-                ClientError::Attestation {
-                    who: format!("the shard for layers {}..{}", s.layers[0], s.layers[1]),
-                    source,
-                }
-            })?;
-            shards.push(VerifiedShard { layers: (s.layers[0], s.layers[1]), evidence });
-        }
-        // Contiguous coverage after the entry: one range per stage.
-        let mut next = doc.entry.layers[1];
-        let mut ranges: Vec<(u32, u32)> = shards.iter().map(|s| s.layers).collect();
-        ranges.sort_unstable();
-        ranges.dedup();
-        for (a, b) in &ranges {
-            if *a != next {
-                return Err(ClientError::Route(format!("layers {next}..{a} are served by no verified shard")));
-            }
-            next = *b;
-        }
-        let route = VerifiedRoute {
-            model: doc.model,
-            entry: VerifiedShard { layers: (doc.entry.layers[0], doc.entry.layers[1]), evidence: entry },
-            shards,
-        };
-        Ok(Self { base, http, key_config, route })
+        let body = Limited::new(resp.into_body(), MAX_DOC_BYTES)
+            .collect()
+            .await
+            .map_err(|e| ClientError::Host(format!("attestation document: {e}")))?
+            .to_bytes();
+        let doc = AttestationDoc::from_json(&body).map_err(ClientError::Host)?;
+        let route = verify_route(&doc, policy, &nonce, SystemTime::now()).map_err(|e| match e {
+            RouteError::Evidence { who, source } => ClientError::Attestation { who, source },
+            RouteError::Rejected(r) => ClientError::RouteRejected(r),
+            other => ClientError::Route(other.to_string()),
+        })?;
+        Ok(Self { base, http, route })
     }
 
     /// The verified route.
@@ -312,7 +246,7 @@ impl Client {
             message.put_header("content-type", "application/json");
             message.write_content(body);
         }
-        let (sealed, opener) = seal(&self.key_config, &message).await?;
+        let (sealed, opener) = seal(&self.route, &message).await?;
         let req = hyper::Request::post(format!("{}/v1/sealed", self.base))
             .header(hyper::header::CONTENT_TYPE, "message/ohttp-chunked-req")
             .body(Full::new(Bytes::from(sealed)))

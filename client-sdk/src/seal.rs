@@ -84,8 +84,28 @@ impl std::fmt::Debug for OpenedResponse {
     }
 }
 
-/// Seals `request` to the encoded key configuration `config`.
-pub async fn seal(config: &[u8], request: &bhttp::Message) -> Result<(Vec<u8>, ResponseOpener), SealError> {
+/// Seals `request` to the entry of `route`: the key configuration whose hash
+/// the entry's verified, nonce-fresh claims carry. Taking the proof (which
+/// only `veil_attestation::route::verify_route` makes) means a request
+/// cannot be sealed to a route that was not verified.
+pub async fn seal(
+    route: &veil_attestation::route::VerifiedRoute,
+    request: &bhttp::Message,
+) -> Result<(Vec<u8>, ResponseOpener), SealError> {
+    seal_to_config(route.key_config(), request).await
+}
+
+/// Seals to a raw key configuration, with no route verified: only for tests
+/// and benchmarks of the seal itself (feature `unverified-seal`).
+#[cfg(feature = "unverified-seal")]
+pub async fn seal_unverified(
+    config: &[u8],
+    request: &bhttp::Message,
+) -> Result<(Vec<u8>, ResponseOpener), SealError> {
+    seal_to_config(config, request).await
+}
+
+async fn seal_to_config(config: &[u8], request: &bhttp::Message) -> Result<(Vec<u8>, ResponseOpener), SealError> {
     let mut plain = Vec::new();
     request.write_bhttp(bhttp::Mode::KnownLength, &mut plain).map_err(|e| SealError::Seal(e.to_string()))?;
     let client = ohttp::ClientRequest::from_encoded_config(config).map_err(|e| SealError::Config(e.to_string()))?;

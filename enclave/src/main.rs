@@ -210,10 +210,21 @@ fn run() -> anyhow::Result<()> {
             let slice = veil_enclave::model::LayerSlice::from_gguf(&mut gguf, range.clone())?;
             let root = hex::encode(slice.manifest().root());
             if json {
-                let doc = serde_json::json!({ "layers": [range.start, range.end], "root": root, "tensors": slice.manifest().tensors });
+                let doc = serde_json::json!({
+                    "layers": [range.start, range.end],
+                    "root": root,
+                    "metadata": hex::encode(slice.manifest().metadata),
+                    "tensors": slice.manifest().tensors,
+                });
                 println!("{}", serde_json::to_string_pretty(&doc)?);
             } else {
-                println!("{root}  layers {}..{} ({} tensors)", range.start, range.end, slice.manifest().len());
+                println!(
+                    "{root}  layers {}..{} ({} tensors + metadata {})",
+                    range.start,
+                    range.end,
+                    slice.manifest().len(),
+                    hex::encode(slice.manifest().metadata)
+                );
             }
         }
         Command::Generate(args) => match args.entry {
@@ -358,7 +369,9 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     // "wrong key" answer (and re-verify) rather than an undecryptable request.
     let key_id = veil_attestation::Nonce::random().as_bytes()[0];
     let seal_key = (args.stage == 0).then(|| veil_enclave::gateway::seal::SealKey::generate(key_id)).transpose()?;
-    let loaded = shard::load(&route, args.stage, attester.as_ref(), seal_key.as_ref().map(|k| k.config_hash()))?;
+    let evidence = if args.hardware { shard::Evidence::Hardware } else { shard::Evidence::Simulated };
+    let loaded =
+        shard::load(&route, args.stage, attester.as_ref(), seal_key.as_ref().map(|k| k.config_hash()), evidence)?;
     if args.supervised {
         // The supervisor holds our stdin; when it goes away, so do we.
         std::thread::spawn(|| {
@@ -373,8 +386,7 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if args.stage > 0 {
             return shard::serve(route, args.stage, args.replica, loaded).await;
         }
-        let tokenizer =
-            veil_enclave::entry::tokenizer::Tokenizer::from_gguf(&veil_enclave::model::GgufFile::open(&route.model)?)?;
+        let tokenizer = loaded.tokenizer.context("the entry's tokenizer was not loaded")?;
         let addr = route.stages[0].replicas[0];
         let gen_addr = route.generate_listen;
         let listener =
@@ -395,7 +407,15 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
         if let (Some(sealed), Some(key)) = (sealed_addr, seal_key) {
             let listener =
                 tokio::net::TcpListener::bind(sealed).await.with_context(|| format!("listening on {sealed}"))?;
-            let gw = veil_enclave::gateway::server::Gateway::new(e.clone(), key, attester, loaded.claims, model_name);
+            let gw = veil_enclave::gateway::server::Gateway::new(
+                e.clone(),
+                key,
+                attester,
+                loaded.claims,
+                model_name,
+                loaded.policy,
+                loaded.shape,
+            );
             tracing::info!(%sealed, "gateway: sealed requests and evidence (ciphertext only)");
             tokio::spawn(std::sync::Arc::new(gw).serve(listener));
         }

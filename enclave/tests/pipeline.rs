@@ -305,7 +305,7 @@ fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
     let expected = local(&model, &tok, &want);
     rt.block_on(async {
         let client = Client::connect(&url, &policy).await.unwrap();
-        assert_eq!(client.route().shards.len(), 2);
+        assert_eq!(client.route().shards().len(), 2);
         let chat = serde_json::json!({
             "model": "smollm2", "messages": [{"role": "user", "content": question}],
             "max_tokens": 24, "temperature": 0

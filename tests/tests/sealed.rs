@@ -5,7 +5,7 @@
 use std::pin::Pin;
 
 use futures::io::{AsyncRead, Cursor};
-use veil_client::seal::{seal, SealError as ClientError};
+use veil_client::seal::{seal_unverified as seal, SealError as ClientError};
 use veil_enclave::gateway::seal::{SealError, SealKey};
 
 fn request(body: &str) -> bhttp::Message {

@@ -13,7 +13,10 @@ use std::time::SystemTime;
 
 pub use table::{CheckId, CheckReport, CheckResult, Outcome};
 
-use crate::claims::{Claims, GpuEvidenceHash, KeyHash, LayerRange, ManifestRoot, Nonce, ReportData};
+use crate::claims::{
+    Claims, GpuEvidenceHash, KeyHash, LayerRange, LinksCommitment, ManifestRoot, Nonce, PolicyDigest, ReportData,
+    RouteDigest,
+};
 use crate::error::{Error, Rejection};
 use crate::evidence::EvidenceBundle;
 use crate::policy::Policy;
@@ -42,6 +45,12 @@ pub struct ExpectedClaims {
     pub gpu_evidence_hash: Option<GpuEvidenceHash>,
     /// The nonce the relying party asked for (freshness).
     pub nonce: Option<Nonce>,
+    /// Digest of the peer policy the relying party requires the shard to enforce.
+    pub peer_policy: Option<PolicyDigest>,
+    /// Digest of the route shape the shard must serve in.
+    pub route_shape: Option<RouteDigest>,
+    /// The entry's commitment to its linked shards (the document the client holds).
+    pub route_links: Option<LinksCommitment>,
 }
 
 /// Where the endorsement chain ends.
@@ -98,6 +107,12 @@ impl VerifiedEvidence {
     /// The full table of checks.
     pub fn checks(&self) -> &CheckReport {
         &self.checks
+    }
+    /// Records freshness established by other means than this evidence's
+    /// own nonce (a shard whose static evidence a nonce-bound entry committed
+    /// to over live links). Only the route verifier calls it.
+    pub(crate) fn vouch_freshness(&mut self, detail: String) {
+        self.checks.set(CheckId::Freshness, Outcome::Passed { detail });
     }
     /// The shard's verified GPUs (composite evidence), when it presented any
     /// or the policy requires them.
@@ -748,7 +763,10 @@ fn check_binding(r: &SnpReport, claims: Option<&Claims>, expected: &ExpectedClai
             || expected.hpke_config_hash.is_some()
             || expected.manifest_root.is_some()
             || expected.layer_range.is_some()
-            || expected.gpu_evidence_hash.is_some();
+            || expected.gpu_evidence_hash.is_some()
+            || expected.peer_policy.is_some()
+            || expected.route_shape.is_some()
+            || expected.route_links.is_some();
         return if pinned {
             Outcome::Failed {
                 expected: "claims bound into REPORT_DATA".into(),
@@ -786,6 +804,9 @@ fn check_binding(r: &SnpReport, claims: Option<&Claims>, expected: &ExpectedClai
     pinned!(manifest_root, "manifest root");
     pinned!(layer_range, "layer range");
     pinned!(gpu_evidence_hash, "GPU evidence hash");
+    pinned!(peer_policy, "peer-policy digest");
+    pinned!(route_shape, "route-shape digest");
+    pinned!(route_links, "route-links commitment");
     if !policy.manifest_roots.is_empty() {
         let Some(range) = claims.layer_range else {
             return Outcome::Failed {

@@ -163,6 +163,14 @@ impl CheckReport {
         self.results.push(CheckResult { check, outcome });
     }
 
+    /// Replaces the outcome of `check` (or records it).
+    pub(crate) fn set(&mut self, check: CheckId, outcome: Outcome) {
+        match self.results.iter_mut().find(|r| r.check == check) {
+            Some(r) => r.outcome = outcome,
+            None => self.record(check, outcome),
+        }
+    }
+
     /// Outcome of `check`, if it was recorded.
     pub fn outcome(&self, check: CheckId) -> Option<&Outcome> {
         self.results.iter().find(|r| r.check == check).map(|r| &r.outcome)

@@ -2,7 +2,9 @@
 //! Verifies the route's evidence (signatures, chains, claims bound, the
 //! entry's freshness) with any measurement allowed, then writes a policy
 //! pinning what it saw — launch measurements, the manifest root per layer
-//! range, the TCB as minimums — for a reviewer to read and edit.
+//! range, the TCB as minimums, the digest of the peer policy the shards
+//! enforce on their links and the model's layer count — for a reviewer to
+//! read and edit.
 
 use veil_attestation::policy::TcbMinimum;
 use veil_attestation::Policy;
@@ -47,27 +49,34 @@ pub fn run(args: &PolicyInitArgs) -> Exit {
         }
     };
     let route = client.route();
-    let all: Vec<&VerifiedShard> = std::iter::once(&route.entry).chain(&route.shards).collect();
-    let mut policy = Policy { allow_simulated: all.iter().any(|s| s.evidence.is_simulated()), ..Policy::default() };
+    let all: Vec<&VerifiedShard> = std::iter::once(route.entry()).chain(route.shards()).collect();
+    let mut policy = Policy {
+        allow_simulated: all.iter().any(|s| s.evidence().is_simulated()),
+        // The peer policy the route's shards enforce on their links (its
+        // digest is in their claims) and the model's layer count.
+        peer_policies: vec![route.peer_policy_digest()],
+        model_layers: Some(route.shape().model_layers()),
+        ..Policy::default()
+    };
     for s in &all {
         // Simulated evidence is pinned to the roots seen: another simulated
         // root (anyone can make one) does not pass this policy.
-        if let Some(root) = s.evidence.simulated_root() {
+        if let Some(root) = s.evidence().simulated_root() {
             if !policy.simulated_roots.contains(&root) {
                 policy.simulated_roots.push(root);
             }
         }
         // GPUs seen: require them, as many as each shard presented.
-        if let Some(g) = s.evidence.gpus() {
+        if let Some(g) = s.evidence().gpus() {
             let n = u32::try_from(g.reports().len()).unwrap_or(u32::MAX);
             policy.gpu.required = true;
             policy.gpu.count = Some(policy.gpu.count.map_or(n, |c| c.min(n)));
         }
-        let m = veil_attestation::Measurement(s.evidence.report().measurement());
+        let m = veil_attestation::Measurement(s.evidence().report().measurement());
         if !policy.measurements.contains(&m) {
             policy.measurements.push(m);
         }
-        if let Some(claims) = s.evidence.claims() {
+        if let Some(claims) = s.evidence().claims() {
             if let (Some(range), Some(root)) = (claims.layer_range, claims.manifest_root) {
                 let roots = policy.manifest_roots.entry(range.to_string()).or_default();
                 if !roots.contains(&root) {
@@ -75,8 +84,8 @@ pub fn run(args: &PolicyInitArgs) -> Exit {
                 }
             }
         }
-        let tcb = s.evidence.reported_tcb();
-        let min = policy.min_tcb.entry(s.evidence.product()).or_insert(TcbMinimum {
+        let tcb = s.evidence().reported_tcb();
+        let min = policy.min_tcb.entry(s.evidence().product()).or_insert(TcbMinimum {
             fmc: tcb.fmc,
             bootloader: Some(tcb.bootloader),
             tee: Some(tcb.tee),
@@ -107,11 +116,14 @@ pub fn run(args: &PolicyInitArgs) -> Exit {
     match std::fs::write(&args.out, format!("{header}{}", policy.to_toml())) {
         Ok(()) => {
             println!(
-                "wrote {}: {} measurement(s), manifest roots for {} layer range(s), TCB minimums for {} product(s)",
+                "wrote {}: {} measurement(s), manifest roots for {} layer range(s), TCB minimums for {} product(s), \
+                 peer policy {}, {} layers",
                 args.out.display(),
                 policy.measurements.len(),
                 policy.manifest_roots.len(),
-                policy.min_tcb.len()
+                policy.min_tcb.len(),
+                route.peer_policy_digest(),
+                route.shape().model_layers()
             );
             Exit::Accepted
         }

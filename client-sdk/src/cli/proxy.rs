@@ -175,7 +175,7 @@ pub async fn serve_on(
             return if matches!(e, ClientError::Attestation { .. }) { Exit::Rejected } else { Exit::Unreadable };
         }
     };
-    eprintln!("veil proxy: route verified ({} shard(s)); sealing every call", 1 + client.route().shards.len());
+    eprintln!("veil proxy: route verified ({} shard(s)); sealing every call", 1 + client.route().shards().len());
     println!("listening on http://{listen}/v1");
     let proxy = Arc::new(Proxy { url, policy, options, client: RwLock::new(Arc::new(client)) });
     loop {

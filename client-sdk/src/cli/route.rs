@@ -35,9 +35,9 @@ fn connect(
 }
 
 fn print_shard(name: &str, s: &VerifiedShard) {
-    println!("== {name}: layers {}..{}", s.layers.0, s.layers.1);
-    println!("{}", s.evidence.checks());
-    if let Some(gpus) = s.evidence.gpus() {
+    println!("== {name}: stage {} replica {}, layers {}", s.stage(), s.replica(), s.layers());
+    println!("{}", s.evidence().checks());
+    if let Some(gpus) = s.evidence().gpus() {
         println!("{}", gpus.appraisal());
     }
 }
@@ -51,14 +51,17 @@ pub fn verify(args: &RouteVerifyArgs) -> Exit {
         }
         Ok((_, client)) => {
             let route = client.route();
-            print_shard("entry", &route.entry);
-            for s in &route.shards {
+            print_shard("entry", route.entry());
+            for s in route.shards() {
                 print_shard("shard", s);
             }
+            println!("== route: peer policy {}, shape {}", route.peer_policy_digest(), route.shape().digest());
+            println!("{}", route.checks());
             println!(
-                "ACCEPTED: {} shard(s) on the route of {:?} verified against {}",
-                1 + route.shards.len(),
-                route.model,
+                "ACCEPTED: {} stage(s), {} shard process(es) on the route of {:?} verified against {}",
+                route.shape().stages().len(),
+                1 + route.shards().len(),
+                route.model(),
                 args.policy.display()
             );
             Exit::Accepted
@@ -77,8 +80,8 @@ pub fn chat(args: &ChatArgs) -> Exit {
         }
     };
     eprintln!(
-        "verified {} shard(s); messages are sealed to the attested entry. Ctrl-D ends.",
-        1 + client.route().shards.len()
+        "verified {} shard process(es); messages are sealed to the attested entry. Ctrl-D ends.",
+        1 + client.route().shards().len()
     );
     let interactive = std::io::stdin().is_terminal();
     let mut history: Vec<serde_json::Value> = Vec::new();

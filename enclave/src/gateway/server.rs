@@ -1,11 +1,15 @@
 //! The entry's gateway, served to the (untrusted) host over HTTP/1.1:
 //! ciphertext and evidence only.
 //!
-//! - `GET /v1/attestation[?nonce=HEX]`: the sealing key configuration, the
-//!   entry's evidence (freshly bound to the nonce when one is given; its
-//!   claims carry the key configuration's hash) and the evidence of every
-//!   shard on the route, which the entry has verified and each client
-//!   verifies again against its own policy.
+//! - `GET /v1/attestation[?nonce=HEX]`: the attestation document
+//!   ([`AttestationDoc`]): the sealing key configuration, the peer policy
+//!   every shard enforces on its links, the route's shape, the entry's
+//!   evidence (freshly bound to the nonce when one is given; its claims carry
+//!   the key configuration's hash, the peer policy's and the shape's digests
+//!   and a commitment to the listed shards) and the evidence of every shard
+//!   the entry has verified and holds a live link to, which each client
+//!   verifies again against its own policy
+//!   (`veil_attestation::route::verify_route`).
 //! - `POST /v1/sealed`: a chunked Oblivious HTTP request; the answer streams
 //!   back as a chunked Oblivious HTTP response. Inside: the OpenAI API
 //!   ([`openai`](super::openai)).
@@ -17,14 +21,14 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 use tokio::sync::mpsc;
-use veil_attestation::{Attester, Claims, Nonce};
+use veil_attestation::route::{links_commitment, AttestationDoc, LinkedShard, RouteShape, DOC_VERSION};
+use veil_attestation::{Attester, Claims, Nonce, Policy};
 
 use super::openai::{self, ApiError, Call, Ids, Kind, Route, Usage};
 use super::seal::{ResponseSealer, SealError, SealKey, MAX_SEALED_REQUEST};
@@ -44,6 +48,8 @@ pub struct Gateway {
     attester: Arc<dyn Attester>,
     claims: Claims,
     model_name: String,
+    peer_policy: Arc<Policy>,
+    shape: RouteShape,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -75,15 +81,18 @@ fn now() -> u64 {
 
 impl Gateway {
     /// A gateway for `entry`, sealing with `key`; fresh evidence comes from
-    /// `attester` over `claims` (the entry's, including the key's hash).
+    /// `attester` over `claims` (the entry's, including the key's hash and
+    /// the digests of `peer_policy` and `shape`, which the document publishes).
     pub fn new(
         entry: Arc<Entry>,
         key: SealKey,
         attester: Arc<dyn Attester>,
         claims: Claims,
         model_name: String,
+        peer_policy: Arc<Policy>,
+        shape: RouteShape,
     ) -> Self {
-        Self { entry, key, attester, claims, model_name }
+        Self { entry, key, attester, claims, model_name, peer_policy, shape }
     }
 
     /// Serves the gateway until the listener fails.
@@ -128,32 +137,34 @@ impl Gateway {
             Ok(n) => n,
             Err(e) => return plain_error(StatusCode::BAD_REQUEST, &format!("bad nonce: {e}")),
         };
-        let claims = Claims { nonce, ..self.claims.clone() };
+        // The shards listed are exactly those this fresh evidence commits to.
+        let shards: Vec<LinkedShard> = self
+            .entry
+            .verified_shards()
+            .await
+            .into_iter()
+            .map(|s| LinkedShard { stage: s.stage as u32, replica: s.replica as u32, evidence: s.bundle })
+            .collect();
+        let claims = Claims { nonce, route_links: Some(links_commitment(&shards)), ..self.claims.clone() };
         let attester = self.attester.clone();
         let evidence = match tokio::task::spawn_blocking(move || attester.evidence(&claims)).await {
             Ok(Ok(b)) => b,
             Ok(Err(e)) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, &format!("evidence: {e}")),
             Err(_) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "evidence task failed"),
         };
-        let bundle_json = |b: &veil_attestation::EvidenceBundle| -> serde_json::Value {
-            serde_json::from_str(&b.to_json()).unwrap_or(serde_json::Value::Null)
+        let doc = AttestationDoc {
+            version: DOC_VERSION,
+            model: self.model_name.clone(),
+            key_config: self.key.config().to_vec(),
+            peer_policy: (*self.peer_policy).clone(),
+            route: self.shape.clone(),
+            entry: evidence,
+            shards,
         };
-        let stage0 = self.entry.route().stages[0].layers;
-        let shards: Vec<serde_json::Value> = self
-            .entry
-            .verified_shards()
-            .await
-            .iter()
-            .map(|s| json!({ "stage": s.stage, "replica": s.replica, "layers": [s.layers.0, s.layers.1], "evidence": bundle_json(&s.bundle) }))
-            .collect();
-        let doc = json!({
-            "version": 1,
-            "model": self.model_name,
-            "key_config": base64::engine::general_purpose::STANDARD.encode(self.key.config()),
-            "entry": { "stage": 0, "layers": [stage0.0, stage0.1], "evidence": bundle_json(&evidence) },
-            "shards": shards,
-        });
-        full(StatusCode::OK, "application/json", serde_json::to_vec(&doc).unwrap_or_default())
+        match serde_json::to_vec(&doc) {
+            Ok(body) => full(StatusCode::OK, "application/json", body),
+            Err(_) => plain_error(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the attestation document"),
+        }
     }
 
     async fn sealed(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {

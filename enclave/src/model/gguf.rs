@@ -46,6 +46,81 @@ pub struct GgufFile {
     file: File,
     file_len: u64,
     content: Content,
+    metadata_digest: [u8; 32],
+}
+
+/// Domain separator of the metadata digest.
+pub const METADATA_DOMAIN: &[u8] = b"veil/gguf-metadata/v1\0";
+
+/// `SHA-256("veil/gguf-metadata/v1\0" ‖ u32 count ‖ per key in byte order:
+/// u32 len ‖ key ‖ value)`, each value as a type tag (GGUF's value type
+/// numbers) and its little-endian bytes; strings and arrays length-prefixed
+/// (u64). Every key is covered — vocabulary, merges, token types, special
+/// token ids, chat template, architecture and hyper-parameters — so nothing
+/// the runtime reads from the header escapes the manifest.
+pub fn metadata_digest(metadata: &std::collections::HashMap<String, Value>) -> [u8; 32] {
+    fn value(h: &mut Sha256, v: &Value) {
+        match v {
+            Value::U8(x) => h.update([0, *x]),
+            Value::I8(x) => h.update([1, *x as u8]),
+            Value::U16(x) => {
+                h.update([2]);
+                h.update(x.to_le_bytes())
+            }
+            Value::I16(x) => {
+                h.update([3]);
+                h.update(x.to_le_bytes())
+            }
+            Value::U32(x) => {
+                h.update([4]);
+                h.update(x.to_le_bytes())
+            }
+            Value::I32(x) => {
+                h.update([5]);
+                h.update(x.to_le_bytes())
+            }
+            Value::F32(x) => {
+                h.update([6]);
+                h.update(x.to_bits().to_le_bytes())
+            }
+            Value::Bool(x) => h.update([7, u8::from(*x)]),
+            Value::String(x) => {
+                h.update([8]);
+                h.update((x.len() as u64).to_le_bytes());
+                h.update(x.as_bytes())
+            }
+            Value::Array(items) => {
+                h.update([9]);
+                h.update((items.len() as u64).to_le_bytes());
+                for i in items {
+                    value(h, i);
+                }
+            }
+            Value::U64(x) => {
+                h.update([10]);
+                h.update(x.to_le_bytes())
+            }
+            Value::I64(x) => {
+                h.update([11]);
+                h.update(x.to_le_bytes())
+            }
+            Value::F64(x) => {
+                h.update([12]);
+                h.update(x.to_bits().to_le_bytes())
+            }
+        }
+    }
+    let mut keys: Vec<&String> = metadata.keys().collect();
+    keys.sort();
+    let mut h = Sha256::new();
+    h.update(METADATA_DOMAIN);
+    h.update((keys.len() as u32).to_be_bytes());
+    for k in keys {
+        h.update((k.len() as u32).to_be_bytes());
+        h.update(k.as_bytes());
+        value(&mut h, &metadata[k]);
+    }
+    h.finalize().into()
 }
 
 impl GgufFile {
@@ -60,7 +135,14 @@ impl GgufFile {
         file.seek(SeekFrom::Start(0))?;
         let content =
             Content::read(&mut file).map_err(|e| ModelError::Malformed(format!("{}: {e}", path.display())))?;
-        Ok(Self { path: path.to_owned(), file, file_len, content })
+        let metadata_digest = metadata_digest(&content.metadata);
+        Ok(Self { path: path.to_owned(), file, file_len, content, metadata_digest })
+    }
+
+    /// Digest of every metadata key and value as parsed (see [`metadata_digest`]):
+    /// the tokenizer, template and configuration read from this file are these.
+    pub fn metadata_digest(&self) -> [u8; 32] {
+        self.metadata_digest
     }
 
     /// The path it was opened from.

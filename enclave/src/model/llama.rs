@@ -494,7 +494,7 @@ impl LayerSlice {
             p.finish_and_clear();
         }
         let rope = Rope::new(&config, freq_factors)?;
-        let manifest = Manifest { tensors: l.records };
+        let manifest = Manifest { metadata: l.gguf.metadata_digest(), tensors: l.records };
         Ok(Self { config, range, embedding, layers, head, rope, manifest })
     }
 

@@ -9,7 +9,6 @@
 //! newline-delimited JSON endpoint bound to loopback only (see
 //! [`GenerateWire`]); `veil-shard generate --entry ADDR` speaks it.
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,10 +17,10 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Mutex};
-use veil_attestation::ratls::VerifiedPeer;
 use veil_attestation::EvidenceBundle;
 
-use super::net::{Downstream, Trust};
+use super::net::{Downstream, PeerInRole, Trust};
+use super::sessions::{random_id, Admit, Said, SessionTable};
 use super::route::{DrafterKind, Route};
 use super::worker::{Command, Input, Job, Output, StageWorker};
 use crate::entry::sampler::{Sampler, SamplingParams};
@@ -158,7 +157,7 @@ enum Event {
 #[derive(Debug, Default)]
 struct Replica {
     control: Option<mpsc::Sender<Frame>>,
-    evidence: Option<(VerifiedPeer, EvidenceBundle)>,
+    evidence: Option<(PeerInRole, EvidenceBundle)>,
     sessions: usize,
 }
 
@@ -171,8 +170,8 @@ pub struct ShardEvidence {
     pub replica: usize,
     /// Layers served.
     pub layers: (u32, u32),
-    /// What the entry verified.
-    pub peer: VerifiedPeer,
+    /// What the entry verified: the peer, in its role on this route.
+    pub peer: PeerInRole,
     /// The bundle as the shard presented it, for clients to verify themselves.
     pub bundle: EvidenceBundle,
 }
@@ -185,10 +184,9 @@ pub struct Entry {
     context: usize,
     trust: Arc<Trust>,
     worker: mpsc::Sender<Command>,
-    sessions: Mutex<HashMap<u64, mpsc::UnboundedSender<Event>>>,
+    sessions: Mutex<SessionTable<mpsc::UnboundedSender<Event>>>,
     /// Per stage after the entry, per replica.
     replicas: Mutex<Vec<Vec<Replica>>>,
-    next_session: AtomicU64,
     draft_model: Option<Arc<DraftModel>>,
     counters: SpecCounters,
 }
@@ -320,9 +318,8 @@ impl Entry {
             tokenizer,
             trust: trust.clone(),
             worker: cmd_tx,
-            sessions: Mutex::new(HashMap::new()),
+            sessions: Mutex::new(SessionTable::new(route.stages.len() - 1)),
             replicas: Mutex::new(replicas),
-            next_session: AtomicU64::new(1),
             draft_model,
             counters: SpecCounters::default(),
         });
@@ -359,9 +356,26 @@ impl Entry {
         entry
     }
 
+    /// Hands an event from the entry's own stage to its session.
     async fn dispatch(&self, session: u64, event: Event) {
-        if let Some(tx) = self.sessions.lock().await.get(&session) {
+        if let Some(tx) = self.sessions.lock().await.sink(session) {
             let _ = tx.send(event);
+        }
+    }
+
+    /// Hands a frame that arrived on the control link of (`stage`,
+    /// `replica`) to its session if that link carries it; a violation (a
+    /// frame for a session the link does not carry) drops the link.
+    async fn admit(&self, stage: usize, replica: u8, session: u64, event: Event) -> Result<(), &'static str> {
+        let said = if matches!(event, Event::Verdict(_)) { Said::Verdict } else { Said::Error };
+        let sessions = self.sessions.lock().await;
+        match sessions.admit(stage, replica, session, said) {
+            (Admit::Deliver, Some(tx)) => {
+                let _ = tx.send(event);
+                Ok(())
+            }
+            (Admit::Deliver | Admit::Ignore, _) => Ok(()),
+            (Admit::Violation(why), _) => Err(why),
         }
     }
 
@@ -498,9 +512,17 @@ impl Entry {
                             Err(_) => break "missed heartbeats".to_owned(),
                             Ok(Ok(None)) => break "closed".to_owned(),
                             Ok(Err(e)) => break e.to_string(),
-                            Ok(Ok(Some(Frame::Verdict(v)))) => self.dispatch(v.session, Event::Verdict(v)).await,
+                            Ok(Ok(Some(Frame::Verdict(v)))) => {
+                                if let Err(why) = self.admit(stage, replica, v.session, Event::Verdict(v)).await {
+                                    break format!("protocol violation: {why}");
+                                }
+                            }
                             Ok(Ok(Some(Frame::Error(err)))) => match err.session {
-                                Some(s) => self.dispatch(s, Event::Error(err)).await,
+                                Some(s) => {
+                                    if let Err(why) = self.admit(stage, replica, s, Event::Error(err)).await {
+                                        break format!("protocol violation: {why}");
+                                    }
+                                }
                                 None => {
                                     tracing::warn!(stage, %addr, code = ?err.code, message = %err.message, "shard error")
                                 }
@@ -516,7 +538,7 @@ impl Entry {
                         r.control = None;
                         r.evidence = None;
                     }
-                    for tx in self.sessions.lock().await.values() {
+                    for tx in self.sessions.lock().await.sinks() {
                         let _ = tx.send(Event::Down { stage, replica });
                     }
                 }
@@ -601,21 +623,21 @@ impl Entry {
         let gen =
             GenerateRequest { prompt_ids: prompt_ids.clone(), max_tokens: req.max_tokens, stop: req.stop.clone() };
         let max_tokens = check_request(&gen, self.context).map_err(|e| e.to_string())?;
-        let id = self.next_session.fetch_add(1, Ordering::Relaxed);
         let (tx, mut events) = mpsc::unbounded_channel();
-        self.sessions.lock().await.insert(id, tx);
+        let id = self.sessions.lock().await.open(tx, random_id);
         let mut route = match self.choose_route().await {
             Ok(r) => r,
             Err(e) => {
-                self.sessions.lock().await.remove(&id);
+                self.sessions.lock().await.close(id);
                 return Err(e);
             }
         };
+        self.sessions.lock().await.route(id, &route);
         let mut s = Session { id, seq: 0, history: prompt_ids.clone(), params };
         let mut spec = match self.speculation_for(&req, prompt_ids.len()) {
             Ok(spec) => spec,
             Err(e) => {
-                self.sessions.lock().await.remove(&id);
+                self.sessions.lock().await.close(id);
                 self.release(id, &route).await;
                 return Err(e);
             }
@@ -689,6 +711,7 @@ impl Entry {
                     }
                     self.release(id, &route).await;
                     route = self.choose_route().await?;
+                    self.sessions.lock().await.route(id, &route);
                     tracing::info!(session = id, "re-routed; rebuilding the session's KV on the new route");
                     pending = (0, true);
                     continue;
@@ -771,7 +794,7 @@ impl Entry {
         if let Some(h) = spec.and_then(|mut sp| sp.preparing.take()) {
             h.abort();
         }
-        self.sessions.lock().await.remove(&id);
+        self.sessions.lock().await.close(id);
         self.release(id, &route).await;
         let _ = self.worker.send(Command::End(id)).await;
         result

@@ -5,5 +5,6 @@ pub mod entry;
 pub mod local;
 pub mod net;
 pub mod route;
+pub mod sessions;
 pub mod shard;
 pub mod worker;

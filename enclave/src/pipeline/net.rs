@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Mutex};
 use veil_attestation::ratls::{self, RaTlsIdentity, RaTlsVerifier, VerifiedPeer};
-use veil_attestation::{EvidenceBundle, ExpectedClaims, LayerRange, ManifestRoot, Policy};
+use veil_attestation::{EvidenceBundle, ExpectedClaims, LayerRange, ManifestRoot, Policy, PolicyDigest, RouteDigest};
 
 use super::route::Stage;
 use crate::link::frame::{Frame, Hello, LinkRole, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
@@ -71,35 +71,69 @@ pub enum DialError {
 pub struct Trust {
     /// Our RA-TLS identity.
     pub identity: RaTlsIdentity,
-    /// The policy every peer is verified against.
+    /// The policy every peer is verified against (our claims carry its digest).
     pub policy: Arc<Policy>,
     /// The hello we send (role filled per link).
     pub hello: Hello,
+    /// Our attested peer-policy digest: every peer must attest the same.
+    pub peer_policy: PolicyDigest,
+    /// Our attested route-shape digest: every peer must attest the same.
+    pub route_shape: RouteDigest,
 }
 
-/// What `stage` must attest to.
-pub fn expected_for(stage: &Stage) -> ExpectedClaims {
-    ExpectedClaims {
-        layer_range: LayerRange::new(stage.layers.0, stage.layers.1).ok(),
-        manifest_root: stage.manifest_root.map(ManifestRoot),
-        ..ExpectedClaims::default()
-    }
+/// Proof that a verified peer attested the claims of a stage of this route
+/// (its layers, its manifest, the same peer policy and route shape as ours).
+/// Only [`Trust::attested_as`] makes one; links are registered with it.
+#[derive(Debug, Clone)]
+pub struct PeerInRole {
+    peer: VerifiedPeer,
+    layers: (u32, u32),
 }
 
-/// Whether a verified peer's attested claims are those of `stage`.
-pub fn attested_as(peer: &VerifiedPeer, stage: &Stage) -> Result<(), String> {
-    let claims = peer.evidence().claims().ok_or("peer evidence carries no claims")?;
-    let range = claims.layer_range.map(|r| (r.start(), r.end()));
-    if range != Some(stage.layers) {
-        return Err(format!("attested layers {range:?}, expected {:?}", stage.layers));
+impl PeerInRole {
+    /// The verified peer.
+    pub fn peer(&self) -> &VerifiedPeer {
+        &self.peer
     }
-    if claims.manifest_root.map(|r| r.0) != stage.manifest_root {
-        return Err("attested manifest root differs from the route's".into());
+    /// The layers it attested.
+    pub fn layers(&self) -> (u32, u32) {
+        self.layers
     }
-    Ok(())
 }
 
 impl Trust {
+    /// What a peer serving `stage` of this route must attest to (pinned in
+    /// the RA-TLS verifier, so a mismatch fails the handshake by name).
+    pub fn expected_for(&self, stage: Option<&Stage>) -> ExpectedClaims {
+        ExpectedClaims {
+            layer_range: stage.and_then(|s| LayerRange::new(s.layers.0, s.layers.1).ok()),
+            manifest_root: stage.and_then(|s| s.manifest_root.map(ManifestRoot)),
+            peer_policy: Some(self.peer_policy),
+            route_shape: Some(self.route_shape),
+            ..ExpectedClaims::default()
+        }
+    }
+
+    /// Whether a verified peer's attested claims are those of `stage` of this
+    /// route (layers, manifest, peer policy, shape); the proof if so.
+    pub fn attested_as(&self, peer: &VerifiedPeer, stage: &Stage) -> Result<PeerInRole, String> {
+        let claims = peer.evidence().claims().ok_or("peer evidence carries no claims")?;
+        let range = claims.layer_range.map(|r| (r.start(), r.end()));
+        if range != Some(stage.layers) {
+            return Err(format!("attested layers {range:?}, expected {:?}", stage.layers));
+        }
+        if claims.manifest_root.map(|r| r.0) != stage.manifest_root {
+            return Err("attested manifest root differs from the route's".into());
+        }
+        if claims.peer_policy != Some(self.peer_policy) {
+            return Err("attested peer policy differs from ours".into());
+        }
+        if claims.route_shape != Some(self.route_shape) {
+            return Err("attested route shape differs from ours".into());
+        }
+        Ok(PeerInRole { peer: peer.clone(), layers: stage.layers })
+    }
+
     fn hello(&self, role: LinkRole) -> Hello {
         Hello { role, version: PROTOCOL_VERSION, ..self.hello.clone() }
     }
@@ -111,12 +145,12 @@ impl Trust {
         addr: SocketAddr,
         stage: &Stage,
         role: LinkRole,
-    ) -> Result<(mpsc::Sender<Frame>, Reader<ratls::tokio::ClientStream>, VerifiedPeer, EvidenceBundle), DialError>
+    ) -> Result<(mpsc::Sender<Frame>, Reader<ratls::tokio::ClientStream>, PeerInRole, EvidenceBundle), DialError>
     {
         let attempt = async {
             let tcp = TcpStream::connect(addr).await.map_err(|source| DialError::Connect { addr, source })?;
             tcp.set_nodelay(true).ok();
-            let verifier = Arc::new(RaTlsVerifier::new(self.policy.clone(), expected_for(stage)));
+            let verifier = Arc::new(RaTlsVerifier::new(self.policy.clone(), self.expected_for(Some(stage))));
             let (tls, peer) = ratls::tokio::connect(tcp, &self.identity, verifier)
                 .await
                 .map_err(|source| DialError::Attestation { addr, source })?;
@@ -131,12 +165,14 @@ impl Trust {
                 .map_err(|source| DialError::Attestation { addr, source })?
                 .map(|(b, _)| b)
                 .ok_or_else(|| DialError::WrongPeer { addr, reason: "no certificate".into() })?;
+            let proof =
+                self.attested_as(&peer, stage).map_err(|reason| DialError::WrongPeer { addr, reason })?;
             let require =
                 PeerRequirement { role: Some(role), layers: Some(stage.layers), manifest_root: stage.manifest_root };
             let (tx, reader, _) = open(tls, Side::Dialer, self.hello(role), require, DEFAULT_MAX_FRAME)
                 .await
                 .map_err(|source| DialError::Link { addr, source })?;
-            Ok((tx, reader, peer, bundle))
+            Ok((tx, reader, proof, bundle))
         };
         tokio::time::timeout(DIAL_TIMEOUT, attempt).await.map_err(|_| DialError::Timeout { addr })?
     }
@@ -150,7 +186,7 @@ impl Trust {
         let addr = tcp.peer_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         tcp.set_nodelay(true).ok();
         let attempt = async {
-            let verifier = Arc::new(RaTlsVerifier::new(self.policy.clone(), ExpectedClaims::default()));
+            let verifier = Arc::new(RaTlsVerifier::new(self.policy.clone(), self.expected_for(None)));
             let (tls, peer) = ratls::tokio::accept(tcp, &self.identity, verifier)
                 .await
                 .map_err(|source| DialError::Attestation { addr, source })?;

@@ -347,6 +347,24 @@ impl Route {
         }
     }
 
+    /// The route's shape for a model of `model_layers` layers: what every
+    /// shard's claims commit to. Refused unless every stage pins its manifest
+    /// and the stages end at the model's last layer.
+    pub fn shape(&self, model_layers: u32) -> Result<veil_attestation::route::RouteShape, RouteError> {
+        self.fully_pinned()?;
+        let stages = self
+            .stages
+            .iter()
+            .map(|s| {
+                Ok(veil_attestation::route::StageShape {
+                    layers: veil_attestation::LayerRange::new(s.layers.0, s.layers.1).map_err(RouteError::Invalid)?,
+                    manifest_root: veil_attestation::ManifestRoot(s.manifest_root.unwrap_or_default()),
+                })
+            })
+            .collect::<Result<Vec<_>, RouteError>>()?;
+        veil_attestation::route::RouteShape::new(model_layers, stages).map_err(RouteError::Invalid)
+    }
+
     /// The route as TOML (paths absolute), e.g. after roots were filled in.
     pub fn to_toml(&self) -> String {
         let mut out = format!(

@@ -8,13 +8,14 @@ use std::sync::Arc;
 
 use tokio::sync::{mpsc, Mutex};
 use veil_attestation::ratls::RaTlsIdentity;
+use veil_attestation::route::RouteShape;
 use veil_attestation::{Attester, LayerRange, ManifestRoot, Policy};
 
-use super::net::{attested_as, listen, Downstream, Trust};
+use super::net::{listen, Downstream, Trust};
 use super::route::Route;
 use super::worker::{Command, Job, Output, StageWorker};
 use crate::link::frame::{ErrorCode, Frame, Hello, LinkError, LinkRole, PROTOCOL_VERSION};
-use crate::model::LayerSlice;
+use crate::model::{GgufFile, LayerSlice};
 
 /// A loaded stage, ready to serve.
 #[derive(Debug)]
@@ -25,21 +26,52 @@ pub struct Loaded {
     pub trust: Arc<Trust>,
     /// The claims our evidence binds (without the TLS key), for fresh evidence.
     pub claims: veil_attestation::Claims,
+    /// The route's shape (its digest is in the claims).
+    pub shape: RouteShape,
+    /// The peer policy whose digest the claims carry.
+    pub policy: Arc<Policy>,
+    /// The entry's tokenizer, read from the very header the manifest root
+    /// covers (stage 0 only).
+    pub tokenizer: Option<crate::entry::tokenizer::Tokenizer>,
+}
+
+/// How this shard attests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Evidence {
+    /// Veil's simulated root (development).
+    Simulated,
+    /// SEV-SNP hardware: the peer policy must not accept simulated peers or
+    /// waive their measurement.
+    Hardware,
 }
 
 /// Loads stage `stage` of `route`: the slice (refusing weights whose
 /// manifest root differs from the route's pin), the policy, and an RA-TLS
-/// identity whose evidence binds the layer range, the manifest root and
-/// (on the entry) the hash of the sealing key configuration.
+/// identity whose evidence binds the layer range, the manifest root, the
+/// digest of the peer policy, the route's shape and (on the entry) the hash
+/// of the sealing key configuration.
 pub fn load(
     route: &Route,
     stage: usize,
     attester: &dyn Attester,
     hpke_config_hash: Option<[u8; 32]>,
+    evidence: Evidence,
 ) -> anyhow::Result<Loaded> {
     route.fully_pinned()?;
     let s = route.stages.get(stage).ok_or_else(|| anyhow::anyhow!("the route has no stage {stage}"))?;
-    let slice = LayerSlice::load(&route.model, s.layers.0 as usize..s.layers.1 as usize)?;
+    let policy = load_policy(&route.policy)?;
+    if evidence == Evidence::Hardware {
+        policy
+            .fit_for_hardware()
+            .map_err(|e| anyhow::anyhow!("policy {} refused for a hardware shard: {e}", route.policy.display()))?;
+    }
+    // One read of the file: the slice, the configuration and (entry) the
+    // tokenizer come from the same parsed header, which the root covers.
+    let mut gguf = GgufFile::open(&route.model)
+        .map_err(|e| anyhow::anyhow!("cannot open the model {}: {e}", route.model.display()))?;
+    let slice = LayerSlice::from_gguf(&mut gguf, s.layers.0 as usize..s.layers.1 as usize)?;
+    let shape = route.shape(u32::try_from(slice.config().n_layer).unwrap_or(u32::MAX))?;
+    let tokenizer = (stage == 0).then(|| crate::entry::tokenizer::Tokenizer::from_gguf(&gguf)).transpose()?;
     let root = slice.manifest().root();
     if Some(root) != s.manifest_root {
         anyhow::bail!(
@@ -50,14 +82,19 @@ pub fn load(
             s.manifest_root.map(hex::encode).unwrap_or_default()
         );
     }
-    let policy = load_policy(&route.policy)?;
     let mut claims =
         crate::attest::claims(Some(LayerRange::new(s.layers.0, s.layers.1).map_err(anyhow::Error::msg)?), None);
     claims.manifest_root = Some(ManifestRoot(root));
     claims.hpke_config_hash = hpke_config_hash.map(veil_attestation::KeyHash);
+    let (peer_policy, route_shape) = (policy.digest(), shape.digest());
+    claims.peer_policy = Some(peer_policy);
+    claims.route_shape = Some(route_shape);
     let identity = RaTlsIdentity::new(attester, claims.clone())?;
     let hello = Hello { version: PROTOCOL_VERSION, role: LinkRole::Data, layers: s.layers, manifest_root: root };
-    Ok(Loaded { slice: Arc::new(slice), trust: Arc::new(Trust { identity, policy: Arc::new(policy), hello }), claims })
+    let policy = Arc::new(policy);
+    tracing::info!(%peer_policy, %route_shape, "peer policy and route shape bound into this shard's claims");
+    let trust = Arc::new(Trust { identity, policy: policy.clone(), hello, peer_policy, route_shape });
+    Ok(Loaded { slice: Arc::new(slice), trust, claims, shape, policy, tokenizer })
 }
 
 /// Reads a policy file.
@@ -158,7 +195,7 @@ async fn serve_link(
         LinkRole::Data => &route.stages[stage - 1],
         LinkRole::Control => &route.stages[0],
     };
-    attested_as(&peer, expected).map_err(|e| anyhow::anyhow!("{:?} link refused: {e}", hello.role))?;
+    trust.attested_as(&peer, expected).map_err(|e| anyhow::anyhow!("{:?} link refused: {e}", hello.role))?;
     if hello.layers != expected.layers || Some(hello.manifest_root) != expected.manifest_root {
         anyhow::bail!("{:?} link refused: hello does not match the attested stage", hello.role);
     }
