@@ -231,6 +231,9 @@ fn malformed_and_out_of_order_frames_drop_only_that_link() {
         let closed = rt.block_on(async {
             let mut claims = veil_enclave::attest::claims(Some(LayerRange::new(0, 10).unwrap()), None);
             claims.manifest_root = stage0.manifest_root.map(ManifestRoot);
+            // Attested as the route's entry: same peer policy, same shape.
+            claims.peer_policy = Some(policy.digest());
+            claims.route_shape = Some(c.route.shape(30).unwrap().digest());
             let id = RaTlsIdentity::new(&sim, claims).unwrap();
             let verifier = std::sync::Arc::new(RaTlsVerifier::new(policy.clone(), ExpectedClaims::default()));
             let tcp = tokio::net::TcpStream::connect(target).await.unwrap();
