@@ -1,0 +1,337 @@
+//! The route as a whole, against a hostile host and a permissive operator:
+//! every way of editing the attestation document (or the policy the shards
+//! enforce) fails a named route check before any request could be sealed.
+//! Built on the simulated attester (fixed seeds), so only the intended
+//! check fails.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::OnceLock;
+use std::time::SystemTime;
+
+use veil_attestation::route::{
+    links_commitment, verify_route, AttestationDoc, LinkedShard, RouteCheckId as R, RouteError, RouteShape,
+    StageShape, DOC_VERSION,
+};
+use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
+use veil_attestation::snp::Product;
+use veil_attestation::verify::{CheckId, Outcome};
+use veil_attestation::{Claims, KeyHash, LayerRange, ManifestRoot, Nonce, Policy};
+
+fn sim(seed: &[u8]) -> SimulatedAttester {
+    SimulatedAttester::from_seed(seed, SimulatedConfig::new(Product::Genoa, b"veil route tests")).unwrap()
+}
+
+/// The operator's root (A) and another (B) anyone can make.
+fn root_a() -> &'static SimulatedAttester {
+    static A: OnceLock<SimulatedAttester> = OnceLock::new();
+    A.get_or_init(|| sim(b"root A"))
+}
+fn root_b() -> &'static SimulatedAttester {
+    static B: OnceLock<SimulatedAttester> = OnceLock::new();
+    B.get_or_init(|| sim(b"root B"))
+}
+
+/// The client's policy: root A only.
+fn client_policy() -> Policy {
+    root_a().dev_policy().unwrap()
+}
+
+fn shape() -> RouteShape {
+    let st = |a, b, m| StageShape { layers: LayerRange::new(a, b).unwrap(), manifest_root: ManifestRoot([m; 32]) };
+    RouteShape::new(30, vec![st(0, 10, 1), st(10, 20, 2), st(20, 30, 3)]).unwrap()
+}
+
+const KEY_CONFIG: &[u8] = b"an OHTTP key configuration";
+
+/// A shard's static evidence (as in its RA-TLS certificate).
+fn shard(att: &SimulatedAttester, stage: u32, replica: u32, peer: &Policy, shape: &RouteShape) -> LinkedShard {
+    let s = shape.stages()[stage as usize];
+    let claims = Claims {
+        tls_key_hash: Some(KeyHash([stage as u8 * 16 + replica as u8; 32])),
+        layer_range: Some(s.layers),
+        manifest_root: Some(s.manifest_root),
+        peer_policy: Some(peer.digest()),
+        route_shape: Some(shape.digest()),
+        software_version: "veil-shard test".into(),
+        ..Claims::default()
+    };
+    LinkedShard { stage, replica, evidence: att.evidence(&claims).unwrap() }
+}
+
+/// What an honest entry publishes for `nonce`: its fresh evidence commits
+/// to `peer`, `shape` and exactly `shards`.
+fn doc_with(nonce: &Nonce, peer: &Policy, shape: &RouteShape, shards: Vec<LinkedShard>) -> AttestationDoc {
+    let s0 = shape.stages()[0];
+    let claims = Claims {
+        hpke_config_hash: Some(KeyHash::of(KEY_CONFIG)),
+        layer_range: Some(s0.layers),
+        manifest_root: Some(s0.manifest_root),
+        nonce: Some(nonce.clone()),
+        peer_policy: Some(peer.digest()),
+        route_shape: Some(shape.digest()),
+        route_links: Some(links_commitment(&shards)),
+        software_version: "veil-shard test".into(),
+        ..Claims::default()
+    };
+    AttestationDoc {
+        version: DOC_VERSION,
+        model: "test".into(),
+        key_config: KEY_CONFIG.to_vec(),
+        peer_policy: peer.clone(),
+        route: shape.clone(),
+        entry: root_a().evidence(&claims).unwrap(),
+        shards,
+    }
+}
+
+fn honest_shards(peer: &Policy) -> Vec<LinkedShard> {
+    let sh = shape();
+    vec![shard(root_a(), 1, 0, peer, &sh), shard(root_a(), 1, 1, peer, &sh), shard(root_a(), 2, 0, peer, &sh)]
+}
+
+fn honest(nonce: &Nonce) -> AttestationDoc {
+    let peer = client_policy();
+    doc_with(nonce, &peer, &shape(), honest_shards(&peer))
+}
+
+fn nonce() -> Nonce {
+    Nonce::new(vec![0x5a; 32]).unwrap()
+}
+
+fn rejected_by(doc: &AttestationDoc, policy: &Policy) -> R {
+    match verify_route(doc, policy, &nonce(), SystemTime::now()) {
+        Err(RouteError::Rejected(r)) => {
+            // The table names the failure, and every check before it passed.
+            let text = r.report.to_string();
+            assert!(text.contains(&format!("{}", r.check)), "{text}");
+            r.check
+        }
+        Err(e) => panic!("expected a route check to fail, got {e}"),
+        Ok(_) => panic!("route accepted"),
+    }
+}
+
+#[test]
+fn an_honest_route_verifies_with_every_shard_fresh_through_the_entry() {
+    let route = verify_route(&honest(&nonce()), &client_policy(), &nonce(), SystemTime::now()).unwrap();
+    assert_eq!(route.shards().len(), 3);
+    assert_eq!(route.key_config(), KEY_CONFIG);
+    assert!(!route.peer_policy_pinned());
+    for s in route.shards() {
+        // Shard evidence carries no nonce; its freshness is the entry's
+        // nonce-bound commitment to the live link.
+        match s.evidence().checks().outcome(CheckId::Freshness) {
+            Some(Outcome::Passed { detail }) => assert!(detail.contains("route_links"), "{detail}"),
+            other => panic!("shard freshness {other:?}"),
+        }
+    }
+    for check in R::ALL {
+        assert!(route.checks().outcome(check).is_some(), "{check} missing from the table");
+    }
+    // JSON round trip of the document (what the host relays).
+    let json = serde_json::to_vec(&honest(&nonce())).unwrap();
+    let again = AttestationDoc::from_json(&json).unwrap();
+    verify_route(&again, &client_policy(), &nonce(), SystemTime::now()).unwrap();
+}
+
+#[test]
+fn a_host_that_strips_the_shard_list_is_refused_at_route_links() {
+    let mut doc = honest(&nonce());
+    doc.shards.clear();
+    assert_eq!(rejected_by(&doc, &client_policy()), R::RouteLinks);
+    let mut doc = honest(&nonce());
+    doc.shards.truncate(1);
+    assert_eq!(rejected_by(&doc, &client_policy()), R::RouteLinks);
+}
+
+#[test]
+fn an_entry_that_linked_too_few_shards_is_refused_at_coverage() {
+    // The entry itself committed to a partial list (a stage not linked yet).
+    let peer = client_policy();
+    let shards = honest_shards(&peer).into_iter().filter(|s| s.stage == 1).collect();
+    let doc = doc_with(&nonce(), &peer, &shape(), shards);
+    assert_eq!(rejected_by(&doc, &client_policy()), R::Coverage);
+    let doc = doc_with(&nonce(), &peer, &shape(), Vec::new());
+    assert_eq!(rejected_by(&doc, &client_policy()), R::Coverage);
+}
+
+#[test]
+fn a_replayed_older_shard_list_is_refused_at_route_links() {
+    // An older genuine document (another nonce, other shard evidence: a
+    // replica restarted since) spliced into today's.
+    let peer = client_policy();
+    let sh = shape();
+    let old = doc_with(&Nonce::new(vec![1; 32]).unwrap(), &peer, &sh, vec![
+        shard(root_a(), 1, 0, &peer, &sh),
+        shard(root_a(), 2, 0, &peer, &sh),
+    ]);
+    let mut doc = honest(&nonce());
+    doc.shards = old.shards.clone();
+    // Make the replayed evidence differ from today's (different TLS keys).
+    doc.shards[0] = {
+        let mut s = shard(root_a(), 1, 0, &peer, &sh);
+        let mut c = s.evidence.claims.clone().unwrap();
+        c.tls_key_hash = Some(KeyHash([0xee; 32]));
+        s.evidence = root_a().evidence(&c).unwrap();
+        s
+    };
+    assert_eq!(rejected_by(&doc, &client_policy()), R::RouteLinks);
+    // And the old entry evidence is stale for this nonce.
+    let mut doc = honest(&nonce());
+    doc.entry = old.entry;
+    match verify_route(&doc, &client_policy(), &nonce(), SystemTime::now()) {
+        Err(RouteError::Evidence { source, .. }) => assert_eq!(source.check(), Some(CheckId::Freshness)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn shards_under_another_root_are_refused_even_when_the_entry_committed_to_them() {
+    // The host runs the genuine entry with a permissive policy accepting its
+    // own root B, and the entry links root-B shards: the client refuses the
+    // policy before looking at the shards…
+    let mut permissive = client_policy();
+    permissive.simulated_roots.push(KeyHash(root_b_ark()));
+    let sh = shape();
+    let shards = vec![shard(root_b(), 1, 0, &permissive, &sh), shard(root_b(), 2, 0, &permissive, &sh)];
+    let doc = doc_with(&nonce(), &permissive, &sh, shards.clone());
+    assert_eq!(rejected_by(&doc, &client_policy()), R::PeerPolicy);
+    // …and pinning that policy's digest does not make root-B evidence pass.
+    let mut pinned = client_policy();
+    pinned.peer_policies.push(permissive.digest());
+    match verify_route(&doc, &pinned, &nonce(), SystemTime::now()) {
+        Err(RouteError::Evidence { who, source }) => {
+            assert!(who.contains("stage 1"), "{who}");
+            assert_eq!(source.check(), Some(CheckId::EndorsementChain), "{source}");
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+fn root_b_ark() -> [u8; 32] {
+    let p = root_b().dev_policy().unwrap();
+    p.simulated_roots[0].0
+}
+
+#[test]
+fn a_published_policy_other_than_the_attested_one_is_refused_at_the_binding() {
+    // The host swaps a strict-looking policy text into the document while
+    // the shards enforce (and attest) a permissive one.
+    let mut permissive = client_policy();
+    permissive.any_measurement = true;
+    permissive.measurements.clear();
+    let sh = shape();
+    let shards = vec![shard(root_a(), 1, 0, &permissive, &sh), shard(root_a(), 2, 0, &permissive, &sh)];
+    let mut doc = doc_with(&nonce(), &permissive, &sh, shards);
+    assert_eq!(rejected_by(&doc, &client_policy()), R::PeerPolicy);
+    doc.peer_policy = client_policy();
+    assert_eq!(rejected_by(&doc, &client_policy()), R::PeerPolicyBinding);
+}
+
+#[test]
+fn a_published_shape_other_than_the_attested_one_is_refused() {
+    let mut doc = honest(&nonce());
+    let st = |a, b, m| StageShape { layers: LayerRange::new(a, b).unwrap(), manifest_root: ManifestRoot([m; 32]) };
+    doc.route = RouteShape::new(30, vec![st(0, 10, 1), st(10, 30, 9)]).unwrap();
+    assert_eq!(rejected_by(&doc, &client_policy()), R::RouteShapeBinding);
+    // A shape that does not reach the model's last layer does not even parse.
+    assert!(RouteShape::new(30, vec![st(0, 10, 1), st(10, 20, 2)]).is_err());
+    assert!(RouteShape::new(30, vec![st(0, 10, 1), st(11, 30, 2)]).is_err());
+    assert!(RouteShape::new(30, vec![]).is_err());
+    let text = serde_json::to_string(&honest(&nonce())).unwrap().replace("\"model_layers\":30", "\"model_layers\":40");
+    assert!(AttestationDoc::from_json(text.as_bytes()).is_err());
+}
+
+#[test]
+fn a_shard_attesting_another_policy_or_shape_is_refused() {
+    let peer = client_policy();
+    let mut other = client_policy();
+    other.allow_smt = false; // stricter, but not the entry's
+    let sh = shape();
+    let shards = vec![shard(root_a(), 1, 0, &peer, &sh), shard(root_a(), 2, 0, &other, &sh)];
+    let doc = doc_with(&nonce(), &peer, &sh, shards);
+    match verify_route(&doc, &client_policy(), &nonce(), SystemTime::now()) {
+        Err(RouteError::Evidence { source, .. }) => assert_eq!(source.check(), Some(CheckId::ReportDataBinding)),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn shards_listed_for_the_wrong_stage_are_refused() {
+    let peer = client_policy();
+    let sh = shape();
+    // Evidence for layers 10..20 listed as stage 2.
+    let mut s = shard(root_a(), 1, 0, &peer, &sh);
+    s.stage = 2;
+    let doc = doc_with(&nonce(), &peer, &sh, vec![shard(root_a(), 1, 0, &peer, &sh), s]);
+    assert!(matches!(
+        verify_route(&doc, &client_policy(), &nonce(), SystemTime::now()),
+        Err(RouteError::Evidence { .. })
+    ));
+    // Stage 0 or past the end.
+    for stage in [0, 3, u32::MAX] {
+        let mut s = shard(root_a(), 1, 0, &peer, &sh);
+        s.stage = stage;
+        let doc = doc_with(&nonce(), &peer, &sh, vec![s]);
+        assert_eq!(rejected_by(&doc, &client_policy()), R::ShardEvidence);
+    }
+    // The same replica twice.
+    let doc = doc_with(&nonce(), &peer, &sh, vec![shard(root_a(), 1, 0, &peer, &sh), shard(root_a(), 1, 0, &peer, &sh)]);
+    assert_eq!(rejected_by(&doc, &client_policy()), R::ShardEvidence);
+}
+
+#[test]
+fn pinned_layer_count_and_manifests_are_enforced() {
+    let mut policy = client_policy();
+    policy.model_layers = Some(32);
+    assert_eq!(rejected_by(&honest(&nonce()), &policy), R::RouteShape);
+    policy.model_layers = Some(30);
+    verify_route(&honest(&nonce()), &policy, &nonce(), SystemTime::now()).unwrap();
+    // A route whose stage 2 runs a manifest the client does not allow (an
+    // edited vocabulary or chat template changes the root).
+    policy.manifest_roots.insert("0..10".into(), vec![ManifestRoot([1; 32])]);
+    policy.manifest_roots.insert("10..20".into(), vec![ManifestRoot([2; 32])]);
+    policy.manifest_roots.insert("20..30".into(), vec![ManifestRoot([0x33; 32])]);
+    assert_eq!(rejected_by(&honest(&nonce()), &policy), R::RouteManifests);
+}
+
+#[test]
+fn a_weaker_peer_policy_passes_only_when_pinned_by_digest() {
+    let mut weaker = client_policy();
+    weaker.allow_debug = true;
+    let sh = shape();
+    let shards = vec![shard(root_a(), 1, 0, &weaker, &sh), shard(root_a(), 2, 0, &weaker, &sh)];
+    let doc = doc_with(&nonce(), &weaker, &sh, shards);
+    match verify_route(&doc, &client_policy(), &nonce(), SystemTime::now()) {
+        Err(RouteError::Rejected(r)) => {
+            assert_eq!(r.check, R::PeerPolicy);
+            assert_eq!(r.report.gaps.len(), 1);
+            assert_eq!(r.report.gaps[0].setting, "allow_debug");
+            assert!(r.report.to_string().contains("weaker: allow_debug"), "{}", r.report);
+        }
+        other => panic!("{other:?}"),
+    }
+    let mut pinned = client_policy();
+    pinned.peer_policies.push(weaker.digest());
+    let route = verify_route(&doc, &pinned, &nonce(), SystemTime::now()).unwrap();
+    assert!(route.peer_policy_pinned());
+}
+
+#[test]
+fn the_entry_must_be_bound_to_the_key_config_and_nonce() {
+    let mut doc = honest(&nonce());
+    doc.key_config = b"the host's own key".to_vec();
+    match verify_route(&doc, &client_policy(), &nonce(), SystemTime::now()) {
+        Err(RouteError::Evidence { who, source }) => {
+            assert_eq!(who, "the entry");
+            assert_eq!(source.check(), Some(CheckId::ReportDataBinding));
+        }
+        other => panic!("{other:?}"),
+    }
+    let other = Nonce::new(vec![7; 32]).unwrap();
+    assert!(matches!(
+        verify_route(&honest(&nonce()), &client_policy(), &other, SystemTime::now()),
+        Err(RouteError::Evidence { .. })
+    ));
+}
