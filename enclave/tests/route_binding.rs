@@ -1,0 +1,215 @@
+//! The route binding end to end, with the host as the adversary: a relay
+//! that edits the attestation document (strips, truncates or replays the
+//! shard list, swaps in shards under another root) and an operator that
+//! starts the genuine entry with a permissive peer policy and shards under
+//! its own root. Each is refused by the client before any prompt is sealed,
+//! with the failed route check named; the rogue shards never see a request.
+//!
+//! Needs the reference model (`scripts/fetch-model.sh`); without it these
+//! tests print SKIP unless `VEIL_REQUIRE_MODEL=1`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use cluster::{model_path, Cluster};
+use veil_attestation::route::{AttestationDoc, RouteCheckId};
+use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
+use veil_attestation::{KeyHash, Policy};
+use veil_client::sdk::{Client, ClientError};
+
+type Edit = Arc<dyn Fn(&mut AttestationDoc) + Send + Sync>;
+
+/// A host relay (test double) that rewrites every attestation document
+/// with `edit` and counts the sealed requests it carries.
+async fn editing_host(gateway: std::net::SocketAddr, edit: Edit, sealed: Arc<AtomicUsize>) -> std::net::SocketAddr {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let (client, edit, sealed) = (client.clone(), edit.clone(), sealed.clone());
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let (client, edit, sealed) = (client.clone(), edit.clone(), sealed.clone());
+                    async move {
+                        let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+                        if path.starts_with("/v1/sealed") {
+                            sealed.fetch_add(1, Ordering::SeqCst);
+                        }
+                        let method = req.method().clone();
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let fwd = hyper::Request::builder()
+                            .method(method)
+                            .uri(format!("http://{gateway}{path}"))
+                            .body(Full::new(body))
+                            .unwrap();
+                        let resp = client.request(fwd).await.unwrap();
+                        let status = resp.status();
+                        let mut bytes = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
+                        if path.starts_with("/v1/attestation") && status.is_success() {
+                            let mut doc = AttestationDoc::from_json(&bytes).unwrap();
+                            edit(&mut doc);
+                            bytes = serde_json::to_vec(&doc).unwrap();
+                        }
+                        let mut r = hyper::Response::new(Full::new(Bytes::from(bytes)));
+                        *r.status_mut() = status;
+                        Ok::<_, std::convert::Infallible>(r)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+fn route_check(err: &ClientError) -> Option<RouteCheckId> {
+    match err {
+        ClientError::RouteRejected(r) => Some(r.check),
+        _ => None,
+    }
+}
+
+async fn fetch_doc(gateway: std::net::SocketAddr) -> AttestationDoc {
+    use http_body_util::BodyExt;
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let resp = client.get(format!("http://{gateway}/v1/attestation").parse().unwrap()).await.unwrap();
+    AttestationDoc::from_json(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap()
+}
+
+#[test]
+fn a_host_editing_the_route_document_is_refused_before_any_prompt_is_sealed() {
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("edit-doc", &path, &[10, 20], &[1, 1, 1]);
+    c.start_all();
+    let gateway = c.route.sealed_listen.unwrap();
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    // An older genuine shard list: captured now, then stage 1 restarts
+    // (fresh keys, fresh evidence) and the host keeps showing the old one.
+    let old = rt.block_on(fetch_doc(gateway));
+    assert_eq!(old.shards.len(), 2);
+    c.kill(1, 0);
+    c.spawn(1, 0);
+    c.wait_log(0, 0, "control link up", 3);
+    let fresh = rt.block_on(fetch_doc(gateway));
+    assert_ne!(fresh.shards[0].evidence, old.shards[0].evidence, "the restarted shard kept its evidence");
+    // Shards re-signed under another root with the very same claims.
+    let root_b =
+        SimulatedAttester::from_seed(b"host root B", SimulatedConfig::new(veil_attestation::snp::Product::Genoa, b"b"))
+            .unwrap();
+    let old_shards = Mutex::new(old.shards.clone());
+    let cases: Vec<(&str, Edit, RouteCheckId)> = vec![
+        ("strip the shard list", Arc::new(|d: &mut AttestationDoc| d.shards.clear()), RouteCheckId::RouteLinks),
+        ("drop the last stage", Arc::new(|d: &mut AttestationDoc| d.shards.retain(|s| s.stage != 2)), RouteCheckId::RouteLinks),
+        (
+            "replay the older shard list",
+            Arc::new(move |d: &mut AttestationDoc| d.shards = old_shards.lock().unwrap().clone()),
+            RouteCheckId::RouteLinks,
+        ),
+        (
+            "swap in root-B shards",
+            Arc::new(move |d: &mut AttestationDoc| {
+                for s in &mut d.shards {
+                    s.evidence = root_b.evidence(s.evidence.claims.as_ref().unwrap()).unwrap();
+                }
+            }),
+            RouteCheckId::RouteLinks,
+        ),
+        (
+            "publish a permissive policy text",
+            Arc::new(|d: &mut AttestationDoc| d.peer_policy.allow_debug = true),
+            RouteCheckId::PeerPolicyBinding,
+        ),
+    ];
+    rt.block_on(async {
+        for (what, edit, check) in cases {
+            let sealed = Arc::new(AtomicUsize::new(0));
+            let host = editing_host(gateway, edit, sealed.clone()).await;
+            let err = Client::connect(&format!("http://{host}"), &policy).await.unwrap_err();
+            assert_eq!(route_check(&err), Some(check), "{what}: {err}");
+            assert!(err.check_table().unwrap().contains(check.name()), "{what}");
+            assert_eq!(sealed.load(Ordering::SeqCst), 0, "{what}: something was sealed");
+        }
+        // The same relay without edits: accepted, and the route's shards are
+        // the live ones, each fresh through the entry's commitment.
+        let sealed = Arc::new(AtomicUsize::new(0));
+        let host = editing_host(gateway, Arc::new(|_: &mut AttestationDoc| {}), sealed).await;
+        let client = Client::connect(&format!("http://{host}"), &policy).await.unwrap();
+        assert_eq!(client.route().shards().len(), 2);
+        assert!(client.route().checks().first_failure().is_none());
+    });
+}
+
+#[test]
+fn an_entry_run_with_a_permissive_policy_is_refused_and_rogue_shards_see_nothing() {
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("permissive", &path, &[10, 20], &[1, 1, 1]);
+    // The client's policy: the operator's root A, as `prepare` wrote it.
+    let strict = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    // The host makes its own root B, hands every shard a policy that also
+    // accepts B, and runs stages 1 and 2 under B.
+    let dir_b = c.dir.join("sim-b");
+    let root_b =
+        SimulatedAttester::from_seed(b"host root B", SimulatedConfig::new(veil_attestation::snp::Product::Genoa, b"b"))
+            .unwrap();
+    root_b.save(&dir_b).unwrap();
+    let mut permissive: Policy = strict.clone();
+    permissive.simulated_roots.push(root_b.dev_policy().unwrap().simulated_roots[0]);
+    permissive.measurements.extend(root_b.dev_policy().unwrap().measurements);
+    std::fs::write(&c.route.policy, permissive.to_toml()).unwrap();
+    let mut route_b = c.route.clone();
+    route_b.simulated_root = Some(dir_b);
+    let route_b_path = c.dir.join("route-b.toml");
+    std::fs::write(&route_b_path, route_b.to_toml()).unwrap();
+    c.spawn_with(2, 0, &route_b_path);
+    c.spawn_with(1, 0, &route_b_path);
+    c.spawn(0, 0);
+    c.wait_log(0, 0, "ready", 1);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let gateway = c.route.sealed_listen.unwrap();
+    rt.block_on(async {
+        let sealed = Arc::new(AtomicUsize::new(0));
+        let host = editing_host(gateway, Arc::new(|_: &mut AttestationDoc| {}), sealed.clone()).await;
+        let err = Client::connect(&format!("http://{host}"), &strict).await.unwrap_err();
+        assert_eq!(route_check(&err), Some(RouteCheckId::PeerPolicy), "{err}");
+        let table = err.check_table().unwrap();
+        assert!(table.contains("weaker: simulated_roots"), "{table}");
+        assert_eq!(sealed.load(Ordering::SeqCst), 0);
+        // Pinning the permissive policy's digest still leaves the root-B
+        // shards' evidence to the client's own policy: refused.
+        let mut pinned = strict.clone();
+        pinned.peer_policies.push(permissive.digest());
+        let err = Client::connect(&format!("http://{host}"), &pinned).await.unwrap_err();
+        match &err {
+            ClientError::Attestation { who, source } => {
+                assert!(who.contains("stage"), "{who}");
+                assert_eq!(source.check(), Some(veil_attestation::CheckId::EndorsementChain), "{err}");
+            }
+            other => panic!("{other}"),
+        }
+        assert_eq!(sealed.load(Ordering::SeqCst), 0);
+        // A client whose policy accepts root B as well (the host's own)
+        // may use the route: the check is the client's policy, not a flag.
+        let mut lax = permissive.clone();
+        lax.peer_policies.clear();
+        let ok = Client::connect(&format!("http://{host}"), &lax).await.unwrap();
+        assert!(ok.route().shards().iter().all(|s| s.evidence().simulated_root() == Some(KeyHash(root_b_ark(&root_b)))));
+    });
+}
+
+fn root_b_ark(root: &SimulatedAttester) -> [u8; 32] {
+    root.dev_policy().unwrap().simulated_roots[0].0
+}
