@@ -213,3 +213,57 @@ fn an_entry_run_with_a_permissive_policy_is_refused_and_rogue_shards_see_nothing
 fn root_b_ark(root: &SimulatedAttester) -> [u8; 32] {
     root.dev_policy().unwrap().simulated_roots[0].0
 }
+
+#[test]
+fn fail_over_goes_only_to_replicas_under_the_attested_policy() {
+    use std::io::{BufRead, Write};
+    use veil_enclave::pipeline::entry::GenerateEvent;
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("failover-policy", &path, &[10, 20], &[1, 2, 1]);
+    // Replica 1 of the middle stage runs with another peer policy (one more
+    // simulated root): the entry's link to it is refused by the pinned
+    // peer-policy digest, so it can never serve a session.
+    let mut other = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    other.simulated_roots.push(KeyHash([0x42; 32]));
+    let other_path = c.dir.join("other-policy.toml");
+    std::fs::write(&other_path, other.to_toml()).unwrap();
+    let mut route_other = c.route.clone();
+    route_other.policy = other_path;
+    let route_other_path = c.dir.join("route-other.toml");
+    std::fs::write(&route_other_path, route_other.to_toml()).unwrap();
+    c.spawn(2, 0);
+    c.spawn(1, 0);
+    c.spawn_with(1, 1, &route_other_path);
+    c.spawn(0, 0);
+    c.wait_log(0, 0, "ready", 1);
+    c.wait_log(0, 0, "peer-policy digest", 1);
+    let mut req = cluster::greedy(&[1, 9690, 314, 2], 400);
+    req.max_tokens = 400;
+    let listen = c.route.generate_listen;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let h = std::thread::spawn(move || {
+        let mut tcp = std::net::TcpStream::connect(listen).unwrap();
+        tcp.write_all(format!("{}\n", serde_json::to_string(&req).unwrap()).as_bytes()).unwrap();
+        let mut sent = false;
+        for line in std::io::BufReader::new(tcp).lines() {
+            match serde_json::from_str::<GenerateEvent>(&line.unwrap()).unwrap() {
+                GenerateEvent::Text(_) if !sent => {
+                    tx.send(()).unwrap();
+                    sent = true;
+                }
+                GenerateEvent::Text(_) => {}
+                GenerateEvent::Done(_) => return Err("finished without the only good replica".to_owned()),
+                GenerateEvent::Error(e) => return Ok(e),
+            }
+        }
+        Err("closed without an error".to_owned())
+    });
+    rx.recv().unwrap();
+    c.kill(1, 0);
+    let error = h.join().unwrap().unwrap();
+    assert!(error.contains("no live replica") && error.contains("layers 10..20"), "{error}");
+    let rogue = std::fs::read_to_string(c.log(1, 1)).unwrap();
+    assert!(!rogue.contains("control link from the entry"), "the entry linked the other-policy replica:\n{rogue}");
+    let entry = std::fs::read_to_string(c.log(0, 0)).unwrap();
+    assert!(entry.contains("peer-policy digest"), "{entry}");
+}
