@@ -59,12 +59,15 @@ pub struct StageShape {
 }
 
 /// The route's shape: contiguous stages from layer 0 to the model's layer
-/// count, each pinned to one manifest. Every shard's claims commit to its
-/// digest, so a shard serves (and links to) only this split of this model.
+/// count, each pinned to one manifest, and the encoding of activations
+/// between stages (`f32`, or `f16`/`bf16`, which change outputs slightly).
+/// Every shard's claims commit to its digest, so a shard serves (and links
+/// to) only this split of this model.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(try_from = "ShapeWire", into = "ShapeWire")]
 pub struct RouteShape {
     model_layers: u32,
+    activations: String,
     stages: Vec<StageShape>,
 }
 
@@ -72,25 +75,34 @@ pub struct RouteShape {
 #[serde(deny_unknown_fields)]
 struct ShapeWire {
     model_layers: u32,
+    activations: String,
     stages: Vec<StageShape>,
 }
 
 impl TryFrom<ShapeWire> for RouteShape {
     type Error = String;
     fn try_from(w: ShapeWire) -> Result<Self, String> {
-        Self::new(w.model_layers, w.stages)
+        Self::new(w.model_layers, &w.activations, w.stages)
     }
 }
 
 impl From<RouteShape> for ShapeWire {
     fn from(r: RouteShape) -> Self {
-        Self { model_layers: r.model_layers, stages: r.stages }
+        Self { model_layers: r.model_layers, activations: r.activations, stages: r.stages }
     }
 }
 
 impl RouteShape {
-    /// A shape; refused unless the stages cover `0..model_layers` contiguously.
-    pub fn new(model_layers: u32, stages: Vec<StageShape>) -> Result<Self, String> {
+    /// A shape; refused unless the stages cover `0..model_layers`
+    /// contiguously and `activations` names an encoding (1..=8 lower-case
+    /// letters and digits, e.g. `f32`).
+    pub fn new(model_layers: u32, activations: &str, stages: Vec<StageShape>) -> Result<Self, String> {
+        if activations.is_empty()
+            || activations.len() > 8
+            || !activations.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        {
+            return Err(format!("activation encoding {activations:?} is not a name like f32"));
+        }
         if stages.is_empty() || stages.len() > MAX_STAGES {
             return Err(format!("a route has 1..={MAX_STAGES} stages, not {}", stages.len()));
         }
@@ -104,7 +116,7 @@ impl RouteShape {
         if next != model_layers {
             return Err(format!("the stages end at layer {next}; the model has {model_layers}"));
         }
-        Ok(Self { model_layers, stages })
+        Ok(Self { model_layers, activations: activations.to_owned(), stages })
     }
 
     /// The model's layer count.
@@ -112,17 +124,25 @@ impl RouteShape {
         self.model_layers
     }
 
+    /// The activation encoding between stages.
+    pub fn activations(&self) -> &str {
+        &self.activations
+    }
+
     /// The stages in layer order (stage 0 is the entry).
     pub fn stages(&self) -> &[StageShape] {
         &self.stages
     }
 
-    /// `SHA-256("veil/route-shape/v1\0" ‖ u32 model_layers ‖ u32 stages ‖
-    /// per stage: u32 start ‖ u32 end ‖ manifest root)`, integers big-endian.
+    /// `SHA-256("veil/route-shape/v1\0" ‖ u32 model_layers ‖ u8 len ‖
+    /// activations ‖ u32 stages ‖ per stage: u32 start ‖ u32 end ‖ manifest
+    /// root)`, integers big-endian.
     pub fn digest(&self) -> RouteDigest {
         let mut h = Sha256::new();
         h.update(SHAPE_DOMAIN);
         h.update(self.model_layers.to_be_bytes());
+        h.update([self.activations.len() as u8]);
+        h.update(self.activations.as_bytes());
         h.update((self.stages.len() as u32).to_be_bytes());
         for s in &self.stages {
             h.update(s.layers.start().to_be_bytes());
@@ -496,9 +516,10 @@ pub fn verify_route(
                 failed(format!("a model of {n} layers (policy model_layers)"), format!("{} layers", shape.model_layers()))
             }
             pinned => pass(format!(
-                "layers 0..{} in {} stage(s){}",
+                "layers 0..{} in {} stage(s), {} activations{}",
                 shape.model_layers(),
                 stages.len(),
+                shape.activations(),
                 if pinned.is_some() { " (layer count pinned)" } else { "" }
             )),
         },

@@ -39,7 +39,7 @@ fn client_policy() -> Policy {
 
 fn shape() -> RouteShape {
     let st = |a, b, m| StageShape { layers: LayerRange::new(a, b).unwrap(), manifest_root: ManifestRoot([m; 32]) };
-    RouteShape::new(30, vec![st(0, 10, 1), st(10, 20, 2), st(20, 30, 3)]).unwrap()
+    RouteShape::new(30, "f32", vec![st(0, 10, 1), st(10, 20, 2), st(20, 30, 3)]).unwrap()
 }
 
 const KEY_CONFIG: &[u8] = b"an OHTTP key configuration";
@@ -233,12 +233,12 @@ fn a_published_policy_other_than_the_attested_one_is_refused_at_the_binding() {
 fn a_published_shape_other_than_the_attested_one_is_refused() {
     let mut doc = honest(&nonce());
     let st = |a, b, m| StageShape { layers: LayerRange::new(a, b).unwrap(), manifest_root: ManifestRoot([m; 32]) };
-    doc.route = RouteShape::new(30, vec![st(0, 10, 1), st(10, 30, 9)]).unwrap();
+    doc.route = RouteShape::new(30, "f32", vec![st(0, 10, 1), st(10, 30, 9)]).unwrap();
     assert_eq!(rejected_by(&doc, &client_policy()), R::RouteShapeBinding);
     // A shape that does not reach the model's last layer does not even parse.
-    assert!(RouteShape::new(30, vec![st(0, 10, 1), st(10, 20, 2)]).is_err());
-    assert!(RouteShape::new(30, vec![st(0, 10, 1), st(11, 30, 2)]).is_err());
-    assert!(RouteShape::new(30, vec![]).is_err());
+    assert!(RouteShape::new(30, "f32", vec![st(0, 10, 1), st(10, 20, 2)]).is_err());
+    assert!(RouteShape::new(30, "f32", vec![st(0, 10, 1), st(11, 30, 2)]).is_err());
+    assert!(RouteShape::new(30, "f32", vec![]).is_err());
     let text = serde_json::to_string(&honest(&nonce())).unwrap().replace("\"model_layers\":30", "\"model_layers\":40");
     assert!(AttestationDoc::from_json(text.as_bytes()).is_err());
 }

@@ -75,6 +75,8 @@ pub struct OpenedResponse {
     pub status: u16,
     /// Header fields (lower-case names).
     pub fields: Vec<(String, String)>,
+    /// Trailer fields (lower-case names), once the body has been read to its end.
+    pub trailer: Vec<(String, String)>,
     done: bool,
 }
 
@@ -135,7 +137,7 @@ impl ResponseOpener {
                 (String::from_utf8_lossy(f.name()).to_lowercase(), String::from_utf8_lossy(f.value()).into_owned())
             })
             .collect();
-        Ok(OpenedResponse { message, rest: plain, status, fields, done: false })
+        Ok(OpenedResponse { message, rest: plain, status, fields, trailer: Vec::new(), done: false })
     }
 }
 
@@ -153,7 +155,13 @@ impl OpenedResponse {
         if n == 0 {
             // The body ended: the trailer, then the stream to its end, so the
             // chunk marked final authenticates (anything after must be padding).
-            self.message.trailer().await.map_err(|e| SealError::Open(e.to_string()))?;
+            let trailer = self.message.trailer().await.map_err(|e| SealError::Open(e.to_string()))?;
+            self.trailer = trailer
+                .iter()
+                .map(|f| {
+                    (String::from_utf8_lossy(f.name()).to_lowercase(), String::from_utf8_lossy(f.value()).into_owned())
+                })
+                .collect();
             let mut padding = Vec::new();
             self.rest.read_to_end(&mut padding).await.map_err(|e| SealError::Open(e.to_string()))?;
             if padding.iter().any(|&b| b != 0) {
@@ -164,6 +172,13 @@ impl OpenedResponse {
         }
         buf.truncate(n);
         Ok(Some(buf))
+    }
+
+    /// The route the entry reports this generation ran on (`veil-route`, a
+    /// header of a complete response or a trailer of a stream read to its
+    /// end), authenticated by the seal. See the gateway for its format.
+    pub fn route_used(&self) -> Option<&str> {
+        self.fields.iter().chain(&self.trailer).find(|(n, _)| n == "veil-route").map(|(_, v)| v.as_str())
     }
 
     /// The whole remaining body.

@@ -315,6 +315,18 @@ fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
         });
         let resp = client.call("POST", "/v1/chat/completions", &chat).await.unwrap();
         assert_eq!(resp.status, 200);
+        // The route the entry used, inside the seal: exactly the verified shards.
+        let mut verified: Vec<_> = client.route().shards().iter().collect();
+        verified.sort_by_key(|s| s.stage());
+        let want_route = verified
+            .iter()
+            .map(|s| {
+                let key = s.evidence().claims().unwrap().tls_key_hash.unwrap();
+                format!("s{}r{}:{}", s.stage(), s.replica(), hex::encode(&key.0[..8]))
+            })
+            .collect::<Vec<_>>()
+            .join(",");
+        assert_eq!(resp.route_used(), Some(want_route.as_str()));
         let v: serde_json::Value = serde_json::from_slice(&resp.collect().await.unwrap()).unwrap();
         assert_eq!(v["choices"][0]["message"]["content"], expected.text);
         assert_eq!(v["usage"]["completion_tokens"], expected.ids.len());
@@ -329,6 +341,7 @@ fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
             sse.extend(p);
             pieces += 1;
         }
+        assert_eq!(resp.route_used(), Some(want_route.as_str()), "the stream's trailer names its route");
         let sse = String::from_utf8(sse).unwrap();
         assert!(sse.ends_with("data: [DONE]\n\n") && pieces > 3, "{sse}");
         let mut text = String::new();

@@ -252,13 +252,27 @@ impl ResponseSealer {
     }
 
     /// Ends the body and trailers and closes the seal with the final chunk.
-    pub async fn finish(mut self) -> Result<(), SealError> {
+    pub async fn finish(self) -> Result<(), SealError> {
+        self.finish_with_trailer(&[]).await
+    }
+
+    /// Ends the body, writes `trailer` fields (authenticated like the rest,
+    /// e.g. what is known only at the end of a stream), and closes the seal.
+    pub async fn finish_with_trailer(mut self, trailer: &[(&str, &str)]) -> Result<(), SealError> {
         if self.state != State::Body {
             return Err(SealError::Response("finish before head".into()));
         }
         self.state = State::Done;
-        // Content terminator, then an empty trailer section.
-        self.write(&[0, 0]).await?;
+        // Content terminator, then the trailer section and its end.
+        let mut b = vec![0];
+        for (name, value) in trailer {
+            varint(name.len() as u64, &mut b);
+            b.extend_from_slice(name.as_bytes());
+            varint(value.len() as u64, &mut b);
+            b.extend_from_slice(value.as_bytes());
+        }
+        varint(0, &mut b);
+        self.write(&b).await?;
         self.writer.close().await.map_err(|e| SealError::Response(e.to_string()))
     }
 }

@@ -38,6 +38,11 @@ use crate::pipeline::entry::{Entry, GenerateEvent};
 pub const SEALED_REQUEST_TYPE: &str = "message/ohttp-chunked-req";
 /// Media type of a chunked sealed response.
 pub const SEALED_RESPONSE_TYPE: &str = "message/ohttp-chunked-res";
+/// Field (inside the seal) naming the route a generation ran on: a header of
+/// a complete response, a trailer of a stream. Per stage after the entry
+/// `s{stage}r{replica}:{first 8 bytes of the shard's TLS key hash}`, comma-
+/// separated; routes before and after a re-route separated by `;`.
+pub const ROUTE_FIELD: &str = "veil-route";
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
@@ -220,10 +225,20 @@ impl Gateway {
 
     async fn run(&self, call: Call, mut sealer: ResponseSealer) -> Result<(), SealError> {
         let (tx, mut rx) = mpsc::unbounded_channel();
+        let (routes_tx, mut routes_rx) = mpsc::unbounded_channel();
         let prompt_tokens = call.request.prompt_ids.as_ref().map_or(0, Vec::len);
         let max_tokens = call.request.max_tokens;
         let entry = self.entry.clone();
-        tokio::spawn(async move { entry.generate(call.request, tx).await });
+        tokio::spawn(async move { entry.generate_traced(call.request, tx, Some(routes_tx)).await });
+        // Every route the session ran on, in order (";" between re-routes):
+        // inside the seal, so the client learns which attested shards served it.
+        let mut routes_used = move || {
+            let mut all = Vec::new();
+            while let Ok(r) = routes_rx.try_recv() {
+                all.push(r);
+            }
+            all.join(";")
+        };
         let prefix = if call.kind == Kind::Chat { "chatcmpl-" } else { "cmpl-" };
         let ids = Ids {
             id: format!("{prefix}{}", hex::encode(&Nonce::random().as_bytes()[..12])),
@@ -244,7 +259,12 @@ impl Gateway {
                             finish(g.ids.len()),
                             Usage::new(prompt_tokens, g.ids.len()),
                         );
-                        return respond(sealer, 200, "application/json", &body).await;
+                        let route = routes_used();
+                        sealer
+                            .head(200, &[("content-type", "application/json"), (ROUTE_FIELD, route.as_str())])
+                            .await?;
+                        sealer.body(&body).await?;
+                        return sealer.finish().await;
                     }
                     GenerateEvent::Error(e) => {
                         return respond(sealer, 503, "application/json", &server_error(&e).body()).await
@@ -269,7 +289,8 @@ impl Gateway {
                             .await?;
                     }
                     sealer.body(openai::SSE_DONE).await?;
-                    return sealer.finish().await;
+                    let route = routes_used();
+                    return sealer.finish_with_trailer(&[(ROUTE_FIELD, route.as_str())]).await;
                 }
                 GenerateEvent::Error(e) => {
                     sealer.body(&openai::sse_error(&server_error(&e))).await?;

@@ -585,6 +585,29 @@ impl Entry {
         }
     }
 
+    /// A session's route as the client may see it: per stage after the
+    /// entry, `s{stage}r{replica}:{first 8 bytes of the shard's attested TLS
+    /// key hash, hex}`, comma-separated. The key hash names the very
+    /// evidence the attestation document listed (its claims carry it).
+    pub async fn describe_route(&self, route: &[u8]) -> String {
+        let reps = self.replicas.lock().await;
+        route
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let key = reps
+                    .get(i)
+                    .and_then(|s| s.get(usize::from(r)))
+                    .and_then(|rep| rep.evidence.as_ref())
+                    .and_then(|(p, _)| p.peer().evidence().claims().and_then(|c| c.tls_key_hash))
+                    .map(|k| hex::encode(&k.0[..8]))
+                    .unwrap_or_else(|| "unknown".into());
+                format!("s{}r{r}:{key}", i + 1)
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     async fn release(&self, session: u64, route: &[u8]) {
         let controls: Vec<mpsc::Sender<Frame>> = {
             let mut reps = self.replicas.lock().await;
@@ -605,7 +628,19 @@ impl Entry {
 
     /// Runs one request through the pipeline, sending events to `out`.
     pub async fn generate(self: &Arc<Self>, req: GenerateWire, out: mpsc::UnboundedSender<GenerateEvent>) {
-        let result = self.run_session(req, &out).await;
+        self.generate_traced(req, out, None).await
+    }
+
+    /// [`generate`](Self::generate), also sending to `routes` each route the
+    /// session runs on (the first, then one per re-route) as
+    /// [`describe_route`](Self::describe_route) writes it.
+    pub async fn generate_traced(
+        self: &Arc<Self>,
+        req: GenerateWire,
+        out: mpsc::UnboundedSender<GenerateEvent>,
+        routes: Option<mpsc::UnboundedSender<String>>,
+    ) {
+        let result = self.run_session(req, &out, routes.as_ref()).await;
         let _ = out.send(match result {
             Ok(g) => GenerateEvent::Done(g),
             Err(e) => GenerateEvent::Error(e),
@@ -616,6 +651,7 @@ impl Entry {
         self: &Arc<Self>,
         req: GenerateWire,
         out: &mpsc::UnboundedSender<GenerateEvent>,
+        routes: Option<&mpsc::UnboundedSender<String>>,
     ) -> Result<Generation, String> {
         let prompt_ids = req.prompt_ids(&self.tokenizer).map_err(|e| e.to_string())?;
         let params = req.sampling();
@@ -633,6 +669,9 @@ impl Entry {
             }
         };
         self.sessions.lock().await.route(id, &route);
+        if let Some(tx) = routes {
+            let _ = tx.send(self.describe_route(&route).await);
+        }
         let mut s = Session { id, seq: 0, history: prompt_ids.clone(), params };
         let mut spec = match self.speculation_for(&req, prompt_ids.len()) {
             Ok(spec) => spec,
@@ -712,6 +751,9 @@ impl Entry {
                     self.release(id, &route).await;
                     route = self.choose_route().await?;
                     self.sessions.lock().await.route(id, &route);
+                    if let Some(tx) = routes {
+                        let _ = tx.send(self.describe_route(&route).await);
+                    }
                     tracing::info!(session = id, "re-routed; rebuilding the session's KV on the new route");
                     pending = (0, true);
                     continue;

@@ -177,12 +177,17 @@ impl Trust {
         tokio::time::timeout(DIAL_TIMEOUT, attempt).await.map_err(|_| DialError::Timeout { addr })?
     }
 
-    /// Accepts one attested connection and its hello; the caller checks that
-    /// the attested claims fit the role the peer declared.
+    /// Accepts one attested connection for `stage` of `route`: mutual
+    /// RA-TLS (the peer policy and shape pinned), the hello, then the proof
+    /// that the peer's attested claims are those of the stage its declared
+    /// role requires (the previous stage for data links, the entry for
+    /// control links). No link without the proof.
     pub async fn accept(
         &self,
         tcp: TcpStream,
-    ) -> Result<(mpsc::Sender<Frame>, Reader<ratls::tokio::ServerStream>, Hello, VerifiedPeer), DialError> {
+        route: &super::route::Route,
+        stage: usize,
+    ) -> Result<(mpsc::Sender<Frame>, Reader<ratls::tokio::ServerStream>, Hello, PeerInRole), DialError> {
         let addr = tcp.peer_addr().unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
         tcp.set_nodelay(true).ok();
         let attempt = async {
@@ -195,7 +200,22 @@ impl Trust {
             let (tx, reader, hello) = open(tls, Side::Acceptor, self.hello(LinkRole::Data), require, DEFAULT_MAX_FRAME)
                 .await
                 .map_err(|source| DialError::Link { addr, source })?;
-            Ok((tx, reader, hello, peer))
+            let expected = match hello.role {
+                LinkRole::Data => stage.checked_sub(1).and_then(|s| route.stages.get(s)),
+                LinkRole::Control => route.stages.first(),
+            }
+            .ok_or_else(|| DialError::WrongPeer { addr, reason: format!("no {:?} link to stage {stage}", hello.role) })?;
+            let proof = self.attested_as(&peer, expected).map_err(|reason| DialError::WrongPeer {
+                addr,
+                reason: format!("{:?} link refused: {reason}", hello.role),
+            })?;
+            if hello.layers != expected.layers || Some(hello.manifest_root) != expected.manifest_root {
+                return Err(DialError::WrongPeer {
+                    addr,
+                    reason: format!("{:?} link refused: hello does not match the attested stage", hello.role),
+                });
+            }
+            Ok((tx, reader, hello, proof))
         };
         tokio::time::timeout(DIAL_TIMEOUT, attempt).await.map_err(|_| DialError::Timeout { addr })?
     }

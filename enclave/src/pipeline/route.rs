@@ -362,7 +362,12 @@ impl Route {
                 })
             })
             .collect::<Result<Vec<_>, RouteError>>()?;
-        veil_attestation::route::RouteShape::new(model_layers, stages).map_err(RouteError::Invalid)
+        let activations = match self.precision {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::Bf16 => "bf16",
+        };
+        veil_attestation::route::RouteShape::new(model_layers, activations, stages).map_err(RouteError::Invalid)
     }
 
     /// The route as TOML (paths absolute), e.g. after roots were filled in.

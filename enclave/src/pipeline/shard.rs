@@ -189,16 +189,8 @@ async fn serve_link(
     cmd_tx: mpsc::Sender<Command>,
     entry: EntrySink,
 ) -> anyhow::Result<()> {
-    let (tx, mut reader, hello, peer) = trust.accept(tcp).await?;
-    // The declared role decides who the peer must be; its attested claims must say so.
-    let expected = match hello.role {
-        LinkRole::Data => &route.stages[stage - 1],
-        LinkRole::Control => &route.stages[0],
-    };
-    trust.attested_as(&peer, expected).map_err(|e| anyhow::anyhow!("{:?} link refused: {e}", hello.role))?;
-    if hello.layers != expected.layers || Some(hello.manifest_root) != expected.manifest_root {
-        anyhow::bail!("{:?} link refused: hello does not match the attested stage", hello.role);
-    }
+    // Only a peer proven to be the stage its role requires gets a link.
+    let (tx, mut reader, hello, _proof) = trust.accept(tcp, route, stage).await?;
     if hello.role == LinkRole::Control {
         *entry.lock().await = Some(tx.clone());
         tracing::info!("control link from the entry (attested)");
