@@ -267,3 +267,94 @@ fn fail_over_goes_only_to_replicas_under_the_attested_policy() {
     let entry = std::fs::read_to_string(c.log(0, 0)).unwrap();
     assert!(entry.contains("peer-policy digest"), "{entry}");
 }
+
+static FORWARDS_SEEN: AtomicUsize = AtomicUsize::new(0);
+
+/// An attested middle-stage replica that lies: it accepts the entry's links,
+/// never computes, and sends verdicts and errors for sessions it carries
+/// (seen in the frames it receives) and for sessions it does not (random
+/// ids). Runs in-process as stage 1 replica 1.
+async fn lying_middle_shard(route: veil_enclave::pipeline::route::Route, loaded: veil_enclave::pipeline::shard::Loaded) {
+    use veil_enclave::link::frame::{ErrorCode, Frame, LinkError, LinkRole, Verdict};
+    let addr = route.stages[1].replicas[1];
+    let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+    let control: Arc<tokio::sync::Mutex<Option<tokio::sync::mpsc::Sender<Frame>>>> = Arc::default();
+    let lie = |session: u64, seq: u64| {
+        [
+            Frame::Verdict(Verdict { session, seq, positions: vec![vec![(42, 1.0)]], kv_lens: vec![0, 0, 0] }),
+            Frame::Error(LinkError { session: Some(session), seq, code: ErrorCode::Invalid, message: "rogue".into() }),
+        ]
+    };
+    loop {
+        let Ok((tcp, _)) = listener.accept().await else { continue };
+        let (trust, route, control) = (loaded.trust.clone(), route.clone(), control.clone());
+        tokio::spawn(async move {
+            let Ok((tx, mut reader, hello, _)) = trust.accept(tcp, &route, 1).await else { return };
+            if hello.role == LinkRole::Control {
+                *control.lock().await = Some(tx.clone());
+            }
+            while let Ok(Some(frame)) = reader.next().await {
+                match frame {
+                    Frame::Ping(n) => {
+                        let _ = tx.send(Frame::Pong(n)).await;
+                    }
+                    // A session it carries: answer in the last stage's name;
+                    // then sessions it does not carry (guessed ids).
+                    Frame::Forward(f) => {
+                        FORWARDS_SEEN.fetch_add(1, Ordering::SeqCst);
+                        if let Some(c) = control.lock().await.clone() {
+                            let guessed = [f.session.wrapping_add(1), veil_enclave::pipeline::sessions::random_id(), 1];
+                            let lies = lie(f.session, f.seq).into_iter().chain(guessed.iter().flat_map(|&g| lie(g, 1)));
+                            for lie in lies {
+                                let _ = c.send(lie).await;
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        });
+    }
+}
+
+#[test]
+fn a_lying_middle_shard_changes_no_output_and_fails_no_other_session() {
+    use veil_enclave::pipeline::shard::{self, Evidence};
+    let Some(path) = model_path() else { return };
+    let (model, tok) = veil_enclave::generate::LocalModel::load(&path, &[]).unwrap();
+    let mut c = Cluster::new("liar", &path, &[10, 20], &[1, 2, 1]);
+    let sim = SimulatedAttester::load(c.route.simulated_root.as_ref().unwrap()).unwrap();
+    let loaded = shard::load(&c.route, 1, &sim, None, Evidence::Simulated).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.spawn(lying_middle_shard(c.route.clone(), loaded));
+    c.spawn(2, 0);
+    c.spawn(1, 0);
+    c.spawn(0, 0);
+    c.wait_log(0, 0, "ready", 1);
+    c.wait_log(0, 0, "control link up", 3);
+    let prompts: Vec<Vec<u32>> = vec![vec![1, 9690, 314, 2], vec![1, 504, 3458, 282], vec![1, 2000, 17, 5], vec![1, 42, 43, 44]];
+    let c = &c;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = prompts
+            .iter()
+            .cycle()
+            .take(8)
+            .map(|p| {
+                let req = cluster::greedy(p, 24);
+                let want = cluster::local(&model, &tok, &req);
+                scope.spawn(move || (c.generate(&req), want))
+            })
+            .collect();
+        for h in handles {
+            let (got, want) = h.join().unwrap();
+            assert_eq!(got.expect("an honest session failed"), want, "an output changed");
+        }
+    });
+    // The liar did carry sessions (so its lies were about real ones), and
+    // was cut off for them.
+    assert!(FORWARDS_SEEN.load(Ordering::SeqCst) > 0, "no session was routed through the lying shard");
+    let entry = std::fs::read_to_string(c.log(0, 0)).unwrap();
+    assert!(entry.contains("protocol violation"), "{entry}");
+    assert!(entry.contains("re-routed"), "{entry}");
+    drop(rt);
+}
