@@ -275,6 +275,31 @@ fn policy_init_pins_what_it_saw(host: &std::path::Path, dir: &std::path::Path, p
     assert!(ok.status.success(), "{table}");
     // A GPU table per shard, its evidence bound to the shard's claims.
     assert_eq!(table.matches("gpu_evidence_binding").count(), 2, "{table}");
+    // The route checks: the peer policy pinned by digest, the layer count
+    // pinned, every shard fresh through the entry's commitment.
+    assert_eq!(policy.peer_policies.len(), 1, "{text}");
+    assert_eq!(policy.model_layers, Some(30), "{text}");
+    for check in ["route_shape", "route_links", "peer_policy_binding", "coverage"] {
+        assert!(table.lines().any(|l| l.contains(check) && l.contains("PASS")), "{check}:\n{table}");
+    }
+    assert!(table.contains("pinned in your policy") && table.contains("layer count pinned"), "{table}");
+    assert_eq!(table.matches("live link").count(), 1, "shard freshness not established:\n{table}");
+    // Without the pin, the cluster's development policy is weaker than the
+    // pinned one (no TCB minimums): refused, the gaps listed line by line.
+    let unpinned = dir.join("unpinned.toml");
+    let digest = policy.peer_policies[0].to_string();
+    std::fs::write(&unpinned, text.lines().filter(|l| !l.contains(&digest) && !l.starts_with("peer_policies")).collect::<Vec<_>>().join("\n")).unwrap();
+    let no = verify(&unpinned).unwrap();
+    let why = format!("{}{}", String::from_utf8_lossy(&no.stdout), String::from_utf8_lossy(&no.stderr));
+    assert_eq!(no.status.code(), Some(1), "{why}");
+    assert!(why.contains("peer_policy") && why.contains("weaker: min_tcb."), "{why}");
+    // Another layer count pinned: refused by name.
+    let layers = dir.join("layers.toml");
+    std::fs::write(&layers, text.replace("model_layers = 30", "model_layers = 32")).unwrap();
+    let no = verify(&layers).unwrap();
+    let why = format!("{}{}", String::from_utf8_lossy(&no.stdout), String::from_utf8_lossy(&no.stderr));
+    assert_eq!(no.status.code(), Some(1), "{why}");
+    assert!(why.contains("route_shape") && why.contains("32 layers"), "{why}");
     let other = dir.join("other-root.toml");
     let root = hex::encode(policy.simulated_roots[0].0);
     std::fs::write(&other, text.replace(&root, &"ab".repeat(32))).unwrap();

@@ -69,7 +69,6 @@ impl Proxy {
         };
         let mut opened = match result {
             Ok(o) => o,
-            Err(e @ ClientError::Attestation { .. }) => return json_error(StatusCode::BAD_GATEWAY, &e.to_string()),
             Err(e) => return json_error(StatusCode::BAD_GATEWAY, &e.to_string()),
         };
         let status = StatusCode::from_u16(opened.status).unwrap_or(StatusCode::BAD_GATEWAY);
@@ -172,10 +171,18 @@ pub async fn serve_on(
                 eprintln!("{t}");
             }
             eprintln!("veil proxy: refusing to start: {e}");
-            return if matches!(e, ClientError::Attestation { .. }) { Exit::Rejected } else { Exit::Unreadable };
+            return if matches!(e, ClientError::Attestation { .. } | ClientError::RouteRejected(_)) {
+                Exit::Rejected
+            } else {
+                Exit::Unreadable
+            };
         }
     };
-    eprintln!("veil proxy: route verified ({} shard(s)); sealing every call", 1 + client.route().shards().len());
+    eprintln!(
+        "veil proxy: route verified ({} stage(s), {} shard process(es)); sealing every call",
+        client.route().shape().stages().len(),
+        1 + client.route().shards().len()
+    );
     println!("listening on http://{listen}/v1");
     let proxy = Arc::new(Proxy { url, policy, options, client: RwLock::new(Arc::new(client)) });
     loop {

@@ -26,7 +26,7 @@ fn connect(
     let rt = runtime().map_err(|e| (Exit::Unreadable, e))?;
     match rt.block_on(Client::connect_with(url, &policy, &options)) {
         Ok(c) => Ok((rt, c)),
-        Err(e @ ClientError::Attestation { .. }) => {
+        Err(e @ (ClientError::Attestation { .. } | ClientError::RouteRejected(_))) => {
             let table = e.check_table().unwrap_or_default();
             Err((Exit::Rejected, format!("{table}\nREJECTED: {e}")))
         }
