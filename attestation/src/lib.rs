@@ -44,7 +44,8 @@ pub mod verify;
 pub mod x509;
 
 pub use claims::{
-    Claims, KeyHash, LayerRange, LinksCommitment, ManifestRoot, Measurement, Nonce, PolicyDigest, ReportData, RouteDigest,
+    Claims, KeyHash, LayerRange, LinksCommitment, ManifestRoot, Measurement, Nonce, PolicyDigest, ReportData,
+    RouteDigest,
 };
 pub use error::{Error, Malformed, Rejection};
 pub use evidence::EvidenceBundle;

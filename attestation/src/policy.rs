@@ -478,20 +478,24 @@ impl Policy {
             if peer.any_measurement {
                 gap("measurements", format!("{} pinned", self.measurements.len()), "any_measurement = true".into());
             } else {
-                let extra: Vec<String> =
-                    peer.measurements.iter().filter(|m| !self.measurements.contains(m)).map(|m| m.to_string()).collect();
+                let extra: Vec<String> = peer
+                    .measurements
+                    .iter()
+                    .filter(|m| !self.measurements.contains(m))
+                    .map(|m| m.to_string())
+                    .collect();
                 if !extra.is_empty() {
-                    gap("measurements", format!("{} pinned", self.measurements.len()), format!("also {}", list(&extra)));
+                    gap(
+                        "measurements",
+                        format!("{} pinned", self.measurements.len()),
+                        format!("also {}", list(&extra)),
+                    );
                 }
             }
         }
         for (setting, mine, theirs) in [
             ("host_data", self.host_data.map(|h| h.0.to_string()), peer.host_data.map(|h| h.0.to_string())),
-            (
-                "id_key_digest",
-                self.id_key_digest.map(|h| h.to_string()),
-                peer.id_key_digest.map(|h| h.to_string()),
-            ),
+            ("id_key_digest", self.id_key_digest.map(|h| h.to_string()), peer.id_key_digest.map(|h| h.to_string())),
         ] {
             if mine.is_some() && mine != theirs {
                 gap(setting, mine.unwrap_or_default(), theirs.unwrap_or_else(|| "not pinned".into()));
@@ -505,9 +509,17 @@ impl Policy {
                 .map(|r| r.to_string())
                 .collect();
             if peer.simulated_roots.is_empty() {
-                gap("simulated_roots", list(&self.simulated_roots.iter().map(|r| r.to_string()).collect::<Vec<_>>()), "any simulated root".into());
+                gap(
+                    "simulated_roots",
+                    list(&self.simulated_roots.iter().map(|r| r.to_string()).collect::<Vec<_>>()),
+                    "any simulated root".into(),
+                );
             } else if !extra.is_empty() {
-                gap("simulated_roots", format!("{} pinned", self.simulated_roots.len()), format!("also {}", list(&extra)));
+                gap(
+                    "simulated_roots",
+                    format!("{} pinned", self.simulated_roots.len()),
+                    format!("also {}", list(&extra)),
+                );
             }
         }
         self.gpu_gaps(&peer.gpu, &mut gap);
@@ -649,7 +661,10 @@ min_driver_version = "550.54.14"
         assert!(mine.gaps_in(&stricter).is_empty());
         let cases: Vec<(&str, Policy)> = vec![
             ("products", Policy { products: vec![Product::Genoa, Product::Milan], ..mine.clone() }),
-            ("min_report_version", Policy { min_report_version: 2, ..Policy { min_report_version: 3, ..mine.clone() } }),
+            (
+                "min_report_version",
+                Policy { min_report_version: 2, ..Policy { min_report_version: 3, ..mine.clone() } },
+            ),
             ("require_crl", Policy { require_crl: false, ..mine.clone() }),
             ("allow_debug", Policy { allow_debug: true, ..mine.clone() }),
             ("allow_vlek", Policy { allow_vlek: true, ..mine.clone() }),
@@ -668,10 +683,22 @@ min_driver_version = "550.54.14"
             }),
             ("measurements", Policy { any_measurement: true, measurements: vec![], ..mine.clone() }),
             ("measurements", Policy { measurements: vec![Measurement([1; 48])], ..mine.clone() }),
-            ("host_data", Policy { host_data: None, ..Policy { host_data: Some(HostData(KeyHash([1; 32]))), ..mine.clone() } }),
+            (
+                "host_data",
+                Policy { host_data: None, ..Policy { host_data: Some(HostData(KeyHash([1; 32]))), ..mine.clone() } },
+            ),
             ("gpu.required", Policy { gpu: GpuPolicy { required: false, ..mine.gpu.clone() }, ..mine.clone() }),
-            ("gpu.min_driver_version", Policy { gpu: GpuPolicy { min_driver_version: Some("535.1".into()), ..mine.gpu.clone() }, ..mine.clone() }),
-            ("gpu.root_pem", Policy { gpu: GpuPolicy { root_pem: Some("x".into()), ..mine.gpu.clone() }, ..mine.clone() }),
+            (
+                "gpu.min_driver_version",
+                Policy {
+                    gpu: GpuPolicy { min_driver_version: Some("535.1".into()), ..mine.gpu.clone() },
+                    ..mine.clone()
+                },
+            ),
+            (
+                "gpu.root_pem",
+                Policy { gpu: GpuPolicy { root_pem: Some("x".into()), ..mine.gpu.clone() }, ..mine.clone() },
+            ),
         ];
         for (setting, peer) in cases {
             let base = if setting == "host_data" {

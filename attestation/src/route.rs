@@ -512,9 +512,10 @@ pub fn verify_route(
     t.record(
         RouteCheckId::RouteShape,
         match policy.model_layers {
-            Some(n) if n != shape.model_layers() => {
-                failed(format!("a model of {n} layers (policy model_layers)"), format!("{} layers", shape.model_layers()))
-            }
+            Some(n) if n != shape.model_layers() => failed(
+                format!("a model of {n} layers (policy model_layers)"),
+                format!("{} layers", shape.model_layers()),
+            ),
             pinned => pass(format!(
                 "layers 0..{} in {} stage(s), {} activations{}",
                 shape.model_layers(),
@@ -605,7 +606,10 @@ pub fn verify_route(
             (0, false) => pass("at least as strict as your policy on every check"),
             (n, false) => failed(
                 "a peer policy at least as strict as yours, or its digest in peer_policies",
-                format!("weaker on {n} setting(s): {}", t.gaps.iter().map(|g| g.setting.as_str()).collect::<Vec<_>>().join(", ")),
+                format!(
+                    "weaker on {n} setting(s): {}",
+                    t.gaps.iter().map(|g| g.setting.as_str()).collect::<Vec<_>>().join(", ")
+                ),
             ),
         },
     );

@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use veil_attestation::route::{
-    links_commitment, verify_route, AttestationDoc, LinkedShard, RouteCheckId as R, RouteError, RouteShape,
-    StageShape, DOC_VERSION,
+    links_commitment, verify_route, AttestationDoc, LinkedShard, RouteCheckId as R, RouteError, RouteShape, StageShape,
+    DOC_VERSION,
 };
 use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
 use veil_attestation::snp::Product;
@@ -162,10 +162,12 @@ fn a_replayed_older_shard_list_is_refused_at_route_links() {
     // replica restarted since) spliced into today's.
     let peer = client_policy();
     let sh = shape();
-    let old = doc_with(&Nonce::new(vec![1; 32]).unwrap(), &peer, &sh, vec![
-        shard(root_a(), 1, 0, &peer, &sh),
-        shard(root_a(), 2, 0, &peer, &sh),
-    ]);
+    let old = doc_with(
+        &Nonce::new(vec![1; 32]).unwrap(),
+        &peer,
+        &sh,
+        vec![shard(root_a(), 1, 0, &peer, &sh), shard(root_a(), 2, 0, &peer, &sh)],
+    );
     let mut doc = honest(&nonce());
     doc.shards = old.shards.clone();
     // Make the replayed evidence differ from today's (different TLS keys).
@@ -277,7 +279,8 @@ fn shards_listed_for_the_wrong_stage_are_refused() {
         assert_eq!(rejected_by(&doc, &client_policy()), R::ShardEvidence);
     }
     // The same replica twice.
-    let doc = doc_with(&nonce(), &peer, &sh, vec![shard(root_a(), 1, 0, &peer, &sh), shard(root_a(), 1, 0, &peer, &sh)]);
+    let doc =
+        doc_with(&nonce(), &peer, &sh, vec![shard(root_a(), 1, 0, &peer, &sh), shard(root_a(), 1, 0, &peer, &sh)]);
     assert_eq!(rejected_by(&doc, &client_policy()), R::ShardEvidence);
 }
 

@@ -100,10 +100,7 @@ pub async fn seal(
 /// Seals to a raw key configuration, with no route verified: only for tests
 /// and benchmarks of the seal itself (feature `unverified-seal`).
 #[cfg(feature = "unverified-seal")]
-pub async fn seal_unverified(
-    config: &[u8],
-    request: &bhttp::Message,
-) -> Result<(Vec<u8>, ResponseOpener), SealError> {
+pub async fn seal_unverified(config: &[u8], request: &bhttp::Message) -> Result<(Vec<u8>, ResponseOpener), SealError> {
     seal_to_config(config, request).await
 }
 

@@ -565,7 +565,8 @@ fn the_manifest_root_covers_vocabulary_and_chat_template() {
         let data: Vec<f32> = (0..rows * cols).map(|i| ((i * 7 % 13) as f32 - 6.0) / 10.0).collect();
         QTensor::quantize(&T::from_vec(data, (rows, cols), &Dev::Cpu).unwrap(), GgmlDType::F32).unwrap()
     };
-    let vector = |n: usize| QTensor::quantize(&T::from_vec(vec![1f32; n], n, &Dev::Cpu).unwrap(), GgmlDType::F32).unwrap();
+    let vector =
+        |n: usize| QTensor::quantize(&T::from_vec(vec![1f32; n], n, &Dev::Cpu).unwrap(), GgmlDType::F32).unwrap();
     let tensors: Vec<(String, QTensor)> = vec![
         ("token_embd.weight".into(), tensor(vocab, d)),
         ("blk.0.attn_q.weight".into(), tensor(d, d)),

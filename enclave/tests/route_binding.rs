@@ -113,7 +113,11 @@ fn a_host_editing_the_route_document_is_refused_before_any_prompt_is_sealed() {
     let old_shards = Mutex::new(old.shards.clone());
     let cases: Vec<(&str, Edit, RouteCheckId)> = vec![
         ("strip the shard list", Arc::new(|d: &mut AttestationDoc| d.shards.clear()), RouteCheckId::RouteLinks),
-        ("drop the last stage", Arc::new(|d: &mut AttestationDoc| d.shards.retain(|s| s.stage != 2)), RouteCheckId::RouteLinks),
+        (
+            "drop the last stage",
+            Arc::new(|d: &mut AttestationDoc| d.shards.retain(|s| s.stage != 2)),
+            RouteCheckId::RouteLinks,
+        ),
         (
             "replay the older shard list",
             Arc::new(move |d: &mut AttestationDoc| d.shards = old_shards.lock().unwrap().clone()),
@@ -206,7 +210,11 @@ fn an_entry_run_with_a_permissive_policy_is_refused_and_rogue_shards_see_nothing
         let mut lax = permissive.clone();
         lax.peer_policies.clear();
         let ok = Client::connect(&format!("http://{host}"), &lax).await.unwrap();
-        assert!(ok.route().shards().iter().all(|s| s.evidence().simulated_root() == Some(KeyHash(root_b_ark(&root_b)))));
+        assert!(ok
+            .route()
+            .shards()
+            .iter()
+            .all(|s| s.evidence().simulated_root() == Some(KeyHash(root_b_ark(&root_b)))));
     });
 }
 
@@ -274,7 +282,10 @@ static FORWARDS_SEEN: AtomicUsize = AtomicUsize::new(0);
 /// never computes, and sends verdicts and errors for sessions it carries
 /// (seen in the frames it receives) and for sessions it does not (random
 /// ids). Runs in-process as stage 1 replica 1.
-async fn lying_middle_shard(route: veil_enclave::pipeline::route::Route, loaded: veil_enclave::pipeline::shard::Loaded) {
+async fn lying_middle_shard(
+    route: veil_enclave::pipeline::route::Route,
+    loaded: veil_enclave::pipeline::shard::Loaded,
+) {
     use veil_enclave::link::frame::{ErrorCode, Frame, LinkError, LinkRole, Verdict};
     let addr = route.stages[1].replicas[1];
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
@@ -332,7 +343,8 @@ fn a_lying_middle_shard_changes_no_output_and_fails_no_other_session() {
     c.spawn(0, 0);
     c.wait_log(0, 0, "ready", 1);
     c.wait_log(0, 0, "control link up", 3);
-    let prompts: Vec<Vec<u32>> = vec![vec![1, 9690, 314, 2], vec![1, 504, 3458, 282], vec![1, 2000, 17, 5], vec![1, 42, 43, 44]];
+    let prompts: Vec<Vec<u32>> =
+        vec![vec![1, 9690, 314, 2], vec![1, 504, 3458, 282], vec![1, 2000, 17, 5], vec![1, 42, 43, 44]];
     let c = &c;
     std::thread::scope(|scope| {
         let handles: Vec<_> = prompts

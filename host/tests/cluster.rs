@@ -288,7 +288,11 @@ fn policy_init_pins_what_it_saw(host: &std::path::Path, dir: &std::path::Path, p
     // pinned one (no TCB minimums): refused, the gaps listed line by line.
     let unpinned = dir.join("unpinned.toml");
     let digest = policy.peer_policies[0].to_string();
-    std::fs::write(&unpinned, text.lines().filter(|l| !l.contains(&digest) && !l.starts_with("peer_policies")).collect::<Vec<_>>().join("\n")).unwrap();
+    std::fs::write(
+        &unpinned,
+        text.lines().filter(|l| !l.contains(&digest) && !l.starts_with("peer_policies")).collect::<Vec<_>>().join("\n"),
+    )
+    .unwrap();
     let no = verify(&unpinned).unwrap();
     let why = format!("{}{}", String::from_utf8_lossy(&no.stdout), String::from_utf8_lossy(&no.stderr));
     assert_eq!(no.status.code(), Some(1), "{why}");

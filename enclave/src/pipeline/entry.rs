@@ -20,8 +20,8 @@ use tokio::sync::{mpsc, Mutex};
 use veil_attestation::EvidenceBundle;
 
 use super::net::{Downstream, PeerInRole, Trust};
-use super::sessions::{random_id, Admit, Said, SessionTable};
 use super::route::{DrafterKind, Route};
+use super::sessions::{random_id, Admit, Said, SessionTable};
 use super::worker::{Command, Input, Job, Output, StageWorker};
 use crate::entry::sampler::{Sampler, SamplingParams};
 use crate::entry::tokenizer::{ChatMessage, Tokenizer};

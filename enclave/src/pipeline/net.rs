@@ -145,8 +145,7 @@ impl Trust {
         addr: SocketAddr,
         stage: &Stage,
         role: LinkRole,
-    ) -> Result<(mpsc::Sender<Frame>, Reader<ratls::tokio::ClientStream>, PeerInRole, EvidenceBundle), DialError>
-    {
+    ) -> Result<(mpsc::Sender<Frame>, Reader<ratls::tokio::ClientStream>, PeerInRole, EvidenceBundle), DialError> {
         let attempt = async {
             let tcp = TcpStream::connect(addr).await.map_err(|source| DialError::Connect { addr, source })?;
             tcp.set_nodelay(true).ok();
@@ -165,8 +164,7 @@ impl Trust {
                 .map_err(|source| DialError::Attestation { addr, source })?
                 .map(|(b, _)| b)
                 .ok_or_else(|| DialError::WrongPeer { addr, reason: "no certificate".into() })?;
-            let proof =
-                self.attested_as(&peer, stage).map_err(|reason| DialError::WrongPeer { addr, reason })?;
+            let proof = self.attested_as(&peer, stage).map_err(|reason| DialError::WrongPeer { addr, reason })?;
             let require =
                 PeerRequirement { role: Some(role), layers: Some(stage.layers), manifest_root: stage.manifest_root };
             let (tx, reader, _) = open(tls, Side::Dialer, self.hello(role), require, DEFAULT_MAX_FRAME)
@@ -204,7 +202,10 @@ impl Trust {
                 LinkRole::Data => stage.checked_sub(1).and_then(|s| route.stages.get(s)),
                 LinkRole::Control => route.stages.first(),
             }
-            .ok_or_else(|| DialError::WrongPeer { addr, reason: format!("no {:?} link to stage {stage}", hello.role) })?;
+            .ok_or_else(|| DialError::WrongPeer {
+                addr,
+                reason: format!("no {:?} link to stage {stage}", hello.role),
+            })?;
             let proof = self.attested_as(&peer, expected).map_err(|reason| DialError::WrongPeer {
                 addr,
                 reason: format!("{:?} link refused: {reason}", hello.role),
