@@ -333,8 +333,10 @@ impl fmt::Display for RouteReport {
             };
             writeln!(f, "{:<3} {:<20} {:<8} {}", i + 1, check.name(), label, detail)?;
             if *check == RouteCheckId::PeerPolicy && !self.gaps.is_empty() {
+                let how =
+                    if matches!(outcome, Outcome::Passed { .. }) { "weaker (accepted by your pin)" } else { "weaker" };
                 for g in &self.gaps {
-                    writeln!(f, "{:<33}  weaker: {g}", "")?;
+                    writeln!(f, "{:<33}  {how}: {g}", "")?;
                 }
             }
         }
