@@ -246,7 +246,7 @@ impl Client {
             message.put_header("content-type", "application/json");
             message.write_content(body);
         }
-        let (sealed, opener) = seal(&self.route, &message).await?;
+        let (sealed, opener) = seal(&self.route, message).await?;
         let req = hyper::Request::post(format!("{}/v1/sealed", self.base))
             .header(hyper::header::CONTENT_TYPE, "message/ohttp-chunked-req")
             .body(Full::new(Bytes::from(sealed)))

@@ -92,7 +92,7 @@ impl std::fmt::Debug for OpenedResponse {
 /// cannot be sealed to a route that was not verified.
 pub async fn seal(
     route: &veil_attestation::route::VerifiedRoute,
-    request: &bhttp::Message,
+    request: bhttp::Message,
 ) -> Result<(Vec<u8>, ResponseOpener), SealError> {
     seal_to_config(route.key_config(), request).await
 }
@@ -100,11 +100,18 @@ pub async fn seal(
 /// Seals to a raw key configuration, with no route verified: only for tests
 /// and benchmarks of the seal itself (feature `unverified-seal`).
 #[cfg(feature = "unverified-seal")]
-pub async fn seal_unverified(config: &[u8], request: &bhttp::Message) -> Result<(Vec<u8>, ResponseOpener), SealError> {
+pub async fn seal_unverified(config: &[u8], request: bhttp::Message) -> Result<(Vec<u8>, ResponseOpener), SealError> {
     seal_to_config(config, request).await
 }
 
-async fn seal_to_config(config: &[u8], request: &bhttp::Message) -> Result<(Vec<u8>, ResponseOpener), SealError> {
+/// Header written inside every sealed request: when it was sealed (Unix
+/// seconds). The entry refuses a request outside its replay window (±60 s of
+/// its clock), so a captured request cannot be replayed later.
+pub const SENT_AT_FIELD: &str = "veil-sent-at";
+
+async fn seal_to_config(config: &[u8], mut request: bhttp::Message) -> Result<(Vec<u8>, ResponseOpener), SealError> {
+    let sent_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    request.put_header(SENT_AT_FIELD, sent_at.to_string());
     let mut plain = Vec::new();
     request.write_bhttp(bhttp::Mode::KnownLength, &mut plain).map_err(|e| SealError::Seal(e.to_string()))?;
     let client = ohttp::ClientRequest::from_encoded_config(config).map_err(|e| SealError::Config(e.to_string()))?;

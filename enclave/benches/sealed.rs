@@ -149,17 +149,20 @@ fn main() {
     // the response) and per chunk (seal a ~100-byte event, open it).
     let key = SealKey::generate(1).unwrap();
     let (per_request, per_chunk) = rt.block_on(async {
-        let mut message = bhttp::Message::request(
-            b"POST".to_vec(),
-            b"https".to_vec(),
-            b"e".to_vec(),
-            b"/v1/chat/completions".to_vec(),
-        );
-        message.write_content(br#"{"messages":[{"role":"user","content":"hello"}]}"#);
+        let message = || {
+            let mut m = bhttp::Message::request(
+                b"POST".to_vec(),
+                b"https".to_vec(),
+                b"e".to_vec(),
+                b"/v1/chat/completions".to_vec(),
+            );
+            m.write_content(br#"{"messages":[{"role":"user","content":"hello"}]}"#);
+            m
+        };
         let n = 200;
         let t = Instant::now();
         for _ in 0..n {
-            let (sealed, opener) = veil_client::seal::seal_unverified(key.config(), &message).await.unwrap();
+            let (sealed, opener) = veil_client::seal::seal_unverified(key.config(), message()).await.unwrap();
             let mut opened = key.open(sealed).await.unwrap();
             let mut out = opened.response.take_output().unwrap();
             opened.response.head(200, &[("content-type", "application/json")]).await.unwrap();
@@ -169,7 +172,7 @@ fn main() {
         }
         let per_request = t.elapsed() / n;
         let chunks = 2000u32;
-        let (sealed, opener) = veil_client::seal::seal_unverified(key.config(), &message).await.unwrap();
+        let (sealed, opener) = veil_client::seal::seal_unverified(key.config(), message()).await.unwrap();
         let mut opened = key.open(sealed).await.unwrap();
         let mut out = opened.response.take_output().unwrap();
         opened.response.head(200, &[]).await.unwrap();

@@ -43,7 +43,7 @@ async fn entry(key: &SealKey, sealed: Vec<u8>, pieces: &[&str]) -> (bhttp::Messa
 #[tokio::test]
 async fn client_and_entry_interoperate_and_stream() {
     let key = SealKey::generate(3).unwrap();
-    let (sealed, opener) = seal(key.config(), &request(r#"{"canary":"zebra-canary-42"}"#)).await.unwrap();
+    let (sealed, opener) = seal(key.config(), request(r#"{"canary":"zebra-canary-42"}"#)).await.unwrap();
     assert!(!sealed.windows(14).any(|w| w == b"zebra-canary-4"), "plaintext visible to the relay");
     let (req, chunks) = entry(&key, sealed, &["data: one\n\n", "data: two\n\n", "data: [DONE]\n\n"]).await;
     assert_eq!(req.content(), br#"{"canary":"zebra-canary-42"}"#);
@@ -68,7 +68,7 @@ async fn a_malicious_relay_is_detected_every_time() {
         pieces: &[&str],
         tamper: impl FnOnce(Vec<Vec<u8>>) -> Vec<u8>,
     ) -> Result<Vec<u8>, ClientError> {
-        let (sealed, opener) = seal(key.config(), &request("{}")).await.unwrap();
+        let (sealed, opener) = seal(key.config(), request("{}")).await.unwrap();
         let (_, chunks) = entry(key, sealed, pieces).await;
         let mut resp = opener.open(reader(tamper(chunks))).await?;
         let mut body = Vec::new();
@@ -80,7 +80,7 @@ async fn a_malicious_relay_is_detected_every_time() {
     // Untouched: fine.
     assert!(attempt(&key, &pieces, |c| c.concat()).await.is_ok());
     // Each single-bit flip anywhere in the response.
-    let (sealed, _) = seal(key.config(), &request("{}")).await.unwrap();
+    let (sealed, _) = seal(key.config(), request("{}")).await.unwrap();
     let len = entry(&key, sealed, &pieces).await.1.concat().len();
     for at in (0..len).step_by(7) {
         let r = attempt(&key, &pieces, |c| {
@@ -108,7 +108,7 @@ async fn a_malicious_relay_is_detected_every_time() {
     .await;
     assert!(r.is_err());
     // An old response replayed onto a new request.
-    let (sealed, _) = seal(key.config(), &request("{}")).await.unwrap();
+    let (sealed, _) = seal(key.config(), request("{}")).await.unwrap();
     let old = entry(&key, sealed, &pieces).await.1.concat();
     let r = attempt(&key, &pieces, |_| old).await;
     assert!(r.is_err());
@@ -117,16 +117,16 @@ async fn a_malicious_relay_is_detected_every_time() {
 #[tokio::test]
 async fn the_entry_refuses_replays_foreign_keys_and_junk() {
     let key = SealKey::generate(3).unwrap();
-    let (sealed, _) = seal(key.config(), &request("{}")).await.unwrap();
+    let (sealed, _) = seal(key.config(), request("{}")).await.unwrap();
     key.open(sealed.clone()).await.unwrap();
     assert!(matches!(key.open(sealed).await, Err(SealError::Replay)));
     // Sealed to a key a host swapped in: the entry cannot open it.
     let swapped = SealKey::generate(3).unwrap();
-    let (sealed, _) = seal(swapped.config(), &request("{}")).await.unwrap();
+    let (sealed, _) = seal(swapped.config(), request("{}")).await.unwrap();
     assert!(matches!(key.open(sealed).await, Err(SealError::Open(_))));
-    assert!(seal(b"not a key config", &request("{}")).await.is_err());
+    assert!(seal(b"not a key config", request("{}")).await.is_err());
     // The entry keeps serving after all of that.
-    let (sealed, opener) = seal(key.config(), &request("{}")).await.unwrap();
+    let (sealed, opener) = seal(key.config(), request("{}")).await.unwrap();
     let (_, chunks) = entry(&key, sealed, &["ok"]).await;
     let resp = opener.open(reader(chunks.concat())).await.unwrap();
     assert_eq!(resp.collect().await.unwrap(), b"ok");

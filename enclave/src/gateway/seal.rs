@@ -8,14 +8,22 @@
 //! indeterminate-length Binary HTTP message written as it is produced
 //! (head, then body pieces), so tokens stream through the seal.
 //!
-//! Replay protection: a request's HPKE encapsulated key is fresh randomness
-//! of the client's; the key remembers the encapsulated keys it has opened
-//! (a bounded window) and refuses a repeat before decrypting anything.
+//! Replay protection, bounded by time: the client writes the time it sealed
+//! the request into the sealed message (the `veil-sent-at` header, Unix
+//! seconds, authenticated with the rest); the entry opens the request, refuses
+//! it unless that time is within [`REPLAY_SKEW`] of its own clock, and only
+//! then checks and records the request's HPKE encapsulated key (fresh
+//! randomness of the client's). A key is remembered until its timestamp
+//! leaves the window, when the timestamp check alone refuses it. Only what
+//! authenticates is recorded, so junk cannot flush the window; the window
+//! holds at most [`REPLAY_CAPACITY`] keys and refuses new requests (busy)
+//! rather than forget one early.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::sync::Mutex;
 use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::io::{AsyncReadExt, AsyncWrite, AsyncWriteExt, Cursor};
 use ohttp::hpke::{Aead, Kdf, Kem};
@@ -30,8 +38,13 @@ pub const AEAD: Aead = Aead::Aes128Gcm;
 
 /// Largest sealed request accepted.
 pub const MAX_SEALED_REQUEST: usize = 1 << 20;
-/// Encapsulated keys remembered for replay protection.
-pub const REPLAY_WINDOW: usize = 1 << 17;
+/// How far a request's sealed timestamp may be from the entry's clock.
+pub const REPLAY_SKEW: Duration = Duration::from_secs(60);
+/// Most encapsulated keys remembered at once (authenticated requests within
+/// the window); beyond it new requests are refused as busy, never forgotten.
+pub const REPLAY_CAPACITY: usize = 1 << 20;
+/// Header inside the sealed request: when the client sealed it (Unix seconds).
+pub const SENT_AT_FIELD: &str = "veil-sent-at";
 /// Bytes before the encapsulated key: key id, KEM, KDF, AEAD.
 const HEADER_LEN: usize = 7;
 /// X25519 encapsulated key length.
@@ -51,6 +64,13 @@ pub enum SealError {
     /// The same encapsulated key was seen before.
     #[error("replayed sealed request")]
     Replay,
+    /// The sealed timestamp is missing or outside the window (a replay of an
+    /// old request, or a client clock off by more than the skew).
+    #[error("sealed request timestamp refused: {0}")]
+    Stale(String),
+    /// The replay window is full: try again shortly.
+    #[error("too many sealed requests in the replay window; retry shortly")]
+    Busy,
     /// Decryption or framing failed (tampered or truncated).
     #[error("sealed request does not open: {0}")]
     Open(String),
@@ -62,8 +82,42 @@ pub enum SealError {
     Response(String),
 }
 
-/// Encapsulated keys seen, and their arrival order for eviction.
-type ReplayWindow = (HashSet<[u8; ENC_LEN]>, VecDeque<[u8; ENC_LEN]>);
+/// Encapsulated keys of authenticated requests, each with the Unix second
+/// after which its timestamp is refused anyway; arrival order for eviction.
+#[derive(Debug, Default)]
+struct ReplayWindow {
+    expires: HashMap<[u8; ENC_LEN], u64>,
+    order: VecDeque<([u8; ENC_LEN], u64)>,
+}
+
+impl ReplayWindow {
+    /// Forgets keys whose timestamps are out of the window, then records
+    /// `enc` until `until`, unless it is there already.
+    fn record(&mut self, enc: [u8; ENC_LEN], until: u64, now: u64) -> Result<(), SealError> {
+        while let Some(&(old, t)) = self.order.front() {
+            if t >= now {
+                break;
+            }
+            self.order.pop_front();
+            if self.expires.get(&old) == Some(&t) {
+                self.expires.remove(&old);
+            }
+        }
+        if self.expires.contains_key(&enc) {
+            return Err(SealError::Replay);
+        }
+        if self.expires.len() >= REPLAY_CAPACITY {
+            return Err(SealError::Busy);
+        }
+        self.expires.insert(enc, until);
+        self.order.push_back((enc, until));
+        Ok(())
+    }
+}
+
+fn unix(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
 
 /// The entry's HPKE key and its published configuration.
 pub struct SealKey {
@@ -117,9 +171,15 @@ impl SealKey {
         self.config_hash
     }
 
-    /// Opens a sealed (chunked) request. Checks size, key id and replay
-    /// before any decryption.
+    /// Opens a sealed (chunked) request at the entry's current time.
     pub async fn open(&self, sealed: Vec<u8>) -> Result<Opened, SealError> {
+        self.open_at(sealed, SystemTime::now()).await
+    }
+
+    /// Opens a sealed (chunked) request as of `now`: size and key id before
+    /// decryption; then, only for a request that authenticates, its sealed
+    /// timestamp against `now` and its encapsulated key against the window.
+    pub async fn open_at(&self, sealed: Vec<u8>, now: SystemTime) -> Result<Opened, SealError> {
         if sealed.len() > MAX_SEALED_REQUEST {
             return Err(SealError::TooLarge(sealed.len()));
         }
@@ -131,31 +191,41 @@ impl SealKey {
         }
         let mut enc = [0u8; ENC_LEN];
         enc.copy_from_slice(&sealed[HEADER_LEN..HEADER_LEN + ENC_LEN]);
-        self.remember(enc)?;
         let mut request = self.server.clone().decapsulate_stream(Cursor::new(sealed));
         let mut plain = Vec::new();
         request.read_to_end(&mut plain).await.map_err(|e| SealError::Open(e.to_string()))?;
         let message = bhttp::Message::read_bhttp(&mut std::io::Cursor::new(&plain[..]))
             .map_err(|e| SealError::Message(e.to_string()))?;
+        // Authenticated: now the timestamp, then the replay window.
+        let sent = message
+            .header()
+            .get(SENT_AT_FIELD.as_bytes())
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .ok_or_else(|| {
+                SealError::Stale(format!("no {SENT_AT_FIELD} header (Unix seconds) in the sealed request"))
+            })?;
+        let (now, skew) = (unix(now), REPLAY_SKEW.as_secs());
+        if sent.abs_diff(now) > skew {
+            return Err(SealError::Stale(format!(
+                "sealed {}s from the entry's clock; the window is ±{skew}s",
+                i128::from(sent) - i128::from(now)
+            )));
+        }
+        self.remember(enc, sent.saturating_add(skew), now)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let writer = request.response(ChannelWriter(tx)).map_err(|e| SealError::Open(e.to_string()))?;
         let writer: Pin<Box<dyn AsyncWrite + Send>> = Box::pin(writer);
         Ok(Opened { request: message, response: ResponseSealer { writer, out: Some(rx), state: State::Head } })
     }
 
-    fn remember(&self, enc: [u8; ENC_LEN]) -> Result<(), SealError> {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        let (set, order) = &mut *seen;
-        if !set.insert(enc) {
-            return Err(SealError::Replay);
-        }
-        order.push_back(enc);
-        if order.len() > REPLAY_WINDOW {
-            if let Some(old) = order.pop_front() {
-                set.remove(&old);
-            }
-        }
-        Ok(())
+    fn remember(&self, enc: [u8; ENC_LEN], until: u64, now: u64) -> Result<(), SealError> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).record(enc, until, now)
+    }
+
+    /// Encapsulated keys remembered now (for tests and metrics).
+    pub fn remembered(&self) -> usize {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).expires.len()
     }
 }
 
@@ -318,6 +388,10 @@ mod tests {
     }
 
     fn request() -> bhttp::Message {
+        request_sent_at(unix(SystemTime::now()))
+    }
+
+    fn request_sent_at(sent: u64) -> bhttp::Message {
         let mut m = bhttp::Message::request(
             b"POST".to_vec(),
             b"https".to_vec(),
@@ -325,6 +399,7 @@ mod tests {
             b"/v1/completions".to_vec(),
         );
         m.put_header("content-type", "application/json");
+        m.put_header(SENT_AT_FIELD, sent.to_string());
         m.write_content(br#"{"prompt":"secret"}"#);
         m
     }
@@ -382,6 +457,59 @@ mod tests {
         let at = flipped.len() - 20;
         flipped[at] ^= 1;
         assert!(client_open(opener, flipped).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn timestamps_outside_the_window_or_missing_are_refused() {
+        let key = SealKey::generate(3).unwrap();
+        let now = SystemTime::now();
+        let t = unix(now);
+        for (sent, ok) in [(t, true), (t - 60, true), (t + 60, true), (t - 61, false), (t + 61, false), (0, false)] {
+            let (sealed, _) = client_seal(key.config(), &request_sent_at(sent)).await;
+            let r = key.open_at(sealed, now).await;
+            assert_eq!(r.is_ok(), ok, "sent {sent} vs now {t}: {r:?}");
+            if !ok {
+                assert!(matches!(r, Err(SealError::Stale(_))));
+            }
+        }
+        // No timestamp at all.
+        let mut bare = bhttp::Message::request(b"POST".to_vec(), b"https".to_vec(), b"e".to_vec(), b"/".to_vec());
+        bare.write_content(b"{}".to_vec());
+        let (sealed, _) = client_seal(key.config(), &bare).await;
+        assert!(matches!(key.open_at(sealed, now).await, Err(SealError::Stale(_))));
+    }
+
+    /// A captured request never opens twice: not after a flood of 200,000
+    /// junk requests (none authenticates, none is remembered), not after many
+    /// valid ones, and after its window it is refused by its timestamp. The
+    /// window holds only the authenticated requests of the last two minutes.
+    #[tokio::test]
+    async fn a_flood_cannot_make_a_captured_request_open_again() {
+        let key = SealKey::generate(5).unwrap();
+        let now = SystemTime::now();
+        let (captured, _) = client_seal(key.config(), &request_sent_at(unix(now))).await;
+        key.open_at(captured.clone(), now).await.unwrap();
+        // Junk with the right key id and header: fails to authenticate.
+        let mut junk = captured.clone();
+        for i in 0..200_000u32 {
+            junk[HEADER_LEN..HEADER_LEN + 4].copy_from_slice(&i.to_be_bytes());
+            assert!(key.open_at(junk.clone(), now).await.is_err());
+        }
+        assert_eq!(key.remembered(), 1, "junk was remembered");
+        // Valid requests from other clients, over the following minute.
+        for i in 0..500u64 {
+            let at = now + Duration::from_millis(i * 100);
+            let (sealed, _) = client_seal(key.config(), &request_sent_at(unix(at))).await;
+            key.open_at(sealed, at).await.unwrap();
+        }
+        let later = now + Duration::from_secs(50);
+        assert!(matches!(key.open_at(captured.clone(), later).await, Err(SealError::Replay)));
+        // Past its window: refused by the timestamp, and forgotten.
+        let much_later = now + Duration::from_secs(200);
+        assert!(matches!(key.open_at(captured, much_later).await, Err(SealError::Stale(_))));
+        let (fresh, _) = client_seal(key.config(), &request_sent_at(unix(much_later))).await;
+        key.open_at(fresh, much_later).await.unwrap();
+        assert_eq!(key.remembered(), 1, "expired keys were kept");
     }
 
     #[tokio::test]

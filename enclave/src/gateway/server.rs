@@ -183,6 +183,7 @@ impl Gateway {
                 let status = match e {
                     SealError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
                     SealError::Replay => StatusCode::CONFLICT,
+                    SealError::Busy => StatusCode::SERVICE_UNAVAILABLE,
                     SealError::WrongKey(_) => StatusCode::UNPROCESSABLE_ENTITY,
                     _ => StatusCode::BAD_REQUEST,
                 };
