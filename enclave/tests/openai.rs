@@ -165,3 +165,38 @@ fn response_shapes_follow_openai() {
     let m: Value = serde_json::from_slice(&openai::models_body("m", 1)).unwrap();
     assert_eq!(m["data"][0]["id"], "m");
 }
+
+/// Abusive but well-formed requests: too many messages, a max_tokens that
+/// would overflow, and unseeded sampling that must not repeat itself.
+#[test]
+fn abusive_requests_get_400s_and_unseeded_requests_differ() {
+    let Some(tok) = tokenizer() else { return };
+    let many = |n: usize| {
+        let msgs: Vec<Value> =
+            (0..n).map(|i| serde_json::json!({"role": "user", "content": format!("m{i}")})).collect();
+        serde_json::json!({ "messages": msgs }).to_string()
+    };
+    let e = call(&tok, "POST", "/v1/chat/completions", &many(openai::MAX_MESSAGES + 1)).err().unwrap();
+    assert_eq!((e.status, e.param.as_deref()), (400, Some("messages")));
+    // Many messages encode in one left-to-right pass (the former marker
+    // search was quadratic), each message's text in its place.
+    let n = 600;
+    let c = generate(&tok, "/v1/chat/completions", &many(n));
+    let msgs: Vec<ChatMessage> =
+        (0..n).map(|i| ChatMessage { role: "user".into(), content: format!("m{i}") }).collect();
+    let text = tok.decode(c.request.prompt_ids.as_ref().unwrap()).unwrap();
+    let at = |needle: String| text.find(&format!("{needle}<")).or_else(|| text.find(&format!("{needle}\n"))).unwrap();
+    assert!(at("m0".into()) < at("m1".into()) && at("m1".into()) < at(format!("m{}", n - 1)), "{}", &text[..80]);
+    assert_eq!(c.request.prompt_ids.unwrap(), tok.encode_chat(&msgs).unwrap());
+    for max in [usize::MAX, usize::MAX / 2 + 1, CTX] {
+        let body = format!(r#"{{"messages":[{{"role":"user","content":"Hi"}}],"max_tokens":{max}}}"#);
+        let e = call(&tok, "POST", "/v1/chat/completions", &body).err().unwrap();
+        assert_eq!((e.status, e.param.as_deref()), (400, Some("max_tokens")), "{max}");
+    }
+    let body = r#"{"messages":[{"role":"user","content":"Hi"}],"temperature":1}"#;
+    let seeds: std::collections::HashSet<u64> =
+        (0..8).map(|_| generate(&tok, "/v1/chat/completions", body).request.seed).collect();
+    assert_eq!(seeds.len(), 8, "unseeded requests share a seed");
+    let seeded = r#"{"messages":[{"role":"user","content":"Hi"}],"seed":7}"#;
+    assert_eq!(generate(&tok, "/v1/chat/completions", seeded).request.seed, 7);
+}

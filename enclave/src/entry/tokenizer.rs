@@ -211,18 +211,26 @@ impl Tokenizer {
         if self.add_bos {
             ids.extend(self.bos);
         }
+        // One left-to-right scan (linear in the rendered text): each marker
+        // names its message, whatever order the template put them in.
+        const OPEN: &str = "\u{F8FF}veil-message-";
         let mut rest = rendered.as_str();
-        loop {
-            // The earliest marker still in the text.
-            let next = (0..messages.len()).filter_map(|i| rest.find(&marker(i)).map(|at| (at, i))).min();
-            let Some((at, i)) = next else { break };
+        while let Some(at) = rest.find(OPEN) {
+            let after = &rest[at + OPEN.len()..];
+            let i = after
+                .find('\u{F8FF}')
+                .and_then(|end| after[..end].parse::<usize>().ok().map(|i| (i, end)))
+                .filter(|(i, _)| *i < messages.len());
+            let Some((i, end)) = i else {
+                return Err(ModelError::Invalid("the chat template mangled a message marker".into()));
+            };
             if at > 0 {
                 ids.extend(self.encode_piece(&rest[..at], true)?);
             }
             if !messages[i].content.is_empty() {
                 ids.extend(self.encode_piece(&messages[i].content, false)?);
             }
-            rest = &rest[at + marker(i).len()..];
+            rest = &after[end + '\u{F8FF}'.len_utf8()..];
         }
         if !rest.is_empty() {
             ids.extend(self.encode_piece(rest, true)?);

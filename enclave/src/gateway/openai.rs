@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 use crate::entry::tokenizer::{ChatMessage, Tokenizer};
 use crate::pipeline::entry::{GenerateWire, SpeculationRequest};
 
+/// Most chat messages in one request.
+pub const MAX_MESSAGES: usize = 1024;
 /// Default `max_tokens` of `/v1/completions` (as OpenAI's).
 pub const DEFAULT_COMPLETION_TOKENS: usize = 16;
 /// Largest request body accepted inside the seal.
@@ -253,7 +255,9 @@ pub fn parse(
     if max_tokens == 0 {
         return Err(ApiError::invalid("max_tokens", "max_tokens must be at least 1"));
     }
-    if prompt_ids.len() + max_tokens > context {
+    // `prompt < context` above, so the subtraction cannot underflow, and a
+    // client-chosen max_tokens cannot overflow an addition.
+    if max_tokens > context - prompt_ids.len() {
         return Err(ApiError::invalid(
             "max_tokens",
             format!("{} prompt tokens + max_tokens {max_tokens} exceed the context of {context}", prompt_ids.len()),
@@ -269,7 +273,9 @@ pub fn parse(
         top_p,
         min_p: 0.0,
         repeat_penalty: 1.0,
-        seed: common.seed.unwrap_or(0),
+        // Unseeded requests draw a seed from the OS: two identical unseeded
+        // prompts do not get the same sampled answer.
+        seed: common.seed.unwrap_or_else(crate::pipeline::sessions::random_id),
         stop,
         speculation: SpeculationRequest { enabled: common.speculate, ..SpeculationRequest::default() },
     };
@@ -285,6 +291,12 @@ pub fn parse(
 fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError> {
     if messages.is_empty() {
         return Err(ApiError::invalid("messages", "at least one message is required"));
+    }
+    if messages.len() > MAX_MESSAGES {
+        return Err(ApiError::invalid(
+            "messages",
+            format!("{} messages; at most {MAX_MESSAGES} are served per request", messages.len()),
+        ));
     }
     messages
         .iter()

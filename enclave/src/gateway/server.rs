@@ -201,8 +201,22 @@ impl Gateway {
         let content = request.content().to_vec();
         let gw = self.clone();
         tokio::spawn(async move {
-            let routed =
-                openai::parse(&method, &path, &content, gw.entry.tokenizer(), &gw.model_name, gw.entry.context());
+            // Templating and tokenizing are CPU work: off the reactor, so
+            // heartbeats and other sessions' traffic keep flowing.
+            let parser = gw.clone();
+            let routed = tokio::task::spawn_blocking(move || {
+                let (entry, name) = (&parser.entry, &parser.model_name);
+                openai::parse(&method, &path, &content, entry.tokenizer(), name, entry.context())
+            })
+            .await
+            .unwrap_or_else(|_| {
+                Err(ApiError {
+                    status: 500,
+                    kind: "server_error",
+                    param: None,
+                    message: "request parsing failed".into(),
+                })
+            });
             let result = match routed {
                 Ok(Route::Models) => {
                     respond(sealer, 200, "application/json", &openai::models_body(&gw.model_name, now())).await
