@@ -177,7 +177,7 @@ fn abusive_requests_get_400s_and_unseeded_requests_differ() {
         serde_json::json!({ "messages": msgs }).to_string()
     };
     let e = call(&tok, "POST", "/v1/chat/completions", &many(openai::MAX_MESSAGES + 1)).err().unwrap();
-    assert_eq!((e.status, e.param.as_deref()), (400, Some("messages")));
+    assert_eq!((e.status, e.param), (400, Some("messages")));
     // Many messages encode in one left-to-right pass (the former marker
     // search was quadratic), each message's text in its place.
     let n = 600;
@@ -191,7 +191,7 @@ fn abusive_requests_get_400s_and_unseeded_requests_differ() {
     for max in [usize::MAX, usize::MAX / 2 + 1, CTX] {
         let body = format!(r#"{{"messages":[{{"role":"user","content":"Hi"}}],"max_tokens":{max}}}"#);
         let e = call(&tok, "POST", "/v1/chat/completions", &body).err().unwrap();
-        assert_eq!((e.status, e.param.as_deref()), (400, Some("max_tokens")), "{max}");
+        assert_eq!((e.status, e.param), (400, Some("max_tokens")), "{max}");
     }
     let body = r#"{"messages":[{"role":"user","content":"Hi"}],"temperature":1}"#;
     let seeds: std::collections::HashSet<u64> =

@@ -189,7 +189,15 @@ pub async fn serve_on(
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return Exit::Accepted,
             accepted = listener.accept() => {
-                let Ok((tcp, _)) = accepted else { continue };
+                let tcp = match accepted {
+                    Ok((tcp, _)) => tcp,
+                    Err(e) => {
+                        // Out of descriptors, say: back off rather than spin.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
                 let proxy = proxy.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {

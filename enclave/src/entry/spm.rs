@@ -285,4 +285,21 @@ mod tests {
         assert!(v.encode("</s>", false).unwrap().len() > 1);
         assert!(Spm::new(vec!["<0xZZ>".into()], vec![0.0], vec![token_type::BYTE], None, true).is_err());
     }
+
+    #[test]
+    fn an_empty_special_token_does_not_hang_the_encoder() {
+        let mut tokens: Vec<String> = vec!["<unk>".into(), "<s>".into(), "</s>".into(), String::new()];
+        let mut types = vec![token_type::CONTROL; 4];
+        for b in 0..=255u8 {
+            tokens.push(format!("<0x{b:02X}>"));
+            types.push(token_type::BYTE);
+        }
+        let scores = vec![0.0; tokens.len()];
+        let v = Spm::new(tokens, scores, types, Some(0), true).unwrap();
+        // Special parsing with an empty control token in the vocabulary:
+        // finishes, and the text round-trips through byte tokens.
+        let ids = v.encode("hi</s>", true).unwrap();
+        assert_eq!(ids.last(), Some(&2));
+        assert!(v.decode(&ids[..ids.len() - 1]).unwrap().ends_with("hi"));
+    }
 }

@@ -156,6 +156,8 @@ impl Tokenizer {
         let specials: Vec<AddedToken> = special_ids
             .iter()
             .filter_map(|&i| tokens.get(i as usize))
+            // An empty special token would match everywhere (never advance).
+            .filter(|t| !t.is_empty())
             .map(|t| AddedToken::from(t.clone(), true))
             .collect();
         with_special.add_special_tokens(specials).map_err(|e| ModelError::Malformed(format!("special tokens: {e}")))?;

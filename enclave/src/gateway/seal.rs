@@ -474,7 +474,7 @@ mod tests {
         }
         // No timestamp at all.
         let mut bare = bhttp::Message::request(b"POST".to_vec(), b"https".to_vec(), b"e".to_vec(), b"/".to_vec());
-        bare.write_content(b"{}".to_vec());
+        bare.write_content(b"{}");
         let (sealed, _) = client_seal(key.config(), &bare).await;
         assert!(matches!(key.open_at(sealed, now).await, Err(SealError::Stale(_))));
     }

@@ -103,7 +103,7 @@ impl Gateway {
     /// Serves the gateway until the listener fails.
     pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener) {
         loop {
-            let Ok((tcp, _)) = listener.accept().await else { continue };
+            let (tcp, _) = crate::pipeline::net::accept(&listener).await;
             let gw = self.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {

@@ -13,8 +13,11 @@ use half::{bf16, f16};
 pub const PROTOCOL_VERSION: u16 = 1;
 /// Default largest frame accepted (kind + body).
 pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
-/// Most entries in a sparse distribution.
-pub const MAX_DISTRIBUTION: usize = 1 << 16;
+/// Most entries in a sparse distribution: a whole vocabulary of up to 262,144
+/// tokens (Llama 3's 128,256 and Qwen2/3's 151,936 fit), since a sampled
+/// position with no top-k or top-p keeps every token. A full distribution of
+/// this size is 2 MiB; a verdict of nine positions fits the frame limit.
+pub const MAX_DISTRIBUTION: usize = 1 << 18;
 /// Most tokens of sampling history carried.
 pub const MAX_HISTORY: usize = 1 << 16;
 /// Longest error message carried.
@@ -710,6 +713,21 @@ mod tests {
             assert_eq!(got, frames, "chunk {chunk}");
             assert_eq!(d.wanted(), 4);
         }
+    }
+
+    /// A sampled verdict over a whole large vocabulary (Qwen2/3: 151,936
+    /// tokens; temperature 1, no top-k/top-p) crosses the link.
+    #[test]
+    fn a_full_distribution_over_a_large_vocabulary_round_trips() {
+        let vocab = 151_936u32;
+        let p = 1.0 / vocab as f32;
+        let dist: Vec<(u32, f32)> = (0..vocab).map(|i| (i, p)).collect();
+        let v =
+            Frame::Verdict(Verdict { session: 1, seq: 2, positions: vec![dist.clone(), dist], kv_lens: vec![3, 3] });
+        let wire = v.encode();
+        let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+        d.push(&wire);
+        assert_eq!(d.next_frame().unwrap(), Some(v));
     }
 
     #[test]

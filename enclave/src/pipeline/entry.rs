@@ -912,7 +912,7 @@ struct Session {
 /// Serves the internal endpoint: one request per connection.
 pub async fn serve_generate(entry: Arc<Entry>, listener: tokio::net::TcpListener) {
     loop {
-        let Ok((tcp, _)) = listener.accept().await else { continue };
+        let (tcp, _) = super::net::accept(&listener).await;
         let entry = entry.clone();
         tokio::spawn(async move {
             if let Err(e) = handle_generate(entry, tcp).await {

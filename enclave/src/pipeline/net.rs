@@ -222,6 +222,23 @@ impl Trust {
     }
 }
 
+/// Accepts the next connection. An accept error (out of file descriptors,
+/// say) is logged and retried after a back-off (10 ms doubling to 1 s), so a
+/// listener never spins on a persistent error.
+pub async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
+    let mut delay = Duration::from_millis(10);
+    loop {
+        match listener.accept().await {
+            Ok(c) => return c,
+            Err(e) => {
+                tracing::warn!(error = %e, retry_in = ?delay, "accept failed");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
+}
+
 /// Binds a listener, with a clear error.
 pub async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
@@ -232,29 +249,46 @@ type LinkMap = HashMap<u8, (u64, mpsc::Sender<Frame>)>;
 
 /// Data links to the replicas of the next stage, dialled on first use and
 /// forgotten as soon as the peer closes them (so the next frame redials).
+/// The link map is locked only briefly; a dial holds only its replica's own
+/// lock, so a slow or dead replica never delays frames to the others (and
+/// frames to one replica stay on one link, in order).
 #[derive(Debug)]
 pub struct Downstream {
     trust: Arc<Trust>,
     stage: Stage,
     links: Arc<Mutex<LinkMap>>,
+    dialing: Vec<Mutex<()>>,
     generation: std::sync::atomic::AtomicU64,
 }
 
 impl Downstream {
     /// Links to `stage`'s replicas.
     pub fn new(trust: Arc<Trust>, stage: Stage) -> Self {
-        Self { trust, stage, links: Arc::default(), generation: Default::default() }
+        let dialing = stage.replicas.iter().map(|_| Mutex::new(())).collect();
+        Self { trust, stage, links: Arc::default(), dialing, generation: Default::default() }
+    }
+
+    async fn live(&self, replica: u8) -> Option<mpsc::Sender<Frame>> {
+        self.links.lock().await.get(&replica).map(|(_, tx)| tx.clone())
     }
 
     /// Sends `frame` to replica `replica`, dialling it if needed.
     pub async fn send(&self, replica: u8, frame: Frame) -> Result<(), String> {
         let addr = *self.stage.replicas.get(usize::from(replica)).ok_or_else(|| format!("no replica {replica}"))?;
-        let mut links = self.links.lock().await;
-        if let Some((_, tx)) = links.get(&replica) {
+        let dial_lock = &self.dialing[usize::from(replica)];
+        if let Some(tx) = self.live(replica).await {
             if tx.send(frame.clone()).await.is_ok() {
                 return Ok(());
             }
-            links.remove(&replica);
+        }
+        // This replica's dial lock only: others keep flowing meanwhile.
+        let _dialing = dial_lock.lock().await;
+        // Another sender may have redialled while we waited.
+        if let Some(tx) = self.live(replica).await {
+            if tx.send(frame.clone()).await.is_ok() {
+                return Ok(());
+            }
+            self.links.lock().await.remove(&replica);
         }
         let (tx, mut reader, _peer, _bundle) =
             self.trust.dial(addr, &self.stage, LinkRole::Data).await.map_err(|e| e.to_string())?;
@@ -281,7 +315,7 @@ impl Downstream {
             }
         });
         tx.send(frame).await.map_err(|_| format!("link to {addr} closed"))?;
-        links.insert(replica, (generation, tx));
+        self.links.lock().await.insert(replica, (generation, tx));
         Ok(())
     }
 }

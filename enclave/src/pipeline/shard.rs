@@ -163,13 +163,7 @@ pub async fn serve(route: Route, stage: usize, replica: usize, loaded: Loaded) -
     });
     tracing::info!(%addr, stage, layers = ?route.stages[stage].layers, "shard listening");
     loop {
-        let (tcp, from) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::warn!(error = %e, "accept failed");
-                continue;
-            }
-        };
+        let (tcp, from) = super::net::accept(&listener).await;
         let (trust, route, cmd_tx, entry) = (loaded.trust.clone(), route.clone(), cmd_tx.clone(), entry.clone());
         let width = loaded.slice.config().n_embd;
         tokio::spawn(async move {
