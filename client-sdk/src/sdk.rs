@@ -40,6 +40,17 @@ pub enum ClientError {
         /// The verifier's verdict (with the check table).
         source: veil_attestation::Error,
     },
+    /// The host (or the entry, unauthenticated) refused the sealed request
+    /// with an HTTP status: the entry's key changed (409 replay, 422 key id,
+    /// 400 does not open), the request was stale, or the host chose to. Only
+    /// a fresh verification can tell a key rotation from a lie.
+    #[error("{status}: {message}")]
+    Refused {
+        /// HTTP status the host answered.
+        status: u16,
+        /// Its body (at most 1 KiB, as text).
+        message: String,
+    },
     /// The route the host presented is incomplete or inconsistent.
     #[error("route: {0}")]
     Route(String),
@@ -255,7 +266,10 @@ impl Client {
         if !resp.status().is_success() {
             let status = resp.status();
             let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
-            return Err(ClientError::Host(format!("{status}: {}", String::from_utf8_lossy(&body))));
+            return Err(ClientError::Refused {
+                status: status.as_u16(),
+                message: String::from_utf8_lossy(&body[..body.len().min(1024)]).into_owned(),
+            });
         }
         let stream = BodyStream::new(resp.into_body())
             .filter_map(|frame| async move {

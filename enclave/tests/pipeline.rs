@@ -528,3 +528,105 @@ fn a_malicious_host_is_caught_and_tampered_text_never_shown() {
         resp.collect().await.unwrap();
     });
 }
+
+/// `veil proxy` in front of a host that cuts sealed responses: a complete
+/// response becomes a 502 with an OpenAI-shaped error; a stream gets an
+/// error event and is aborted without its chunked terminator. The official
+/// `openai` Python client raises on both (when installed; CI requires it).
+#[test]
+fn veil_proxy_turns_a_cut_sealed_response_into_an_error_no_client_can_miss() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("proxy-cut", &path, &[15], &[1, 1]);
+    c.start_all();
+    let gateway = c.route.sealed_listen.unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let host = rt.block_on(malicious_host(gateway, Tamper::Truncate));
+    let veil = std::path::PathBuf::from(env!("CARGO_BIN_EXE_veil-shard")).with_file_name("veil");
+    if !veil.exists() {
+        assert!(std::env::var("VEIL_REQUIRE_MODEL").as_deref() != Ok("1"), "veil is not built next to veil-shard");
+        println!("SKIP: veil is not built next to veil-shard");
+        return;
+    }
+    let listen = cluster::free_port();
+    let out = c.dir.join("proxy.out");
+    let mut proxy = std::process::Command::new(&veil)
+        .args(["proxy", &format!("http://{host}"), "--listen", &listen.to_string(), "--policy"])
+        .arg(&c.route.policy)
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(c.dir.join("proxy.err")).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&out).unwrap_or_default().contains("listening on") {
+        assert!(Instant::now() < deadline, "proxy did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let body = |stream: bool| {
+        serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8,
+            "temperature": 0, "stream": stream})
+        .to_string()
+    };
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
+    rt.block_on(async {
+        let req = |stream: bool| {
+            hyper::Request::post(format!("http://{listen}/v1/chat/completions"))
+                .header("content-type", "application/json")
+                .body(Full::new(Bytes::from(body(stream))))
+                .unwrap()
+        };
+        // Complete: a 502 whose body is an OpenAI-shaped error.
+        let resp = client.request(req(false)).await.unwrap();
+        assert_eq!(resp.status(), 502);
+        let v: serde_json::Value =
+            serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert!(v["error"]["message"].as_str().unwrap().contains("did not open"), "{v}");
+        // Streamed: the authentic events, an error event, then the body fails
+        // (no ordinary end of stream).
+        let resp = client.request(req(true)).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        let mut seen = Vec::new();
+        let end = loop {
+            match body.frame().await {
+                Some(Ok(f)) => seen.extend(f.into_data().unwrap_or_default()),
+                Some(Err(e)) => break Err(e.to_string()),
+                None => break Ok(()),
+            }
+        };
+        let text = String::from_utf8_lossy(&seen);
+        assert!(end.is_err(), "the cut stream ended normally:\n{text}");
+        assert!(text.contains("did not open"), "no error event:\n{text}");
+    });
+    let have = std::process::Command::new("python3").args(["-c", "import openai"]).status().is_ok_and(|s| s.success());
+    if have {
+        let script = format!(
+            r#"
+import openai, sys
+c = openai.OpenAI(base_url="http://{listen}/v1", api_key="unused", max_retries=0)
+for stream in (False, True):
+    try:
+        r = c.chat.completions.create(model="m", messages=[{{"role": "user", "content": "Hello"}}], max_tokens=8, temperature=0, stream=stream)
+        if stream:
+            for _ in r:
+                pass
+    except Exception as e:
+        print("raised", stream, type(e).__name__)
+        continue
+    print("silent", stream)
+    sys.exit(1)
+"#
+        );
+        let run = std::process::Command::new("python3").args(["-c", &script]).output().unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&run.stdout), String::from_utf8_lossy(&run.stderr));
+        assert!(run.status.success(), "the openai client did not raise:\n{said}");
+        assert_eq!(said.matches("raised").count(), 2, "{said}");
+    } else {
+        assert!(std::env::var("VEIL_REQUIRE_OPENAI").as_deref() != Ok("1"), "VEIL_REQUIRE_OPENAI=1 but no openai");
+        println!("SKIP: the openai Python package is not installed");
+    }
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+}

@@ -1,8 +1,10 @@
 //! `veil proxy URL --policy P --listen 127.0.0.1:PORT`: a plain
 //! OpenAI-compatible endpoint on localhost that seals every call to the
-//! verified entry. It refuses to start when verification fails, and
-//! re-verifies the route (fetching the entry's key again) when the entry
-//! stops accepting what was sealed to the old key.
+//! verified entry. It refuses to start when verification fails, and when
+//! the host refuses a sealed request it verifies the route again, re-sending
+//! only if the attested entry's key really changed. A sealed response that
+//! fails to open is never passed on: a complete one becomes a 502, a stream
+//! gets an error event and is aborted without its chunked terminator.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -16,11 +18,15 @@ use tokio::sync::RwLock;
 
 use super::{Exit, ProxyArgs};
 use crate::sdk::{Client, ClientError, ConnectOptions};
+use crate::seal::OpenedResponse;
 
-type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+type BodyError = Box<dyn std::error::Error + Send + Sync>;
+type Body = http_body_util::combinators::BoxBody<Bytes, BodyError>;
 
 /// Largest request body forwarded.
 const MAX_BODY: usize = 1 << 20;
+/// Largest complete (non-streamed) response buffered before it is passed on.
+const MAX_RESPONSE: usize = 16 << 20;
 
 struct Proxy {
     url: String,
@@ -29,16 +35,44 @@ struct Proxy {
     client: RwLock<Arc<Client>>,
 }
 
+fn error_body(message: &str, kind: &str) -> serde_json::Value {
+    serde_json::json!({"error": {"message": message, "type": kind, "param": null, "code": null}})
+}
+
 fn json_error(status: StatusCode, message: &str) -> Response<Body> {
-    let body =
-        serde_json::json!({"error": {"message": message, "type": "veil_proxy_error", "param": null, "code": null}});
-    let mut r = Response::new(Full::new(Bytes::from(body.to_string())).boxed());
+    let body = error_body(message, "veil_proxy_error");
+    let mut r = Response::new(Full::new(Bytes::from(body.to_string())).map_err(|e| match e {}).boxed());
     *r.status_mut() = status;
     r.headers_mut().insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
     r
 }
 
 impl Proxy {
+    /// Sends once; when the host refuses what was sealed (400, 409, 422),
+    /// verifies the route again and re-sends only if the freshly attested
+    /// entry has another key than the one sealed to — a rotation the entry's
+    /// evidence proves, not a status code the host chose.
+    async fn call(&self, method: &str, path: &str, body: Vec<u8>) -> Result<OpenedResponse, ClientError> {
+        let client = self.client.read().await.clone();
+        match client.call_raw(method, path, body.clone()).await {
+            Err(ClientError::Refused { status: status @ (400 | 409 | 422), message }) => {
+                let fresh = Client::connect_with(&self.url, &self.policy, &self.options).await?;
+                if fresh.route().key_config() == client.route().key_config() {
+                    tracing::warn!(
+                        status,
+                        "the host refused a sealed request but the entry's key is unchanged: not re-sent"
+                    );
+                    return Err(ClientError::Refused { status, message });
+                }
+                tracing::warn!("the entry's key changed (attested): route verified again, request re-sealed");
+                let fresh = Arc::new(fresh);
+                *self.client.write().await = fresh.clone();
+                fresh.call_raw(method, path, body).await
+            }
+            other => other,
+        }
+    }
+
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let method = req.method().as_str().to_owned();
         let path = req.uri().path_and_query().map(|p| p.as_str().to_owned()).unwrap_or_default();
@@ -50,51 +84,84 @@ impl Proxy {
             Ok(b) => b.to_bytes().to_vec(),
             Err(_) => return json_error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"),
         };
-        let client = self.client.read().await.clone();
-        let result = match client.call_raw(&method, &path, body.clone()).await {
-            // The entry no longer opens what was sealed to this key (it
-            // restarted with a new one): verify the route again and retry once.
-            Err(ClientError::Host(m)) if ["400", "409", "422"].iter().any(|c| m.starts_with(c)) => {
-                match Client::connect_with(&self.url, &self.policy, &self.options).await {
-                    Ok(fresh) => {
-                        tracing::warn!("the entry's key changed: route verified again");
-                        let fresh = Arc::new(fresh);
-                        *self.client.write().await = fresh.clone();
-                        fresh.call_raw(&method, &path, body).await
-                    }
-                    Err(e) => Err(e),
-                }
-            }
-            other => other,
-        };
-        let mut opened = match result {
+        let mut opened = match self.call(&method, &path, body).await {
             Ok(o) => o,
             Err(e) => return json_error(StatusCode::BAD_GATEWAY, &e.to_string()),
         };
         let status = StatusCode::from_u16(opened.status).unwrap_or(StatusCode::BAD_GATEWAY);
         let content_type =
             opened.fields.iter().find(|(n, _)| n == "content-type").map(|(_, v)| v.clone()).unwrap_or_default();
-        let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+        let streamed = content_type.starts_with("text/event-stream");
+        if !streamed {
+            // A complete response is passed on only once it has opened to its
+            // authenticated end: a cut or tampered one becomes a 502.
+            let mut all = Vec::new();
+            loop {
+                match opened.next().await {
+                    Ok(Some(piece)) if all.len() + piece.len() <= MAX_RESPONSE => all.extend(piece),
+                    Ok(Some(_)) => return json_error(StatusCode::BAD_GATEWAY, "sealed response too large"),
+                    Ok(None) => break,
+                    Err(e) => {
+                        tracing::error!(error = %e, "sealed response failed to open");
+                        return json_error(StatusCode::BAD_GATEWAY, &format!("the sealed response did not open: {e}"));
+                    }
+                }
+            }
+            let mut r = Response::new(Full::new(Bytes::from(all)).map_err(|e| match e {}).boxed());
+            *r.status_mut() = status;
+            if let Ok(v) = content_type.parse() {
+                r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+            }
+            return r;
+        }
+        let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Bytes, BodyError>>(16);
         tokio::spawn(async move {
+            // The stream's terminator (`data: [DONE]`) is held back until the
+            // sealed stream's authenticated end has been read: a client that
+            // stops at [DONE] must not stop at a stream the host cut.
+            let mut held: Option<Bytes> = None;
             loop {
                 match opened.next().await {
                     Ok(Some(piece)) => {
-                        if tx.send(Bytes::from(piece)).await.is_err() {
+                        let piece = Bytes::from(piece);
+                        if let Some(h) = held.take() {
+                            if tx.send(Ok(h)).await.is_err() {
+                                return;
+                            }
+                        }
+                        if piece.windows(12).any(|w| w == b"data: [DONE]") {
+                            held = Some(piece);
+                        } else if tx.send(Ok(piece)).await.is_err() {
                             return;
                         }
                     }
-                    Ok(None) => return,
+                    Ok(None) => {
+                        if let Some(h) = held.take() {
+                            let _ = tx.send(Ok(h)).await;
+                        }
+                        return;
+                    }
                     Err(e) => {
-                        // Never pass on unauthenticated text: the stream ends here.
-                        tracing::error!(error = %e, "sealed response failed to open; stream cut");
+                        // Never pass on unauthenticated text. The client
+                        // cannot miss this: an error event, then the
+                        // connection is aborted without the chunked
+                        // terminator (no ordinary end of stream).
+                        tracing::error!(error = %e, "sealed response failed to open; stream aborted");
+                        let event = format!(
+                            "data: {}\n\n",
+                            error_body(&format!("the sealed response did not open: {e}"), "veil_proxy_error")
+                        );
+                        let _ = tx.send(Ok(Bytes::from(event))).await;
+                        // Let the body report pending once, so hyper flushes
+                        // what it holds (the error event) before the abort.
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        let _ = tx.send(Err("sealed response did not open".into())).await;
                         return;
                     }
                 }
             }
         });
-        let stream = futures::stream::poll_fn(move |cx| {
-            rx.poll_recv(cx).map(|p| p.map(|b| Ok::<_, Infallible>(Frame::data(b))))
-        });
+        let stream = futures::stream::poll_fn(move |cx| rx.poll_recv(cx).map(|p| p.map(|b| b.map(Frame::data))));
         let mut r = Response::new(BodyExt::boxed(StreamBody::new(Box::pin(stream))));
         *r.status_mut() = status;
         if let Ok(v) = content_type.parse() {
