@@ -447,3 +447,45 @@ fn verify_composite_simulated_cpu_and_gpu_binding() {
     assert!(out.contains("gpu_nonce              FAIL") && out.contains("gpu_evidence_binding   FAIL"), "{out}");
     assert!(out.contains("overall: REJECTED"), "{out}");
 }
+
+/// `--evidence BUNDLE` alone runs the serving path's composite verification:
+/// the bundle's own GPUs are checked, a `gpu.required` policy refuses a
+/// CPU-only bundle, and a bundle whose claims commit to GPU evidence that
+/// was stripped is refused.
+#[test]
+fn verify_evidence_alone_checks_the_bundles_gpus_and_the_gpu_policy() {
+    use veil_attestation::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
+    let dir = tempdir("composite-alone");
+    let snp = veil_tests::sim(veil_attestation::snp::Product::Genoa);
+    let gpu = SimulatedGpu::from_seed(b"cli composite alone", SimulatedGpuConfig::default()).unwrap();
+    let claims = Claims { nonce: Some(Nonce::new(vec![5; 32]).unwrap()), ..Default::default() };
+    let (bound, gpus) = composite(std::slice::from_ref(&gpu), &claims).unwrap();
+    let mut bundle = veil_attestation::Attester::evidence(&snp, &bound).unwrap();
+    bundle.gpus = gpus;
+    let policy = dir.join("policy.toml");
+    let measurement = veil_attestation::simulated::default_measurement();
+    std::fs::write(&policy, format!("allow_simulated = true\nmeasurements = [\"{measurement}\"]\n[gpu]\nrequired = true\n"))
+        .unwrap();
+    let b = dir.join("bundle.json");
+    std::fs::write(&b, bundle.to_json()).unwrap();
+    let o = veil(&["attest", "verify", "--policy", s(&policy), "--evidence", s(&b)]);
+    assert_eq!(code(&o), 0, "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("gpu_evidence_binding   PASS"), "{}", stdout(&o));
+    // Stripped: the claims still commit to the GPU evidence digest.
+    let mut stripped = bundle.clone();
+    stripped.gpus.clear();
+    std::fs::write(&b, stripped.to_json()).unwrap();
+    let o = veil(&["attest", "verify", "--policy", s(&policy), "--evidence", s(&b)]);
+    assert_eq!(code(&o), 1, "a stripped bundle was accepted:\n{}", stdout(&o));
+    let lax = dir.join("lax.toml");
+    std::fs::write(&lax, format!("allow_simulated = true\nmeasurements = [\"{measurement}\"]\n")).unwrap();
+    let o = veil(&["attest", "verify", "--policy", s(&lax), "--evidence", s(&b)]);
+    assert_eq!(code(&o), 1, "stripped GPU evidence passed a policy without [gpu]:\n{}", stdout(&o));
+    // CPU-only evidence under `gpu.required = true`.
+    let cpu_only = veil_attestation::Attester::evidence(&snp, &claims).unwrap();
+    std::fs::write(&b, cpu_only.to_json()).unwrap();
+    let o = veil(&["attest", "verify", "--policy", s(&policy), "--evidence", s(&b)]);
+    assert_eq!(code(&o), 1, "gpu.required passed without GPUs:\n{}", stdout(&o));
+    let o = veil(&["attest", "verify", "--policy", s(&lax), "--evidence", s(&b)]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+}

@@ -147,14 +147,24 @@ pub fn run(args: &VerifyArgs) -> Exit {
         }
     };
     let snp = prepared.bundle.as_ref().map(|b| appraise(b, &prepared.policy, &prepared.expected, prepared.now).checks);
-    let gpu: Option<GpuAppraisal> = prepared.gpu_given.then(|| {
+    // The same composite verification as the serving path: a bundle's own
+    // GPUs are appraised whenever it carries any, its claims commit to GPU
+    // evidence, or the policy requires GPUs (`--gpu-evidence` replaces them).
+    let composite = prepared.bundle.as_ref().is_some_and(|b| {
+        !b.gpus.is_empty() || prepared.policy.gpu.required || b.claims.as_ref().is_some_and(|c| c.gpu_evidence_hash.is_some())
+    });
+    let gpu: Option<GpuAppraisal> = (prepared.gpu_given || composite).then(|| {
+        let gpus: &[GpuEvidence] = match (&prepared.bundle, prepared.gpu_given) {
+            (Some(b), false) => &b.gpus,
+            _ => &prepared.gpus,
+        };
         let expect = GpuExpectations {
             rims: &prepared.rims,
             claims: prepared.bundle.as_ref().and_then(|b| b.claims.as_ref()),
             nonce: prepared.gpu_nonce,
             ocsp: &prepared.gpu_ocsp,
         };
-        appraise_gpus(&prepared.gpus, &expect, &prepared.policy, prepared.now)
+        appraise_gpus(gpus, &expect, &prepared.policy, prepared.now)
     });
     let warnings: Vec<&String> = snp
         .iter()
