@@ -395,6 +395,69 @@ impl Policy {
         PolicyDigest(sha2::Sha256::digest(self.canonical_bytes()).into())
     }
 
+    /// Every setting that leaves this policy weaker than a production
+    /// policy should be, with why (`veil policy check` prints them).
+    pub fn weaknesses(&self) -> Vec<(&'static str, String)> {
+        let mut w: Vec<(&'static str, String)> = Vec::new();
+        if self.allow_simulated {
+            w.push((
+                "allow_simulated",
+                if self.simulated_roots.is_empty() {
+                    "accepts SIMULATED evidence from any simulated root: proves nothing about hardware".into()
+                } else {
+                    "accepts SIMULATED evidence (pinned roots): proves nothing about hardware; development only".into()
+                },
+            ));
+        }
+        if self.any_measurement {
+            w.push(("any_measurement", "any launch measurement passes: any code may run in the CVM".into()));
+        }
+        if self.allow_debug {
+            w.push(("allow_debug", "debug guests pass: the host can read and write guest memory".into()));
+        }
+        if self.allow_migration_agent {
+            w.push(("allow_migration_agent", "a migration agent may export the guest's memory".into()));
+        }
+        for p in &self.products {
+            match self.min_tcb.get(p) {
+                None => w.push(("min_tcb", format!("no TCB minimums for {p}: rolled-back firmware passes"))),
+                Some(m) if m.snp.is_none() || m.microcode.is_none() => {
+                    w.push(("min_tcb", format!("{p}: no minimum for the SNP firmware or microcode")))
+                }
+                Some(_) => {}
+            }
+        }
+        if self.products.contains(&Product::Milan) {
+            w.push((
+                "products",
+                "Milan is allowed: its root seed has been extracted in software (arXiv 2605.12990); reports from Milan \
+                 can be forged"
+                    .into(),
+            ));
+        }
+        if !self.require_crl {
+            w.push(("require_crl", "a missing CRL is tolerated: a revoked ASK or VCEK could pass".into()));
+        }
+        if !self.gpu.required {
+            w.push(("gpu.required", "GPUs optional: a shard presenting no GPU evidence passes".into()));
+        } else if !self.gpu.require_rim {
+            w.push(("gpu.require_rim", "GPU firmware measurements are not compared with NVIDIA's RIMs".into()));
+        }
+        if self.manifest_roots.is_empty() {
+            w.push(("manifest_roots", "no model manifests pinned: any weights the route pins pass".into()));
+        }
+        if !self.peer_policies.is_empty() {
+            w.push((
+                "peer_policies",
+                format!(
+                    "{} peer polic(ies) accepted by digest even where weaker than this one",
+                    self.peer_policies.len()
+                ),
+            ));
+        }
+        w
+    }
+
     /// Whether a shard with hardware evidence may enforce this policy on its
     /// links: not if it accepts simulated evidence or waives the measurement.
     pub fn fit_for_hardware(&self) -> Result<(), PolicyError> {

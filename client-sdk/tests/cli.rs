@@ -464,8 +464,11 @@ fn verify_evidence_alone_checks_the_bundles_gpus_and_the_gpu_policy() {
     bundle.gpus = gpus;
     let policy = dir.join("policy.toml");
     let measurement = veil_attestation::simulated::default_measurement();
-    std::fs::write(&policy, format!("allow_simulated = true\nmeasurements = [\"{measurement}\"]\n[gpu]\nrequired = true\n"))
-        .unwrap();
+    std::fs::write(
+        &policy,
+        format!("allow_simulated = true\nmeasurements = [\"{measurement}\"]\n[gpu]\nrequired = true\n"),
+    )
+    .unwrap();
     let b = dir.join("bundle.json");
     std::fs::write(&b, bundle.to_json()).unwrap();
     let o = veil(&["attest", "verify", "--policy", s(&policy), "--evidence", s(&b)]);
@@ -488,4 +491,48 @@ fn verify_evidence_alone_checks_the_bundles_gpus_and_the_gpu_policy() {
     assert_eq!(code(&o), 1, "gpu.required passed without GPUs:\n{}", stdout(&o));
     let o = veil(&["attest", "verify", "--policy", s(&lax), "--evidence", s(&b)]);
     assert_eq!(code(&o), 0, "{}", stdout(&o));
+}
+
+/// `veil policy check`: every setting explained, a warning per weak one
+/// (exit 1), none for a production-shaped policy (exit 0), 2 when invalid.
+#[test]
+fn policy_check_explains_and_warns_about_weak_settings() {
+    let dir = tempdir("policy-check");
+    let weak = dir.join("weak.toml");
+    std::fs::write(&weak, "allow_simulated = true\nany_measurement = true\nallow_debug = true\n").unwrap();
+    let o = veil(&["policy", "check", s(&weak)]);
+    assert_eq!(code(&o), 1, "{}", stdout(&o));
+    let out = stdout(&o);
+    for w in ["allow_simulated", "any_measurement", "allow_debug", "min_tcb", "gpu.required", "require_crl"] {
+        assert!(out.contains(&format!("WARNING: {w}:")), "{w}:\n{out}");
+    }
+    assert!(out.contains("launch measurements (the CVM image) allowed"), "{out}");
+    let strict = dir.join("strict.toml");
+    std::fs::write(
+        &strict,
+        format!(
+            r#"products = ["Genoa"]
+require_crl = true
+measurements = ["{}"]
+[min_tcb.Genoa]
+bootloader = 9
+tee = 0
+snp = 23
+microcode = 72
+[manifest_roots]
+"0..30" = ["{}"]
+[gpu]
+required = true
+require_rim = true
+"#,
+            "ab".repeat(48),
+            "cd".repeat(32)
+        ),
+    )
+    .unwrap();
+    let o = veil(&["policy", "check", s(&strict)]);
+    assert_eq!(code(&o), 0, "{}", stdout(&o));
+    assert!(stdout(&o).contains("no weak settings"), "{}", stdout(&o));
+    std::fs::write(&weak, "alow_debug = true\n").unwrap();
+    assert_eq!(code(&veil(&["policy", "check", s(&weak)])), 2);
 }

@@ -7,6 +7,7 @@
 //! with SNP evidence: 0 only when the SNP table (if any) and every GPU table accept.
 
 pub mod inspect;
+pub mod policy_check;
 pub mod policy_init;
 pub mod proxy;
 pub mod route;
@@ -59,6 +60,15 @@ pub enum Command {
 pub enum PolicyCommand {
     /// Write a policy pinning what a route presents now (trust on first use), for review.
     Init(PolicyInitArgs),
+    /// Explain a policy line by line and warn about each weak setting (exit 1 when any).
+    Check(PolicyCheckArgs),
+}
+
+/// `veil policy check POLICY`
+#[derive(Debug, Args)]
+pub struct PolicyCheckArgs {
+    /// The policy file.
+    pub policy: PathBuf,
 }
 
 /// `veil policy init URL`
@@ -252,6 +262,7 @@ pub fn run(cli: Cli) -> Exit {
         Command::Chat(args) => route::chat(&args),
         Command::Proxy(args) => proxy::run(&args),
         Command::Policy(PolicyCommand::Init(args)) => policy_init::run(&args),
+        Command::Policy(PolicyCommand::Check(args)) => policy_check::run(&args),
     }
 }
 

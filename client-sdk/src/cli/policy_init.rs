@@ -72,6 +72,13 @@ pub fn run(args: &PolicyInitArgs) -> Exit {
             policy.gpu.required = true;
             policy.gpu.count = Some(policy.gpu.count.map_or(n, |c| c.min(n)));
         }
+        // A CRL came with the evidence: require one from now on.
+        if matches!(
+            s.evidence().checks().outcome(veil_attestation::CheckId::Revocation),
+            Some(veil_attestation::Outcome::Passed { .. })
+        ) {
+            policy.require_crl = true;
+        }
         let m = veil_attestation::Measurement(s.evidence().report().measurement());
         if !policy.measurements.contains(&m) {
             policy.measurements.push(m);

@@ -151,7 +151,9 @@ pub fn run(args: &VerifyArgs) -> Exit {
     // GPUs are appraised whenever it carries any, its claims commit to GPU
     // evidence, or the policy requires GPUs (`--gpu-evidence` replaces them).
     let composite = prepared.bundle.as_ref().is_some_and(|b| {
-        !b.gpus.is_empty() || prepared.policy.gpu.required || b.claims.as_ref().is_some_and(|c| c.gpu_evidence_hash.is_some())
+        !b.gpus.is_empty()
+            || prepared.policy.gpu.required
+            || b.claims.as_ref().is_some_and(|c| c.gpu_evidence_hash.is_some())
     });
     let gpu: Option<GpuAppraisal> = (prepared.gpu_given || composite).then(|| {
         let gpus: &[GpuEvidence] = match (&prepared.bundle, prepared.gpu_given) {

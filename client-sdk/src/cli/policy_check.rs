@@ -1,0 +1,107 @@
+//! `veil policy check POLICY`: what each setting of a policy means, and a
+//! warning for each one weaker than a production policy should be. Exit 0
+//! with no warnings, 1 with warnings, 2 when the file is not a valid policy.
+
+use veil_attestation::Policy;
+
+use super::{Exit, PolicyCheckArgs};
+
+fn yes(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// Runs the command.
+pub fn run(args: &PolicyCheckArgs) -> Exit {
+    let policy = match std::fs::read_to_string(&args.policy)
+        .map_err(|e| e.to_string())
+        .and_then(|t| Policy::from_toml(&t).map_err(|e| e.to_string()))
+    {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("veil policy check: {}: {e}", args.policy.display());
+            return Exit::Unreadable;
+        }
+    };
+    let p = &policy;
+    let list = |v: Vec<String>| if v.is_empty() { "none".to_owned() } else { v.join(", ") };
+    let lines: Vec<(&str, String, &str)> = vec![
+        ("products", list(p.products.iter().map(|x| x.to_string()).collect()), "CPU generations whose reports pass"),
+        (
+            "report versions",
+            format!("{}..={}", p.min_report_version, p.max_report_version),
+            "SNP report layouts accepted",
+        ),
+        (
+            "allow_vlek",
+            yes(p.allow_vlek).into(),
+            "reports signed by a cloud provider's VLEK instead of the chip's VCEK",
+        ),
+        ("require_crl", yes(p.require_crl).into(), "fail when no AMD CRL accompanies the evidence"),
+        ("allow_debug", yes(p.allow_debug).into(), "guests launched debuggable (host can read their memory)"),
+        ("allow_migration_agent", yes(p.allow_migration_agent).into(), "guests a migration agent may export"),
+        ("allow_smt", yes(p.allow_smt).into(), "platforms with simultaneous multithreading on"),
+        ("vmpl", p.vmpl.to_string(), "privilege level the report must come from"),
+        (
+            "min_tcb",
+            list(
+                p.min_tcb
+                    .iter()
+                    .map(|(k, m)| {
+                        let v = |c: Option<u8>| c.map_or("-".to_owned(), |c| c.to_string());
+                        format!("{k}: snp {} microcode {}", v(m.snp), v(m.microcode))
+                    })
+                    .collect(),
+            ),
+            "lowest firmware and microcode versions per product",
+        ),
+        (
+            "measurements",
+            if p.any_measurement { "ANY".into() } else { format!("{} pinned", p.measurements.len()) },
+            "launch measurements (the CVM image) allowed",
+        ),
+        ("host_data", p.host_data.map_or("not pinned".into(), |h| h.0.to_string()), "HOST_DATA the launch must carry"),
+        (
+            "id_key_digest",
+            p.id_key_digest.map_or("not pinned".into(), |h| h.to_string()),
+            "ID key that must have signed the launch",
+        ),
+        (
+            "allow_simulated",
+            format!("{} ({} root(s) pinned)", yes(p.allow_simulated), p.simulated_roots.len()),
+            "Veil's software attester (development only)",
+        ),
+        (
+            "manifest_roots",
+            format!("{} layer range(s)", p.manifest_roots.len()),
+            "model manifests (weights + GGUF metadata) allowed per layer range",
+        ),
+        ("gpu.required", yes(p.gpu.required).into(), "every shard must present NVIDIA GPU evidence"),
+        ("gpu.count", p.gpu.count.map_or("any".into(), |c| c.to_string()), "GPUs per shard"),
+        ("gpu.require_rim", yes(p.gpu.require_rim).into(), "GPU measurements compared with NVIDIA's RIMs"),
+        (
+            "peer_policies",
+            format!("{} pinned", p.peer_policies.len()),
+            "route peer policies accepted by digest even if weaker",
+        ),
+        ("model_layers", p.model_layers.map_or("not pinned".into(), |n| n.to_string()), "layers the route must cover"),
+    ];
+    println!("policy {} (digest {})", args.policy.display(), p.digest());
+    for (setting, value, meaning) in &lines {
+        println!("  {setting:<22} {value:<24} {meaning}");
+    }
+    let weak = p.weaknesses();
+    for (setting, why) in &weak {
+        println!("WARNING: {setting}: {why}");
+    }
+    if weak.is_empty() {
+        println!("no weak settings");
+        Exit::Accepted
+    } else {
+        println!("{} weak setting(s)", weak.len());
+        Exit::Rejected
+    }
+}
