@@ -75,16 +75,32 @@ fn edited(edit: impl FnOnce(&mut veil_attestation::gpu::spdm::TranscriptBuilder)
     (bound, g)
 }
 
+thread_local! {
+    /// Checks a case on this thread has shown failing alone, with its error.
+    static FAILED_ALONE: std::cell::RefCell<std::collections::BTreeSet<C>> = Default::default();
+}
+
 fn only_failure(t: &GpuCheckReport, check: C, error: &GpuError) {
     assert_eq!(t.failures(), vec![check], "{t}");
     assert_eq!(t.error(check), Some(error), "{t}");
+    FAILED_ALONE.with(|f| f.borrow_mut().insert(check));
 }
 
 fn format_error(report: Vec<u8>) -> SpdmError {
     let (c, mut g) = good();
     g.report = report;
-    match appraise_one(&g, &c, &sim_policy()).error(C::EvidenceFormat) {
-        Some(GpuError::Malformed(e)) => e.clone(),
+    let t = appraise_one(&g, &c, &sim_policy());
+    // The edited transcript no longer has the digest the claims commit to,
+    // so the binding fails with it; nothing else may.
+    assert!(
+        [vec![C::EvidenceFormat], vec![C::EvidenceFormat, C::EvidenceBinding]].contains(&t.failures()),
+        "{t}"
+    );
+    match t.error(C::EvidenceFormat) {
+        Some(GpuError::Malformed(e)) => {
+            FAILED_ALONE.with(|f| f.borrow_mut().insert(C::EvidenceFormat));
+            e.clone()
+        }
         other => panic!("expected a format error, got {other:?}"),
     }
 }
@@ -454,24 +470,50 @@ fn rejects_revocation_when_required() {
 
 #[test]
 fn every_gpu_check_has_a_failing_case() {
-    // Cross-check: the cases above cover every GpuCheckId (listed here in order).
-    let covered = [
-        C::EvidenceFormat,
-        C::DeviceChain,
-        C::Revocation,
-        C::ReportSignature,
-        C::Fwid,
-        C::Nonce,
-        C::EvidenceBinding,
-        C::CcMode,
-        C::DevTools,
-        C::ProtectedPcie,
-        C::DriverVersion,
-        C::VbiosVersion,
-        C::RimMeasurements,
-        C::RimSignature,
+    // Runs every negative case here, on this thread, and collects the checks
+    // they showed failing alone (with the expected error): every GpuCheckId
+    // must be among them.
+    let cases: &[fn()] = &[
+        rejects_simulated_when_not_allowed,
+        rejects_truncated_evidence,
+        rejects_wrong_spdm_version,
+        rejects_wrong_request_code,
+        rejects_unsigned_request,
+        rejects_overrunning_measurement_block,
+        rejects_record_length_that_overruns_the_evidence,
+        rejects_opaque_field_that_overruns,
+        rejects_duplicate_driver_version_field,
+        rejects_chain_out_of_order,
+        rejects_chain_of_wrong_length,
+        rejects_chain_with_a_foreign_root,
+        rejects_signature_by_another_gpu,
+        rejects_fwid_that_differs_from_the_leaf,
+        rejects_nonce_mismatch,
+        rejects_gpu_evidence_of_another_gpu_index,
+        rejects_gpu_evidence_spliced_from_another_session,
+        rejects_claims_without_gpu_evidence_hash,
+        rejects_devtools_mode,
+        rejects_cc_mode_off,
+        rejects_missing_gpu_evidence_when_required,
+        rejects_wrong_gpu_count_and_duplicate_gpu,
+        rejects_driver_below_minimum,
+        rejects_vbios_below_minimum,
+        rejects_protected_pcie_off_when_required,
+        accepts_matching_rims_and_rejects_one_changed_measurement,
+        rejects_rims_that_both_claim_an_index,
+        rejects_missing_rim_when_required_and_rim_signature_fails_closed,
+        rejects_malformed_rim_xml,
+        rejects_revocation_when_required,
+        rejects_revoked_chain_certificate,
+        rejects_stale_or_future_ocsp,
+        rejects_incomplete_forged_or_foreign_ocsp,
+        rejects_unknown_architecture,
     ];
-    assert_eq!(covered.to_vec(), C::ALL.to_vec());
+    for case in cases {
+        case();
+    }
+    let covered: Vec<C> = FAILED_ALONE.with(|f| f.borrow().iter().copied().collect());
+    assert_eq!(covered, C::ALL.to_vec(), "GPU checks without an isolated failing case");
 }
 
 #[test]
