@@ -92,10 +92,7 @@ fn format_error(report: Vec<u8>) -> SpdmError {
     let t = appraise_one(&g, &c, &sim_policy());
     // The edited transcript no longer has the digest the claims commit to,
     // so the binding fails with it; nothing else may.
-    assert!(
-        [vec![C::EvidenceFormat], vec![C::EvidenceFormat, C::EvidenceBinding]].contains(&t.failures()),
-        "{t}"
-    );
+    assert!([vec![C::EvidenceFormat], vec![C::EvidenceFormat, C::EvidenceBinding]].contains(&t.failures()), "{t}");
     match t.error(C::EvidenceFormat) {
         Some(GpuError::Malformed(e)) => {
             FAILED_ALONE.with(|f| f.borrow_mut().insert(C::EvidenceFormat));

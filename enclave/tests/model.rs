@@ -156,6 +156,10 @@ fn teacher_forced_argmax_agrees_with_llamacpp() {
     assert!(max_first_diff < 0.5, "first-position logits differ by {max_first_diff}");
 }
 
+/// Largest llama.cpp top-2 logit gap at which another engine may pick the
+/// runner-up (rounding differences between kernels).
+const NEAR_TIE: f32 = 0.6;
+
 #[test]
 fn free_running_greedy_matches_reported() {
     let Some(path) = model_path() else { return };
@@ -175,9 +179,15 @@ fn free_running_greedy_matches_reported() {
             format!("{:?}", c.text.chars().take(40).collect::<String>()),
             c.greedy_ids.len()
         );
-        // The first token is never a near-tie in these fixtures except where stated.
-        if c.top2_gaps[0] >= 0.5 {
-            assert!(matched >= 1, "{:?}", c.text);
+        // Engines may part only at a near-tie: wherever this run leaves
+        // llama.cpp's greedy path, llama.cpp's own top-2 logit gap at that
+        // position must be small (DESIGN: measured near-ties 0.06–0.58).
+        // (A generation ends at a stop token, which its ids leave out.)
+        let stopped_there =
+            matched == g.ids.len() && tok.stop_ids().contains(&c.greedy_ids[matched.min(c.greedy_ids.len() - 1)]);
+        if matched < c.greedy_ids.len() && !stopped_there {
+            let gap = c.top2_gaps.get(matched).copied().unwrap_or(f32::INFINITY);
+            assert!(gap < NEAR_TIE, "{:?} left llama.cpp's path at token {matched}, top-2 gap {gap}", c.text);
         }
     }
 }

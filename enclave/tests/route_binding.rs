@@ -370,3 +370,64 @@ fn a_lying_middle_shard_changes_no_output_and_fails_no_other_session() {
     assert!(entry.contains("re-routed"), "{entry}");
     drop(rt);
 }
+
+/// Fail-over of the last stage, mid-stream, for a sampled session and a
+/// speculating one at once: both continue on the warm replica and end
+/// exactly as on the undisturbed route (the sampler's seed and the verified
+/// distributions are the same).
+#[test]
+fn losing_the_last_stage_mid_stream_keeps_sampled_and_speculating_streams_unchanged() {
+    use std::io::{BufRead, Write};
+    use veil_enclave::pipeline::entry::{GenerateEvent, GenerateWire, SpeculationRequest};
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("last-failover", &path, &[10, 20], &[1, 1, 2]);
+    c.spawn(2, 0);
+    c.spawn(1, 0);
+    c.spawn(0, 0);
+    c.wait_log(0, 0, "ready", 1);
+    let prompt = vec![1, 9690, 314, 2, 504, 3458, 282];
+    let sampled = GenerateWire { temperature: 0.8, top_k: 40, seed: 1234, ..cluster::greedy(&prompt, 120) };
+    let speculating = GenerateWire {
+        speculation: SpeculationRequest {
+            enabled: Some(true),
+            drafter: Some("ngram".into()),
+            ..SpeculationRequest::default()
+        },
+        ..cluster::greedy(&prompt, 120)
+    };
+    // The undisturbed outputs, on the same route.
+    let want: Vec<_> = [&sampled, &speculating].iter().map(|r| c.generate(r).unwrap()).collect();
+    let listen = c.route.generate_listen;
+    let (tx, rx) = std::sync::mpsc::channel::<()>();
+    let run = |req: GenerateWire, tx: std::sync::mpsc::Sender<()>| {
+        std::thread::spawn(move || {
+            let mut tcp = std::net::TcpStream::connect(listen).unwrap();
+            tcp.write_all(format!("{}\n", serde_json::to_string(&req).unwrap()).as_bytes()).unwrap();
+            let mut pieces = 0;
+            for line in std::io::BufReader::new(tcp).lines() {
+                match serde_json::from_str::<GenerateEvent>(&line.unwrap()).unwrap() {
+                    GenerateEvent::Text(_) => {
+                        pieces += 1;
+                        if pieces == 6 {
+                            let _ = tx.send(());
+                        }
+                    }
+                    GenerateEvent::Done(g) => return Ok(g),
+                    GenerateEvent::Error(e) => return Err(e),
+                }
+            }
+            Err("closed".to_owned())
+        })
+    };
+    let handles = [run(sampled, tx.clone()), run(speculating, tx)];
+    rx.recv().unwrap();
+    c.spawn(2, 1);
+    c.wait_log(0, 0, "control link up", 3);
+    c.kill(2, 0);
+    for (h, want) in handles.into_iter().zip(want) {
+        let got = h.join().unwrap().expect("a session failed over the last stage's loss");
+        assert_eq!((got.ids, got.text), (want.ids, want.text), "the stream changed across the re-route");
+    }
+    let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
+    assert!(log.contains("re-routed"), "no session was re-routed:\n{log}");
+}

@@ -82,14 +82,21 @@ async fn a_malicious_relay_is_detected_every_time() {
     // Each single-bit flip anywhere in the response.
     let (sealed, _) = seal(key.config(), request("{}")).await.unwrap();
     let len = entry(&key, sealed, &pieces).await.1.concat().len();
-    for at in (0..len).step_by(7) {
-        let r = attempt(&key, &pieces, |c| {
-            let mut w = c.concat();
-            w[at] ^= 0x04;
-            w
-        })
-        .await;
-        assert!(r.is_err(), "flip at {at} of {len} went unnoticed");
+    for at in 0..len {
+        for bit in 0..8 {
+            let r = attempt(&key, &pieces, |c| {
+                let mut w = c.concat();
+                w[at] ^= 1 << bit;
+                w
+            })
+            .await;
+            assert!(r.is_err(), "flip of bit {bit} at byte {at} of {len} went unnoticed");
+        }
+    }
+    // Truncation at every byte: never an answer.
+    for cut in 0..len {
+        let r = attempt(&key, &pieces, |c| c.concat()[..cut].to_vec()).await;
+        assert!(r.is_err(), "a response cut at byte {cut} of {len} opened");
     }
     // Truncation at every chunk boundary (the final chunk never arrives).
     for keep in 1..4 {

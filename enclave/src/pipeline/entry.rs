@@ -761,12 +761,7 @@ impl Entry {
                 // Every stage must hold exactly the positions just sent on
                 // top of the committed ones: rejected drafts were rolled back.
                 let expected = (s.history.len() + draft.tokens.len()) as u32;
-                if v.kv_lens.len() != self.route.stages.len() || v.kv_lens.iter().any(|&l| l != expected) {
-                    return Err(format!(
-                        "KV lengths {:?} after a round; every stage should hold {expected} positions",
-                        v.kv_lens
-                    ));
-                }
+                check_kv_lens(&v.kv_lens, self.route.stages.len(), expected)?;
                 let tokens = if draft.tokens.is_empty() {
                     vec![sampler.draw(v.positions.first().ok_or("empty verdict")?)]
                 } else {
@@ -901,6 +896,16 @@ impl Entry {
     }
 }
 
+/// After a round every stage (the entry first) must hold exactly `expected`
+/// positions of the session: the committed ones plus those just verified, so
+/// drafts a previous round rejected were rolled back everywhere.
+fn check_kv_lens(kv_lens: &[u32], stages: usize, expected: u32) -> Result<(), String> {
+    if kv_lens.len() != stages || kv_lens.iter().any(|&l| l != expected) {
+        return Err(format!("KV lengths {kv_lens:?} after a round; every stage should hold {expected} positions"));
+    }
+    Ok(())
+}
+
 #[derive(Debug)]
 struct Session {
     id: u64,
@@ -944,4 +949,20 @@ async fn handle_generate(entry: Arc<Entry>, tcp: TcpStream) -> std::io::Result<(
         w.write_all(text.as_bytes()).await?;
     }
     w.shutdown().await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_kv_lens;
+
+    #[test]
+    fn a_stage_that_did_not_roll_back_fails_the_session() {
+        assert!(check_kv_lens(&[12, 12, 12], 3, 12).is_ok());
+        // A middle stage kept two rejected drafts.
+        assert!(check_kv_lens(&[12, 14, 12], 3, 12).is_err());
+        // The last stage dropped a position; a stage missing from the verdict.
+        assert!(check_kv_lens(&[12, 12, 11], 3, 12).is_err());
+        assert!(check_kv_lens(&[12, 12], 3, 12).is_err());
+        assert!(check_kv_lens(&[12, 12, 12, 12], 3, 12).is_err());
+    }
 }
