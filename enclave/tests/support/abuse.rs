@@ -1,0 +1,180 @@
+//! Honest load and an abusive client against one cluster behind the host
+//! relay, shared by the abuse test and the abuse benchmark.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use veil_client::sdk::Client;
+
+/// What the honest clients saw.
+#[derive(Debug, Default)]
+pub struct Honest {
+    /// Latency of every completed request, ms.
+    pub latencies_ms: Vec<f64>,
+    /// Every failure, as text.
+    pub failures: Vec<String>,
+}
+
+impl Honest {
+    /// The `q` quantile of the latencies (0..=1), ms.
+    pub fn quantile(&self, q: f64) -> f64 {
+        let mut v = self.latencies_ms.clone();
+        v.sort_by(f64::total_cmp);
+        if v.is_empty() {
+            return f64::NAN;
+        }
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    }
+}
+
+/// `sessions` concurrent clients, each sending `per_session` sealed chat
+/// requests one after another through the relay at `url`.
+pub async fn honest_load(client: Arc<Client>, sessions: usize, per_session: usize, max_tokens: usize) -> Honest {
+    let mut tasks = Vec::new();
+    for s in 0..sessions {
+        let client = client.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut out = Honest::default();
+            for r in 0..per_session {
+                let body = serde_json::json!({
+                    "messages": [{"role": "user", "content": format!("Session {s}, question {r}: name a colour.")}],
+                    "max_tokens": max_tokens, "temperature": 0,
+                });
+                let start = Instant::now();
+                let result = async {
+                    let resp = client.call("POST", "/v1/chat/completions", &body).await?;
+                    let status = resp.status;
+                    let bytes = resp.collect().await?;
+                    Ok::<_, veil_client::sdk::ClientError>((status, bytes))
+                }
+                .await;
+                match result {
+                    Ok((200, bytes)) => {
+                        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap_or_default();
+                        if v["choices"][0]["message"]["content"].is_string() {
+                            out.latencies_ms.push(start.elapsed().as_secs_f64() * 1000.0);
+                        } else {
+                            out.failures.push(format!("session {s} request {r}: {v}"));
+                        }
+                    }
+                    Ok((status, bytes)) => out
+                        .failures
+                        .push(format!("session {s} request {r}: {status} {}", String::from_utf8_lossy(&bytes))),
+                    Err(e) => out.failures.push(format!("session {s} request {r}: {e}")),
+                }
+            }
+            out
+        }));
+    }
+    let mut all = Honest::default();
+    for t in tasks {
+        let h = t.await.unwrap();
+        all.latencies_ms.extend(h.latencies_ms);
+        all.failures.extend(h.failures);
+    }
+    all
+}
+
+/// What the abuser managed (counts of each attack sent).
+#[derive(Debug, Default)]
+pub struct Abuse {
+    /// Requests with too many messages.
+    pub many_messages: AtomicUsize,
+    /// Requests asking for an absurd max_tokens.
+    pub huge_max_tokens: AtomicUsize,
+    /// Tiny requests (one token each).
+    pub tiny: AtomicUsize,
+    /// Slow-loris connections opened.
+    pub slow_loris: AtomicUsize,
+    /// Attestation documents requested.
+    pub attestations: AtomicUsize,
+    /// Refusals it got (4xx/5xx), all fine.
+    pub refused: AtomicUsize,
+}
+
+/// One abusive client, until `stop`: oversized chats, absurd max_tokens,
+/// floods of tiny requests and attestation fetches, and slow-loris uploads
+/// that trickle a body to the relay.
+pub async fn abuser(client: Arc<Client>, relay: SocketAddr, stop: Arc<AtomicBool>, counts: Arc<Abuse>) {
+    let loris = {
+        let (stop, counts) = (stop.clone(), counts.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let mut conns = Vec::new();
+                for _ in 0..4 {
+                    if let Ok(mut tcp) = tokio::net::TcpStream::connect(relay).await {
+                        let head = "POST /v1/sealed HTTP/1.1\r\nHost: x\r\nContent-Type: message/ohttp-chunked-req\r\nContent-Length: 100000\r\n\r\n";
+                        let _ = tcp.write_all(head.as_bytes()).await;
+                        counts.slow_loris.fetch_add(1, Ordering::Relaxed);
+                        conns.push(tcp);
+                    }
+                }
+                for _ in 0..10 {
+                    for c in &mut conns {
+                        let _ = c.write_all(b"x").await;
+                    }
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
+            }
+        })
+    };
+    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build_http::<http_body_util::Full<bytes::Bytes>>();
+    let refused = |counts: &Abuse, r: Result<veil_client::seal::OpenedResponse, veil_client::sdk::ClientError>| {
+        if r.map(|o| o.status != 200).unwrap_or(true) {
+            counts.refused.fetch_add(1, Ordering::Relaxed);
+        }
+    };
+    while !stop.load(Ordering::Relaxed) {
+        // Over the message limit (refused before templating), and at it
+        // with a prompt over the context (refused after one linear pass).
+        for n in [2000, 1000] {
+            let msgs: Vec<serde_json::Value> = (0..n)
+                .map(|i| serde_json::json!({"role": "user", "content": format!("message number {i} of many")}))
+                .collect();
+            let body = serde_json::json!({ "messages": msgs });
+            refused(&counts, client.call("POST", "/v1/chat/completions", &body).await);
+            counts.many_messages.fetch_add(1, Ordering::Relaxed);
+        }
+        let huge =
+            serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1_000_000_000_000u64});
+        refused(&counts, client.call("POST", "/v1/chat/completions", &huge).await);
+        counts.huge_max_tokens.fetch_add(1, Ordering::Relaxed);
+        for _ in 0..10 {
+            let tiny = serde_json::json!({"prompt": "a", "max_tokens": 1, "temperature": 0});
+            if let Ok(r) = client.call("POST", "/v1/completions", &tiny).await {
+                let _ = r.collect().await;
+            }
+            counts.tiny.fetch_add(1, Ordering::Relaxed);
+        }
+        for _ in 0..5 {
+            let uri = format!("http://{relay}/v1/attestation?nonce={}", veil_attestation::Nonce::random());
+            if let Ok(r) = http.get(uri.parse().unwrap()).await {
+                let _ = http_body_util::BodyExt::collect(r.into_body()).await;
+            }
+            counts.attestations.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    loris.abort();
+}
+
+/// Starts an in-process relay in front of the cluster's gateway.
+pub fn relay(rt: &tokio::runtime::Runtime, gateway: SocketAddr) -> SocketAddr {
+    let host = super::cluster::free_port();
+    let mut config = veil_host::relay::RelayConfig::new(gateway);
+    // Room for the honest sessions and the abuser's uploads together.
+    config.max_concurrent = 256;
+    config.body_timeout = Duration::from_secs(5);
+    let relay = veil_host::relay::Relay::new(config);
+    let listener = rt.block_on(tokio::net::TcpListener::bind(host)).unwrap();
+    rt.spawn(relay.serve(listener));
+    host
+}
