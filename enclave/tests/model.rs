@@ -626,3 +626,38 @@ fn the_manifest_root_covers_vocabulary_and_chat_template() {
     assert_ne!(root("byte", &vocab_words, &template.replacen('m', "n", 1)), base, "one template byte kept the root");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A peer inventing session ids cannot grow a stage's per-session state
+/// without limit: past `MAX_SESSIONS` new sessions are refused (KV full).
+#[test]
+fn a_stage_holds_a_bounded_number_of_sessions() {
+    use veil_enclave::link::frame::{ErrorCode, Precision, Want};
+    use veil_enclave::pipeline::worker::{Input, Job, Output, StageWorker, MAX_SESSIONS};
+    let Some(path) = model_path() else { return };
+    let slice = std::sync::Arc::new(LayerSlice::load(&path, 29..30).unwrap());
+    let mut w = StageWorker::new(slice, 2, DEFAULT_KV_BUDGET_BYTES);
+    // Jobs that claim a position no session holds: refused, but each
+    // names a fresh session.
+    let job = |session: u64| Job {
+        session,
+        seq: 1,
+        start: 7,
+        truncate_to: None,
+        want: Want::Nothing,
+        route: vec![0, 0],
+        kv_lens: vec![0],
+        sampling: None,
+        precision: Precision::F32,
+        input: Input::Tokens(vec![1]),
+    };
+    let mut kv_full = 0;
+    for chunk in (0..MAX_SESSIONS as u64 + 100).collect::<Vec<_>>().chunks(512) {
+        for out in w.step(chunk.iter().map(|&s| job(s)).collect()) {
+            if let Output::Error(e) = out {
+                kv_full += usize::from(e.code == ErrorCode::KvFull);
+            }
+        }
+    }
+    assert_eq!(w.sessions(), MAX_SESSIONS);
+    assert_eq!(kv_full, 100);
+}

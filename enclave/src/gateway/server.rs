@@ -55,7 +55,13 @@ pub struct Gateway {
     model_name: String,
     peer_policy: Arc<Policy>,
     shape: RouteShape,
+    /// Evidence generations in flight: more get 503, so the attestation
+    /// endpoint cannot be used to burn the entry's CPU.
+    evidence_permits: Arc<tokio::sync::Semaphore>,
 }
+
+/// Attestation documents generated at once; more are refused with 503.
+pub const MAX_EVIDENCE_IN_FLIGHT: usize = 4;
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -97,7 +103,8 @@ impl Gateway {
         peer_policy: Arc<Policy>,
         shape: RouteShape,
     ) -> Self {
-        Self { entry, key, attester, claims, model_name, peer_policy, shape }
+        let evidence_permits = Arc::new(tokio::sync::Semaphore::new(MAX_EVIDENCE_IN_FLIGHT));
+        Self { entry, key, attester, claims, model_name, peer_policy, shape, evidence_permits }
     }
 
     /// Serves the gateway until the listener fails.
@@ -141,6 +148,9 @@ impl Gateway {
         let nonce = match nonce.transpose() {
             Ok(n) => n,
             Err(e) => return plain_error(StatusCode::BAD_REQUEST, &format!("bad nonce: {e}")),
+        };
+        let Ok(_permit) = self.evidence_permits.clone().try_acquire_owned() else {
+            return plain_error(StatusCode::SERVICE_UNAVAILABLE, "attestation busy; retry shortly");
         };
         // The shards listed are exactly those this fresh evidence commits to.
         let shards: Vec<LinkedShard> = self

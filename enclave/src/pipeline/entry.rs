@@ -39,6 +39,8 @@ pub const REROUTE_WAIT: Duration = Duration::from_secs(3);
 pub const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
 /// Re-routes one session may take before it fails.
 pub const MAX_REROUTES: usize = 8;
+/// Longest a session may run, all rounds together (a per-request deadline).
+pub const SESSION_DEADLINE: Duration = Duration::from_secs(600);
 
 /// A request on the internal endpoint (one JSON line).
 #[derive(Clone, Debug, Deserialize, Serialize)]
@@ -691,7 +693,15 @@ impl Entry {
             let mut pending: (usize, bool) = (0, false); // (first position to send, rebuild)
             let mut generated = 0;
             let mut prompt_round = true;
+            let started = Instant::now();
             'rounds: loop {
+                // The client went away (its receiver is gone): stop computing.
+                if out.is_closed() {
+                    return Err("the client went away".into());
+                }
+                if started.elapsed() > SESSION_DEADLINE {
+                    return Err(format!("the request ran past its deadline of {} s", SESSION_DEADLINE.as_secs()));
+                }
                 let (from, rebuild) = pending;
                 let mut draft = Draft::default();
                 let mut drafting = Duration::ZERO;

@@ -14,6 +14,9 @@ use crate::model::{BatchItem, LayerSlice, Logits, ModelError, Rows, SessionKv, S
 
 /// Positions one batch may carry (beyond its first job).
 pub const MAX_BATCH_POSITIONS: usize = 512;
+/// Most sessions one stage holds KV for: a peer cannot grow per-session state
+/// without limit by inventing session ids (each also counts against the KV budget).
+pub const MAX_SESSIONS: usize = 4096;
 
 /// What a job feeds the slice.
 #[derive(Clone, Debug)]
@@ -189,6 +192,15 @@ impl StageWorker {
         let per_position = self.slice.new_session(0).bytes_per_position();
         let mut used = self.kv_bytes();
         for mut job in jobs {
+            if !self.sessions.contains_key(&job.session) && self.sessions.len() >= MAX_SESSIONS {
+                outputs.push(Output::Error(LinkError {
+                    session: Some(job.session),
+                    seq: job.seq,
+                    code: ErrorCode::KvFull,
+                    message: format!("this shard holds {MAX_SESSIONS} sessions already"),
+                }));
+                continue;
+            }
             let kv = self.sessions.entry(job.session).or_insert_with(|| self.slice.new_session(self.budget_bytes));
             if let Some(t) = job.truncate_to {
                 used -= kv.bytes();
