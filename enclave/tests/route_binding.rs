@@ -431,3 +431,52 @@ fn losing_the_last_stage_mid_stream_keeps_sampled_and_speculating_streams_unchan
     let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
     assert!(log.contains("re-routed"), "no session was re-routed:\n{log}");
 }
+
+#[path = "support/big_vocab.rs"]
+mod big_vocab;
+
+/// A vocabulary of Qwen2/3's size (151,936 tokens) through a 2-stage
+/// pipeline: greedy and sampled (temperature 1, no top-k or top-p: the whole
+/// vocabulary crosses the link in each verdict), plain and speculative, all
+/// equal to one process.
+#[test]
+fn a_large_vocabulary_serves_greedy_and_sampled_plain_and_speculative() {
+    use veil_enclave::pipeline::entry::{GenerateWire, SpeculationRequest};
+    if model_path().is_none() {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("veil-bigvocab-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let model = dir.join("big-vocab.gguf");
+    big_vocab::write_big_vocab_model(&model, 151_936, 2, 64);
+    let (local_model, tok) = veil_enclave::generate::LocalModel::load(&model, &[]).unwrap();
+    assert_eq!(tok.vocab_size(), 151_936);
+    let mut c = Cluster::with_layers("bigvocab", &model, &[1], &[1, 1], 2);
+    c.start_all();
+    let prompt = vec![1, 300, 70_000, 151_000, 12];
+    let greedy = cluster::greedy(&prompt, 12);
+    let sampled = GenerateWire { temperature: 1.0, seed: 99, ..greedy.clone() };
+    let spec = |r: &GenerateWire| GenerateWire {
+        speculation: SpeculationRequest {
+            enabled: Some(true),
+            drafter: Some("script".into()),
+            k: Some(3),
+            script: Some(vec![5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]),
+        },
+        ..r.clone()
+    };
+    for (name, req) in [("greedy", greedy.clone()), ("sampled", sampled.clone())] {
+        let want = cluster::local(&local_model, &tok, &req);
+        let got = c.generate(&req).unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!((&got.ids, &got.text), (&want.ids, &want.text), "{name}");
+        let got = c.generate(&spec(&req)).unwrap_or_else(|e| panic!("{name} speculative: {e}"));
+        if name == "greedy" {
+            assert_eq!(got.ids, want.ids, "speculative greedy differs");
+        } else {
+            // Rejection sampling keeps the distribution, not the draws.
+            assert_eq!(got.ids.len(), want.ids.len(), "{name} speculative");
+        }
+        assert!(got.ids.iter().all(|&t| (t as usize) < 151_936));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

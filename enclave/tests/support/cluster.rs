@@ -48,12 +48,17 @@ impl Cluster {
     /// Writes a route for `cuts` (layer boundaries) with `replicas[i]`
     /// addresses for stage i, prepared (simulated root, policy, roots).
     pub fn new(name: &str, model: &Path, cuts: &[u32], replicas: &[usize]) -> Self {
+        Self::with_layers(name, model, cuts, replicas, 30)
+    }
+
+    /// [`new`](Self::new) for a model of `layers` layers.
+    pub fn with_layers(name: &str, model: &Path, cuts: &[u32], replicas: &[usize], layers: u32) -> Self {
         let dir = std::env::temp_dir().join(format!("veil-pipeline-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         let mut bounds = vec![0];
         bounds.extend_from_slice(cuts);
-        bounds.push(30);
+        bounds.push(layers);
         let stages = bounds
             .windows(2)
             .zip(replicas)
