@@ -321,7 +321,8 @@ fn generate_remote(addr: std::net::SocketAddr, args: &GenerateArgs) -> anyhow::R
                 }
                 return Ok(());
             }
-            GenerateEvent::Error(e) => anyhow::bail!("the pipeline refused or failed: {e}"),
+            GenerateEvent::Error(e) => anyhow::bail!("the pipeline failed: {e}"),
+            GenerateEvent::Refused(e) => anyhow::bail!("the entry refused the request: {e}"),
         }
     }
     anyhow::bail!("the entry closed the connection before finishing")

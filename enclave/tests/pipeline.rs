@@ -99,7 +99,7 @@ fn a_killed_shard_with_a_replica_is_routed_around_without_changing_the_stream() 
                         }
                     }
                     GenerateEvent::Done(g) => return Ok(g),
-                    GenerateEvent::Error(e) => return Err(e),
+                    GenerateEvent::Error(e) | GenerateEvent::Refused(e) => return Err(e),
                 }
             }
             Err("closed".to_owned())
@@ -139,7 +139,7 @@ fn a_killed_shard_without_a_replica_ends_the_stream_with_a_clear_error_in_second
                 }
                 GenerateEvent::Text(_) => {}
                 GenerateEvent::Done(_) => return Err("finished despite the dead shard".to_owned()),
-                GenerateEvent::Error(e) => return Ok((e, Instant::now())),
+                GenerateEvent::Error(e) | GenerateEvent::Refused(e) => return Ok((e, Instant::now())),
             }
         }
         Err("closed without an error".to_owned())

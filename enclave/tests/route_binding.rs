@@ -261,7 +261,7 @@ fn fail_over_goes_only_to_replicas_under_the_attested_policy() {
                 }
                 GenerateEvent::Text(_) => {}
                 GenerateEvent::Done(_) => return Err("finished without the only good replica".to_owned()),
-                GenerateEvent::Error(e) => return Ok(e),
+                GenerateEvent::Error(e) | GenerateEvent::Refused(e) => return Ok(e),
             }
         }
         Err("closed without an error".to_owned())
@@ -413,7 +413,7 @@ fn losing_the_last_stage_mid_stream_keeps_sampled_and_speculating_streams_unchan
                         }
                     }
                     GenerateEvent::Done(g) => return Ok(g),
-                    GenerateEvent::Error(e) => return Err(e),
+                    GenerateEvent::Error(e) | GenerateEvent::Refused(e) => return Err(e),
                 }
             }
             Err("closed".to_owned())
@@ -479,4 +479,31 @@ fn a_large_vocabulary_serves_greedy_and_sampled_plain_and_speculative() {
         assert!(got.ids.iter().all(|&t| (t as usize) < 151_936));
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A request that is the caller's fault is refused as such (a 400 through
+/// the gateway), not reported as a pipeline failure (503).
+#[test]
+fn invalid_requests_are_refused_not_failed() {
+    use std::io::{BufRead, Write};
+    use veil_enclave::pipeline::entry::{GenerateEvent, SpeculationRequest};
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("refused", &path, &[15], &[1, 1]);
+    c.start_all();
+    let bad = [
+        cluster::greedy(&[1, 10_000_000], 4),
+        veil_enclave::pipeline::entry::GenerateWire {
+            speculation: SpeculationRequest { drafter: Some("oracle".into()), ..Default::default() },
+            ..cluster::greedy(&[1, 2, 3], 4)
+        },
+    ];
+    for req in bad {
+        let mut tcp = std::net::TcpStream::connect(c.route.generate_listen).unwrap();
+        tcp.write_all(format!("{}\n", serde_json::to_string(&req).unwrap()).as_bytes()).unwrap();
+        let line = std::io::BufReader::new(tcp).lines().next().unwrap().unwrap();
+        let ev: GenerateEvent = serde_json::from_str(&line).unwrap();
+        assert!(matches!(ev, GenerateEvent::Refused(_)), "{line}");
+    }
+    // The entry keeps serving.
+    assert!(c.generate(&cluster::greedy(&[1, 2, 3], 4)).is_ok());
 }

@@ -294,6 +294,9 @@ impl Gateway {
                     GenerateEvent::Error(e) => {
                         return respond(sealer, 503, "application/json", &server_error(&e).body()).await
                     }
+                    GenerateEvent::Refused(e) => {
+                        return respond(sealer, 400, "application/json", &ApiError::invalid("request", e).body()).await
+                    }
                 }
             }
             return respond(sealer, 503, "application/json", &server_error("generation ended").body()).await;
@@ -319,6 +322,10 @@ impl Gateway {
                 }
                 GenerateEvent::Error(e) => {
                     sealer.body(&openai::sse_error(&server_error(&e))).await?;
+                    return sealer.finish().await;
+                }
+                GenerateEvent::Refused(e) => {
+                    sealer.body(&openai::sse_error(&ApiError::invalid("request", e))).await?;
                     return sealer.finish().await;
                 }
             }

@@ -145,8 +145,10 @@ pub enum GenerateEvent {
     Text(String),
     /// Finished.
     Done(Generation),
-    /// Failed; the message names the cause.
+    /// Failed in the pipeline (a shard, capacity); the message names the cause.
     Error(String),
+    /// Refused: the request itself is invalid (the caller's to fix; a 400).
+    Refused(String),
 }
 
 #[derive(Debug)]
@@ -642,25 +644,37 @@ impl Entry {
         out: mpsc::UnboundedSender<GenerateEvent>,
         routes: Option<mpsc::UnboundedSender<String>>,
     ) {
-        let result = self.run_session(req, &out, routes.as_ref()).await;
-        let _ = out.send(match result {
-            Ok(g) => GenerateEvent::Done(g),
-            Err(e) => GenerateEvent::Error(e),
-        });
+        let event = match self.admit_request(&req) {
+            Err(e) => GenerateEvent::Refused(e),
+            Ok(admitted) => match self.run_session(req, admitted, &out, routes.as_ref()).await {
+                Ok(g) => GenerateEvent::Done(g),
+                Err(e) => GenerateEvent::Error(e),
+            },
+        };
+        let _ = out.send(event);
+    }
+
+    /// Everything about a request that is the caller's to get right, checked
+    /// before any pipeline work: its prompt, sampling, length and speculation.
+    fn admit_request(&self, req: &GenerateWire) -> Result<Admitted, String> {
+        let prompt_ids = req.prompt_ids(&self.tokenizer).map_err(|e| e.to_string())?;
+        let sampler = Sampler::new(req.sampling()).map_err(|e| e.to_string())?;
+        let gen =
+            GenerateRequest { prompt_ids: prompt_ids.clone(), max_tokens: req.max_tokens, stop: req.stop.clone() };
+        let max_tokens = check_request(&gen, self.context).map_err(|e| e.to_string())?;
+        let spec = self.speculation_for(req, prompt_ids.len())?;
+        Ok(Admitted { prompt_ids, sampler, max_tokens, spec })
     }
 
     async fn run_session(
         self: &Arc<Self>,
         req: GenerateWire,
+        admitted: Admitted,
         out: &mpsc::UnboundedSender<GenerateEvent>,
         routes: Option<&mpsc::UnboundedSender<String>>,
     ) -> Result<Generation, String> {
-        let prompt_ids = req.prompt_ids(&self.tokenizer).map_err(|e| e.to_string())?;
+        let Admitted { prompt_ids, mut sampler, max_tokens, mut spec } = admitted;
         let params = req.sampling();
-        let mut sampler = Sampler::new(params.clone()).map_err(|e| e.to_string())?;
-        let gen =
-            GenerateRequest { prompt_ids: prompt_ids.clone(), max_tokens: req.max_tokens, stop: req.stop.clone() };
-        let max_tokens = check_request(&gen, self.context).map_err(|e| e.to_string())?;
         let (tx, mut events) = mpsc::unbounded_channel();
         let id = self.sessions.lock().await.open(tx, random_id);
         let mut route = match self.choose_route().await {
@@ -675,14 +689,6 @@ impl Entry {
             let _ = tx.send(self.describe_route(&route).await);
         }
         let mut s = Session { id, seq: 0, history: prompt_ids.clone(), params };
-        let mut spec = match self.speculation_for(&req, prompt_ids.len()) {
-            Ok(spec) => spec,
-            Err(e) => {
-                self.sessions.lock().await.close(id);
-                self.release(id, &route).await;
-                return Err(e);
-            }
-        };
         let greedy = s.params.temperature == 0.0;
         let result = async {
             let mut stream = TextStream::new(&self.tokenizer, req.stop.clone());
@@ -916,6 +922,15 @@ fn check_kv_lens(kv_lens: &[u32], stages: usize, expected: u32) -> Result<(), St
     Ok(())
 }
 
+/// A request that passed [`Entry::admit_request`].
+#[derive(Debug)]
+struct Admitted {
+    prompt_ids: Vec<u32>,
+    sampler: Sampler,
+    max_tokens: usize,
+    spec: Option<Speculation>,
+}
+
 #[derive(Debug)]
 struct Session {
     id: u64,
@@ -945,7 +960,7 @@ async fn handle_generate(entry: Arc<Entry>, tcp: TcpStream) -> std::io::Result<(
     let (tx, mut rx) = mpsc::unbounded_channel();
     match serde_json::from_str::<GenerateWire>(&line) {
         Err(e) => {
-            let _ = tx.send(GenerateEvent::Error(format!("bad request: {e}")));
+            let _ = tx.send(GenerateEvent::Refused(format!("bad request: {e}")));
             drop(tx);
         }
         Ok(req) => {
