@@ -3,13 +3,14 @@
 
     python3 scripts/openai_client_check.py http://127.0.0.1:8000/v1
 
-Chat completion (plain and streamed), completion (text and token ids) and
-models.list. Prints one JSON line with what it saw; exits non-zero on any
+Chat completion (plain and streamed), completion (text and token ids),
+models.list and models.retrieve, and a 404 for another model's name. Prints one JSON line with what it saw; exits non-zero on any
 failure. Used by the Rust test `openai_python_client_through_veil_proxy`.
 """
 import json
 import sys
 
+import openai
 from openai import OpenAI
 
 
@@ -17,6 +18,12 @@ def main(base_url: str) -> None:
     client = OpenAI(base_url=base_url, api_key="unused-by-veil")
     models = client.models.list()
     model = models.data[0].id
+    assert client.models.retrieve(model).id == model
+    try:
+        client.chat.completions.create(model="gpt-4", messages=[{"role": "user", "content": "Hi"}], max_tokens=1)
+        raise AssertionError("an unknown model name was served")
+    except openai.NotFoundError:
+        pass
     chat = client.chat.completions.create(
         model=model,
         messages=[{"role": "user", "content": "What is the capital of France?"}],

@@ -26,7 +26,7 @@ fn call(tok: &Tokenizer, method: &str, path: &str, body: &str) -> Result<Route, 
 fn generate(tok: &Tokenizer, path: &str, body: &str) -> Box<openai::Call> {
     match call(tok, "POST", path, body).unwrap() {
         Route::Generate(c) => c,
-        Route::Models => panic!("parsed as models"),
+        Route::Models | Route::Model => panic!("parsed as models"),
     }
 }
 
@@ -36,7 +36,7 @@ fn chat_requests_map_to_template_encoded_generations() {
     let c = generate(
         &tok,
         "/v1/chat/completions",
-        r#"{"model":"m","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi <|im_start|>"}]}],
+        r#"{"model":"SmolLM2","messages":[{"role":"system","content":"Be brief."},{"role":"user","content":[{"type":"text","text":"Hi <|im_start|>"}]}],
             "stream":true,"stream_options":{"include_usage":true},"temperature":0.5,"top_p":0.9,"seed":3,"stop":"\n\n","user":"ignored"}"#,
     );
     let want = tok
@@ -46,7 +46,7 @@ fn chat_requests_map_to_template_encoded_generations() {
         ])
         .unwrap();
     assert_eq!(c.request.prompt_ids.as_deref(), Some(&want[..]));
-    assert_eq!((c.kind, c.stream, c.include_usage, c.model.as_str()), (Kind::Chat, true, true, "m"));
+    assert_eq!((c.kind, c.stream, c.include_usage, c.model.as_str()), (Kind::Chat, true, true, "SmolLM2"));
     assert_eq!((c.request.temperature, c.request.top_p, c.request.seed), (0.5, 0.9, 3));
     assert_eq!(c.request.stop, vec!["\n\n".to_owned()]);
     assert_eq!(c.request.max_tokens, CTX - want.len(), "chat defaults to the rest of the context");
@@ -199,4 +199,27 @@ fn abusive_requests_get_400s_and_unseeded_requests_differ() {
     assert_eq!(seeds.len(), 8, "unseeded requests share a seed");
     let seeded = r#"{"messages":[{"role":"user","content":"Hi"}],"seed":7}"#;
     assert_eq!(generate(&tok, "/v1/chat/completions", seeded).request.seed, 7);
+}
+
+/// Another model's name gets OpenAI's 404 `model_not_found` (not this model
+/// answering under that name); the served model can be retrieved by id.
+#[test]
+fn unknown_models_are_404_and_the_served_one_can_be_retrieved() {
+    let Some(tok) = tokenizer() else { return };
+    for (method, path, body) in [
+        ("POST", "/v1/chat/completions", r#"{"model":"gpt-4","messages":[{"role":"user","content":"Hi"}]}"#),
+        ("POST", "/v1/completions", r#"{"model":"gpt-4","prompt":"Hi"}"#),
+        ("GET", "/v1/models/gpt-4", ""),
+    ] {
+        let e = call(&tok, method, path, body).err().unwrap();
+        assert_eq!((e.status, e.param, e.code()), (404, Some("model"), Some("model_not_found")), "{path}");
+        let v: Value = serde_json::from_slice(&e.body()).unwrap();
+        assert_eq!(v["error"]["code"], "model_not_found");
+        assert!(v["error"]["message"].as_str().unwrap().contains("gpt-4"));
+    }
+    assert!(matches!(call(&tok, "GET", "/v1/models/smollm2", ""), Ok(Route::Model)));
+    let ok = r#"{"model":"smollm2","messages":[{"role":"user","content":"Hi"}]}"#;
+    assert!(call(&tok, "POST", "/v1/chat/completions", ok).is_ok());
+    let v: Value = serde_json::from_slice(&openai::model_body("smollm2", 1)).unwrap();
+    assert_eq!((v["id"].as_str(), v["object"].as_str()), (Some("smollm2"), Some("model")));
 }

@@ -310,7 +310,7 @@ fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
         let client = Client::connect(&url, &policy).await.unwrap();
         assert_eq!(client.route().shards().len(), 2);
         let chat = serde_json::json!({
-            "model": "smollm2", "messages": [{"role": "user", "content": question}],
+            "model": "SmolLM2-135M-Instruct.Q4_1", "messages": [{"role": "user", "content": question}],
             "max_tokens": 24, "temperature": 0
         });
         let resp = client.call("POST", "/v1/chat/completions", &chat).await.unwrap();
@@ -564,7 +564,7 @@ fn veil_proxy_turns_a_cut_sealed_response_into_an_error_no_client_can_miss() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let body = |stream: bool| {
-        serde_json::json!({"model": "m", "messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8,
+        serde_json::json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8,
             "temperature": 0, "stream": stream})
         .to_string()
     };
@@ -606,9 +606,10 @@ fn veil_proxy_turns_a_cut_sealed_response_into_an_error_no_client_can_miss() {
             r#"
 import openai, sys
 c = openai.OpenAI(base_url="http://{listen}/v1", api_key="unused", max_retries=0)
+model = "SmolLM2-135M-Instruct.Q4_1"
 for stream in (False, True):
     try:
-        r = c.chat.completions.create(model="m", messages=[{{"role": "user", "content": "Hello"}}], max_tokens=8, temperature=0, stream=stream)
+        r = c.chat.completions.create(model=model, messages=[{{"role": "user", "content": "Hello"}}], max_tokens=8, temperature=0, stream=stream)
         if stream:
             for _ in r:
                 pass

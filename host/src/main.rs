@@ -1,7 +1,7 @@
 //! `veil-host`: the untrusted side of a Veil node.
 //!
-//! Today: local shard supervision (`cluster`) and test tooling (`wan-shim`);
-//! the public relay API is not built yet (see the README roadmap). This file only
+//! Local shard supervision with the public relay API (`cluster`) and test
+//! tooling (`wan-shim`). This file only
 //! sets up logging, parses arguments, builds the runtime and dispatches to
 //! the subcommand's module in `veil_host::cli`.
 

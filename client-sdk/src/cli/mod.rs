@@ -29,9 +29,11 @@ pub enum Exit {
     Unreadable = 2,
 }
 
-/// Veil: private inference on attested, sharded confidential VMs.
+/// Veil: private inference on attested, sharded confidential VMs. Verify a
+/// route, chat with it, serve a local OpenAI-compatible endpoint sealed to it,
+/// write and check policies, and inspect or verify attestation evidence.
 #[derive(Debug, Parser)]
-#[command(name = "veil", version, about, long_about = None)]
+#[command(name = "veil", version, long_about = None)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -34,16 +34,18 @@ fn connect(
     }
 }
 
-fn print_shard(name: &str, s: &VerifiedShard) {
-    println!("== {name}: stage {} replica {}, layers {}", s.stage(), s.replica(), s.layers());
-    println!("{}", s.evidence().checks());
+fn show_shard(out: &mut String, name: &str, s: &VerifiedShard) {
+    use std::fmt::Write as _;
+    let _ = writeln!(out, "== {name}: stage {} replica {}, layers {}", s.stage(), s.replica(), s.layers());
+    let _ = writeln!(out, "{}", s.evidence().checks());
     if let Some(gpus) = s.evidence().gpus() {
-        println!("{}", gpus.appraisal());
+        let _ = writeln!(out, "{}", gpus.appraisal());
     }
 }
 
 /// `veil verify URL --policy P`: a check table per shard; exit 0/1/2.
 pub fn verify(args: &RouteVerifyArgs) -> Exit {
+    use std::fmt::Write as _;
     match connect(&args.url, &args.policy, args.ca.as_deref()) {
         Err((exit, message)) => {
             eprintln!("{message}");
@@ -51,19 +53,25 @@ pub fn verify(args: &RouteVerifyArgs) -> Exit {
         }
         Ok((_, client)) => {
             let route = client.route();
-            print_shard("entry", route.entry());
+            let mut out = String::new();
+            show_shard(&mut out, "entry", route.entry());
             for s in route.shards() {
-                print_shard("shard", s);
+                show_shard(&mut out, "shard", s);
             }
-            println!("== route: peer policy {}, shape {}", route.peer_policy_digest(), route.shape().digest());
-            println!("{}", route.checks());
-            println!(
+            let _ =
+                writeln!(out, "== route: peer policy {}, shape {}", route.peer_policy_digest(), route.shape().digest());
+            let _ = writeln!(out, "{}", route.checks());
+            let _ = writeln!(
+                out,
                 "ACCEPTED: {} stage(s), {} shard process(es) on the route of {:?} verified against {}",
                 route.shape().stages().len(),
                 1 + route.shards().len(),
                 route.model(),
                 args.policy.display()
             );
+            // One write, its error ignored: `veil verify URL | head` closing
+            // the pipe early is not a failure of the verification.
+            let _ = std::io::stdout().lock().write_all(out.as_bytes());
             Exit::Accepted
         }
     }

@@ -36,10 +36,26 @@ impl ApiError {
         Self { status: 400, kind: "invalid_request_error", param: Some(param), message: message.into() }
     }
 
+    /// OpenAI's 404 for a model this endpoint does not serve.
+    pub fn model_not_found(asked: &str) -> Self {
+        let shown: String = asked.chars().take(64).collect();
+        Self {
+            status: 404,
+            kind: "invalid_request_error",
+            param: Some("model"),
+            message: format!("The model `{shown}` does not exist or you do not have access to it."),
+        }
+    }
+
+    /// OpenAI's machine-readable code, where it has one.
+    pub fn code(&self) -> Option<&'static str> {
+        (self.status == 404 && self.param == Some("model")).then_some("model_not_found")
+    }
+
     /// The JSON body.
     pub fn body(&self) -> Vec<u8> {
         serde_json::to_vec(&json!({
-            "error": { "message": self.message, "type": self.kind, "param": self.param, "code": Value::Null }
+            "error": { "message": self.message, "type": self.kind, "param": self.param, "code": self.code() }
         }))
         .unwrap_or_default()
     }
@@ -161,6 +177,8 @@ pub enum Route {
     Generate(Box<Call>),
     /// `GET /v1/models`.
     Models,
+    /// `GET /v1/models/{id}` for the served model.
+    Model,
 }
 
 /// Parses and validates one request. `context` bounds prompt + output.
@@ -175,6 +193,14 @@ pub fn parse(
     let path = path.split(|&b| b == b'?').next().unwrap_or_default();
     let kind = match (method, path) {
         (b"GET", b"/v1/models") => return Ok(Route::Models),
+        (b"GET", p) if p.starts_with(b"/v1/models/") => {
+            let id = String::from_utf8_lossy(&p[b"/v1/models/".len()..]).into_owned();
+            return if id.eq_ignore_ascii_case(model_name) {
+                Ok(Route::Model)
+            } else {
+                Err(ApiError::model_not_found(&id))
+            };
+        }
         (b"POST", b"/v1/chat/completions") => Kind::Chat,
         (b"POST", b"/v1/completions") => Kind::Completion,
         (_, b"/v1/models" | b"/v1/chat/completions" | b"/v1/completions") => {
@@ -216,6 +242,12 @@ pub fn parse(
             (b.common, ids)
         }
     };
+    // Another model's name is OpenAI's 404, not this model answering in its place.
+    if let Some(m) = common.model.as_deref() {
+        if !m.eq_ignore_ascii_case(model_name) {
+            return Err(ApiError::model_not_found(m));
+        }
+    }
     if common.n.unwrap_or(1) != 1 {
         return Err(ApiError::invalid("n", "only n = 1 is served"));
     }
@@ -452,6 +484,13 @@ fn sse(v: &Value) -> Vec<u8> {
     out.extend(serde_json::to_vec(v).unwrap_or_default());
     out.extend(b"\n\n");
     out
+}
+
+/// `GET /v1/models`.
+/// `GET /v1/models/{id}` for the served model.
+pub fn model_body(model_name: &str, created: u64) -> Vec<u8> {
+    serde_json::to_vec(&json!({ "id": model_name, "object": "model", "created": created, "owned_by": "veil" }))
+        .unwrap_or_default()
 }
 
 /// `GET /v1/models`.

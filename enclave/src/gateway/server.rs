@@ -228,6 +228,9 @@ impl Gateway {
                 })
             });
             let result = match routed {
+                Ok(Route::Model) => {
+                    respond(sealer, 200, "application/json", &openai::model_body(&gw.model_name, now())).await
+                }
                 Ok(Route::Models) => {
                     respond(sealer, 200, "application/json", &openai::models_body(&gw.model_name, now())).await
                 }

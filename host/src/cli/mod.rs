@@ -11,10 +11,11 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "veil-host",
     version,
-    about = "The untrusted Veil host: local shard supervision and test tooling (the public relay API is not built yet)",
-    long_about = "The untrusted Veil host. Today: `cluster` starts and supervises the shard processes of a \
-                  route on this machine, and `wan-shim` adds WAN delay to loopback links for tests and \
-                  benchmarks. The public relay API (sealed requests) is not built yet.",
+    about = "The untrusted Veil host: the public relay API, local shard supervision and test tooling",
+    long_about = "The untrusted Veil host. `cluster` starts and supervises the shard processes of a route on \
+                  this machine and serves the public relay API (sealed requests and attestation documents, \
+                  relayed to the entry as ciphertext; optional TLS; limits and metrics); `wan-shim` adds WAN \
+                  delay to loopback links for tests and benchmarks. The host holds no key that opens a prompt.",
     arg_required_else_help = true
 )]
 pub struct Cli {
