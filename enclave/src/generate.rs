@@ -49,6 +49,11 @@ impl LocalModel {
         let mut cuts = vec![0];
         cuts.extend_from_slice(boundaries);
         cuts.push(n_layer);
+        if cuts.windows(2).any(|w| w[0] >= w[1]) {
+            return Err(ModelError::Invalid(format!(
+                "split points {boundaries:?} must be increasing layers strictly inside 0..{n_layer}"
+            )));
+        }
         let mut slices = Vec::new();
         for w in cuts.windows(2) {
             slices.push(LayerSlice::from_gguf(&mut gguf, w[0]..w[1])?);

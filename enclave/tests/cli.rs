@@ -61,8 +61,29 @@ fn bad_input_is_a_clear_error_not_a_panic() {
     assert!(!missing.status.success());
     let err = String::from_utf8_lossy(&missing.stderr);
     assert!(err.contains("cannot read model file") && !err.contains("panicked"), "{err}");
+    assert!(err.contains("/nonexistent/model.gguf"), "the error names no path: {err}");
+    // A route given as a bare file name resolves against the current directory.
+    let dir = std::env::temp_dir().join(format!("veil-cli-bare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(
+        dir.join("cluster.toml"),
+        "model = \"m.gguf\"\npolicy = \"p.toml\"\n[entry]\ngenerate_listen = \"127.0.0.1:1\"\n[[stage]]\nlayers = [0, 30]\nreplicas = [\"127.0.0.1:2\"]\n",
+    )
+    .unwrap();
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_veil-shard"))
+        .args(["prepare", "--config", "cluster.toml", "--out", "out.toml"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("empty path"), "{err}");
+    assert!(err.contains("m.gguf"), "expected the missing model to be named: {err}");
+    let _ = std::fs::remove_dir_all(&dir);
     let Some(m) = model() else { return };
     let m = m.to_str().unwrap();
+    let reversed = shard(&["generate", "--model", m, "--prompt", "x", "--split", "20,10"]);
+    let err = String::from_utf8_lossy(&reversed.stderr);
+    assert!(err.contains("increasing") && !err.contains("outside"), "{err}");
     for args in [
         vec!["generate", "--model", m, "--prompt", ""],
         vec!["generate", "--model", m, "--prompt", "x", "--split", "40"],

@@ -62,6 +62,18 @@ impl RelayConfig {
     }
 }
 
+/// Stops a background task when the server that owns it is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// How often the relay checks the entry's health for `veil_entry_up`.
+pub const HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(2);
+
 /// Latency buckets of the request histogram, seconds.
 const BUCKETS: [f64; 10] = [0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0];
 
@@ -142,6 +154,14 @@ impl Relay {
 
     /// Serves on `listener` until the task is dropped.
     pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener) {
+        // `veil_entry_up` reflects the entry whether or not anyone asks /healthz.
+        let prober = self.clone();
+        let _probe = AbortOnDrop(tokio::spawn(async move {
+            loop {
+                let _ = prober.health().await;
+                tokio::time::sleep(HEALTH_PROBE_INTERVAL).await;
+            }
+        }));
         let acceptor = self.config.tls.clone().map(tokio_rustls::TlsAcceptor::from);
         let mut backoff = std::time::Duration::from_millis(10);
         loop {

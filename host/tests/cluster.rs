@@ -199,6 +199,8 @@ fn sealed_chat_through_the_relay(dir: &std::path::Path, public: SocketAddr, host
     }
     let metrics = generate_metrics(public);
     assert!(metrics.contains("veil_relay_requests_total{endpoint=\"sealed\",outcome=\"ok\"} 1"), "{metrics}");
+    // The relay probes the entry itself: up, though nobody asked /healthz.
+    assert!(metrics.contains("veil_entry_up 1"), "{metrics}");
     // The entry's counts ride along (the chat's decode rounds), never content.
     let rounds = metrics
         .lines()

@@ -5,7 +5,7 @@
 #[non_exhaustive]
 pub enum ModelError {
     /// The file could not be opened or read.
-    #[error("cannot read model file")]
+    #[error("cannot read model file: {0}")]
     Io(#[from] std::io::Error),
     /// Not a GGUF file, or a truncated or corrupt one.
     #[error("malformed GGUF: {0}")]

@@ -126,8 +126,11 @@ pub fn metadata_digest(metadata: &std::collections::HashMap<String, Value>) -> [
 impl GgufFile {
     /// Opens and parses the header; refuses files that are not GGUF.
     pub fn open(path: &Path) -> Result<Self> {
-        let mut file = File::open(path)?;
-        let file_len = file.metadata()?.len();
+        // The path in the error: "No such file or directory" alone names nothing.
+        let named =
+            |e: std::io::Error| ModelError::Io(std::io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+        let mut file = File::open(path).map_err(named)?;
+        let file_len = file.metadata().map_err(named)?.len();
         let mut magic = [0u8; 4];
         if file.read_exact(&mut magic).is_err() || &magic != b"GGUF" {
             return Err(ModelError::Malformed(format!("{} is not a GGUF file (bad magic)", path.display())));

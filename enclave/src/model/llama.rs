@@ -395,7 +395,13 @@ impl LayerSlice {
     /// Loads from an open file.
     pub fn from_gguf(gguf: &mut GgufFile, range: Range<usize>) -> Result<Self> {
         let config = Config::from_gguf(gguf)?;
-        if range.start >= range.end || range.end > config.n_layer {
+        if range.start >= range.end {
+            return Err(ModelError::Invalid(format!(
+                "layer range {}..{} is empty or reversed",
+                range.start, range.end
+            )));
+        }
+        if range.end > config.n_layer {
             return Err(ModelError::Invalid(format!(
                 "layer range {}..{} is outside the model's 0..{}",
                 range.start, range.end, config.n_layer

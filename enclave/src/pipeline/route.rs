@@ -206,8 +206,9 @@ impl Route {
     pub fn load(path: &Path) -> Result<Self, RouteError> {
         let text = std::fs::read_to_string(path).map_err(|source| RouteError::Io { path: path.to_owned(), source })?;
         // Absolute, so that a route written back out (`to_toml`) resolves the same from anywhere.
-        let base = std::path::absolute(path.parent().unwrap_or(Path::new(".")))
-            .map_err(|source| RouteError::Io { path: path.to_owned(), source })?;
+        // A bare file name has an empty parent: the current directory.
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        let base = std::path::absolute(parent).map_err(|source| RouteError::Io { path: path.to_owned(), source })?;
         Self::parse(&text, &base).map_err(|e| match e {
             RouteError::Parse { message, .. } => RouteError::Parse { path: path.to_owned(), message },
             other => other,
