@@ -95,3 +95,47 @@ fn bad_input_is_a_clear_error_not_a_panic() {
         assert!(!o.status.success() && !err.contains("panicked"), "{args:?}: {err}");
     }
 }
+
+/// The README's first model examples show the model at its best, not a
+/// greedy loop: kept in step with the README by running them.
+#[test]
+fn the_readme_examples_answer_sensibly() {
+    let Some(m) = model() else { return };
+    let m = m.to_str().unwrap();
+    let capital = shard(&[
+        "generate",
+        "--model",
+        m,
+        "--chat",
+        "--repeat-penalty",
+        "1.1",
+        "--prompt",
+        "What is the capital of France? Answer in one sentence.",
+    ]);
+    let text = String::from_utf8_lossy(&capital.stdout);
+    assert!(capital.status.success() && text.contains("Paris"), "{text}");
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    assert!(readme.contains(
+        "--chat --repeat-penalty 1.1 \\\n    --prompt \"What is the capital of France? Answer in one sentence.\""
+    ));
+    let sampled = |seed: &str| {
+        shard(&[
+            "generate",
+            "--model",
+            m,
+            "--chat",
+            "--temperature",
+            "0.7",
+            "--top-p",
+            "0.9",
+            "--seed",
+            seed,
+            "--max-tokens",
+            "24",
+            "--prompt",
+            "Give me three tips for staying focused while studying.",
+        ])
+        .stdout
+    };
+    assert_eq!(sampled("42"), sampled("42"), "the same seed gave another text");
+}
