@@ -171,11 +171,25 @@ fn parse_range(s: &str) -> Result<LayerRange, String> {
     LayerRange::new(a.parse().map_err(|_| "bad start")?, b.parse().map_err(|_| "bad end")?)
 }
 
+/// Exit status of `serve` when the shard cannot start (route, policy, model,
+/// attester, address in use): a configuration error that restarting will not
+/// heal (sysexits' EX_CONFIG). A supervisor stops instead of retrying.
+const EXIT_CONFIG: u8 = 78;
+
+/// A `serve` that failed before serving: every error `serve` returns is one
+/// (once up, it serves until the process ends).
+#[derive(Debug, thiserror::Error)]
+#[error("{0:#}")]
+struct CannotStart(anyhow::Error);
+
 fn main() -> std::process::ExitCode {
     match run() {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("veil-shard: {e:#}");
+            if e.downcast_ref::<CannotStart>().is_some() {
+                return std::process::ExitCode::from(EXIT_CONFIG);
+            }
             std::process::ExitCode::FAILURE
         }
     }
@@ -231,7 +245,7 @@ fn run() -> anyhow::Result<()> {
             Some(addr) => generate_remote(addr, &args)?,
             None => generate(args)?,
         },
-        Command::Serve(args) => serve(args)?,
+        Command::Serve(args) => serve(args).map_err(|e| anyhow::Error::new(CannotStart(e)))?,
         Command::DeriveDraft { model, out, layers, dtype } => {
             let dtype = dtype.as_deref().map(veil_enclave::speculate::derive::parse_dtype).transpose()?;
             let d = veil_enclave::speculate::derive::derive_draft(&model, &out, layers, dtype)?;

@@ -397,3 +397,65 @@ fn openai_python_client_through_veil_proxy(
     let seen: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     assert!(!seen["chat"].as_str().unwrap_or_default().is_empty(), "{seen}");
 }
+
+/// A configuration error (a typo in the policy, an address already in use)
+/// does not heal by restarting: the supervisor stops at once, naming the
+/// shard, instead of restarting it forever.
+#[test]
+fn a_configuration_error_stops_the_supervisor_instead_of_a_restart_loop() {
+    let Some(model) = model() else { return };
+    let host = PathBuf::from(env!("CARGO_BIN_EXE_veil-host"));
+    if !host.with_file_name("veil-shard").exists() {
+        println!("SKIP: veil-shard is not built next to veil-host");
+        return;
+    }
+    for case in ["policy typo", "address in use"] {
+        let dir = std::env::temp_dir().join(format!("veil-config-error-{}-{}", std::process::id(), case.len()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("sim")).unwrap();
+        // Occupied for the whole case when the case is "address in use".
+        let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+        let shard_addr = if case == "address in use" { squatter.local_addr().unwrap() } else { port() };
+        let policy = if case == "policy typo" { "sim/typo.toml" } else { "sim/policy.dev.toml" };
+        std::fs::write(dir.join("sim/typo.toml"), "alow_debug = true\n").unwrap();
+        let config = format!(
+            "model = {:?}\npolicy = \"{policy}\"\nsimulated_root = \"sim\"\n\
+             [entry]\ngenerate_listen = \"{}\"\n\
+             [[stage]]\nlayers = [0, 15]\nreplicas = [\"{}\"]\n\
+             [[stage]]\nlayers = [15, 30]\nreplicas = [\"{shard_addr}\"]\n",
+            model.display().to_string(),
+            port(),
+            port()
+        );
+        std::fs::write(dir.join("cluster.toml"), config).unwrap();
+        let log = dir.join("cluster.log");
+        let mut sup = Stopped(
+            Command::new(&host)
+                .args(["cluster", "--listen", &port().to_string(), "--config"])
+                .arg(dir.join("cluster.toml"))
+                .env("RUST_LOG", "info")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let status = loop {
+            if let Some(s) = sup.0.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{case}: the supervisor kept going:\n{}",
+                std::fs::read_to_string(&log).unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(!status.success(), "{case}: {text}");
+        assert!(text.contains("cannot start (configuration error"), "{case}: {text}");
+        assert!(!text.contains("shard exited; restarting"), "{case}: restarted:\n{text}");
+        drop(squatter);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

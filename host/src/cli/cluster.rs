@@ -64,6 +64,12 @@ const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// A process that ran this long resets its backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(60);
+/// `veil-shard serve`'s exit status for a configuration error (EX_CONFIG).
+const EXIT_CONFIG: i32 = 78;
+/// Consecutive exits within [`QUICK_EXIT`] of starting that stop the cluster.
+const MAX_QUICK_EXITS: u32 = 5;
+/// An exit this soon after starting counts as a start failure.
+const QUICK_EXIT: Duration = Duration::from_secs(10);
 /// How long shards get to exit after their pipe closes.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
@@ -75,6 +81,7 @@ struct Shard {
     started: Instant,
     backoff: Duration,
     restart_at: Option<Instant>,
+    quick_exits: u32,
 }
 
 /// Runs the cluster until Ctrl-C or SIGTERM.
@@ -112,6 +119,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 started: Instant::now(),
                 backoff: FIRST_BACKOFF,
                 restart_at: Some(Instant::now()),
+                quick_exits: 0,
             });
         }
     }
@@ -150,7 +158,8 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     };
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut tick = tokio::time::interval(Duration::from_millis(200));
-    loop {
+    let mut fatal: Option<String> = None;
+    'supervise: loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
@@ -161,6 +170,24 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 if let Ok(Some(status)) = child.try_wait() {
                     if s.started.elapsed() > STABLE_AFTER {
                         s.backoff = FIRST_BACKOFF;
+                    }
+                    // A configuration error (bad route or policy, address in
+                    // use) does not heal by restarting: stop, naming it.
+                    if status.code() == Some(EXIT_CONFIG) {
+                        fatal = Some(format!(
+                            "shard stage {} replica {} cannot start (configuration error, its message is above); \
+                             not restarting",
+                            s.stage, s.replica
+                        ));
+                        break 'supervise;
+                    }
+                    s.quick_exits = if s.started.elapsed() < QUICK_EXIT { s.quick_exits + 1 } else { 0 };
+                    if s.quick_exits >= MAX_QUICK_EXITS {
+                        fatal = Some(format!(
+                            "shard stage {} replica {} exited {} times within {:?} of starting; not restarting",
+                            s.stage, s.replica, s.quick_exits, QUICK_EXIT
+                        ));
+                        break 'supervise;
                     }
                     tracing::warn!(stage = s.stage, replica = s.replica, %status, restart_in = ?s.backoff, "shard exited; restarting");
                     s.child = None;
@@ -210,7 +237,10 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
         }
     }
     tracing::info!("all shards stopped");
-    Ok(())
+    match fatal {
+        Some(why) => anyhow::bail!(why),
+        None => Ok(()),
+    }
 }
 
 /// Waits until the gateway serves evidence for every stage (the entry is
