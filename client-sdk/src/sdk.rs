@@ -51,6 +51,15 @@ pub enum ClientError {
         /// Its body (at most 1 KiB, as text).
         message: String,
     },
+    /// The entry answered inside the seal with an OpenAI-shaped error (a
+    /// bad parameter, an unknown model): authenticated, the caller's to fix.
+    #[error("{status}: {message}")]
+    Api {
+        /// HTTP status inside the seal (200 for an error event in a stream).
+        status: u16,
+        /// The error's message.
+        message: String,
+    },
     /// The route the host presented is incomplete or inconsistent.
     #[error("route: {0}")]
     Route(String),
@@ -196,6 +205,23 @@ impl Client {
     /// The verified route.
     pub fn route(&self) -> &VerifiedRoute {
         &self.route
+    }
+
+    /// After the host refused a sealed request or the connection failed:
+    /// verifies the route again (fresh nonce, the same checks) and returns
+    /// the new client when the attested entry's key changed — a restart the
+    /// entry's evidence proves — or `None` when it did not (then the refusal
+    /// was not a key rotation, and a request must not be re-sent).
+    pub async fn reverified(&self, policy: &Policy, options: &ConnectOptions) -> Result<Option<Client>, ClientError> {
+        let fresh = Self::connect_with(&self.base, policy, options).await?;
+        Ok((fresh.route.key_config() != self.route.key_config()).then_some(fresh))
+    }
+
+    /// Whether `error` (from [`call`](Self::call)) may mean the entry's key
+    /// changed: the host refused what was sealed (400, 409, 422) or the
+    /// connection failed. Only [`reverified`](Self::reverified) can tell.
+    pub fn may_be_key_rotation(error: &ClientError) -> bool {
+        matches!(error, ClientError::Refused { status: 400 | 409 | 422, .. } | ClientError::Host(_))
     }
 
     /// Sends one API call (`method`, `path`, JSON body) sealed to the entry;

@@ -507,3 +507,62 @@ fn invalid_requests_are_refused_not_failed() {
     // The entry keeps serving.
     assert!(c.generate(&cluster::greedy(&[1, 2, 3], 4)).is_ok());
 }
+
+/// `veil chat` as a person uses it: after the entry restarts (a new sealing
+/// key) the next turn verifies the route again and is answered; a request
+/// error is one line and the conversation goes on.
+#[test]
+fn veil_chat_survives_an_entry_restart_and_reports_errors_in_one_line() {
+    use std::io::{BufRead, Write};
+    let Some(path) = model_path() else { return };
+    let veil = std::path::PathBuf::from(env!("CARGO_BIN_EXE_veil-shard")).with_file_name("veil");
+    if !veil.exists() {
+        println!("SKIP: veil is not built next to veil-shard");
+        return;
+    }
+    let mut c = Cluster::new("chat", &path, &[15], &[1, 1]);
+    c.start_all();
+    let url = format!("http://{}", c.route.sealed_listen.unwrap());
+    let policy = c.route.policy.clone();
+    let chat = |temperature: &str| {
+        std::process::Command::new(&veil)
+            .args(["chat", &url, "--max-tokens", "12", "--temperature", temperature, "--policy"])
+            .arg(&policy)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let mut child = chat("0");
+    let mut stdin = child.stdin.take().unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut answer = String::new();
+    stdin.write_all(b"What is the capital of France? Answer in one sentence.\n").unwrap();
+    out.read_line(&mut answer).unwrap();
+    assert!(!answer.trim().is_empty(), "no first answer");
+    // The entry restarts: a new key, the old one gone.
+    c.kill(0, 0);
+    c.spawn(0, 0);
+    c.wait_log(0, 0, "ready", 1);
+    let mut second = String::new();
+    stdin.write_all(b"And of Italy?\n").unwrap();
+    out.read_line(&mut second).unwrap();
+    drop(stdin);
+    let status = child.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("verified again") && !second.trim().is_empty(), "second turn: {second:?}\n{err}");
+    // A request error: one line per failed turn, and the session goes on.
+    let mut child = chat("5");
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"Hello\nHello again\n").unwrap();
+    drop(stdin);
+    let done = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&done.stderr);
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
+    assert_eq!(errors.len(), 2, "{err}");
+    assert!(errors[0].contains("temperature") && !errors[0].contains('{'), "{err}");
+    assert!(done.status.success(), "{err}");
+}

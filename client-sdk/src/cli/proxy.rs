@@ -29,7 +29,6 @@ const MAX_BODY: usize = 1 << 20;
 const MAX_RESPONSE: usize = 16 << 20;
 
 struct Proxy {
-    url: String,
     policy: veil_attestation::Policy,
     options: ConnectOptions,
     client: RwLock<Arc<Client>>,
@@ -55,15 +54,11 @@ impl Proxy {
     async fn call(&self, method: &str, path: &str, body: Vec<u8>) -> Result<OpenedResponse, ClientError> {
         let client = self.client.read().await.clone();
         match client.call_raw(method, path, body.clone()).await {
-            Err(ClientError::Refused { status: status @ (400 | 409 | 422), message }) => {
-                let fresh = Client::connect_with(&self.url, &self.policy, &self.options).await?;
-                if fresh.route().key_config() == client.route().key_config() {
-                    tracing::warn!(
-                        status,
-                        "the host refused a sealed request but the entry's key is unchanged: not re-sent"
-                    );
-                    return Err(ClientError::Refused { status, message });
-                }
+            Err(e @ ClientError::Refused { status: 400 | 409 | 422, .. }) => {
+                let Some(fresh) = client.reverified(&self.policy, &self.options).await? else {
+                    tracing::warn!(error = %e, "the host refused a sealed request but the entry's key is unchanged: not re-sent");
+                    return Err(e);
+                };
                 tracing::warn!("the entry's key changed (attested): route verified again, request re-sealed");
                 let fresh = Arc::new(fresh);
                 *self.client.write().await = fresh.clone();
@@ -251,7 +246,7 @@ pub async fn serve_on(
         1 + client.route().shards().len()
     );
     println!("listening on http://{listen}/v1");
-    let proxy = Arc::new(Proxy { url, policy, options, client: RwLock::new(Arc::new(client)) });
+    let proxy = Arc::new(Proxy { policy, options, client: RwLock::new(Arc::new(client)) });
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return Exit::Accepted,

@@ -77,29 +77,54 @@ pub fn verify(args: &RouteVerifyArgs) -> Exit {
     }
 }
 
-/// `veil chat URL --policy P`: interactive when stdin is a terminal,
-/// otherwise one user turn per input line.
+/// `veil chat URL --policy P`: interactive (line editing, per-session
+/// history) when stdin is a terminal, otherwise one user turn per input line.
+/// A failed turn prints one line and the conversation goes on; when the
+/// entry restarted (its attested key changed) the route is verified again and
+/// the turn re-sent.
 pub fn chat(args: &ChatArgs) -> Exit {
-    let (rt, client) = match connect(&args.url, &args.policy, args.ca.as_deref()) {
+    let (rt, mut client) = match connect(&args.url, &args.policy, args.ca.as_deref()) {
         Ok(c) => c,
         Err((exit, message)) => {
             eprintln!("{message}");
             return exit;
         }
     };
+    let Ok(policy) = policy(&args.policy) else { return Exit::Unreadable };
+    let Ok(options) = super::connect_options(args.ca.as_deref()) else { return Exit::Unreadable };
     eprintln!(
-        "verified {} shard process(es); messages are sealed to the attested entry. Ctrl-D ends.",
+        "verified {} stage(s) in {} shard process(es); messages are sealed to the attested entry. Ctrl-D ends.",
+        client.route().shape().stages().len(),
         1 + client.route().shards().len()
     );
-    let interactive = std::io::stdin().is_terminal();
-    let mut history: Vec<serde_json::Value> = Vec::new();
-    let mut lines = std::io::stdin().lock().lines();
-    loop {
-        if interactive {
-            eprint!("> ");
-            let _ = std::io::stderr().flush();
+    let mut editor = if std::io::stdin().is_terminal() {
+        match rustyline::DefaultEditor::new() {
+            Ok(e) => Some(e),
+            Err(e) => {
+                eprintln!("veil chat: no line editing ({e})");
+                None
+            }
         }
-        let Some(Ok(line)) = lines.next() else { break };
+    } else {
+        None
+    };
+    let mut lines = std::io::stdin().lock().lines();
+    let mut history: Vec<serde_json::Value> = Vec::new();
+    loop {
+        let line = match &mut editor {
+            Some(ed) => match ed.readline("> ") {
+                Ok(l) => {
+                    let _ = ed.add_history_entry(l.as_str());
+                    l
+                }
+                Err(rustyline::error::ReadlineError::Interrupted) => continue,
+                Err(_) => break,
+            },
+            None => match lines.next() {
+                Some(Ok(l)) => l,
+                _ => break,
+            },
+        };
         if line.trim().is_empty() {
             continue;
         }
@@ -107,11 +132,27 @@ pub fn chat(args: &ChatArgs) -> Exit {
         let body = serde_json::json!({
             "messages": history, "stream": true, "max_tokens": args.max_tokens, "temperature": args.temperature,
         });
-        match rt.block_on(stream_answer(&client, &body)) {
+        let mut result = rt.block_on(stream_answer(&client, &body));
+        if let Err(e) = &result {
+            if Client::may_be_key_rotation(e) {
+                match rt.block_on(client.reverified(&policy, &options)) {
+                    Ok(Some(fresh)) => {
+                        eprintln!("(the entry restarted: route verified again; sending your message again)");
+                        client = fresh;
+                        result = rt.block_on(stream_answer(&client, &body));
+                    }
+                    Ok(None) => {}
+                    Err(again) => result = Err(again),
+                }
+            }
+        }
+        match result {
             Ok(answer) => history.push(serde_json::json!({"role": "assistant", "content": answer})),
             Err(e) => {
-                eprintln!("\nerror: {e}");
-                return Exit::Rejected;
+                // One line; the turn is dropped and the conversation kept.
+                let first = e.to_string();
+                eprintln!("\nerror: {}", first.lines().next().unwrap_or_default());
+                history.pop();
             }
         }
     }
@@ -121,8 +162,14 @@ pub fn chat(args: &ChatArgs) -> Exit {
 async fn stream_answer(client: &Client, body: &serde_json::Value) -> Result<String, ClientError> {
     let mut resp = client.call("POST", "/v1/chat/completions", body).await?;
     if resp.status != 200 {
+        let status = resp.status;
         let body = resp.collect().await?;
-        return Err(ClientError::Host(String::from_utf8_lossy(&body).into_owned()));
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+        let message = v["error"]["message"]
+            .as_str()
+            .map(str::to_owned)
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+        return Err(ClientError::Api { status, message });
     }
     let mut pending = String::new();
     let mut answer = String::new();
@@ -137,7 +184,8 @@ async fn stream_answer(client: &Client, body: &serde_json::Value) -> Result<Stri
             }
             let v: serde_json::Value = serde_json::from_str(data).map_err(|e| ClientError::Host(e.to_string()))?;
             if let Some(err) = v.get("error") {
-                return Err(ClientError::Host(err.to_string()));
+                let message = err["message"].as_str().map(str::to_owned).unwrap_or_else(|| err.to_string());
+                return Err(ClientError::Api { status: 200, message });
             }
             if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
                 answer.push_str(t);
