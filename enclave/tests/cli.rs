@@ -14,7 +14,7 @@ fn model() -> Option<PathBuf> {
         return Some(p);
     }
     assert_ne!(std::env::var("VEIL_REQUIRE_MODEL").as_deref(), Ok("1"), "model missing");
-    eprintln!("SKIP: reference model not found (run scripts/fetch-model.sh)");
+    veil_tests::skip("reference model not found (run scripts/fetch-model.sh)");
     None
 }
 

@@ -29,7 +29,7 @@ fn model_path() -> Option<PathBuf> {
     if std::env::var("VEIL_REQUIRE_MODEL").as_deref() == Ok("1") {
         panic!("VEIL_REQUIRE_MODEL=1 but {} is missing (run scripts/fetch-model.sh)", path.display());
     }
-    eprintln!("SKIP: reference model not found (run scripts/fetch-model.sh)");
+    veil_tests::skip("reference model not found (run scripts/fetch-model.sh)");
     None
 }
 

@@ -546,7 +546,7 @@ fn veil_proxy_turns_a_cut_sealed_response_into_an_error_no_client_can_miss() {
     let veil = std::path::PathBuf::from(env!("CARGO_BIN_EXE_veil-shard")).with_file_name("veil");
     if !veil.exists() {
         assert!(std::env::var("VEIL_REQUIRE_MODEL").as_deref() != Ok("1"), "veil is not built next to veil-shard");
-        println!("SKIP: veil is not built next to veil-shard");
+        veil_tests::skip("veil is not built next to veil-shard");
         return;
     }
     let listen = cluster::free_port();
@@ -626,7 +626,7 @@ for stream in (False, True):
         assert_eq!(said.matches("raised").count(), 2, "{said}");
     } else {
         assert!(std::env::var("VEIL_REQUIRE_OPENAI").as_deref() != Ok("1"), "VEIL_REQUIRE_OPENAI=1 but no openai");
-        println!("SKIP: the openai Python package is not installed");
+        veil_tests::skip("the openai Python package is not installed");
     }
     let _ = proxy.kill();
     let _ = proxy.wait();

@@ -517,7 +517,7 @@ fn veil_chat_survives_an_entry_restart_and_reports_errors_in_one_line() {
     let Some(path) = model_path() else { return };
     let veil = std::path::PathBuf::from(env!("CARGO_BIN_EXE_veil-shard")).with_file_name("veil");
     if !veil.exists() {
-        println!("SKIP: veil is not built next to veil-shard");
+        veil_tests::skip("veil is not built next to veil-shard");
         return;
     }
     let mut c = Cluster::new("chat", &path, &[15], &[1, 1]);

@@ -24,7 +24,7 @@ fn model() -> Option<PathBuf> {
         "VEIL_REQUIRE_MODEL=1 but {} is missing",
         path.display()
     );
-    println!("SKIP: reference model not found");
+    veil_tests::skip("reference model not found");
     None
 }
 
@@ -77,7 +77,7 @@ fn supervises_restarts_and_stops_every_shard() {
     let Some(model) = model() else { return };
     let host = PathBuf::from(env!("CARGO_BIN_EXE_veil-host"));
     if !host.with_file_name("veil-shard").exists() {
-        println!("SKIP: veil-shard is not built next to veil-host");
+        veil_tests::skip("veil-shard is not built next to veil-host");
         return;
     }
     let dir = std::env::temp_dir().join(format!("veil-cluster-{}", std::process::id()));
@@ -339,7 +339,7 @@ fn openai_python_client_through_veil_proxy(
             std::env::var("VEIL_REQUIRE_OPENAI").as_deref() != Ok("1"),
             "VEIL_REQUIRE_OPENAI=1 but `import openai` fails"
         );
-        println!("SKIP: the openai Python package is not installed");
+        veil_tests::skip("the openai Python package is not installed");
         return;
     }
     let veil = host.with_file_name("veil");
@@ -406,7 +406,7 @@ fn a_configuration_error_stops_the_supervisor_instead_of_a_restart_loop() {
     let Some(model) = model() else { return };
     let host = PathBuf::from(env!("CARGO_BIN_EXE_veil-host"));
     if !host.with_file_name("veil-shard").exists() {
-        println!("SKIP: veil-shard is not built next to veil-host");
+        veil_tests::skip("veil-shard is not built next to veil-host");
         return;
     }
     for case in ["policy typo", "address in use"] {

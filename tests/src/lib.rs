@@ -11,6 +11,23 @@ use veil_attestation::snp::Product;
 use veil_attestation::x509::{parse_time, ParsedCert};
 use veil_attestation::{EvidenceBundle, Measurement, Policy};
 
+/// Records a check that did not run for lack of input: printed (hidden by
+/// the test harness unless `--nocapture`) and appended to
+/// `target/<profile>/veil-skipped.txt`, which `.ci/run` prints after the
+/// tests and a user can read after `cargo test`.
+pub fn skip(reason: &str) {
+    eprintln!("SKIP: {reason}");
+    let file =
+        std::env::current_exe().ok().and_then(|exe| exe.parent()?.parent().map(|dir| dir.join("veil-skipped.txt")));
+    if let Some(file) = file {
+        use std::io::Write as _;
+        let test = std::thread::current().name().unwrap_or("?").to_owned();
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(file) {
+            let _ = writeln!(f, "{test}: {reason}");
+        }
+    }
+}
+
 /// Where the real hardware vectors live: `$VEIL_VECTORS`, else `../shared/vectors`
 /// next to the repository. `None` when absent, unless `VEIL_REQUIRE_VECTORS=1`,
 /// in which case absence is a test failure (CI sets it when the vectors exist).
@@ -27,7 +44,7 @@ pub fn vectors_dir() -> Option<PathBuf> {
     if std::env::var("VEIL_REQUIRE_VECTORS").as_deref() == Ok("1") {
         panic!("VEIL_REQUIRE_VECTORS=1 but no vectors at $VEIL_VECTORS or ../shared/vectors");
     }
-    eprintln!("SKIP: real hardware vectors not found (set VEIL_VECTORS)");
+    skip("real hardware vectors not found (set VEIL_VECTORS)");
     None
 }
 

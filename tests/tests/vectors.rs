@@ -266,7 +266,7 @@ fn sev_crate_testdata() -> Option<std::path::PathBuf> {
         std::env::var("VEIL_REQUIRE_VECTORS").as_deref() != Ok("1"),
         "VEIL_REQUIRE_VECTORS=1 but the sev crate's test data is not in the cargo registry"
     );
-    eprintln!("SKIP: sev crate test data not found in the cargo registry");
+    veil_tests::skip("sev crate test data not found in the cargo registry");
     None
 }
 
