@@ -113,6 +113,7 @@ fn supervises_restarts_and_stops_every_shard() {
     sealed_chat_through_the_relay(&dir, public, &log);
     sealed_chat_over_https(&dir, gateway);
     policy_init_pins_what_it_saw(&host, &dir, public);
+    a_second_cluster_on_the_same_route_does_not_relay_the_first(&host, &dir);
     let pid_of = |text: &str, stage: usize| -> Vec<u32> {
         text.lines()
             .filter(|l| l.contains("shard started") && l.contains(&format!("stage={stage} ")))
@@ -458,4 +459,36 @@ fn a_configuration_error_stops_the_supervisor_instead_of_a_restart_loop() {
         drop(squatter);
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// A second supervisor started on the same route (its shards' addresses
+/// taken by the first cluster) must not relay to the first cluster's entry:
+/// it stops with its shards' error and never says it is listening.
+fn a_second_cluster_on_the_same_route_does_not_relay_the_first(host: &std::path::Path, dir: &std::path::Path) {
+    let out = dir.join("second.out");
+    let second_dir = dir.join("second-run");
+    let mut second = Stopped(
+        Command::new(host)
+            .args(["cluster", "--listen", &port().to_string(), "--run-dir"])
+            .arg(&second_dir)
+            .arg("--config")
+            .arg(dir.join("cluster.toml"))
+            .stdout(std::fs::File::create(&out).unwrap())
+            .stderr(std::fs::File::create(dir.join("second.err")).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(s) = second.0.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the second cluster kept running");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let said = std::fs::read_to_string(&out).unwrap();
+    let err = std::fs::read_to_string(dir.join("second.err")).unwrap();
+    assert!(!status.success(), "{err}");
+    assert!(!said.contains("listening on"), "the second cluster relayed the first one's entry:\n{said}");
+    assert!(err.contains("configuration error"), "{err}");
 }

@@ -128,7 +128,12 @@ impl Gateway {
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let path = req.uri().path().to_owned();
         match (req.method().as_str(), path.as_str()) {
-            ("GET", "/healthz") if self.entry.ready().await => full(StatusCode::OK, "text/plain", b"ok\n".to_vec()),
+            ("GET", "/healthz") if self.entry.ready().await => {
+                // The supervisor's cluster id (not a secret), so a supervisor
+                // knows the ready entry is its own and not another cluster's.
+                let id = std::env::var("VEIL_CLUSTER_ID").unwrap_or_default();
+                full(StatusCode::OK, "text/plain", format!("ok {id}\n").into_bytes())
+            }
             ("GET", "/healthz") => {
                 plain_error(StatusCode::SERVICE_UNAVAILABLE, "waiting for a verified shard per stage")
             }

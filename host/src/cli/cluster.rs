@@ -136,6 +136,9 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
         _ => None,
     };
     let scheme = if tls.is_some() { "https" } else { "http" };
+    // This cluster's id, handed to its shards: the relay says it is ready only
+    // when its own entry answers (not another cluster's on the same address).
+    let cluster_id: String = rand_id().iter().map(|b| format!("{b:02x}")).collect();
     let relay_task = match view.entry.sealed_listen {
         None => {
             tracing::warn!("the route sets no entry.sealed_listen: no public API");
@@ -148,8 +151,9 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             let relay =
                 crate::relay::Relay::new(crate::relay::RelayConfig { tls, ..crate::relay::RelayConfig::new(gateway) });
             let listen = args.listen;
+            let id = cluster_id.clone();
             Some(tokio::spawn(async move {
-                wait_for_gateway(gateway).await;
+                wait_for_gateway(gateway, &id).await;
                 // The line scripts wait for (stdout): the API is ready.
                 println!("listening on {scheme}://{listen}");
                 relay.serve(listener).await;
@@ -196,7 +200,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 }
             }
             if s.child.is_none() && s.restart_at.is_some_and(|t| Instant::now() >= t) {
-                match spawn(&shard_bin, &route, s.stage, s.replica) {
+                match spawn(&shard_bin, &route, s.stage, s.replica, &cluster_id) {
                     Ok(child) => {
                         tracing::info!(
                             stage = s.stage,
@@ -245,7 +249,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
 
 /// Waits until the gateway serves evidence for every stage (the entry is
 /// ready when its shards are verified).
-async fn wait_for_gateway(gateway: SocketAddr) {
+async fn wait_for_gateway(gateway: SocketAddr, cluster_id: &str) {
     loop {
         if let Ok(mut tcp) = tokio::net::TcpStream::connect(gateway).await {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -254,6 +258,7 @@ async fn wait_for_gateway(gateway: SocketAddr) {
             if tcp.write_all(req.as_bytes()).await.is_ok()
                 && tcp.read_to_end(&mut answer).await.is_ok()
                 && answer.starts_with(b"HTTP/1.1 200")
+                && String::from_utf8_lossy(&answer).contains(&format!("ok {cluster_id}"))
             {
                 return;
             }
@@ -262,8 +267,19 @@ async fn wait_for_gateway(gateway: SocketAddr) {
     }
 }
 
-fn spawn(bin: &Path, route: &Path, stage: usize, replica: usize) -> std::io::Result<Child> {
+/// 16 random bytes from the OS (an id, not a secret: it tells this cluster's
+/// entry from another's).
+fn rand_id() -> [u8; 16] {
+    let mut b = [0u8; 16];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = std::io::Read::read_exact(&mut f, &mut b);
+    }
+    b
+}
+
+fn spawn(bin: &Path, route: &Path, stage: usize, replica: usize, cluster_id: &str) -> std::io::Result<Child> {
     Command::new(bin)
+        .env("VEIL_CLUSTER_ID", cluster_id)
         .args(["serve", "--config"])
         .arg(route)
         .args(["--stage", &stage.to_string(), "--replica", &replica.to_string(), "--supervised"])
