@@ -458,6 +458,22 @@ impl Policy {
         w
     }
 
+    /// Whether this policy can be met where evidence is verified without
+    /// collateral fetched by the relying party (the serving path: client SDK,
+    /// `veil verify URL`, links between shards): `gpu.require_revocation`
+    /// needs OCSP responses that only `veil attest verify --gpu-ocsp`
+    /// supplies, so there it would refuse every shard — said once, clearly.
+    pub fn fit_for_serving_path(&self) -> Result<(), PolicyError> {
+        if self.gpu.require_revocation {
+            return Err(PolicyError::Inconsistent(
+                "gpu.require_revocation = true cannot be met on the serving path: OCSP responses for GPU device \
+                 chains are not fetched there (check revocation with `veil attest verify --gpu-ocsp`)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Whether a shard with hardware evidence may enforce this policy on its
     /// links: not if it accepts simulated evidence or waives the measurement.
     pub fn fit_for_hardware(&self) -> Result<(), PolicyError> {

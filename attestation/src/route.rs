@@ -499,6 +499,10 @@ pub fn verify_route(
     nonce: &Nonce,
     now: SystemTime,
 ) -> Result<VerifiedRoute, RouteError> {
+    policy.fit_for_serving_path().map_err(|e| RouteError::Evidence {
+        who: "the route (policy)".into(),
+        source: Error::ApiMisuse(e.to_string()),
+    })?;
     let mut t = RouteReport::default();
     let reject = |t: RouteReport| {
         let (check, expected, actual) = match t.first_failure() {

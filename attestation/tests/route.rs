@@ -338,3 +338,15 @@ fn the_entry_must_be_bound_to_the_key_config_and_nonce() {
         Err(RouteError::Evidence { .. })
     ));
 }
+
+#[test]
+fn a_policy_requiring_gpu_revocation_is_refused_on_the_serving_path_with_its_reason() {
+    let mut policy = client_policy();
+    policy.gpu.require_revocation = true;
+    match verify_route(&honest(&nonce()), &policy, &nonce(), SystemTime::now()) {
+        Err(RouteError::Evidence { source, .. }) => {
+            assert!(source.to_string().contains("require_revocation"), "{source}");
+        }
+        other => panic!("{other:?}"),
+    }
+}

@@ -60,6 +60,7 @@ pub fn load(
     route.fully_pinned()?;
     let s = route.stages.get(stage).ok_or_else(|| anyhow::anyhow!("the route has no stage {stage}"))?;
     let policy = load_policy(&route.policy)?;
+    policy.fit_for_serving_path().map_err(|e| anyhow::anyhow!("policy {}: {e}", route.policy.display()))?;
     if evidence == Evidence::Hardware {
         policy
             .fit_for_hardware()
