@@ -71,12 +71,19 @@ pub struct LinkState {
     require: PeerRequirement,
     peer: Option<Hello>,
     last_seq: HashMap<u64, u64>,
+    /// Sessions in `last_seq`, oldest first (bounded by [`MAX_TRACKED_SESSIONS`]).
+    order: std::collections::VecDeque<u64>,
 }
+
+/// Sessions whose sequence numbers one link tracks; the oldest are forgotten
+/// beyond this, so neither a peer inventing session ids nor a long-lived data
+/// link (which never sees the end of a session) grows without limit.
+pub const MAX_TRACKED_SESSIONS: usize = 1 << 16;
 
 impl LinkState {
     /// A link on which we are `side`, expecting a peer meeting `require`.
     pub fn new(side: Side, require: PeerRequirement) -> Self {
-        Self { side, require, peer: None, last_seq: HashMap::new() }
+        Self { side, require, peer: None, last_seq: HashMap::new(), order: Default::default() }
     }
 
     /// The peer's hello, once received.
@@ -134,6 +141,14 @@ impl LinkState {
             _ => None,
         };
         if let Some((session, seq)) = seq {
+            if !self.last_seq.contains_key(&session) {
+                if self.order.len() >= MAX_TRACKED_SESSIONS {
+                    if let Some(old) = self.order.pop_front() {
+                        self.last_seq.remove(&old);
+                    }
+                }
+                self.order.push_back(session);
+            }
             let last = self.last_seq.entry(session).or_insert(0);
             if seq <= *last {
                 return Err(Violation::OutOfOrder { last: *last, got: seq });
@@ -141,7 +156,9 @@ impl LinkState {
             *last = seq;
         }
         if let Frame::EndSession(s) = frame {
-            self.last_seq.remove(s);
+            if self.last_seq.remove(s).is_some() {
+                self.order.retain(|x| x != s);
+            }
         }
         Ok(())
     }
@@ -170,6 +187,20 @@ mod tests {
             width: 1,
             hidden: vec![0.0],
         })
+    }
+
+    #[test]
+    fn tracked_sessions_are_bounded() {
+        let mut s = LinkState::new(Side::Acceptor, PeerRequirement { role: None, layers: None, manifest_root: None });
+        s.on_receive(&hello(LinkRole::Data, (0, 1), 1)).unwrap();
+        for session in 0..(MAX_TRACKED_SESSIONS as u64 + 1000) {
+            s.on_receive(&forward(session, 1)).unwrap();
+        }
+        assert_eq!(s.last_seq.len(), MAX_TRACKED_SESSIONS);
+        assert_eq!(s.order.len(), MAX_TRACKED_SESSIONS);
+        // The newest are still checked.
+        let newest = MAX_TRACKED_SESSIONS as u64 + 999;
+        assert!(s.on_receive(&forward(newest, 1)).is_err());
     }
 
     fn require() -> PeerRequirement {
