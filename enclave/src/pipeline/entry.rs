@@ -39,6 +39,9 @@ pub const REROUTE_WAIT: Duration = Duration::from_secs(3);
 pub const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
 /// Re-routes one session may take before it fails.
 pub const MAX_REROUTES: usize = 8;
+/// Events queued for one session (verdicts, errors, link losses); a peer
+/// that fills the queue is dropped for flooding.
+pub const SESSION_EVENTS: usize = 256;
 /// Longest a session may run, all rounds together (a per-request deadline).
 pub const SESSION_DEADLINE: Duration = Duration::from_secs(600);
 
@@ -188,7 +191,7 @@ pub struct Entry {
     context: usize,
     trust: Arc<Trust>,
     worker: mpsc::Sender<Command>,
-    sessions: Mutex<SessionTable<mpsc::UnboundedSender<Event>>>,
+    sessions: Mutex<SessionTable<mpsc::Sender<Event>>>,
     /// Per stage after the entry, per replica.
     replicas: Mutex<Vec<Vec<Replica>>>,
     draft_model: Option<Arc<DraftModel>>,
@@ -363,7 +366,7 @@ impl Entry {
     /// Hands an event from the entry's own stage to its session.
     async fn dispatch(&self, session: u64, event: Event) {
         if let Some(tx) = self.sessions.lock().await.sink(session) {
-            let _ = tx.send(event);
+            let _ = tx.try_send(event);
         }
     }
 
@@ -374,10 +377,12 @@ impl Entry {
         let said = if matches!(event, Event::Verdict(_)) { Said::Verdict } else { Said::Error };
         let sessions = self.sessions.lock().await;
         match sessions.admit(stage, replica, session, said) {
-            (Admit::Deliver, Some(tx)) => {
-                let _ = tx.send(event);
-                Ok(())
-            }
+            // A session reads one event per answer it awaits: a peer that
+            // fills its queue is flooding it.
+            (Admit::Deliver, Some(tx)) => match tx.try_send(event) {
+                Err(mpsc::error::TrySendError::Full(_)) => Err("a flood of frames for one session"),
+                _ => Ok(()),
+            },
             (Admit::Deliver | Admit::Ignore, _) => Ok(()),
             (Admit::Violation(why), _) => Err(why),
         }
@@ -543,7 +548,7 @@ impl Entry {
                         r.evidence = None;
                     }
                     for tx in self.sessions.lock().await.sinks() {
-                        let _ = tx.send(Event::Down { stage, replica });
+                        let _ = tx.try_send(Event::Down { stage, replica });
                     }
                 }
             }
@@ -675,7 +680,7 @@ impl Entry {
     ) -> Result<Generation, String> {
         let Admitted { prompt_ids, mut sampler, max_tokens, mut spec } = admitted;
         let params = req.sampling();
-        let (tx, mut events) = mpsc::unbounded_channel();
+        let (tx, mut events) = mpsc::channel(SESSION_EVENTS);
         let id = self.sessions.lock().await.open(tx, random_id);
         let mut route = match self.choose_route().await {
             Ok(r) => r,
