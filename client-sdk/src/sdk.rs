@@ -125,14 +125,72 @@ impl ConnectOptions {
             }
         }
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let tls = rustls::ClientConfig::builder_with_provider(provider)
+        let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| ClientError::Host(e.to_string()))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+            .map_err(|e| ClientError::Host(e.to_string()))?;
+        let tls = if https {
+            let webpki =
+                rustls::client::WebPkiServerVerifier::builder_with_provider(std::sync::Arc::new(roots), provider)
+                    .build()
+                    .map_err(|e| ClientError::Host(format!("certificate verifier: {e}")))?;
+            let verifier = PinnedOrWebPki { pinned: self.extra_roots.clone(), webpki };
+            builder.dangerous().with_custom_certificate_verifier(std::sync::Arc::new(verifier)).with_no_client_auth()
+        } else {
+            builder.with_root_certificates(roots).with_no_client_auth()
+        };
         let connector =
             hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
         Ok(hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector))
+    }
+}
+
+/// The host's TLS certificate verifier: a certificate the user gave with
+/// `--ca` is accepted when the host presents exactly it (a self-signed
+/// certificate made the usual way, `openssl req -x509`, is marked CA:TRUE and
+/// webpki refuses it as an end entity; trusting those exact bytes is what the
+/// user asked for, as curl does); everything else is WebPKI verification.
+/// Handshake signatures are always verified with the presented key.
+#[derive(Debug)]
+struct PinnedOrWebPki {
+    pinned: Vec<rustls_pki_types::CertificateDer<'static>>,
+    webpki: std::sync::Arc<rustls::client::WebPkiServerVerifier>,
+}
+
+impl rustls::client::danger::ServerCertVerifier for PinnedOrWebPki {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls_pki_types::CertificateDer<'_>,
+        intermediates: &[rustls_pki_types::CertificateDer<'_>],
+        server_name: &rustls_pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls_pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        if self.pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) {
+            return Ok(rustls::client::danger::ServerCertVerified::assertion());
+        }
+        self.webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls_pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.webpki.supported_verify_schemes()
     }
 }
 
@@ -181,10 +239,15 @@ impl Client {
         let http = options.http_client(https)?;
         let nonce = Nonce::random();
         let uri = format!("{base}/v1/attestation?nonce={}", hex::encode(nonce.as_bytes()));
-        let resp = http
-            .get(uri.parse().map_err(|e| ClientError::Host(format!("bad URL: {e}")))?)
-            .await
-            .map_err(|e| ClientError::Host(with_causes(&e)))?;
+        let resp =
+            http.get(uri.parse().map_err(|e| ClientError::Host(format!("bad URL: {e}")))?).await.map_err(|e| {
+                let mut why = with_causes(&e);
+                // A TLS server answering plain HTTP looks like a broken HTTP version.
+                if !https && why.contains("invalid HTTP version") {
+                    why += &format!("; the host may serve HTTPS: try {}", base.replacen("http://", "https://", 1));
+                }
+                ClientError::Host(why)
+            })?;
         if !resp.status().is_success() {
             return Err(ClientError::Host(format!("attestation endpoint answered {}", resp.status())));
         }

@@ -223,3 +223,19 @@ fn unknown_models_are_404_and_the_served_one_can_be_retrieved() {
     let v: Value = serde_json::from_slice(&openai::model_body("smollm2", 1)).unwrap();
     assert_eq!((v["id"].as_str(), v["object"].as_str()), (Some("smollm2"), Some("model")));
 }
+
+/// A prompt too long for the context in any tokenization is refused before
+/// tokenizing (a 900 KB prompt costs no tokenizer allocations).
+#[test]
+fn oversized_prompts_are_refused_before_tokenizing() {
+    let Some(tok) = tokenizer() else { return };
+    let big = "word ".repeat(180_000);
+    let chat = serde_json::json!({"messages": [{"role": "user", "content": big}]}).to_string();
+    let e = call(&tok, "POST", "/v1/chat/completions", &chat).err().unwrap();
+    assert_eq!((e.status, e.param), (400, Some("messages")));
+    assert!(e.message.contains("bytes"), "{}", e.message);
+    let completion = serde_json::json!({"prompt": big}).to_string();
+    let e = call(&tok, "POST", "/v1/completions", &completion).err().unwrap();
+    assert_eq!((e.status, e.param), (400, Some("prompt")));
+    assert!(openai::MAX_BYTES_PER_TOKEN * CTX < big.len());
+}

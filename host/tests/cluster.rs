@@ -248,6 +248,31 @@ fn sealed_chat_over_https(dir: &std::path::Path, gateway: SocketAddr) {
         let resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
         let v: serde_json::Value = serde_json::from_slice(&resp.collect().await.unwrap()).unwrap();
         assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
+        // http:// against the TLS host: the error says to try https://.
+        let plain = url.replacen("https://", "http://", 1);
+        let err = veil_client::sdk::Client::connect(&plain, &policy).await.unwrap_err().to_string();
+        assert!(err.contains("try https://"), "{err}");
+        served.abort();
+        // A self-signed certificate made the usual way (`openssl req -x509`:
+        // CA:TRUE, used as the server's own), trusted with --ca: accepted.
+        let self_key = rcgen::KeyPair::generate().unwrap();
+        let mut own = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        own.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let own = own.self_signed(&self_key).unwrap();
+        std::fs::write(dir.join("self.crt"), own.pem()).unwrap();
+        std::fs::write(dir.join("self.key"), self_key.serialize_pem()).unwrap();
+        let tls = veil_host::relay::tls_server_config(&dir.join("self.crt"), &dir.join("self.key")).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://localhost:{}", listener.local_addr().unwrap().port());
+        let relay = veil_host::relay::Relay::new(veil_host::relay::RelayConfig {
+            tls: Some(tls),
+            ..veil_host::relay::RelayConfig::new(gateway)
+        });
+        let served = tokio::spawn(relay.serve(listener));
+        let options = veil_client::sdk::ConnectOptions::default().with_ca_file(&dir.join("self.crt")).unwrap();
+        veil_client::sdk::Client::connect_with(&url, &policy, &options).await.unwrap();
+        // Without it: refused.
+        assert!(veil_client::sdk::Client::connect(&url, &policy).await.is_err());
         served.abort();
     });
 }

@@ -269,6 +269,14 @@ impl Tokenizer {
         self.vocab
     }
 
+    /// The longest text one token stands for, in bytes (at least 1): a text
+    /// of more than `n × this` bytes cannot encode to `n` tokens or fewer, so
+    /// it can be refused before tokenizing it.
+    pub fn max_token_bytes(&self) -> usize {
+        // Byte-level BPE spells a byte as up to 2 chars, sentencepiece a space as 3 bytes.
+        self.tokens.iter().map(String::len).max().unwrap_or(1).max(1)
+    }
+
     /// Renders the GGUF's chat template for `messages` with a generation prompt.
     pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
         let template = self

@@ -10,6 +10,8 @@ use serde_json::{json, Value};
 use crate::entry::tokenizer::{ChatMessage, Tokenizer};
 use crate::pipeline::entry::{GenerateWire, SpeculationRequest};
 
+/// Prompt bytes allowed per token of context, checked before tokenizing.
+pub const MAX_BYTES_PER_TOKEN: usize = 32;
 /// Most chat messages in one request.
 pub const MAX_MESSAGES: usize = 1024;
 /// Default `max_tokens` of `/v1/completions` (as OpenAI's).
@@ -229,15 +231,38 @@ pub fn parse(
         });
     }
     let bad_json = |e: serde_json::Error| ApiError::invalid("body", format!("invalid JSON: {e}"));
+    // Text longer than the context can hold at MAX_BYTES_PER_TOKEN bytes a
+    // token is refused before it is templated or tokenized (no allocation
+    // grows with it). Real text averages about 4 bytes a token.
+    let too_long = |bytes: usize, param: &'static str| {
+        let limit = context.saturating_mul(tokenizer.max_token_bytes().min(MAX_BYTES_PER_TOKEN));
+        (bytes > limit).then(|| {
+            ApiError::invalid(
+                param,
+                format!("the prompt is {bytes} bytes; at most {limit} can fit this model's context"),
+            )
+        })
+    };
     let (common, prompt_ids) = match kind {
         Kind::Chat => {
             let b: ChatBody = serde_json::from_slice(body).map_err(bad_json)?;
             let messages = chat_messages(&b.messages)?;
+            if let Some(e) = too_long(messages.iter().map(|m| m.content.len()).sum(), "messages") {
+                return Err(e);
+            }
             let ids = tokenizer.encode_chat(&messages).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
             (b.common, ids)
         }
         Kind::Completion => {
             let b: CompletionBody = serde_json::from_slice(body).map_err(bad_json)?;
+            let text_bytes = match &b.prompt {
+                Value::String(t) => t.len(),
+                Value::Array(items) => items.iter().filter_map(Value::as_str).map(str::len).sum(),
+                _ => 0,
+            };
+            if let Some(e) = too_long(text_bytes, "prompt") {
+                return Err(e);
+            }
             let ids = completion_prompt(&b.prompt, tokenizer)?;
             (b.common, ids)
         }
