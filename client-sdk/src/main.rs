@@ -3,6 +3,17 @@
 use clap::Parser;
 use veil_client::cli::{run, Cli};
 
+/// Whether a panic is the standard library's "failed printing to stdout"
+/// after the reader went away (`veil … | head`): not a failure of ours.
+fn is_closed_pipe(payload: &(dyn std::any::Any + Send)) -> bool {
+    let text = payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or_default();
+    text.starts_with("failed printing to std") && text.contains("Broken pipe")
+}
+
 fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
@@ -16,5 +27,16 @@ fn main() -> std::process::ExitCode {
         )
         .init();
     let cli = Cli::parse();
-    std::process::ExitCode::from(run(cli) as u8)
+    // `veil … | head` closes stdout early: end quietly, as other tools do.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !is_closed_pipe(info.payload()) {
+            default_hook(info);
+        }
+    }));
+    match std::panic::catch_unwind(|| run(cli)) {
+        Ok(exit) => std::process::ExitCode::from(exit as u8),
+        Err(payload) if is_closed_pipe(payload.as_ref()) => std::process::ExitCode::SUCCESS,
+        Err(payload) => std::panic::resume_unwind(payload),
+    }
 }

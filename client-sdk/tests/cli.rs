@@ -536,3 +536,27 @@ require_rim = true
     std::fs::write(&weak, "alow_debug = true\n").unwrap();
     assert_eq!(code(&veil(&["policy", "check", s(&weak)])), 2);
 }
+
+/// `veil attest inspect FILE | head` (the reader closes early) ends quietly,
+/// not with a panic (exit 101).
+#[test]
+fn a_closed_stdout_is_not_a_panic() {
+    let dir = tempdir("pipe");
+    let snp = veil_tests::sim(veil_attestation::snp::Product::Genoa);
+    let bundle = veil_attestation::Attester::evidence(&snp, &Claims::default()).unwrap();
+    let b = dir.join("bundle.json");
+    std::fs::write(&b, bundle.to_json()).unwrap();
+    for _ in 0..5 {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_veil"))
+            .args(["attest", "inspect", s(&b)])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        drop(child.stdout.take());
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(101), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
