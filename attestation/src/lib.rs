@@ -25,6 +25,10 @@
 //! * [`ratls`] puts evidence in TLS certificates and verifies it in rustls.
 //! * [`gpu`] parses and verifies NVIDIA GPU (Hopper) CC evidence, bound to the
 //!   CPU report through the claims (one table per GPU).
+//! * [`route`] verifies a whole route as one ([`route::verify_route`]): the
+//!   entry's fresh evidence commits to the peer policy every shard enforces,
+//!   the route's shape and the exact shards it links; only it makes a
+//!   [`route::VerifiedRoute`], which sealing a request takes.
 
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::panic))]
