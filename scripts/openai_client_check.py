@@ -4,7 +4,8 @@
     python3 scripts/openai_client_check.py http://127.0.0.1:8000/v1
 
 Chat completion (plain and streamed), completion (text and token ids),
-models.list and models.retrieve, and a 404 for another model's name. Prints one JSON line with what it saw; exits non-zero on any
+models.list and models.retrieve, a 404 for another model's name, and the
+parameters a chat app sends (defaults accepted, an unserved penalty a 400). Prints one JSON line with what it saw; exits non-zero on any
 failure. Used by the Rust test `openai_python_client_through_veil_proxy`.
 """
 import json
@@ -43,6 +44,30 @@ def main(base_url: str) -> None:
         if chunk.choices and chunk.choices[0].delta.content:
             streamed += chunk.choices[0].delta.content
     assert streamed == text, (streamed, text)
+    # What a chat app sends alongside: defaults pass, an unserved penalty is a 400.
+    app = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}],
+        max_tokens=8,
+        temperature=0.7,
+        top_p=0.9,
+        seed=1,
+        stop=["\n\n"],
+        presence_penalty=0,
+        frequency_penalty=0,
+        user="chat-app-user",
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    usage = [c.usage for c in app if c.usage]
+    assert usage and usage[0].completion_tokens > 0, usage
+    try:
+        client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=1, presence_penalty=0.5
+        )
+        raise AssertionError("an unserved presence_penalty was accepted")
+    except openai.BadRequestError:
+        pass
     completion = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
     by_ids = client.completions.create(model=model, prompt=[504, 3575, 282, 4649, 314], max_tokens=8, temperature=0)
     assert completion.choices[0].text == by_ids.choices[0].text, (completion, by_ids)

@@ -239,3 +239,31 @@ fn oversized_prompts_are_refused_before_tokenizing() {
     assert_eq!((e.status, e.param), (400, Some("prompt")));
     assert!(openai::MAX_BYTES_PER_TOKEN * CTX < big.len());
 }
+
+/// What a chat app sends: defaults pass; what would change the output and is
+/// not implemented is refused by name, never silently ignored.
+#[test]
+fn chat_app_parameters_pass_at_defaults_and_are_refused_otherwise() {
+    let Some(tok) = tokenizer() else { return };
+    let with = |extra: &str| format!(r#"{{"messages":[{{"role":"user","content":"Hi"}}],"user":"u1","n":1{extra}}}"#);
+    for ok in [
+        "",
+        r#","presence_penalty":0,"frequency_penalty":0"#,
+        r#","logit_bias":{}"#,
+        r#","tools":[]"#,
+        r#","response_format":{"type":"text"}"#,
+        r#","logprobs":false"#,
+    ] {
+        assert!(call(&tok, "POST", "/v1/chat/completions", &with(ok)).is_ok(), "{ok}");
+    }
+    for (bad, param) in [
+        (r#","presence_penalty":0.5"#, "presence_penalty"),
+        (r#","frequency_penalty":-1"#, "frequency_penalty"),
+        (r#","logit_bias":{"50256":-100}"#, "logit_bias"),
+        (r#","tools":[{"type":"function","function":{"name":"f"}}]"#, "tools"),
+        (r#","response_format":{"type":"json_object"}"#, "response_format"),
+    ] {
+        let e = call(&tok, "POST", "/v1/chat/completions", &with(bad)).err().unwrap();
+        assert_eq!((e.status, e.param), (400, Some(param)), "{bad}");
+    }
+}

@@ -127,6 +127,16 @@ struct Common {
     logprobs: Option<Value>,
     #[serde(default)]
     echo: Option<bool>,
+    #[serde(default)]
+    presence_penalty: Option<f32>,
+    #[serde(default)]
+    frequency_penalty: Option<f32>,
+    #[serde(default)]
+    logit_bias: Option<Value>,
+    #[serde(default)]
+    tools: Option<Value>,
+    #[serde(default)]
+    response_format: Option<Value>,
     /// Veil extension: speculative decoding on (`true`) or off (`false`)
     /// for this request; absent = the cluster's setting. Never changes the
     /// output's distribution, only its speed.
@@ -281,6 +291,32 @@ pub fn parse(
     }
     if common.echo == Some(true) {
         return Err(ApiError::invalid("echo", "echo is not served"));
+    }
+    // What chat apps send: defaults are accepted; anything that would change
+    // the output and is not implemented is refused, never silently ignored.
+    for (param, value) in
+        [("presence_penalty", common.presence_penalty), ("frequency_penalty", common.frequency_penalty)]
+    {
+        if value.is_some_and(|v| v != 0.0) {
+            return Err(ApiError::invalid(param, format!("{param} is not served (only 0)")));
+        }
+    }
+    let empty = |v: &Option<Value>| match v {
+        None | Some(Value::Null) => true,
+        Some(Value::Object(m)) => m.is_empty(),
+        Some(Value::Array(a)) => a.is_empty(),
+        Some(_) => false,
+    };
+    if !empty(&common.logit_bias) {
+        return Err(ApiError::invalid("logit_bias", "logit_bias is not served"));
+    }
+    if !empty(&common.tools) {
+        return Err(ApiError::invalid("tools", "tool calls are not served"));
+    }
+    if let Some(f) = common.response_format.as_ref().filter(|f| !f.is_null()) {
+        if f.get("type").and_then(Value::as_str) != Some("text") {
+            return Err(ApiError::invalid("response_format", "only response_format {\"type\": \"text\"} is served"));
+        }
     }
     let temperature = common.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
