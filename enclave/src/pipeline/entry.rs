@@ -5,9 +5,10 @@
 //! it to a replica when a shard dies, rebuilding the new route's KV from the
 //! prompt and the committed tokens so the stream continues unchanged.
 //!
-//! Until the sealed API exists, requests arrive on an internal
-//! newline-delimited JSON endpoint bound to loopback only (see
-//! [`GenerateWire`]); `veil-shard generate --entry ADDR` speaks it.
+//! Clients reach it through the sealed gateway (`gateway::server`); for
+//! development and tests it also serves an internal newline-delimited JSON
+//! endpoint bound to loopback only (see [`GenerateWire`]), which
+//! `veil-shard generate --entry ADDR` speaks.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
