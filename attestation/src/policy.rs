@@ -23,6 +23,14 @@
 //! snp = 8
 //! microcode = 115
 //!
+//! # Platform hardening (see `PlatformPolicy`; every key optional).
+//! [platform]
+//! require_guest_policy = ["single_socket", "rapl_disabled"]  # guest-policy bits the launch must set
+//! allow_cxl = false                    # refuse guests that allow CXL-attached memory (the default)
+//! min_guest_abi = "1.55"               # lowest ABI the guest required of the firmware
+//! require_platform = ["tsme", "alias_check_complete"]  # PLATFORM_INFO bits the host must report
+//! required_mitigations = [0]           # bit numbers set in both mitigation vectors (report v5+)
+//!
 //! # NVIDIA GPU evidence (see `GpuPolicy`; every key optional, defaults shown commented).
 //! [gpu]
 //! required = true                      # a shard without GPU evidence is refused
@@ -140,6 +148,223 @@ impl GpuPolicy {
     }
 }
 
+/// A guest-policy bit a guest may be required to have been launched with
+/// (ABI Table 9). Each is a hardening the firmware enforces for the guest's
+/// whole life once set at launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GuestPolicyFlag {
+    /// Bit 20: the guest runs on one socket only.
+    SingleSocket,
+    /// Bit 22: memory encrypted with AES-256-XTS.
+    MemAes256Xts,
+    /// Bit 23: running average power limit disabled (power side channel).
+    RaplDisabled,
+    /// Bit 24: ciphertext hiding for DRAM enabled.
+    CiphertextHiding,
+    /// Bit 25: guest page swapping disabled.
+    PageSwapDisabled,
+}
+
+impl GuestPolicyFlag {
+    /// Every flag.
+    pub const ALL: [Self; 5] =
+        [Self::SingleSocket, Self::MemAes256Xts, Self::RaplDisabled, Self::CiphertextHiding, Self::PageSwapDisabled];
+
+    /// The bit in the guest policy.
+    pub fn mask(self) -> u64 {
+        use crate::snp::GuestPolicy as G;
+        match self {
+            Self::SingleSocket => G::SINGLE_SOCKET,
+            Self::MemAes256Xts => G::MEM_AES_256_XTS,
+            Self::RaplDisabled => G::RAPL_DIS,
+            Self::CiphertextHiding => G::CIPHERTEXT_HIDING,
+            Self::PageSwapDisabled => G::PAGE_SWAP_DISABLE,
+        }
+    }
+
+    /// The ABI's name for the bit.
+    pub fn abi_name(self) -> &'static str {
+        match self {
+            Self::SingleSocket => "SINGLE_SOCKET",
+            Self::MemAes256Xts => "MEM_AES_256_XTS",
+            Self::RaplDisabled => "RAPL_DIS",
+            Self::CiphertextHiding => "CIPHERTEXT_HIDING_DRAM",
+            Self::PageSwapDisabled => "PAGE_SWAP_DISABLE",
+        }
+    }
+}
+
+/// A `PLATFORM_INFO` bit a platform may be required to report (ABI Table 24).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlatformFlag {
+    /// Bit 1: transparent SME on.
+    Tsme,
+    /// Bit 2: ECC memory.
+    Ecc,
+    /// Bit 3: RAPL disabled.
+    RaplDisabled,
+    /// Bit 4: ciphertext hiding for DRAM enabled.
+    CiphertextHiding,
+    /// Bit 5: the memory alias check completed (BadRAM mitigation, AMD-SB-3015).
+    AliasCheckComplete,
+}
+
+impl PlatformFlag {
+    /// Every flag.
+    pub const ALL: [Self; 5] =
+        [Self::Tsme, Self::Ecc, Self::RaplDisabled, Self::CiphertextHiding, Self::AliasCheckComplete];
+
+    /// The bit in `PLATFORM_INFO`.
+    pub fn mask(self) -> u64 {
+        use crate::snp::PlatformInfo as P;
+        match self {
+            Self::Tsme => P::TSME_EN,
+            Self::Ecc => P::ECC_EN,
+            Self::RaplDisabled => P::RAPL_DIS,
+            Self::CiphertextHiding => P::CIPHERTEXT_HIDING_EN,
+            Self::AliasCheckComplete => P::ALIAS_CHECK_COMPLETE,
+        }
+    }
+
+    /// The ABI's name for the bit.
+    pub fn abi_name(self) -> &'static str {
+        match self {
+            Self::Tsme => "TSME_EN",
+            Self::Ecc => "ECC_EN",
+            Self::RaplDisabled => "RAPL_DIS",
+            Self::CiphertextHiding => "CIPHERTEXT_HIDING_DRAM_EN",
+            Self::AliasCheckComplete => "ALIAS_CHECK_COMPLETE",
+        }
+    }
+}
+
+/// An SEV ABI version `MAJOR.MINOR`, written `"1.55"` in the policy file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AbiVersion {
+    /// Major version.
+    pub major: u8,
+    /// Minor version.
+    pub minor: u8,
+}
+
+impl std::fmt::Display for AbiVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+impl std::str::FromStr for AbiVersion {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (a, b) = s.split_once('.').ok_or_else(|| format!("ABI version {s:?} is not MAJOR.MINOR"))?;
+        let num = |x: &str| x.parse::<u8>().map_err(|_| format!("ABI version {s:?} is not MAJOR.MINOR (0..=255 each)"));
+        Ok(Self { major: num(a)?, minor: num(b)? })
+    }
+}
+
+impl Serialize for AbiVersion {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for AbiVersion {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Platform hardening (`[platform]`): guest-policy bits, `PLATFORM_INFO`
+/// and mitigation vectors (SECURITY-CASES C4, C10, C11). Every key is
+/// optional; the default requires nothing beyond refusing CXL memory and
+/// unknown `PLATFORM_INFO` bits.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlatformPolicy {
+    /// Guest-policy bits the guest must have been launched with.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub require_guest_policy: Vec<GuestPolicyFlag>,
+    /// Accept guests whose policy allows CXL-attached memory (CXL_ALLOW).
+    #[serde(default)]
+    pub allow_cxl: bool,
+    /// Lowest ABI version the guest must have required of the firmware at
+    /// launch (guest policy bits 0–15).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_guest_abi: Option<AbiVersion>,
+    /// `PLATFORM_INFO` bits the platform must report.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub require_platform: Vec<PlatformFlag>,
+    /// Mitigation-vector bit numbers (report version 5 and later) that must be
+    /// set in both `LAUNCH_MIT_VECTOR` and `CURRENT_MIT_VECTOR`. Compared as bit
+    /// sets, never as numbers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub required_mitigations: Vec<u8>,
+}
+
+impl PlatformPolicy {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// The required mitigation bits as one mask.
+    pub fn mitigation_mask(&self) -> u64 {
+        self.required_mitigations.iter().fold(0u64, |m, b| m | 1u64.checked_shl(u32::from(*b)).unwrap_or(0))
+    }
+
+    fn validate(&self) -> Result<(), PolicyError> {
+        if let Some(b) = self.required_mitigations.iter().find(|b| **b >= 64) {
+            return Err(PolicyError::Inconsistent(format!(
+                "platform.required_mitigations: bit {b} is outside the 64-bit mitigation vector"
+            )));
+        }
+        Ok(())
+    }
+
+    fn normalize(&mut self) {
+        self.require_guest_policy.sort();
+        self.require_guest_policy.dedup();
+        self.require_platform.sort();
+        self.require_platform.dedup();
+        self.required_mitigations.sort();
+        self.required_mitigations.dedup();
+    }
+
+    fn gaps(&self, peer: &Self, gap: &mut impl FnMut(&str, String, String)) {
+        let missing: Vec<&str> = self
+            .require_guest_policy
+            .iter()
+            .filter(|f| !peer.require_guest_policy.contains(f))
+            .map(|f| f.abi_name())
+            .collect();
+        if !missing.is_empty() {
+            gap("platform.require_guest_policy", missing.join(", "), "not required".into());
+        }
+        if peer.allow_cxl && !self.allow_cxl {
+            gap("platform.allow_cxl", "false".into(), "true".into());
+        }
+        if let Some(mine) = self.min_guest_abi {
+            if peer.min_guest_abi.is_none_or(|t| t < mine) {
+                gap(
+                    "platform.min_guest_abi",
+                    mine.to_string(),
+                    peer.min_guest_abi.map_or("no minimum".into(), |t| t.to_string()),
+                );
+            }
+        }
+        let missing: Vec<&str> =
+            self.require_platform.iter().filter(|f| !peer.require_platform.contains(f)).map(|f| f.abi_name()).collect();
+        if !missing.is_empty() {
+            gap("platform.require_platform", missing.join(", "), "not required".into());
+        }
+        let missing = self.mitigation_mask() & !peer.mitigation_mask();
+        if missing != 0 {
+            gap("platform.required_mitigations", format!("{missing:#x}"), "not required".into());
+        }
+    }
+}
+
 /// Hex-encoded 32-byte value in the policy file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -208,6 +433,9 @@ pub struct Policy {
     /// roots listed for exactly that range; a range not listed is refused.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub manifest_roots: BTreeMap<String, Vec<ManifestRoot>>,
+    /// Platform hardening: guest-policy bits, `PLATFORM_INFO`, mitigation vectors.
+    #[serde(default, skip_serializing_if = "PlatformPolicy::is_default")]
+    pub platform: PlatformPolicy,
     /// NVIDIA GPU evidence requirements.
     #[serde(default, skip_serializing_if = "GpuPolicy::is_default")]
     pub gpu: GpuPolicy,
@@ -290,6 +518,7 @@ impl Default for Policy {
             allow_simulated: false,
             simulated_roots: Vec::new(),
             manifest_roots: BTreeMap::new(),
+            platform: PlatformPolicy::default(),
             gpu: GpuPolicy::default(),
             peer_policies: Vec::new(),
             model_layers: None,
@@ -356,6 +585,7 @@ impl Policy {
         if self.model_layers == Some(0) {
             return Err(PolicyError::Inconsistent("model_layers = 0".into()));
         }
+        self.platform.validate()?;
         self.gpu.validate()
     }
 
@@ -371,6 +601,7 @@ impl Policy {
         norm(&mut p.measurements);
         norm(&mut p.simulated_roots);
         norm(&mut p.peer_policies);
+        p.platform.normalize();
         for roots in p.manifest_roots.values_mut() {
             norm(roots);
         }
@@ -417,6 +648,9 @@ impl Policy {
         }
         if self.allow_migration_agent {
             w.push(("allow_migration_agent", "a migration agent may export the guest's memory".into()));
+        }
+        if self.platform.allow_cxl {
+            w.push(("platform.allow_cxl", "guests may place memory on CXL devices outside the SoC".into()));
         }
         for p in &self.products {
             match self.min_tcb.get(p) {
@@ -601,6 +835,7 @@ impl Policy {
                 );
             }
         }
+        self.platform.gaps(&peer.platform, &mut gap);
         self.gpu_gaps(&peer.gpu, &mut gap);
         gaps
     }

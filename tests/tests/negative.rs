@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use veil_attestation::evidence::EvidenceBundle;
-use veil_attestation::policy::{HostData, TcbMinimum};
+use veil_attestation::policy::{GuestPolicyFlag, HostData, PlatformFlag, PlatformPolicy, TcbMinimum};
 use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
 use veil_attestation::snp::report::field;
 use veil_attestation::snp::{GuestPolicy, PlatformInfo, Product, Tcb, REPORT_LEN};
@@ -149,6 +149,20 @@ fn rejects_guest_policy_with_reserved_bit_clear() {
 fn rejects_reserved_guest_policy_bits() {
     let edit = |r: &mut [u8; REPORT_LEN]| put_u64(r, field::POLICY, GuestPolicy::RESERVED_MUST_BE_ONE | 1 << 40);
     assert_fails(&edited(&genoa(), edit), &sim_policy(), CheckId::ReportFormat);
+}
+
+#[test]
+fn rejects_reserved_key_info_bits_and_signing_keys() {
+    let s = genoa();
+    let base = |r: &[u8; REPORT_LEN]| u32::from_le_bytes(r[field::KEY_INFO..field::KEY_INFO + 4].try_into().unwrap());
+    assert_fails(&edited(&s, |r| put_u32(r, field::KEY_INFO, base(r) | 1 << 5)), &sim_policy(), CheckId::ReportFormat);
+    // SIGNING_KEY values 2..=6 are reserved: no certificate kind matches them.
+    for key in 2..=6u32 {
+        let b = edited(&s, |r| put_u32(r, field::KEY_INFO, (base(r) & !0b11100) | key << 2));
+        let err = verify(&b, &sim_policy(), &ExpectedClaims::default(), test_now()).unwrap_err();
+        assert_eq!(err.check(), Some(CheckId::EndorsementChain), "{err}");
+        assert!(err.to_string().contains(&format!("reserved({key})")), "{err}");
+    }
 }
 
 #[test]
@@ -767,7 +781,14 @@ fn one_mutation_per_check() -> Vec<Case> {
             p(),
             none(),
         ),
+        (
+            CheckId::GuestPolicy,
+            edited(&s, |r| put_u64(r, field::POLICY, GuestPolicy::RESERVED_MUST_BE_ONE | GuestPolicy::CXL_ALLOW)),
+            p(),
+            none(),
+        ),
         (CheckId::Smt, good(), Policy { allow_smt: false, ..p() }, none()),
+        (CheckId::PlatformInfo, edited(&s, |r| put_u64(r, field::PLATFORM_INFO, 1 << 40)), p(), none()),
         (CheckId::Vmpl, edited(&s, |r| put_u32(r, field::VMPL, 3)), p(), none()),
         (
             CheckId::TcbMinimum,
@@ -775,6 +796,7 @@ fn one_mutation_per_check() -> Vec<Case> {
             min_tcb(Product::Genoa, TcbMinimum { snp: Some(99), ..Default::default() }),
             none(),
         ),
+        (CheckId::MitigationVector, v5(&s, 0b01, 0b11), mitigations(&[1]), none()),
         (CheckId::Measurement, edited(&s, |r| r[field::MEASUREMENT] ^= 1), p(), none()),
         (
             CheckId::HostData,
@@ -796,4 +818,168 @@ fn every_check_has_an_isolated_negative_case() {
     for (check, bundle, policy, expected) in &cases {
         assert_only(bundle, policy, expected, *check);
     }
+}
+
+// --- Platform hardening (SECURITY-CASES C4, C10, C11) ---
+
+fn platform(edit: impl FnOnce(&mut PlatformPolicy)) -> Policy {
+    let mut p = sim_policy();
+    edit(&mut p.platform);
+    p
+}
+
+fn mitigations(bits: &[u8]) -> Policy {
+    platform(|p| p.required_mitigations = bits.to_vec())
+}
+
+/// A version-5 report with the given launch and current mitigation vectors.
+fn v5(s: &SimulatedAttester, launch: u64, current: u64) -> EvidenceBundle {
+    edited(s, |r| {
+        put_u32(r, field::VERSION, 5);
+        put_u64(r, field::LAUNCH_MIT_VECTOR, launch);
+        put_u64(r, field::CURRENT_MIT_VECTOR, current);
+    })
+}
+
+fn with_guest_policy(bits: u64) -> EvidenceBundle {
+    edited(&genoa(), |r| put_u64(r, field::POLICY, GuestPolicy::RESERVED_MUST_BE_ONE | bits))
+}
+
+/// C4: each guest-policy hardening bit is its own policy decision: required
+/// and absent fails `guest_policy` naming the bit; required and present passes.
+#[test]
+fn each_required_guest_policy_bit_is_enforced_by_name() {
+    for flag in GuestPolicyFlag::ALL {
+        let policy = platform(|p| p.require_guest_policy = vec![flag]);
+        let err = verify(&good(), &policy, &ExpectedClaims::default(), test_now()).unwrap_err();
+        assert_eq!(err.check(), Some(CheckId::GuestPolicy), "{flag:?}: {err}");
+        assert!(err.to_string().contains(flag.abi_name()), "{flag:?} named: {err}");
+        assert_eq!(failures(&good(), &policy, &ExpectedClaims::default()), vec![CheckId::GuestPolicy]);
+        verify(&with_guest_policy(flag.mask()), &policy, &ExpectedClaims::default(), test_now())
+            .unwrap_or_else(|e| panic!("{flag:?} set must pass: {e}"));
+        // Another bit set does not stand in for the required one.
+        let other = GuestPolicyFlag::ALL.iter().find(|f| **f != flag).unwrap();
+        assert_fails(&with_guest_policy(other.mask()), &policy, CheckId::GuestPolicy);
+    }
+}
+
+#[test]
+fn cxl_memory_is_refused_unless_allowed() {
+    let cxl = with_guest_policy(GuestPolicy::CXL_ALLOW);
+    assert_fails(&cxl, &sim_policy(), CheckId::GuestPolicy);
+    verify(&cxl, &platform(|p| p.allow_cxl = true), &ExpectedClaims::default(), test_now()).unwrap();
+}
+
+#[test]
+fn guest_abi_minimum_is_compared_with_policy_and_firmware() {
+    // The simulated firmware runs 1.55; a guest that required 1.51 passes a 1.51 minimum.
+    let abi_1_51 = with_guest_policy((1 << 8) | 51);
+    let min = |v: &str| platform(|p| p.min_guest_abi = Some(v.parse().unwrap()));
+    verify(&abi_1_51, &min("1.51"), &ExpectedClaims::default(), test_now()).unwrap();
+    assert_fails(&abi_1_51, &min("1.52"), CheckId::GuestPolicy);
+    assert_fails(&good(), &min("1.0"), CheckId::GuestPolicy); // ABI minimum 0.0
+                                                              // A guest that required ABI 2.0 cannot have launched on firmware 1.55: the report contradicts itself.
+    assert_fails(&with_guest_policy(2 << 8), &sim_policy(), CheckId::GuestPolicy);
+}
+
+/// C10: every PLATFORM_INFO bit the policy can require, absent and present.
+#[test]
+fn each_required_platform_info_bit_is_enforced_by_name() {
+    for flag in PlatformFlag::ALL {
+        let policy = platform(|p| p.require_platform = vec![flag]);
+        let without = edited(&genoa(), |r| {
+            put_u64(
+                r,
+                field::PLATFORM_INFO,
+                PlatformFlag::ALL.iter().filter(|f| **f != flag).fold(0, |m, f| m | f.mask()),
+            )
+        });
+        let err = verify(&without, &policy, &ExpectedClaims::default(), test_now()).unwrap_err();
+        assert_eq!(err.check(), Some(CheckId::PlatformInfo), "{flag:?}: {err}");
+        assert!(err.to_string().contains(flag.abi_name()), "{flag:?} named: {err}");
+        let with = edited(&genoa(), |r| put_u64(r, field::PLATFORM_INFO, flag.mask()));
+        verify(&with, &policy, &ExpectedClaims::default(), test_now())
+            .unwrap_or_else(|e| panic!("{flag:?} set must pass: {e}"));
+    }
+}
+
+#[test]
+fn unknown_platform_info_bits_are_refused_known_ones_pass() {
+    // Bit 6 is reserved; bits 0–5 and 7 are known (0x27 is Trustee's VLEK vector's value).
+    assert_fails(&edited(&genoa(), |r| put_u64(r, field::PLATFORM_INFO, 1 << 6)), &sim_policy(), CheckId::PlatformInfo);
+    for known in [0x27u64, 0xBF] {
+        let b = edited(&genoa(), |r| put_u64(r, field::PLATFORM_INFO, known));
+        verify(&b, &Policy { allow_smt: true, ..sim_policy() }, &ExpectedClaims::default(), test_now()).unwrap();
+    }
+}
+
+#[test]
+fn mitigation_vectors_need_report_version_5() {
+    assert_fails(&good(), &mitigations(&[0]), CheckId::MitigationVector);
+    verify(&v5(&genoa(), 1, 1), &mitigations(&[0]), &ExpectedClaims::default(), test_now()).unwrap();
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+    /// C11: required ⊆ launch and required ⊆ current, as bit sets. A numeric
+    /// comparison (current >= required) would pass many of these wrongly.
+    #[test]
+    fn mitigations_are_compared_as_bit_sets(launch in proptest::prelude::any::<u64>(), current in proptest::prelude::any::<u64>(), need in proptest::prelude::any::<u64>()) {
+        let bits: Vec<u8> = (0..64u8).filter(|b| need >> b & 1 == 1).collect();
+        let policy = mitigations(&bits);
+        let result = verify(&v5(&genoa(), launch, current), &policy, &ExpectedClaims::default(), test_now());
+        let subset = need & launch == need && need & current == need;
+        if subset {
+            proptest::prop_assert!(result.is_ok(), "{:?}", result.err().map(|e| e.to_string()));
+        } else {
+            let err = result.unwrap_err();
+            proptest::prop_assert_eq!(err.check(), Some(CheckId::MitigationVector));
+        }
+    }
+}
+
+#[test]
+fn platform_settings_are_part_of_peer_policy_strictness() {
+    let mine = platform(|p| {
+        p.require_guest_policy = vec![GuestPolicyFlag::RaplDisabled];
+        p.require_platform = vec![PlatformFlag::AliasCheckComplete];
+        p.min_guest_abi = Some("1.55".parse().unwrap());
+        p.required_mitigations = vec![3];
+    });
+    let gaps: Vec<String> = mine.gaps_in(&sim_policy()).into_iter().map(|g| g.setting).collect();
+    for s in [
+        "platform.require_guest_policy",
+        "platform.require_platform",
+        "platform.min_guest_abi",
+        "platform.required_mitigations",
+    ] {
+        assert!(gaps.iter().any(|g| g == s), "{s} missing from {gaps:?}");
+    }
+    assert!(mine.gaps_in(&mine).is_empty());
+    let cxl = platform(|p| p.allow_cxl = true);
+    assert!(sim_policy().gaps_in(&cxl).iter().any(|g| g.setting == "platform.allow_cxl"));
+    // Order and duplicates do not change the digest; a new requirement does.
+    let reordered = platform(|p| {
+        p.require_platform = vec![PlatformFlag::AliasCheckComplete, PlatformFlag::Tsme, PlatformFlag::Tsme];
+    });
+    let ordered = platform(|p| p.require_platform = vec![PlatformFlag::Tsme, PlatformFlag::AliasCheckComplete]);
+    assert_eq!(reordered.digest(), ordered.digest());
+    assert_ne!(ordered.digest(), sim_policy().digest());
+    // A policy that says nothing about [platform] keeps the digest it had before the section existed.
+    assert!(!String::from_utf8_lossy(&sim_policy().canonical_bytes()).contains("platform"));
+}
+
+#[test]
+fn platform_section_parses_and_rejects_typos() {
+    let p = Policy::from_toml(
+        "[platform]\nrequire_guest_policy = [\"single_socket\", \"page_swap_disabled\"]\nmin_guest_abi = \"1.55\"\n\
+         require_platform = [\"alias_check_complete\"]\nrequired_mitigations = [0, 2]\n",
+    )
+    .unwrap();
+    assert_eq!(p.platform.require_guest_policy, vec![GuestPolicyFlag::SingleSocket, GuestPolicyFlag::PageSwapDisabled]);
+    assert_eq!(p.platform.mitigation_mask(), 0b101);
+    assert!(Policy::from_toml("[platform]\nrequire_platform = [\"smt\"]\n").is_err());
+    assert!(Policy::from_toml("[platform]\nrequired_mitigations = [64]\n").is_err());
+    assert!(Policy::from_toml("[platform]\nmin_guest_abi = \"1\"\n").is_err());
+    assert!(Policy::from_toml("[platform]\nallow_cxl_memory = true\n").is_err());
 }

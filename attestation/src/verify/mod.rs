@@ -19,7 +19,7 @@ use crate::claims::{
 };
 use crate::error::{Error, Rejection};
 use crate::evidence::EvidenceBundle;
-use crate::policy::Policy;
+use crate::policy::{AbiVersion, GuestPolicyFlag, PlatformFlag, PlatformPolicy, Policy};
 use crate::simulated;
 use crate::snp::report::KNOWN_VERSIONS;
 use crate::snp::{Endorsement, Product, SigningKey, SnpReport, Tcb};
@@ -373,6 +373,9 @@ fn check_format(report: Result<&SnpReport, String>, policy: &Policy) -> Result<S
     if r.policy().0 >> 26 != 0 {
         return Err(fail("guest policy bits 26..63 zero (reserved)", format!("policy {:#x}", r.policy().0)));
     }
+    if r.key_info().0 >> 5 != 0 {
+        return Err(fail("KEY_INFO bits 5..31 zero (reserved)", format!("KEY_INFO {:#x}", r.key_info().0)));
+    }
     if let Some((start, end)) = r.nonzero_reserved() {
         return Err(fail("reserved bytes zero", format!("non-zero bytes in [{start:#x}, {end:#x})")));
     }
@@ -625,6 +628,87 @@ fn check_reported_tcb(r: &SnpReport, e: &Endorsement, product: Product) -> Resul
     }
 }
 
+/// The guest policy against `[platform]` (its reserved bits are a
+/// `report_format` matter): every required hardening bit set, CXL refused unless allowed, the ABI minimum the guest
+/// required at least the policy's and no higher than the running firmware.
+fn check_guest_policy(r: &SnpReport, p: &PlatformPolicy) -> Result<String, Fail> {
+    let gp = r.policy();
+    let missing: Vec<&str> =
+        p.require_guest_policy.iter().filter(|f| gp.0 & f.mask() == 0).map(|f| f.abi_name()).collect();
+    if !missing.is_empty() {
+        return Err(fail(format!("guest policy with {} set", missing.join(", ")), format!("{:#x}", gp.0)));
+    }
+    if gp.cxl_allowed() && !p.allow_cxl {
+        return Err(fail("CXL_ALLOW = 0 (policy: platform.allow_cxl = false)", "CXL_ALLOW = 1"));
+    }
+    let abi = AbiVersion { major: gp.abi_major(), minor: gp.abi_minor() };
+    if let Some(min) = p.min_guest_abi {
+        if abi < min {
+            return Err(fail(format!("guest ABI minimum >= {min}"), format!("ABI minimum {abi}")));
+        }
+    }
+    if r.version() >= 3 {
+        let fw = r.current_version();
+        if (fw.major, fw.minor) < (abi.major, abi.minor) {
+            return Err(fail(
+                format!("running firmware at least the guest's ABI minimum {abi}"),
+                format!("firmware {fw}: the report contradicts its own launch policy"),
+            ));
+        }
+    }
+    let set: Vec<&str> = GuestPolicyFlag::ALL.iter().filter(|f| gp.0 & f.mask() != 0).map(|f| f.abi_name()).collect();
+    Ok(format!(
+        "guest policy {:#x}: ABI minimum {abi}, hardening {}",
+        gp.0,
+        if set.is_empty() { "none".to_owned() } else { set.join(", ") }
+    ))
+}
+
+/// `PLATFORM_INFO` bits this verifier knows (ABI Table 24: 0–5, 7).
+const PLATFORM_INFO_KNOWN: u64 = 0b1011_1111;
+
+/// `PLATFORM_INFO` against `[platform]`: no unknown bits (a bit this verifier
+/// cannot name is a platform state it cannot judge), every required bit set.
+fn check_platform_info(r: &SnpReport, p: &PlatformPolicy) -> Result<String, Fail> {
+    let info = r.platform_info().0;
+    if info & !PLATFORM_INFO_KNOWN != 0 {
+        return Err(fail(
+            format!("PLATFORM_INFO bits within {PLATFORM_INFO_KNOWN:#x} (the bits this verifier knows)"),
+            format!("{info:#x}: unknown bits {:#x}", info & !PLATFORM_INFO_KNOWN),
+        ));
+    }
+    let missing: Vec<&str> = p.require_platform.iter().filter(|f| info & f.mask() == 0).map(|f| f.abi_name()).collect();
+    if !missing.is_empty() {
+        return Err(fail(format!("PLATFORM_INFO with {} set", missing.join(", ")), format!("{info:#x}")));
+    }
+    let set: Vec<&str> = PlatformFlag::ALL.iter().filter(|f| info & f.mask() != 0).map(|f| f.abi_name()).collect();
+    Ok(format!("PLATFORM_INFO {info:#x} ({})", if set.is_empty() { "none".to_owned() } else { set.join(", ") }))
+}
+
+/// The required mitigation bits must be a subset of both the launch and the
+/// current mitigation vector: bit sets, never compared as numbers.
+fn check_mitigations(r: &SnpReport, p: &PlatformPolicy) -> Outcome {
+    let need = p.mitigation_mask();
+    if need == 0 {
+        return skipped("policy requires no mitigation-vector bits");
+    }
+    let (Some(launch), Some(current)) = (r.launch_mit_vector(), r.current_mit_vector()) else {
+        return Outcome::Failed {
+            expected: format!("mitigation vectors with bits {need:#x} (report version 5 or later)"),
+            actual: format!("report version {} has no mitigation vectors", r.version()),
+        };
+    };
+    for (name, v) in [("LAUNCH_MIT_VECTOR", launch), ("CURRENT_MIT_VECTOR", current)] {
+        if v & need != need {
+            return Outcome::Failed {
+                expected: format!("{name} ⊇ {need:#x}"),
+                actual: format!("{v:#x} (missing {:#x})", need & !v),
+            };
+        }
+    }
+    Outcome::Passed { detail: format!("bits {need:#x} set at launch ({launch:#x}) and now ({current:#x})") }
+}
+
 fn record_policy_checks(t: &mut CheckReport, r: &SnpReport, product: Option<Product>, policy: &Policy) {
     let gp = r.policy();
     t.record(
@@ -650,6 +734,7 @@ fn record_policy_checks(t: &mut CheckReport, r: &SnpReport, product: Option<Prod
             Outcome::Passed { detail: "MIGRATE_MA = 0".into() }
         },
     );
+    t.record(CheckId::GuestPolicy, outcome(check_guest_policy(r, &policy.platform)));
     let smt_on = r.platform_info().smt_enabled();
     t.record(
         CheckId::Smt,
@@ -664,6 +749,7 @@ fn record_policy_checks(t: &mut CheckReport, r: &SnpReport, product: Option<Prod
             Outcome::Passed { detail: "SMT disabled on the platform".into() }
         },
     );
+    t.record(CheckId::PlatformInfo, outcome(check_platform_info(r, &policy.platform)));
     t.record(
         CheckId::Vmpl,
         if r.vmpl() == policy.vmpl {
@@ -682,6 +768,7 @@ fn record_policy_checks(t: &mut CheckReport, r: &SnpReport, product: Option<Prod
             },
         },
     );
+    t.record(CheckId::MitigationVector, check_mitigations(r, &policy.platform));
     let m = crate::claims::Measurement(r.measurement());
     t.record(
         CheckId::Measurement,

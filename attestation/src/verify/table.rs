@@ -30,12 +30,18 @@ pub enum CheckId {
     Debug,
     /// Guest policy MIGRATE_MA bit.
     MigrationAgent,
+    /// Guest-policy hardening bits, CXL, ABI minimum, reserved bits zero.
+    GuestPolicy,
     /// SMT on the platform.
     Smt,
+    /// `PLATFORM_INFO` bits required by policy; unknown bits refused.
+    PlatformInfo,
     /// VMPL of the report.
     Vmpl,
     /// TCB minimums per component, on `REPORTED_TCB`.
     TcbMinimum,
+    /// Required mitigation bits in both mitigation vectors (report v5+).
+    MitigationVector,
     /// Launch measurement on the allowlist.
     Measurement,
     /// `HOST_DATA` when pinned.
@@ -50,7 +56,7 @@ pub enum CheckId {
 
 impl CheckId {
     /// Every check, in verification order.
-    pub const ALL: [CheckId; 17] = [
+    pub const ALL: [CheckId; 20] = [
         Self::ReportFormat,
         Self::Product,
         Self::EndorsementChain,
@@ -60,9 +66,12 @@ impl CheckId {
         Self::ReportedTcb,
         Self::Debug,
         Self::MigrationAgent,
+        Self::GuestPolicy,
         Self::Smt,
+        Self::PlatformInfo,
         Self::Vmpl,
         Self::TcbMinimum,
+        Self::MitigationVector,
         Self::Measurement,
         Self::HostData,
         Self::IdKeyDigest,
@@ -82,7 +91,10 @@ impl CheckId {
             Self::ReportedTcb => "reported_tcb",
             Self::Debug => "debug",
             Self::MigrationAgent => "migration_agent",
+            Self::GuestPolicy => "guest_policy",
             Self::Smt => "smt",
+            Self::PlatformInfo => "platform_info",
+            Self::MitigationVector => "mitigation_vector",
             Self::Vmpl => "vmpl",
             Self::TcbMinimum => "tcb_minimum",
             Self::Measurement => "measurement",

@@ -79,6 +79,25 @@ pub fn run(args: &PolicyCheckArgs) -> Exit {
             format!("{} layer range(s)", p.manifest_roots.len()),
             "model manifests (weights + GGUF metadata) allowed per layer range",
         ),
+        (
+            "platform",
+            {
+                let pl = &p.platform;
+                let mut v: Vec<String> = pl.require_guest_policy.iter().map(|f| f.abi_name().to_owned()).collect();
+                v.extend(pl.require_platform.iter().map(|f| f.abi_name().to_owned()));
+                if let Some(abi) = pl.min_guest_abi {
+                    v.push(format!("ABI >= {abi}"));
+                }
+                if pl.mitigation_mask() != 0 {
+                    v.push(format!("mitigations {:#x}", pl.mitigation_mask()));
+                }
+                if pl.allow_cxl {
+                    v.push("CXL allowed".into());
+                }
+                list(v)
+            },
+            "guest-policy, PLATFORM_INFO and mitigation bits required",
+        ),
         ("gpu.required", yes(p.gpu.required).into(), "every shard must present NVIDIA GPU evidence"),
         ("gpu.count", p.gpu.count.map_or("any".into(), |c| c.to_string()), "GPUs per shard"),
         ("gpu.require_rim", yes(p.gpu.require_rim).into(), "GPU measurements compared with NVIDIA's RIMs"),
