@@ -528,4 +528,150 @@ mod tests {
         let (sealed, _) = client_seal(other_same_id.config(), &request()).await;
         assert!(matches!(key.open(sealed).await, Err(SealError::Open(_))));
     }
+
+    /// An attacker's own HPKE sender (RFC 9180 base mode, DHKEM(X25519,
+    /// HKDF-SHA256), HKDF-SHA256, AES-128-GCM) for a chunked OHTTP request of
+    /// one final chunk, given the Diffie-Hellman result it believes the entry
+    /// will compute. With an honest ephemeral key the entry opens it (which
+    /// proves this construction right); with a low-order point the attacker
+    /// knows the shared secret is all zero without knowing the entry's key.
+    fn attacker_seal(config: &[u8], enc: [u8; 32], dh: [u8; 32], plain: &[u8]) -> Vec<u8> {
+        use aes_gcm::aead::{Aead as _, KeyInit as _, Payload};
+        let (kem, kdf, aead) = (0x0020u16, 0x0001u16, 0x0001u16);
+        let hdr = [&[config[0]][..], &kem.to_be_bytes(), &kdf.to_be_bytes(), &aead.to_be_bytes()].concat();
+        let pk_r = &config[3..35];
+        let extract = |suite: &[u8], salt: &[u8], label: &[u8], ikm: &[u8]| {
+            let (prk, _) = hkdf::Hkdf::<Sha256>::extract(Some(salt), &[b"HPKE-v1", suite, label, ikm].concat());
+            prk.to_vec()
+        };
+        let expand = |suite: &[u8], prk: &[u8], label: &[u8], info: &[u8], len: usize| {
+            let h = hkdf::Hkdf::<Sha256>::from_prk(prk).unwrap();
+            let mut out = vec![0u8; len];
+            h.expand(&[&(len as u16).to_be_bytes()[..], b"HPKE-v1", suite, label, info].concat(), &mut out).unwrap();
+            out
+        };
+        let kem_suite = [&b"KEM"[..], &kem.to_be_bytes()].concat();
+        let eae = extract(&kem_suite, b"", b"eae_prk", &dh);
+        let shared = expand(&kem_suite, &eae, b"shared_secret", &[&enc[..], pk_r].concat(), 32);
+        let suite = [&b"HPKE"[..], &kem.to_be_bytes(), &kdf.to_be_bytes(), &aead.to_be_bytes()].concat();
+        let info = [&b"message/bhttp chunked request"[..], &[0], &hdr].concat();
+        let ctx = [&[0u8][..], &extract(&suite, b"", b"psk_id_hash", b""), &extract(&suite, b"", b"info_hash", &info)]
+            .concat();
+        let secret = extract(&suite, &shared, b"secret", b"");
+        let key = expand(&suite, &secret, b"key", &ctx, 16);
+        let nonce = expand(&suite, &secret, b"base_nonce", &ctx, 12);
+        let cipher = aes_gcm::Aes128Gcm::new_from_slice(&key).unwrap();
+        let ct = cipher.encrypt(nonce.as_slice().into(), Payload { msg: plain, aad: b"final" }).unwrap();
+        [&hdr[..], &enc, &[0], &ct].concat()
+    }
+
+    fn plain_request() -> Vec<u8> {
+        let mut plain = Vec::new();
+        request().write_bhttp(bhttp::Mode::KnownLength, &mut plain).unwrap();
+        plain
+    }
+
+    #[tokio::test]
+    async fn the_attackers_construction_opens_with_an_honest_ephemeral_key() {
+        let key = SealKey::generate(1).unwrap();
+        let e = [0x5Au8; 32];
+        let enc = x25519_dalek::x25519(e, x25519_dalek::X25519_BASEPOINT_BYTES);
+        let pk_r: [u8; 32] = key.config()[3..35].try_into().unwrap();
+        let dh = x25519_dalek::x25519(e, pk_r);
+        let opened = key.open(attacker_seal(key.config(), enc, dh, &plain_request())).await.unwrap();
+        assert_eq!(opened.request.content(), br#"{"prompt":"secret"}"#);
+    }
+
+    /// SECURITY-CASES E9: an encapsulated key that is a low-order point makes
+    /// the X25519 result all zero whatever the entry's private key; RFC 9180
+    /// §7.1.4 requires refusing it. Each of these requests would open if the
+    /// check were missing (the construction is proven by the test above).
+    #[tokio::test]
+    async fn low_order_encapsulated_keys_are_refused() {
+        let key = SealKey::generate(1).unwrap();
+        let low_order = [
+            "0000000000000000000000000000000000000000000000000000000000000000",
+            "0100000000000000000000000000000000000000000000000000000000000000",
+            "e0eb7a7c3b41b8ae1656e3faf19fc46ada098deb9c32b1fd866205165f49b800",
+            "5f9c95bca3508c24b1d0b1559c83ef5b04445cc4581c8e86d8224eddd09f1157",
+            "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+            "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+            "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",
+        ];
+        for point in low_order {
+            let enc: [u8; 32] = hex::decode(point).unwrap().try_into().unwrap();
+            // What the entry's key would compute with this point: zero for every one of them.
+            assert_eq!(x25519_dalek::x25519(*b"entry's private key, any value..", enc), [0; 32], "{point}");
+            let sealed = attacker_seal(key.config(), enc, [0; 32], &plain_request());
+            assert!(matches!(key.open(sealed).await, Err(SealError::Open(_))), "{point} must not open");
+        }
+        assert_eq!(key.remembered(), 0, "nothing unauthenticated is remembered");
+    }
+
+    /// SECURITY-CASES E10: a request whose KEM, KDF or AEAD identifiers were
+    /// rewritten (a downgrade, or an unknown suite) is refused without opening.
+    #[tokio::test]
+    async fn rewritten_suite_identifiers_are_refused() {
+        let key = SealKey::generate(1).unwrap();
+        let (sealed, _) = client_seal(key.config(), &request()).await;
+        for (at, value) in
+            [(1usize, 0x0010u16), (1, 0xFFFF), (3, 0x0002), (3, 0x0003), (5, 0x0002), (5, 0x0003), (5, 0xFFFF)]
+        {
+            let mut edited = sealed.clone();
+            edited[at..at + 2].copy_from_slice(&value.to_be_bytes());
+            let err = key.open(edited).await.err().unwrap_or_else(|| panic!("byte {at} = {value:#06x} opened"));
+            assert!(matches!(err, SealError::Open(_) | SealError::WrongKey(_)), "{err:?}");
+        }
+        key.open(sealed).await.unwrap();
+    }
+
+    // SECURITY-CASES E8: sealing state is never duplicated or persisted, so no
+    // (key, nonce) pair can be used twice through a copy.
+    static_assertions::assert_not_impl_any!(SealKey: Clone, serde::Serialize);
+    static_assertions::assert_not_impl_any!(ResponseSealer: Clone, serde::Serialize);
+    static_assertions::assert_not_impl_any!(Opened: Clone);
+
+    /// The varint-framed chunks of a chunked OHTTP response, after its nonce.
+    fn response_chunks(bytes: &[u8]) -> Vec<Vec<u8>> {
+        const RESPONSE_NONCE_LEN: usize = 16; // max(Nn, Nk) for AES-128-GCM
+        let mut rest = &bytes[RESPONSE_NONCE_LEN..];
+        let mut chunks = Vec::new();
+        loop {
+            let (len, used) = match rest[0] >> 6 {
+                0 => (u64::from(rest[0] & 0x3F), 1),
+                1 => (u64::from(u16::from_be_bytes([rest[0] & 0x3F, rest[1]])), 2),
+                2 => (u64::from(u32::from_be_bytes([rest[0] & 0x3F, rest[1], rest[2], rest[3]])), 4),
+                _ => panic!("chunk longer than a test makes"),
+            };
+            rest = &rest[used..];
+            if len == 0 {
+                chunks.push(rest.to_vec()); // the final chunk runs to the end
+                return chunks;
+            }
+            let len = usize::try_from(len).unwrap();
+            chunks.push(rest[..len].to_vec());
+            rest = &rest[len..];
+        }
+    }
+
+    /// E8, observed from outside: the same plaintext sealed again — in the
+    /// next chunk of one response, in another response, or as the request —
+    /// never gives the same ciphertext, which a repeated nonce under one key
+    /// would.
+    #[tokio::test]
+    async fn identical_plaintexts_never_seal_to_identical_ciphertexts() {
+        let key = SealKey::generate(4).unwrap();
+        let pieces = vec!["data: same same same\n\n"; 64];
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..4 {
+            let (sealed, _) = client_seal(key.config(), &request()).await;
+            let (_, response) = respond(&key, sealed.clone(), &pieces, true).await;
+            let chunks = response_chunks(&response);
+            assert!(chunks.len() > pieces.len(), "one sealed chunk per body piece, then the final one");
+            assert!(seen.insert(sealed[HEADER_LEN + ENC_LEN..].to_vec()));
+            for c in chunks {
+                assert!(seen.insert(c), "a ciphertext repeated: a nonce was reused");
+            }
+        }
+    }
 }
