@@ -69,7 +69,68 @@ pub enum ClientError {
     RouteRejected(Box<veil_attestation::route::RouteRejection>),
     /// Sealing or opening failed (a tampered or truncated response lands here).
     #[error(transparent)]
-    Seal(#[from] SealError),
+    Seal(SealError),
+    /// The host did not answer within the client's limit for this stage
+    /// (SECURITY-CASES H3). Nothing is retried: a sealed request the host
+    /// delayed may still run, so the SDK never sends it twice on its own.
+    #[error("the host did not answer within {after:?} ({stage})")]
+    Timeout {
+        /// Which wait ran out.
+        stage: TimeoutStage,
+        /// The limit that was reached.
+        after: std::time::Duration,
+    },
+}
+
+impl From<SealError> for ClientError {
+    fn from(e: SealError) -> Self {
+        Self::Seal(e)
+    }
+}
+
+/// The waits a client bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TimeoutStage {
+    /// Fetching the route's attestation document.
+    Attest,
+    /// From sending a sealed request to its response's authenticated head.
+    FirstByte,
+    /// Between two pieces of a streamed response.
+    BetweenChunks,
+}
+
+impl std::fmt::Display for TimeoutStage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Attest => "attestation document",
+            Self::FirstByte => "first byte of the response",
+            Self::BetweenChunks => "between response chunks",
+        })
+    }
+}
+
+/// How long a client waits at each stage. The defaults allow a long prompt's
+/// prefill on a slow route; lower them for interactive use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Fetching and reading the attestation document (default 30 s).
+    pub attest: std::time::Duration,
+    /// Sending a sealed request until its response's head opens (default 300 s).
+    pub first_byte: std::time::Duration,
+    /// Between two pieces of the response body (default 120 s).
+    pub between_chunks: std::time::Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        use std::time::Duration;
+        Self {
+            attest: Duration::from_secs(30),
+            first_byte: Duration::from_secs(300),
+            between_chunks: Duration::from_secs(120),
+        }
+    }
 }
 
 impl ClientError {
@@ -93,6 +154,8 @@ pub use veil_attestation::route::{VerifiedRoute, VerifiedShard};
 pub struct ConnectOptions {
     /// Certificate authorities trusted for the host's TLS besides the system's.
     pub extra_roots: Vec<rustls_pki_types::CertificateDer<'static>>,
+    /// How long to wait at each stage.
+    pub timeouts: Timeouts,
 }
 
 impl ConnectOptions {
@@ -214,6 +277,7 @@ pub struct Client {
     base: String,
     http: HttpClient,
     route: VerifiedRoute,
+    timeouts: Timeouts,
 }
 
 impl Client {
@@ -237,6 +301,19 @@ impl Client {
             return Err(ClientError::Host(format!("{base}: the host's URL must start with http:// or https://")));
         }
         let http = options.http_client(https)?;
+        let limit = options.timeouts.attest;
+        let (doc, nonce) = tokio::time::timeout(limit, Self::fetch_doc(&http, &base, https))
+            .await
+            .map_err(|_| ClientError::Timeout { stage: TimeoutStage::Attest, after: limit })??;
+        let route = verify_route(&doc, policy, &nonce, SystemTime::now()).map_err(|e| match e {
+            RouteError::Evidence { who, source } => ClientError::Attestation { who, source },
+            RouteError::Rejected(r) => ClientError::RouteRejected(r),
+            other => ClientError::Route(other.to_string()),
+        })?;
+        Ok(Self { base, http, route, timeouts: options.timeouts })
+    }
+
+    async fn fetch_doc(http: &HttpClient, base: &str, https: bool) -> Result<(AttestationDoc, Nonce), ClientError> {
         let nonce = Nonce::random();
         let uri = format!("{base}/v1/attestation?nonce={}", hex::encode(nonce.as_bytes()));
         let resp =
@@ -257,12 +334,7 @@ impl Client {
             .map_err(|e| ClientError::Host(format!("attestation document: {e}")))?
             .to_bytes();
         let doc = AttestationDoc::from_json(&body).map_err(ClientError::Host)?;
-        let route = verify_route(&doc, policy, &nonce, SystemTime::now()).map_err(|e| match e {
-            RouteError::Evidence { who, source } => ClientError::Attestation { who, source },
-            RouteError::Rejected(r) => ClientError::RouteRejected(r),
-            other => ClientError::Route(other.to_string()),
-        })?;
-        Ok(Self { base, http, route })
+        Ok((doc, nonce))
     }
 
     /// The verified route.
@@ -351,7 +423,13 @@ impl Client {
             .header(hyper::header::CONTENT_TYPE, "message/ohttp-chunked-req")
             .body(Full::new(Bytes::from(sealed)))
             .map_err(|e| ClientError::Host(e.to_string()))?;
-        let resp = self.http.request(req).await.map_err(|e| ClientError::Host(with_causes(&e)))?;
+        let first_byte = self.timeouts.first_byte;
+        let late = || ClientError::Timeout { stage: TimeoutStage::FirstByte, after: first_byte };
+        let deadline = tokio::time::Instant::now() + first_byte;
+        let resp = tokio::time::timeout_at(deadline, self.http.request(req))
+            .await
+            .map_err(|_| late())?
+            .map_err(|e| ClientError::Host(with_causes(&e)))?;
         if !resp.status().is_success() {
             let status = resp.status();
             let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
@@ -360,15 +438,36 @@ impl Client {
                 message: String::from_utf8_lossy(&body[..body.len().min(1024)]).into_owned(),
             });
         }
-        let stream = BodyStream::new(resp.into_body())
-            .filter_map(|frame| async move {
-                match frame {
-                    Ok(f) => f.into_data().ok().map(Ok),
-                    Err(e) => Some(Err(std::io::Error::other(e))),
+        let idle = self.timeouts.between_chunks;
+        let frames = BodyStream::new(resp.into_body());
+        // Every wait for the host's next bytes is bounded; a stall ends the
+        // stream with a `TimedOut` error (`SealError::Stalled` to the reader).
+        let stream = futures::stream::unfold(Some(frames), move |state| async move {
+            let mut frames = state?;
+            loop {
+                match tokio::time::timeout(idle, frames.next()).await {
+                    Err(_) => {
+                        let e = std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("nothing from the host for {idle:?}"),
+                        );
+                        return Some((Err(e), None));
+                    }
+                    Ok(None) => return None,
+                    Ok(Some(Err(e))) => return Some((Err(std::io::Error::other(e)), None)),
+                    Ok(Some(Ok(frame))) => {
+                        if let Ok(data) = frame.into_data() {
+                            return Some((Ok(data), Some(frames)));
+                        }
+                    }
                 }
-            })
-            .boxed();
+            }
+        })
+        .boxed();
         let reader: Pin<Box<dyn futures::io::AsyncRead + Send>> = Box::pin(stream.into_async_read());
-        Ok(opener.open(reader).await?)
+        match tokio::time::timeout_at(deadline, opener.open(reader)).await {
+            Err(_) | Ok(Err(SealError::Stalled(_))) => Err(late()),
+            Ok(r) => Ok(r?),
+        }
     }
 }

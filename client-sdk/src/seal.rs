@@ -26,6 +26,32 @@ pub enum SealError {
     /// The response failed authentication, was truncated, or is not Binary HTTP.
     #[error("the sealed response does not open (tampered or truncated): {0}")]
     Open(String),
+    /// The host stopped sending the response (nothing for longer than the
+    /// client's between-chunks timeout). Nothing unauthenticated was shown.
+    #[error("the host stalled the response: {0}")]
+    Stalled(String),
+}
+
+/// A read error from the response stream: a stall the transport timed out
+/// (kind `TimedOut`) is told apart from a response that does not open.
+fn read_error<E: std::error::Error + 'static>(e: E) -> SealError {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    let mut timed_out = false;
+    while let Some(c) = cause {
+        // An io::Error's `source()` skips the error it wraps; `get_ref` does not.
+        cause = match c.downcast_ref::<std::io::Error>() {
+            Some(io) => {
+                timed_out |= io.kind() == std::io::ErrorKind::TimedOut;
+                io.get_ref().map(|inner| inner as &(dyn std::error::Error + 'static))
+            }
+            None => c.source(),
+        };
+    }
+    if timed_out {
+        SealError::Stalled(e.to_string())
+    } else {
+        SealError::Open(e.to_string())
+    }
 }
 
 #[derive(Clone, Default)]
@@ -132,7 +158,7 @@ impl ResponseOpener {
     pub async fn open(self, src: Pin<Box<dyn AsyncRead + Send>>) -> Result<OpenedResponse, SealError> {
         let plain = SharedReader(Arc::new(Mutex::new((self.0)(src)?)));
         let mut message = bhttp::Message::async_read(plain.clone());
-        let header = message.header().await.map_err(|e| SealError::Open(e.to_string()))?;
+        let header = message.header().await.map_err(read_error)?;
         let status =
             header.control().status().map(|s| s.code()).ok_or_else(|| SealError::Open("not a response".into()))?;
         let fields = header
@@ -154,12 +180,12 @@ impl OpenedResponse {
         let mut buf = vec![0u8; 16 << 10];
         let n = {
             let mut body = self.message.body().map_err(|e| SealError::Open(e.to_string()))?;
-            body.read(&mut buf).await.map_err(|e| SealError::Open(e.to_string()))?
+            body.read(&mut buf).await.map_err(read_error)?
         };
         if n == 0 {
             // The body ended: the trailer, then the stream to its end, so the
             // chunk marked final authenticates (anything after must be padding).
-            let trailer = self.message.trailer().await.map_err(|e| SealError::Open(e.to_string()))?;
+            let trailer = self.message.trailer().await.map_err(read_error)?;
             self.trailer = trailer
                 .iter()
                 .map(|f| {
@@ -167,7 +193,7 @@ impl OpenedResponse {
                 })
                 .collect();
             let mut padding = Vec::new();
-            self.rest.read_to_end(&mut padding).await.map_err(|e| SealError::Open(e.to_string()))?;
+            self.rest.read_to_end(&mut padding).await.map_err(read_error)?;
             if padding.iter().any(|&b| b != 0) {
                 return Err(SealError::Open("data after the end of the message".into()));
             }

@@ -529,6 +529,123 @@ fn a_malicious_host_is_caught_and_tampered_text_never_shown() {
     });
 }
 
+/// How a host delays what it relays (SECURITY-CASES H3).
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Delay {
+    /// Never answers the attestation request.
+    Attestation,
+    /// Takes the sealed request and never answers it.
+    DropRequest,
+    /// Sends most of the sealed response, then nothing more.
+    StallBody,
+}
+
+/// A relay that relays honestly except for the one delay it was made for.
+async fn delaying_host(gateway: std::net::SocketAddr, mode: Delay) -> std::net::SocketAddr {
+    use bytes::Bytes;
+    use futures::StreamExt as _;
+    use http_body_util::{BodyExt, Full, StreamBody};
+    type Frames = futures::stream::BoxStream<'static, Result<hyper::body::Frame<Bytes>, std::convert::Infallible>>;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let client =
+        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
+    tokio::spawn(async move {
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let client = client.clone();
+            tokio::spawn(async move {
+                let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let client = client.clone();
+                    async move {
+                        let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
+                        let sealed = path == "/v1/sealed";
+                        if (mode == Delay::Attestation && !sealed) || (mode == Delay::DropRequest && sealed) {
+                            std::future::pending::<()>().await;
+                        }
+                        let method = req.method().clone();
+                        let body = req.into_body().collect().await.unwrap().to_bytes();
+                        let forward = hyper::Request::builder()
+                            .method(method)
+                            .uri(format!("http://{gateway}{path}"))
+                            .body(Full::new(body))
+                            .unwrap();
+                        let resp = client.request(forward).await.unwrap();
+                        let status = resp.status();
+                        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+                        let frames: Frames = if sealed && mode == Delay::StallBody {
+                            let most = bytes.slice(..bytes.len() - 20);
+                            futures::stream::once(async move { Ok(hyper::body::Frame::data(most)) })
+                                .chain(futures::stream::pending())
+                                .boxed()
+                        } else {
+                            futures::stream::once(async move { Ok(hyper::body::Frame::data(bytes)) }).boxed()
+                        };
+                        let mut r = hyper::Response::new(StreamBody::new(frames));
+                        *r.status_mut() = status;
+                        Ok::<_, std::convert::Infallible>(r)
+                    }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
+                    .await;
+            });
+        }
+    });
+    addr
+}
+
+/// SECURITY-CASES H3: a host that never answers the attestation request,
+/// swallows a sealed request, or stalls a response mid-way gets a typed
+/// timeout naming the stage, within the client's limit, and nothing is re-sent.
+#[test]
+fn a_host_that_drops_or_delays_is_timed_out_by_stage() {
+    use veil_client::sdk::{Client, ClientError, ConnectOptions, TimeoutStage, Timeouts};
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("delaying", &path, &[15], &[1, 1]);
+    c.start_all();
+    let gateway = c.route.sealed_listen.unwrap();
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let short = Duration::from_secs(2);
+    let options = ConnectOptions {
+        timeouts: Timeouts { attest: short, first_byte: Duration::from_secs(20), between_chunks: short },
+        ..Default::default()
+    };
+    let body = serde_json::json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8, "temperature": 0, "stream": true});
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        let host = delaying_host(gateway, Delay::Attestation).await;
+        let started = Instant::now();
+        let err = Client::connect_with(&format!("http://{host}"), &policy, &options).await.unwrap_err();
+        assert!(matches!(err, ClientError::Timeout { stage: TimeoutStage::Attest, .. }), "{err}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+
+        let host = delaying_host(gateway, Delay::DropRequest).await;
+        let options =
+            ConnectOptions { timeouts: Timeouts { first_byte: short, ..options.timeouts }, ..options.clone() };
+        let client = Client::connect_with(&format!("http://{host}"), &policy, &options).await.unwrap();
+        let err = client.call("POST", "/v1/chat/completions", &body).await.unwrap_err();
+        assert!(matches!(err, ClientError::Timeout { stage: TimeoutStage::FirstByte, .. }), "{err}");
+        assert!(!Client::may_be_key_rotation(&err), "a delay must not look like a key rotation (no re-send)");
+
+        let host = delaying_host(gateway, Delay::StallBody).await;
+        let client = Client::connect_with(&format!("http://{host}"), &policy, &options).await.unwrap();
+        let mut resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
+        assert_eq!(resp.status, 200);
+        let err = loop {
+            match resp.next().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("a stalled stream ended as if complete"),
+                Err(e) => break e,
+            }
+        };
+        assert!(matches!(err, veil_client::seal::SealError::Stalled(_)), "{err}");
+        // The honest relay still serves: the stalls held nothing on the entry.
+        let client = Client::connect(&format!("http://{gateway}"), &policy).await.unwrap();
+        assert_eq!(client.call("POST", "/v1/chat/completions", &body).await.unwrap().status, 200);
+    });
+}
+
 /// `veil proxy` in front of a host that cuts sealed responses: a complete
 /// response becomes a 502 with an OpenAI-shaped error; a stream gets an
 /// error event and is aborted without its chunked terminator. The official

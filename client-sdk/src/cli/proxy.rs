@@ -81,6 +81,7 @@ impl Proxy {
         };
         let mut opened = match self.call(&method, &path, body).await {
             Ok(o) => o,
+            Err(e @ ClientError::Timeout { .. }) => return json_error(StatusCode::GATEWAY_TIMEOUT, &e.to_string()),
             Err(e) => return json_error(StatusCode::BAD_GATEWAY, &e.to_string()),
         };
         let status = StatusCode::from_u16(opened.status).unwrap_or(StatusCode::BAD_GATEWAY);
