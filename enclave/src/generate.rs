@@ -43,9 +43,13 @@ impl LocalSession {
 impl LocalModel {
     /// Loads the model split at `boundaries` (e.g. `[10, 20]` for three slices).
     pub fn load(path: &Path, boundaries: &[usize]) -> Result<(Self, Tokenizer)> {
-        let mut gguf = GgufFile::open(path)?;
-        let tokenizer = Tokenizer::from_gguf(&gguf)?;
-        let n_layer = crate::model::Config::from_gguf(&gguf)?.n_layer;
+        Self::from_gguf(&mut GgufFile::open(path)?, boundaries)
+    }
+
+    /// [`load`](Self::load) from an open GGUF file.
+    pub fn from_gguf(gguf: &mut GgufFile, boundaries: &[usize]) -> Result<(Self, Tokenizer)> {
+        let tokenizer = Tokenizer::from_gguf(gguf)?;
+        let n_layer = crate::model::Config::from_gguf(gguf)?.n_layer;
         let mut cuts = vec![0];
         cuts.extend_from_slice(boundaries);
         cuts.push(n_layer);
@@ -56,7 +60,7 @@ impl LocalModel {
         }
         let mut slices = Vec::new();
         for w in cuts.windows(2) {
-            slices.push(LayerSlice::from_gguf(&mut gguf, w[0]..w[1])?);
+            slices.push(LayerSlice::from_gguf(gguf, w[0]..w[1])?);
         }
         Ok((Self { slices }, tokenizer))
     }

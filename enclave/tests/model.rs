@@ -661,3 +661,83 @@ fn a_stage_holds_a_bounded_number_of_sessions() {
     assert_eq!(w.sessions(), MAX_SESSIONS);
     assert_eq!(kv_full, 100);
 }
+
+/// A hostile host's storage: every byte it has served once reads back
+/// different on any later read (a file replaced after hashing, a page
+/// evicted and served again).
+struct ChangesOnReread {
+    bytes: Vec<u8>,
+    served: Vec<bool>,
+    pos: usize,
+    rereads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl std::io::Read for ChangesOnReread {
+    fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+        let n = out.len().min(self.bytes.len().saturating_sub(self.pos));
+        for (i, o) in out[..n].iter_mut().enumerate() {
+            let at = self.pos + i;
+            *o = if self.served[at] {
+                self.rereads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.bytes[at] ^ 0xA5
+            } else {
+                self.served[at] = true;
+                self.bytes[at]
+            };
+        }
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for ChangesOnReread {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        let base = match to {
+            std::io::SeekFrom::Start(n) => n as i64,
+            std::io::SeekFrom::Current(d) => self.pos as i64 + d,
+            std::io::SeekFrom::End(d) => self.bytes.len() as i64 + d,
+        };
+        self.pos = usize::try_from(base).map_err(|_| std::io::Error::other("seek before start"))?;
+        Ok(self.pos as u64)
+    }
+}
+
+fn hostile_source(path: &std::path::Path) -> (GgufFile, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    let bytes = std::fs::read(path).unwrap();
+    let rereads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let len = bytes.len() as u64;
+    let hostile = ChangesOnReread { served: vec![false; bytes.len()], bytes, pos: 0, rereads: rereads.clone() };
+    (GgufFile::from_source(path, Box::new(hostile), len).unwrap(), rereads)
+}
+
+/// SECURITY-CASES G2 (time-of-check/time-of-use on weights): a slice reads
+/// every byte it needs at most once, into memory the host cannot reach, and
+/// builds its weights from the bytes it hashed. Against storage that answers
+/// differently on a second read, the whole model loads with the manifest and
+/// the logits of the plain file; a loader that hashed one read and used
+/// another (or mapped the file) would differ.
+#[test]
+fn weights_are_built_from_the_bytes_hashed_even_if_storage_changes_on_reread() {
+    use std::sync::atomic::Ordering::Relaxed;
+    let Some(path) = model_path() else { return };
+    let (mut gguf, rereads) = hostile_source(&path);
+    let (changing, _) = LocalModel::from_gguf(&mut gguf, &[]).unwrap();
+    assert_eq!(rereads.load(Relaxed), 0, "a byte of the model was read twice");
+    let (plain, tok) = LocalModel::load(&path, &[]).unwrap();
+    assert_eq!(changing.slices()[0].manifest().root(), plain.slices()[0].manifest().root());
+    let ids = tok.encode("The capital of France is", true).unwrap();
+    let mut s1 = changing.session(DEFAULT_KV_BUDGET_BYTES);
+    let mut s2 = plain.session(DEFAULT_KV_BUDGET_BYTES);
+    assert_eq!(changing.step_last(&mut s1, &ids).unwrap(), plain.step_last(&mut s2, &ids).unwrap());
+
+    // Two slices in one process each read the tied embedding, as two shard
+    // processes would: the second read gets other bytes, and the slice that
+    // got them says so in its manifest root (which a pinned policy refuses);
+    // the first slice is untouched.
+    let (mut gguf, rereads) = hostile_source(&path);
+    let (split, _) = LocalModel::from_gguf(&mut gguf, &[15]).unwrap();
+    let (plain, _) = LocalModel::load(&path, &[15]).unwrap();
+    assert!(rereads.load(Relaxed) > 0);
+    assert_eq!(split.slices()[0].manifest().root(), plain.slices()[0].manifest().root());
+    assert_ne!(split.slices()[1].manifest().root(), plain.slices()[1].manifest().root());
+}

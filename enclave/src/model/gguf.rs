@@ -39,11 +39,18 @@ pub struct RawTensor {
     pub record: TensorRecord,
 }
 
-/// An open GGUF file.
-#[derive(Debug)]
+/// Where a GGUF file's bytes come from: a file, or (in tests) a reader
+/// that behaves as a hostile host's storage would.
+pub trait Source: Read + Seek + Send {}
+impl<T: Read + Seek + Send> Source for T {}
+
+/// An open GGUF file. Every byte is read at most once: the header when
+/// opened, each tensor when loaded (into private memory, hashed there, built
+/// from there); nothing is mapped, so storage that changes later changes
+/// nothing loaded (SECURITY-CASES G2).
 pub struct GgufFile {
     path: PathBuf,
-    file: File,
+    file: Box<dyn Source>,
     file_len: u64,
     content: Content,
     metadata_digest: [u8; 32],
@@ -123,23 +130,38 @@ pub fn metadata_digest(metadata: &std::collections::HashMap<String, Value>) -> [
     h.finalize().into()
 }
 
+impl std::fmt::Debug for GgufFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GgufFile").field("path", &self.path).field("file_len", &self.file_len).finish_non_exhaustive()
+    }
+}
+
 impl GgufFile {
     /// Opens and parses the header; refuses files that are not GGUF.
     pub fn open(path: &Path) -> Result<Self> {
         // The path in the error: "No such file or directory" alone names nothing.
         let named =
             |e: std::io::Error| ModelError::Io(std::io::Error::new(e.kind(), format!("{}: {e}", path.display())));
-        let mut file = File::open(path).map_err(named)?;
+        let file = File::open(path).map_err(named)?;
         let file_len = file.metadata().map_err(named)?.len();
-        let mut magic = [0u8; 4];
-        if file.read_exact(&mut magic).is_err() || &magic != b"GGUF" {
-            return Err(ModelError::Malformed(format!("{} is not a GGUF file (bad magic)", path.display())));
-        }
-        file.seek(SeekFrom::Start(0))?;
-        let content =
-            Content::read(&mut file).map_err(|e| ModelError::Malformed(format!("{}: {e}", path.display())))?;
+        Self::from_source(path, Box::new(file), file_len)
+    }
+
+    /// Parses the header of `len` bytes read from `source` (`label` names it
+    /// in errors); refuses what is not GGUF.
+    pub fn from_source(label: &Path, mut source: Box<dyn Source>, len: u64) -> Result<Self> {
+        // The header is read once, from the start: the magic is judged from
+        // the parser's error rather than by reading those bytes twice.
+        let content = Content::read(&mut source).map_err(|e| {
+            let e = e.to_string();
+            if e.contains("magic") || e.contains("failed to fill whole buffer") {
+                ModelError::Malformed(format!("{} is not a GGUF file (bad magic): {e}", label.display()))
+            } else {
+                ModelError::Malformed(format!("{}: {e}", label.display()))
+            }
+        })?;
         let metadata_digest = metadata_digest(&content.metadata);
-        Ok(Self { path: path.to_owned(), file, file_len, content, metadata_digest })
+        Ok(Self { path: label.to_owned(), file: source, file_len: len, content, metadata_digest })
     }
 
     /// Digest of every metadata key and value as parsed (see [`metadata_digest`]):
