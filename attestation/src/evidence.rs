@@ -26,7 +26,7 @@ use crate::x509::{ParsedCrl, MAX_CERT_BYTES};
 /// Current bundle format version.
 pub const BUNDLE_VERSION: u32 = 1;
 /// Largest bundle accepted, in bytes of JSON.
-pub const MAX_BUNDLE_BYTES: usize = 128 * 1024;
+pub const MAX_BUNDLE_BYTES: usize = 384 * 1024;
 /// Most certificates accepted in `chain`.
 pub const MAX_CHAIN_CERTS: usize = 4;
 

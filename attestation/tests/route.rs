@@ -62,9 +62,13 @@ fn shard(att: &SimulatedAttester, stage: u32, replica: u32, peer: &Policy, shape
 /// What an honest entry publishes for `nonce`: its fresh evidence commits
 /// to `peer`, `shape` and exactly `shards`.
 fn doc_with(nonce: &Nonce, peer: &Policy, shape: &RouteShape, shards: Vec<LinkedShard>) -> AttestationDoc {
+    doc_keyed(KEY_CONFIG, nonce, peer, shape, shards)
+}
+
+fn doc_keyed(key: &[u8], nonce: &Nonce, peer: &Policy, shape: &RouteShape, shards: Vec<LinkedShard>) -> AttestationDoc {
     let s0 = shape.stages()[0];
     let claims = Claims {
-        hpke_config_hash: Some(KeyHash::of(KEY_CONFIG)),
+        hpke_config_hash: Some(KeyHash::of(key)),
         layer_range: Some(s0.layers),
         manifest_root: Some(s0.manifest_root),
         nonce: Some(nonce.clone()),
@@ -77,7 +81,7 @@ fn doc_with(nonce: &Nonce, peer: &Policy, shape: &RouteShape, shards: Vec<Linked
     AttestationDoc {
         version: DOC_VERSION,
         model: "test".into(),
-        key_config: KEY_CONFIG.to_vec(),
+        key_config: key.to_vec(),
         peer_policy: peer.clone(),
         route: shape.clone(),
         entry: root_a().evidence(&claims).unwrap(),
@@ -349,4 +353,20 @@ fn a_policy_requiring_gpu_revocation_is_refused_on_the_serving_path_with_its_rea
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// SECURITY-CASES E11, a stated limit (THREAT_MODEL §5): a host that runs two
+/// genuine entries can hand client 1 one key configuration and client 2
+/// another; both routes verify, because both keys are attested. What the
+/// client can do is see it: the verified key configuration is exposed for
+/// comparison out of band (no transparency log publishes it yet).
+#[test]
+fn two_genuine_entries_with_different_keys_both_verify_a_stated_limit() {
+    let peer = client_policy();
+    let for_client_1 = doc_keyed(b"key configuration A", &nonce(), &peer, &shape(), honest_shards(&peer));
+    let for_client_2 = doc_keyed(b"key configuration B", &nonce(), &peer, &shape(), honest_shards(&peer));
+    let r1 = verify_route(&for_client_1, &client_policy(), &nonce(), SystemTime::now()).unwrap();
+    let r2 = verify_route(&for_client_2, &client_policy(), &nonce(), SystemTime::now()).unwrap();
+    assert_ne!(r1.key_config(), r2.key_config(), "each client learns the key it was given");
+    assert_eq!(r1.key_config(), b"key configuration A");
 }

@@ -741,3 +741,49 @@ fn weights_are_built_from_the_bytes_hashed_even_if_storage_changes_on_reread() {
     assert_eq!(split.slices()[0].manifest().root(), plain.slices()[0].manifest().root());
     assert_ne!(split.slices()[1].manifest().root(), plain.slices()[1].manifest().root());
 }
+
+/// SECURITY-CASES I4 (shared-cache timing): a stage keeps KV per session id
+/// and nothing across sessions. After one session has cached a prompt, a
+/// second session that claims to continue from that prefix is refused (its
+/// cache is empty), so no prefix computed for one user ever shortens — or
+/// times — another's request.
+#[test]
+fn no_session_can_continue_from_another_sessions_cached_prefix() {
+    use std::sync::Arc;
+    use veil_enclave::link::frame::{LinkError, Precision, Want};
+    use veil_enclave::pipeline::worker::{Input, Job, Output, StageWorker};
+    let Some(path) = model_path() else { return };
+    let slice = Arc::new(LayerSlice::load(&path, 0..30).unwrap());
+    let mut worker = StageWorker::new(slice, 0, DEFAULT_KV_BUDGET_BYTES);
+    let job = |session: u64, start: usize, ids: Vec<u32>| Job {
+        session,
+        seq: 0,
+        start,
+        truncate_to: None,
+        want: Want::Last,
+        route: Vec::new(),
+        kv_lens: Vec::new(),
+        sampling: None,
+        precision: Precision::F32,
+        input: Input::Tokens(ids),
+    };
+    let prompt: Vec<u32> = vec![1, 504, 3458, 282, 4649, 314];
+    let first = worker.step(vec![job(1, 0, prompt.clone())]);
+    assert!(matches!(first.as_slice(), [Output::Verdict(_)]), "{first:?}");
+    // Session 2 claims session 1's prefix and sends only the next token.
+    let reuse = worker.step(vec![job(2, prompt.len(), vec![42])]);
+    match reuse.as_slice() {
+        [Output::Error(LinkError { session: Some(2), message, .. })] => {
+            assert!(message.contains("0 positions are cached"), "{message}")
+        }
+        other => panic!("a session continued from another's cache: {other:?}"),
+    }
+    // Session 2 starting from scratch computes the same as session 1 did.
+    let again = worker.step(vec![job(2, 0, prompt)]);
+    match (first.as_slice(), again.as_slice()) {
+        ([Output::Verdict(a)], [Output::Verdict(b)]) => {
+            assert_eq!(format!("{:?}", a.positions), format!("{:?}", b.positions))
+        }
+        other => panic!("{other:?}"),
+    }
+}

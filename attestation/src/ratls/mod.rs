@@ -21,6 +21,14 @@
 //!
 //! The extension value is a RATS Conceptual Message Wrapper in its JSON
 //! array form: `["application/vnd.veil.evidence+json;v=1", "<base64url bundle>"]`.
+//!
+//! GPU evidence does not ride in the certificate (eight GPUs' SPDM
+//! transcripts and device chains exceed the 64 KiB handshake message): the
+//! certificate's claims commit to its digest (through REPORT_DATA), and each
+//! side sends its GPU evidence right after the handshake, with its binding
+//! signature. The peer is verified as one composite bundle — the
+//! certificate's SNP evidence with the GPUs received — before it is a
+//! [`VerifiedPeer`] (SECURITY-CASES D8).
 
 mod verifier;
 
@@ -55,6 +63,8 @@ pub const EXPORTER_LABEL: &[u8] = b"EXPORTER-veil-ra-tls-binding";
 pub const BINDING_DOMAIN: &[u8] = b"veil/ra-tls/binding/v1\0";
 /// Longest binding signature accepted (DER ECDSA P-256 is at most 72 bytes).
 pub const MAX_BINDING_SIGNATURE: usize = 128;
+/// Longest GPU evidence accepted after the handshake (sixteen GPUs fit).
+pub const MAX_POST_HANDSHAKE_GPU_BYTES: usize = 1 << 20;
 
 /// Which end of the connection signs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,7 +98,8 @@ fn binding_message(role: Role, exporter: &[u8]) -> Vec<u8> {
     m
 }
 
-/// A TLS key with a certificate carrying evidence that binds it.
+/// A TLS key with a certificate carrying evidence that binds it (the GPU
+/// evidence its claims commit to travels after the handshake).
 pub struct RaTlsIdentity {
     key: p256::SecretKey,
     cert_der: Vec<u8>,
@@ -116,12 +127,13 @@ impl RaTlsIdentity {
     /// that produce evidence themselves, and for adversarial tests.
     pub fn from_key_and_evidence(key: p256::SecretKey, bundle: EvidenceBundle) -> Result<Self, Error> {
         let kp = rcgen_key(&key)?;
+        let in_certificate = EvidenceBundle { gpus: Vec::new(), ..bundle.clone() };
         let mut params = CertificateParams::new(vec!["veil-shard.invalid".to_owned()])
             .map_err(|e| Error::ApiMisuse(e.to_string()))?;
         params.distinguished_name = rcgen::DistinguishedName::new();
         params.distinguished_name.push(DnType::CommonName, "veil shard (RA-TLS)");
         let oid: Vec<u64> = EVIDENCE_EXTENSION_OID.arcs().map(u64::from).collect();
-        params.custom_extensions = vec![CustomExtension::from_oid_content(&oid, encode_extension(&bundle))];
+        params.custom_extensions = vec![CustomExtension::from_oid_content(&oid, encode_extension(&in_certificate))];
         let cert = params.self_signed(&kp).map_err(|e| Error::ApiMisuse(e.to_string()))?;
         Ok(Self { key, cert_der: cert.der().to_vec(), bundle })
     }
@@ -131,9 +143,19 @@ impl RaTlsIdentity {
         &self.cert_der
     }
 
-    /// The evidence in the certificate.
+    /// The whole evidence: the certificate's, with the GPU evidence sent
+    /// after the handshake.
     pub fn bundle(&self) -> &EvidenceBundle {
         &self.bundle
+    }
+
+    /// The GPU evidence sent after the handshake (empty without GPUs).
+    pub fn post_handshake_gpus(&self) -> Vec<u8> {
+        if self.bundle.gpus.is_empty() {
+            return Vec::new();
+        }
+        // Invariant: GPU evidence is plain data; serialising cannot fail.
+        serde_json::to_vec(&crate::gpu::evidence::to_value(&self.bundle.gpus)).unwrap_or_default()
     }
 
     /// Certificate chain and key for a rustls config.
@@ -166,10 +188,9 @@ pub fn tls_key_hash(key: &p256::SecretKey) -> Result<KeyHash, Error> {
     Ok(KeyHash::of(spki.as_bytes()))
 }
 
-/// Largest RA-TLS certificate accepted: the evidence bundle (with a
-/// composite attester's GPU evidence) rides in it, and rustls caps a
-/// handshake message at 64 KiB. One or two GPUs fit; more need evidence
-/// sent after the handshake, bound by the exporter (not built).
+/// Largest RA-TLS certificate accepted: the SNP evidence and claims ride in
+/// it (GPU evidence follows the handshake), and rustls caps a handshake
+/// message at 64 KiB.
 pub const MAX_RATLS_CERT_BYTES: usize = 60 * 1024;
 
 fn encode_extension(bundle: &EvidenceBundle) -> Vec<u8> {
@@ -223,38 +244,63 @@ pub fn verify_binding(peer_cert_der: &[u8], peer_role: Role, exporter: &[u8], si
     })
 }
 
-/// A peer whose evidence passed the policy and whose attested key signed
+/// A peer whose evidence — the certificate's, with the GPU evidence it sent
+/// after the handshake — passed the policy, and whose attested key signed
 /// this connection's exporter value. Only [`VerifiedPeer::establish`] makes one.
 #[derive(Clone, Debug)]
 pub struct VerifiedPeer {
     evidence: VerifiedEvidence,
+    bundle: EvidenceBundle,
     key_hash: KeyHash,
     _private: (),
 }
 
 impl VerifiedPeer {
-    /// Checks the peer's binding signature and returns the proof value, using
-    /// the evidence `verifier` verified during the handshake.
+    /// Checks the peer's binding signature, then verifies its whole evidence:
+    /// the certificate's bundle (appraised by `verifier` during the handshake)
+    /// with `peer_gpus`, the GPU evidence it sent after the handshake (empty
+    /// when it has none), against the same policy and pins.
     pub fn establish(
         verifier: &RaTlsVerifier,
         peer_cert_der: &[u8],
         peer_role: Role,
         exporter: &[u8],
         signature: &[u8],
+        peer_gpus: &[u8],
     ) -> Result<Self, Error> {
-        let evidence = verifier.verified_for(peer_cert_der)?;
+        let handshake = verifier.verified_for(peer_cert_der)?;
         verify_binding(peer_cert_der, peer_role, exporter, signature)?;
+        let (mut bundle, _) = decode_certificate(peer_cert_der)?;
+        if !bundle.gpus.is_empty() {
+            return Err(Error::PeerMisbehaved(
+                "GPU evidence belongs after the handshake, not in the certificate".into(),
+            ));
+        }
+        if !peer_gpus.is_empty() {
+            if peer_gpus.len() > MAX_POST_HANDSHAKE_GPU_BYTES {
+                return Err(Malformed::TooLarge { actual: peer_gpus.len(), limit: MAX_POST_HANDSHAKE_GPU_BYTES }.into());
+            }
+            bundle.gpus = crate::gpu::evidence::from_json(peer_gpus)
+                .map_err(|e| Malformed::Json(format!("post-handshake GPU evidence: {e}")))?;
+        }
+        let evidence = verifier.verify_whole(&bundle, peer_cert_der)?;
         // The verifier pinned the claims' TLS key hash to this certificate's key.
-        let key_hash = evidence
+        let key_hash = handshake
             .claims()
             .and_then(|c| c.tls_key_hash)
             .ok_or_else(|| Error::ApiMisuse("verified RA-TLS evidence without a TLS key hash".into()))?;
-        Ok(Self { evidence, key_hash, _private: () })
+        Ok(Self { evidence, bundle, key_hash, _private: () })
     }
 
     /// The peer's verified evidence.
     pub fn evidence(&self) -> &VerifiedEvidence {
         &self.evidence
+    }
+
+    /// The evidence as the peer presented it (certificate and GPUs), for
+    /// relying parties further out.
+    pub fn bundle(&self) -> &EvidenceBundle {
+        &self.bundle
     }
 
     /// Hash of the peer's TLS key.

@@ -8,7 +8,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use super::{
     client_config, error_from_rustls, server_config, RaTlsIdentity, RaTlsVerifier, Role, VerifiedPeer, EXPORTER_LABEL,
-    MAX_BINDING_SIGNATURE,
+    MAX_BINDING_SIGNATURE, MAX_POST_HANDSHAKE_GPU_BYTES,
 };
 use crate::error::Error;
 
@@ -29,24 +29,50 @@ fn binding_inputs<D>(conn: &rustls::ConnectionCommon<D>) -> Result<(Vec<u8>, [u8
     Ok((peer_cert(conn)?, ekm))
 }
 
+/// After the handshake, both ways at once (neither side waits for the other
+/// to read): `u16` length ‖ binding signature ‖ `u32` length ‖ GPU evidence
+/// (JSON; length 0 without GPUs). Returns the peer's signature and GPU evidence.
 async fn exchange_binding<S: AsyncRead + AsyncWrite + Unpin>(
     stream: &mut S,
     identity: &RaTlsIdentity,
     role: Role,
     exporter: &[u8],
-) -> Result<Vec<u8>, Error> {
+) -> Result<(Vec<u8>, Vec<u8>), Error> {
     let sig = identity.sign_binding(role, exporter);
+    let gpus = identity.post_handshake_gpus();
     let len = u16::try_from(sig.len()).map_err(|_| Error::ApiMisuse("binding signature too long".into()))?;
-    stream.write_all(&len.to_be_bytes()).await?;
-    stream.write_all(&sig).await?;
-    stream.flush().await?;
-    let peer_len = usize::from(stream.read_u16().await?);
-    if peer_len == 0 || peer_len > MAX_BINDING_SIGNATURE {
-        return Err(Error::PeerMisbehaved(format!("channel-binding signature of {peer_len} bytes")));
-    }
-    let mut peer_sig = vec![0u8; peer_len];
-    stream.read_exact(&mut peer_sig).await?;
-    Ok(peer_sig)
+    let gpu_len = u32::try_from(gpus.len()).map_err(|_| Error::ApiMisuse("GPU evidence too long".into()))?;
+    let mut out = Vec::with_capacity(6 + sig.len() + gpus.len());
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&sig);
+    out.extend_from_slice(&gpu_len.to_be_bytes());
+    out.extend_from_slice(&gpus);
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let send = async {
+        wr.write_all(&out).await?;
+        wr.flush().await?;
+        Ok::<_, Error>(())
+    };
+    let receive = async {
+        let peer_len = usize::from(rd.read_u16().await?);
+        if peer_len == 0 || peer_len > MAX_BINDING_SIGNATURE {
+            return Err(Error::PeerMisbehaved(format!("channel-binding signature of {peer_len} bytes")));
+        }
+        let mut peer_sig = vec![0u8; peer_len];
+        rd.read_exact(&mut peer_sig).await?;
+        let gpu_len = usize::try_from(rd.read_u32().await?).unwrap_or(usize::MAX);
+        if gpu_len > MAX_POST_HANDSHAKE_GPU_BYTES {
+            return Err(Error::PeerMisbehaved(format!(
+                "{gpu_len} bytes of GPU evidence (at most {MAX_POST_HANDSHAKE_GPU_BYTES})"
+            )));
+        }
+        let mut peer_gpus = vec![0u8; gpu_len];
+        rd.read_exact(&mut peer_gpus).await?;
+        Ok((peer_sig, peer_gpus))
+    };
+    let (sent, received) = tokio::join!(send, receive);
+    sent?;
+    received
 }
 
 fn peer_cert(conn: &rustls::CommonState) -> Result<Vec<u8>, Error> {
@@ -68,8 +94,8 @@ pub async fn connect(
         rustls::pki_types::ServerName::try_from("veil-shard.invalid").map_err(|e| Error::ApiMisuse(e.to_string()))?;
     let mut tls = TlsConnector::from(Arc::new(config)).connect(name, tcp).await.map_err(io_or_tls)?;
     let (cert, ekm) = binding_inputs(tls.get_ref().1)?;
-    let peer_sig = exchange_binding(&mut tls, identity, Role::Client, &ekm).await?;
-    let peer = VerifiedPeer::establish(&verifier, &cert, Role::Server, &ekm, &peer_sig)?;
+    let (peer_sig, peer_gpus) = exchange_binding(&mut tls, identity, Role::Client, &ekm).await?;
+    let peer = VerifiedPeer::establish(&verifier, &cert, Role::Server, &ekm, &peer_sig, &peer_gpus)?;
     Ok((tls, peer))
 }
 
@@ -82,8 +108,8 @@ pub async fn accept(
     let config = server_config(identity, verifier.clone())?;
     let mut tls = TlsAcceptor::from(Arc::new(config)).accept(tcp).await.map_err(io_or_tls)?;
     let (cert, ekm) = binding_inputs(tls.get_ref().1)?;
-    let peer_sig = exchange_binding(&mut tls, identity, Role::Server, &ekm).await?;
-    let peer = VerifiedPeer::establish(&verifier, &cert, Role::Client, &ekm, &peer_sig)?;
+    let (peer_sig, peer_gpus) = exchange_binding(&mut tls, identity, Role::Server, &ekm).await?;
+    let peer = VerifiedPeer::establish(&verifier, &cert, Role::Client, &ekm, &peer_sig, &peer_gpus)?;
     Ok((tls, peer))
 }
 

@@ -12,8 +12,9 @@ use sha2::{Digest, Sha256};
 
 use super::decode_certificate;
 use crate::error::Error;
+use crate::evidence::EvidenceBundle;
 use crate::policy::Policy;
-use crate::verify::{verify, ExpectedClaims, VerifiedEvidence};
+use crate::verify::{verify, verify_deferring_gpus, ExpectedClaims, VerifiedEvidence};
 
 const CACHE_ENTRIES: usize = 64;
 
@@ -50,17 +51,28 @@ impl RaTlsVerifier {
         self.provider.clone()
     }
 
-    /// Appraises a certificate's evidence at `now`.
+    /// Appraises a certificate's evidence at `now`: everything but the GPU
+    /// evidence its claims commit to, which arrives after the handshake
+    /// ([`VerifiedPeer::establish`](super::VerifiedPeer::establish) verifies the whole).
     pub fn verify_certificate(&self, cert_der: &[u8], now: SystemTime) -> Result<VerifiedEvidence, Error> {
         let (bundle, key_hash) = decode_certificate(cert_der)?;
         let expected = ExpectedClaims { tls_key_hash: Some(key_hash), ..self.expected.clone() };
-        let verified = verify(&bundle, &self.policy, &expected, now)?;
+        let verified = verify_deferring_gpus(&bundle, &self.policy, &expected, now)?;
         let mut cache = self.verified.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() >= CACHE_ENTRIES {
             cache.remove(0);
         }
         cache.push((Sha256::digest(cert_der).into(), verified.clone()));
         Ok(verified)
+    }
+
+    /// Verifies the whole evidence of a peer whose certificate passed the
+    /// handshake: `bundle` is the certificate's with the GPU evidence received
+    /// after it, under the same policy and pins.
+    pub fn verify_whole(&self, bundle: &EvidenceBundle, cert_der: &[u8]) -> Result<VerifiedEvidence, Error> {
+        let (_, key_hash) = decode_certificate(cert_der)?;
+        let expected = ExpectedClaims { tls_key_hash: Some(key_hash), ..self.expected.clone() };
+        verify(bundle, &self.policy, &expected, SystemTime::now())
     }
 
     /// The evidence verified for `cert_der` during a handshake.

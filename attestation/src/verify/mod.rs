@@ -144,6 +144,30 @@ pub(crate) fn verify_with_rims(
     rims: &[crate::gpu::Rim],
     now: SystemTime,
 ) -> Result<VerifiedEvidence, Error> {
+    verify_inner(bundle, policy, expected, rims, now, true)
+}
+
+/// [`verify`] without the GPU evidence: for an RA-TLS handshake, where the
+/// GPU evidence the claims commit to arrives after the handshake and the
+/// whole is verified then. The result carries no GPUs and proves nothing
+/// about them.
+pub(crate) fn verify_deferring_gpus(
+    bundle: &EvidenceBundle,
+    policy: &Policy,
+    expected: &ExpectedClaims,
+    now: SystemTime,
+) -> Result<VerifiedEvidence, Error> {
+    verify_inner(bundle, policy, expected, &[], now, false)
+}
+
+fn verify_inner(
+    bundle: &EvidenceBundle,
+    policy: &Policy,
+    expected: &ExpectedClaims,
+    rims: &[crate::gpu::Rim],
+    now: SystemTime,
+    with_gpus: bool,
+) -> Result<VerifiedEvidence, Error> {
     let appraisal = appraise(bundle, policy, expected, now);
     let report = appraisal.checks;
     if let Some((check, expected, actual)) = report.first_failure() {
@@ -157,9 +181,10 @@ pub(crate) fn verify_with_rims(
             // report just proved (their nonce derives from them, and they
             // commit to the GPU evidence digest).
             let claims = bundle.claims.as_ref();
-            let gpus = if !bundle.gpus.is_empty()
-                || policy.gpu.required
-                || claims.is_some_and(|c| c.gpu_evidence_hash.is_some())
+            let gpus = if with_gpus
+                && (!bundle.gpus.is_empty()
+                    || policy.gpu.required
+                    || claims.is_some_and(|c| c.gpu_evidence_hash.is_some()))
             {
                 let expect = crate::gpu::GpuExpectations { rims, claims, nonce: None, ocsp: &[] };
                 Some(crate::gpu::verify_gpus(&bundle.gpus, &expect, policy, now)?)

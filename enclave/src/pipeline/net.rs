@@ -153,17 +153,9 @@ impl Trust {
             let (tls, peer) = ratls::tokio::connect(tcp, &self.identity, verifier)
                 .await
                 .map_err(|source| DialError::Attestation { addr, source })?;
-            // The evidence as presented (already verified above), for relying parties further out.
-            let bundle = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .map(|c| ratls::decode_certificate(c.as_ref()))
-                .transpose()
-                .map_err(|source| DialError::Attestation { addr, source })?
-                .map(|(b, _)| b)
-                .ok_or_else(|| DialError::WrongPeer { addr, reason: "no certificate".into() })?;
+            // The evidence as presented (certificate and post-handshake GPUs,
+            // verified above), for relying parties further out.
+            let bundle = peer.bundle().clone();
             let proof = self.attested_as(&peer, stage).map_err(|reason| DialError::WrongPeer { addr, reason })?;
             let require =
                 PeerRequirement { role: Some(role), layers: Some(stage.layers), manifest_root: stage.manifest_root };
