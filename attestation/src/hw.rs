@@ -1,56 +1,96 @@
 //! The real SEV-SNP attester: asks the AMD Secure Processor for a report
-//! through the guest device (`/dev/sev-guest`, via the `sev` crate).
+//! through the kernel's configfs-tsm interface
+//! (`/sys/kernel/config/tsm/report`, Linux 6.7 and later): `inblob` takes the
+//! 64 bytes of REPORT_DATA, `outblob` returns the report and `auxblob` the
+//! certificate table the host attached.
+//!
+//! The table is the host's bytes and is parsed by [`crate::snp::certs`] with
+//! every bound checked (SECURITY-CASES A9); the `sev` crate's extended-report
+//! call is not used, because its table parser follows host-written offsets
+//! with raw pointers. When the host attaches no VCEK or VLEK, the
+//! endorsement must be fetched from AMD's Key Distribution Service for this
+//! chip id and TCB: that is a separate, explicit step, not done here.
 //!
 //! Compiles everywhere with the `hw` feature; works only inside an SEV-SNP
-//! guest. The endorsement (VCEK or VLEK) comes from the certificate table
-//! the host attaches to the extended report. When the host supplies none, the
-//! VCEK must be fetched from AMD's Key Distribution Service for this chip id
-//! and TCB: that is a separate, explicit step, not done here.
+//! guest; not run on hardware by this project's CI.
 
-use sev::firmware::guest::Firmware;
-use sev::firmware::host::CertType;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::claims::Claims;
 use crate::error::Error;
 use crate::evidence::EvidenceBundle;
 use crate::simulated::Attester;
+use crate::snp::certs::{self, CertKind};
 
-/// Produces evidence from the SEV-SNP guest device.
-#[derive(Debug, Clone, Copy)]
+/// Where configfs-tsm report objects are created.
+pub const TSM_REPORT_DIR: &str = "/sys/kernel/config/tsm/report";
+
+/// Produces evidence from the SEV-SNP guest through configfs-tsm.
+#[derive(Debug, Clone)]
 pub struct HardwareAttester {
     vmpl: u32,
+    root: PathBuf,
 }
 
 impl HardwareAttester {
     /// An attester requesting reports at `vmpl` (0 for a guest without a paravisor).
     pub fn new(vmpl: u32) -> Self {
-        Self { vmpl }
+        Self { vmpl, root: PathBuf::from(TSM_REPORT_DIR) }
     }
 }
 
-fn device_error(e: impl std::fmt::Display) -> Error {
-    Error::Io(std::io::Error::other(format!("SEV-SNP guest device: {e}")))
+fn device_error(what: &str, path: &Path, e: std::io::Error) -> Error {
+    Error::Io(std::io::Error::new(e.kind(), format!("configfs-tsm {what} {}: {e}", path.display())))
+}
+
+/// One report request: a fresh report object, REPORT_DATA in, report and
+/// certificate table out, the object removed. The generation counter is read
+/// before and after, so a concurrent writer to the same object is detected.
+fn tsm_report(root: &Path, vmpl: u32, report_data: &[u8; 64]) -> Result<(Vec<u8>, Vec<u8>), Error> {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = root.join(format!("veil-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+    std::fs::create_dir(&dir).map_err(|e| device_error("create", &dir, e))?;
+    let result = (|| {
+        let read = |name: &str| std::fs::read(dir.join(name)).map_err(|e| device_error("read", &dir.join(name), e));
+        let provider = String::from_utf8_lossy(&read("provider")?).trim().to_owned();
+        if provider != "sev_guest" {
+            return Err(Error::ApiMisuse(format!("configfs-tsm provider is {provider:?}, not sev_guest")));
+        }
+        std::fs::write(dir.join("privlevel"), vmpl.to_string())
+            .map_err(|e| device_error("write", &dir.join("privlevel"), e))?;
+        std::fs::write(dir.join("inblob"), report_data).map_err(|e| device_error("write", &dir.join("inblob"), e))?;
+        let before = read("generation")?;
+        let report = read("outblob")?;
+        let table = read("auxblob").unwrap_or_default();
+        if read("generation")? != before {
+            return Err(Error::ApiMisuse("configfs-tsm report object changed while read (concurrent writer)".into()));
+        }
+        Ok((report, table))
+    })();
+    let _ = std::fs::remove_dir(&dir);
+    result
 }
 
 impl Attester for HardwareAttester {
     fn evidence(&self, claims: &Claims) -> Result<EvidenceBundle, Error> {
         let report_data = claims.report_data().map_err(Error::ApiMisuse)?;
-        let mut firmware = Firmware::open()?;
-        let (report, certs) =
-            firmware.get_ext_report(None, Some(report_data.0), Some(self.vmpl)).map_err(device_error)?;
-        let certs = certs.unwrap_or_default();
-        let find = |kind: CertType| certs.iter().find(|c| c.cert_type == kind).map(|c| c.data.clone());
-        let endorsement = find(CertType::VCEK).or_else(|| find(CertType::VLEK)).ok_or_else(|| {
+        let (report, table) = tsm_report(&self.root, self.vmpl, &report_data.0)?;
+        let table =
+            certs::parse(&table).map_err(|e| Error::PeerMisbehaved(format!("host's certificate table: {e}")))?;
+        let endorsement = table.get(CertKind::Vcek).or_else(|| table.get(CertKind::Vlek)).ok_or_else(|| {
             Error::ApiMisuse(
-                "the host attached no VCEK/VLEK to the extended report; fetch the VCEK for this chip id and TCB from AMD KDS".into(),
+                "the host attached no VCEK/VLEK to the extended report; fetch the VCEK for this chip id and TCB from AMD KDS"
+                    .into(),
             )
         })?;
-        let chain = [CertType::ASK, CertType::ARK].into_iter().filter_map(find).collect();
+        let chain =
+            [CertKind::Ask, CertKind::Ark].into_iter().filter_map(|k| table.get(k)).map(<[u8]>::to_vec).collect();
         Ok(EvidenceBundle {
             report,
-            endorsement,
+            endorsement: endorsement.to_vec(),
             chain,
-            crl: find(CertType::CRL),
+            crl: table.get(CertKind::Crl).map(<[u8]>::to_vec),
             claims: Some(claims.clone()),
             gpus: Vec::new(),
         })

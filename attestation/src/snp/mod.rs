@@ -1,6 +1,7 @@
-//! SEV-SNP: the report structure, products and their AMD roots, and the
+//! SEV-SNP: the report structure, the host's certificate table, products and their AMD roots, and the
 //! AMD-specific X.509 extensions of VCEK/VLEK certificates.
 
+pub mod certs;
 pub mod endorsement;
 mod product;
 pub mod report;
