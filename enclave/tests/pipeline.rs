@@ -345,7 +345,11 @@ fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
         let sse = String::from_utf8(sse).unwrap();
         assert!(sse.ends_with("data: [DONE]\n\n") && pieces > 3, "{sse}");
         let mut text = String::new();
-        for ev in sse.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).filter(|e| *e != "[DONE]") {
+        for ev in sse
+            .split("\n\n")
+            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+            .filter(|e| *e != "[DONE]")
+        {
             let v: serde_json::Value = serde_json::from_str(ev).unwrap();
             if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
                 text.push_str(t);
@@ -526,6 +530,110 @@ fn a_malicious_host_is_caught_and_tampered_text_never_shown() {
         let resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
         assert_eq!(resp.status, 200);
         resp.collect().await.unwrap();
+    });
+}
+
+/// The sizes of the chunks of a chunked OHTTP response, as the host sees them.
+fn sealed_chunk_sizes(bytes: &[u8]) -> Vec<usize> {
+    let mut rest = &bytes[16..]; // the response nonce (AES-128-GCM: max(Nn, Nk) = 16)
+    let mut sizes = Vec::new();
+    loop {
+        let (len, used) = match rest[0] >> 6 {
+            0 => (usize::from(rest[0] & 0x3F), 1),
+            1 => (usize::from(u16::from_be_bytes([rest[0] & 0x3F, rest[1]])), 2),
+            _ => (usize::try_from(u32::from_be_bytes([rest[0] & 0x3F, rest[1], rest[2], rest[3]])).unwrap(), 4),
+        };
+        rest = &rest[used..];
+        if len == 0 {
+            sizes.push(rest.len()); // the final chunk runs to the end
+            return sizes;
+        }
+        sizes.push(len);
+        rest = &rest[len..];
+    }
+}
+
+/// SECURITY-CASES I2: every event of a streamed answer is padded inside the
+/// seal to one size, so the chunks the host relays do not reveal token
+/// lengths: two different answers, whose tokens' texts differ in length,
+/// reach the host as runs of equal-sized chunks (only the head, the route
+/// trailer and the empty final chunk differ). A complete answer is
+/// padded to a 1 KiB bucket and still parses to the streamed answer's text.
+#[test]
+fn streamed_chunks_all_have_one_size_whatever_the_tokens() {
+    use bytes::Bytes;
+    use http_body_util::{BodyExt, Full};
+    use veil_client::sdk::Client;
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("padded", &path, &[15], &[1, 1]);
+    c.start_all();
+    let gateway = c.route.sealed_listen.unwrap();
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = Client::connect(&format!("http://{gateway}"), &policy).await.unwrap();
+        let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http::<Full<Bytes>>();
+        let mut body_sizes = std::collections::BTreeSet::new();
+        let mut piece_lengths = std::collections::BTreeSet::new();
+        let mut streamed: std::collections::HashMap<&str, String> = Default::default();
+        for (question, stream) in [
+            ("What is the capital of France?", true),
+            ("Name three colours.", true),
+            ("What is the capital of France?", false),
+        ] {
+            let body = serde_json::json!({
+                "model": "SmolLM2-135M-Instruct.Q4_1", "messages": [{"role": "user", "content": question}],
+                "max_tokens": 16, "temperature": 0, "stream": stream,
+            });
+            let mut message = bhttp::Message::request(
+                b"POST".to_vec(),
+                b"https".to_vec(),
+                b"veil-entry".to_vec(),
+                b"/v1/chat/completions".to_vec(),
+            );
+            message.put_header("content-type", "application/json");
+            message.write_content(serde_json::to_vec(&body).unwrap());
+            let (sealed, opener) = veil_client::seal::seal(client.route(), message).await.unwrap();
+            let req = hyper::Request::post(format!("http://{gateway}/v1/sealed"))
+                .header("content-type", "message/ohttp-chunked-req")
+                .body(Full::new(Bytes::from(sealed)))
+                .unwrap();
+            let raw = http.request(req).await.unwrap().into_body().collect().await.unwrap().to_bytes();
+            let sizes = sealed_chunk_sizes(&raw);
+            let reader: std::pin::Pin<Box<dyn futures::io::AsyncRead + Send>> =
+                Box::pin(futures::io::Cursor::new(raw.to_vec()));
+            let mut opened = opener.open(reader).await.unwrap();
+            assert_eq!(opened.status, 200);
+            let mut text = Vec::new();
+            while let Some(piece) = opened.next().await.unwrap() {
+                if stream {
+                    assert_eq!(piece.len() % veil_enclave::gateway::openai::SSE_PAD, 0, "an unpadded event");
+                    let event = String::from_utf8_lossy(&piece).into_owned();
+                    let data = event.lines().find_map(|l| l.strip_prefix("data: ")).unwrap().to_owned();
+                    if let Ok(v) = serde_json::from_str::<serde_json::Value>(&data) {
+                        if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+                            piece_lengths.insert(t.len());
+                            streamed.entry(question).or_default().push_str(t);
+                        }
+                    }
+                }
+                text.extend(piece);
+            }
+            if stream {
+                // The head, the events, the route trailer, the (empty) final chunk.
+                assert!(sizes.len() > 5, "{sizes:?}");
+                body_sizes.extend(sizes[1..sizes.len() - 2].iter().copied());
+                assert!(String::from_utf8_lossy(&text).contains("data: [DONE]"));
+            } else {
+                assert_eq!(text.len() % veil_enclave::gateway::openai::BODY_PAD, 0);
+                let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+                // The same greedy answer as the padded stream gave.
+                assert_eq!(v["choices"][0]["message"]["content"].as_str().unwrap(), streamed[question], "{v}");
+            }
+        }
+        assert!(piece_lengths.len() > 1, "the test needs tokens of different lengths: {piece_lengths:?}");
+        assert_eq!(body_sizes.len(), 1, "the host saw event chunks of sizes {body_sizes:?}");
     });
 }
 

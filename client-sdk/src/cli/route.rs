@@ -178,7 +178,13 @@ async fn stream_answer(client: &Client, body: &serde_json::Value) -> Result<Stri
         pending.push_str(&String::from_utf8_lossy(&piece));
         while let Some(end) = pending.find("\n\n") {
             let event: String = pending.drain(..end + 2).collect();
-            let Some(data) = event.trim_end().strip_prefix("data: ") else { continue };
+            // An event's data lines; comment lines (`:`, the entry's padding) are ignored.
+            let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
+            if data.is_empty() {
+                continue;
+            }
+            let data = data.join("\n");
+            let data = data.as_str();
             if data == "[DONE]" {
                 continue;
             }

@@ -534,20 +534,56 @@ pub fn sse_error(err: &ApiError) -> Vec<u8> {
     let mut out = b"data: ".to_vec();
     out.extend(err.body());
     out.extend(b"\n\n");
-    out
+    pad_event(out)
 }
 
-/// The stream's end marker.
+/// The stream's end marker (unpadded; [`sse_done`] is what is sent).
 pub const SSE_DONE: &[u8] = b"data: [DONE]\n\n";
+
+/// The stream's end marker, padded like every event.
+pub fn sse_done() -> Vec<u8> {
+    pad_event(SSE_DONE.to_vec())
+}
+
+/// Every server-sent event is padded to a multiple of this many bytes, so
+/// the sealed chunks the host relays all have one size whatever token they
+/// carry (SECURITY-CASES I2: token lengths read from encrypted chunk sizes).
+pub const SSE_PAD: usize = 256;
+
+/// Every complete (non-streamed) body is padded with JSON whitespace to a
+/// multiple of this many bytes: the host learns the answer's length only to
+/// within a bucket.
+pub const BODY_PAD: usize = 1024;
+
+/// Pads one event (`…\n\n`) with an SSE comment line (`:` and spaces, which
+/// every SSE client ignores) to a multiple of [`SSE_PAD`] bytes.
+pub fn pad_event(mut event: Vec<u8>) -> Vec<u8> {
+    if !event.ends_with(b"\n\n") {
+        return event;
+    }
+    // The comment takes at least ":\n" (2 bytes) before the final blank line.
+    let fill = (event.len() + 2).div_ceil(SSE_PAD) * SSE_PAD - (event.len() + 2);
+    event.pop();
+    event.push(b':');
+    event.resize(event.len() + fill, b' ');
+    event.extend(b"\n\n");
+    event
+}
+
+/// Pads a JSON body with trailing spaces to a multiple of [`BODY_PAD`].
+pub fn pad_body(mut body: Vec<u8>) -> Vec<u8> {
+    let target = body.len().div_ceil(BODY_PAD).max(1) * BODY_PAD;
+    body.resize(target, b' ');
+    body
+}
 
 fn sse(v: &Value) -> Vec<u8> {
     let mut out = b"data: ".to_vec();
     out.extend(serde_json::to_vec(v).unwrap_or_default());
     out.extend(b"\n\n");
-    out
+    pad_event(out)
 }
 
-/// `GET /v1/models`.
 /// `GET /v1/models/{id}` for the served model.
 pub fn model_body(model_name: &str, created: u64) -> Vec<u8> {
     serde_json::to_vec(&json!({ "id": model_name, "object": "model", "created": created, "owned_by": "veil" }))
@@ -561,4 +597,29 @@ pub fn models_body(model_name: &str, created: u64) -> Vec<u8> {
         "data": [{ "id": model_name, "object": "model", "created": created, "owned_by": "veil" }],
     }))
     .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_and_bodies_pad_to_their_buckets_and_stay_parseable() {
+        for len in [0usize, 1, 100, 251, 252, 253, 254, 255, 256, 600] {
+            let event = [b"data: ".as_slice(), &vec![b'x'; len], b"\n\n"].concat();
+            let padded = pad_event(event.clone());
+            assert_eq!(padded.len() % SSE_PAD, 0, "{len}");
+            assert!(padded.len() >= event.len() + 2 && padded.len() < event.len() + 2 + SSE_PAD, "{len}");
+            let text = String::from_utf8(padded).unwrap();
+            // One event: a data line, a comment line, a blank line.
+            assert!(text.ends_with("\n\n") && text.matches("\n\n").count() == 1);
+            let data: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("data: ")).collect();
+            assert_eq!(data, vec!["x".repeat(len)]);
+            assert!(text.lines().filter(|l| !l.is_empty()).all(|l| l.starts_with("data: ") || l.starts_with(':')));
+        }
+        let body = pad_body(br#"{"a":1}"#.to_vec());
+        assert_eq!(body.len(), BODY_PAD);
+        assert_eq!(serde_json::from_slice::<serde_json::Value>(&body).unwrap()["a"], 1);
+        assert_eq!(pad_body(vec![b' '; BODY_PAD + 1]).len(), 2 * BODY_PAD);
+    }
 }

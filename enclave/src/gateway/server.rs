@@ -296,7 +296,7 @@ impl Gateway {
                         sealer
                             .head(200, &[("content-type", "application/json"), (ROUTE_FIELD, route.as_str())])
                             .await?;
-                        sealer.body(&body).await?;
+                        sealer.body(&openai::pad_body(body)).await?;
                         return sealer.finish().await;
                     }
                     GenerateEvent::Error(e) => {
@@ -324,7 +324,7 @@ impl Gateway {
                             .body(&openai::sse_usage(call.kind, &ids, Usage::new(prompt_tokens, g.ids.len())))
                             .await?;
                     }
-                    sealer.body(openai::SSE_DONE).await?;
+                    sealer.body(&openai::sse_done()).await?;
                     let route = routes_used();
                     return sealer.finish_with_trailer(&[(ROUTE_FIELD, route.as_str())]).await;
                 }
@@ -348,6 +348,8 @@ fn server_error(message: &str) -> ApiError {
 
 async fn respond(mut sealer: ResponseSealer, status: u16, content_type: &str, body: &[u8]) -> Result<(), SealError> {
     sealer.head(status, &[("content-type", content_type)]).await?;
-    sealer.body(body).await?;
+    // JSON bodies (answers, errors, model lists) are padded to a bucket.
+    let body = if content_type == "application/json" { openai::pad_body(body.to_vec()) } else { body.to_vec() };
+    sealer.body(&body).await?;
     sealer.finish().await
 }
