@@ -277,22 +277,8 @@ fn rand_id() -> [u8; 16] {
     b
 }
 
-/// glibc's allocator setting for shard processes, unless the operator set
-/// `GLIBC_TUNABLES` themselves: allocations of 128 KiB and more (request
-/// bodies, their JSON, prefill frames) are always mapped, and unmapped when
-/// freed, instead of glibc's default that raises this threshold after the
-/// first large free, so a burst of large requests does not leave the entry
-/// holding their memory (measured on the debug build: 97.7 → 107.9 MB after
-/// ten rejected 900 KB prompts without it, flat after forty; 96.4 → 96.4 MB
-/// with it). Other C libraries ignore it.
-pub const SHARD_GLIBC_TUNABLES: &str = "glibc.malloc.mmap_threshold=131072";
-
 fn spawn(bin: &Path, route: &Path, stage: usize, replica: usize, cluster_id: &str) -> std::io::Result<Child> {
-    let mut command = Command::new(bin);
-    if std::env::var_os("GLIBC_TUNABLES").is_none() {
-        command.env("GLIBC_TUNABLES", SHARD_GLIBC_TUNABLES);
-    }
-    command
+    Command::new(bin)
         .env("VEIL_CLUSTER_ID", cluster_id)
         .args(["serve", "--config"])
         .arg(route)
