@@ -9,8 +9,18 @@
 
 use half::{bf16, f16};
 
-/// Version spoken by this build; peers must match exactly.
-pub const PROTOCOL_VERSION: u16 = 1;
+/// Version spoken by this build; peers must match exactly (2: padded
+/// forward frames).
+pub const PROTOCOL_VERSION: u16 = 2;
+/// A forward frame of more than one position carries its rows padded to a
+/// multiple of this many (zero rows on the wire, dropped by the receiver), so
+/// the link's traffic gives a prompt's length only to within this many
+/// tokens, and a verification frame hides how many drafts it carries
+/// (SECURITY-CASES I3). A one-position (plain decode) frame is not padded:
+/// its existence, not its size, is what the host sees.
+pub const PAD_ROWS: usize = 16;
+/// Sampling history is padded to a multiple of this many entries.
+pub const PAD_HISTORY: usize = 64;
 /// Default largest frame accepted (kind + body).
 pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 /// Most entries in a sparse distribution: a whole vocabulary of up to 262,144
@@ -354,7 +364,10 @@ impl Frame {
                         w.f32(s.min_p);
                         w.f32(s.repetition_penalty);
                         w.len(s.history.len());
+                        let padded = s.history.len().div_ceil(PAD_HISTORY) * PAD_HISTORY;
+                        w.len(padded);
                         s.history.iter().for_each(|&t| w.u32(t));
+                        (s.history.len()..padded).for_each(|_| w.u32(0));
                     }
                 }
                 w.u8(match f.precision {
@@ -364,11 +377,15 @@ impl Frame {
                 });
                 w.u32(f.width);
                 w.len(f.hidden.len());
+                let padded = padded_values(f.hidden.len(), f.width as usize);
+                w.len(padded);
+                let zeros = padded - f.hidden.len();
                 match f.precision {
                     Precision::F32 => f.hidden.iter().for_each(|&v| w.f32(v)),
                     Precision::F16 => f.hidden.iter().for_each(|&v| w.u16(f16::from_f32(v).to_bits())),
                     Precision::Bf16 => f.hidden.iter().for_each(|&v| w.u16(bf16::from_f32(v).to_bits())),
                 }
+                w.0.resize(w.0.len() + zeros * f.precision.bytes(), 0);
             }
             Self::Verdict(v) => {
                 w.u8(KIND_VERDICT);
@@ -536,8 +553,15 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
             let top_p = r.f32()?;
             let min_p = r.f32()?;
             let repetition_penalty = r.f32()?;
-            let n = r.count(4, MAX_HISTORY, "history")?;
+            let n = r.u32()? as usize;
+            let padded = r.count(4, MAX_HISTORY + PAD_HISTORY, "history")?;
+            if n > MAX_HISTORY || padded != n.div_ceil(PAD_HISTORY) * PAD_HISTORY {
+                return Err(r.bad(format!("history of {n} entries padded to {padded}")));
+            }
             let history = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
+            if r.take((padded - n) * 4)?.iter().any(|b| *b != 0) {
+                return Err(r.bad("non-zero history padding"));
+            }
             Some(SamplingSpec { temperature, top_k, top_p, min_p, repetition_penalty, history })
         }
         other => return Err(r.bad(format!("sampling flag {other}"))),
@@ -552,11 +576,18 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
         other => return Err(r.bad(format!("precision {other}"))),
     };
     let width = r.u32()? as usize;
-    let count = r.count(precision.bytes(), usize::MAX, "hidden states")?;
+    let count = r.u32()? as usize;
+    let padded = r.count(precision.bytes(), usize::MAX, "hidden states")?;
     if width == 0 || count == 0 || count % width != 0 {
         return Err(r.bad(format!("{count} values are not whole positions of width {width}")));
     }
+    if padded != padded_values(count, width) {
+        return Err(r.bad(format!("{count} values padded to {padded}, not to whole {PAD_ROWS}-row buckets")));
+    }
     let raw = r.take(count * precision.bytes())?;
+    if r.take((padded - count) * precision.bytes())?.iter().any(|b| *b != 0) {
+        return Err(r.bad("non-zero padding rows"));
+    }
     let hidden: Vec<f32> = match precision {
         Precision::F32 => raw.chunks_exact(4).map(|b| f32::from_be_bytes([b[0], b[1], b[2], b[3]])).collect(),
         Precision::F16 => {
@@ -582,6 +613,17 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
         width: width as u32,
         hidden,
     }))
+}
+
+/// Values on the wire for `count` values of rows of `width`: one row as is,
+/// more rows rounded up to a multiple of [`PAD_ROWS`].
+fn padded_values(count: usize, width: usize) -> usize {
+    let rows = count / width.max(1);
+    if rows <= 1 {
+        count
+    } else {
+        rows.div_ceil(PAD_ROWS) * PAD_ROWS * width
+    }
 }
 
 fn truncate_utf8(s: &str, max: usize) -> &str {
@@ -783,5 +825,46 @@ mod tests {
             d.push(&wire[..cut]);
             prop_assert_eq!(d.next_frame(), Ok(None));
         }
+    }
+
+    /// SECURITY-CASES I3: what the host sees of the link's traffic. Every
+    /// prefill chunk of 17 to 32 positions, and every verification frame of 2
+    /// to 16, has one encoded size; the receiver gets exactly the real rows.
+    #[test]
+    fn forward_frames_are_padded_to_row_buckets() {
+        let frame = |rows: usize, history: usize| {
+            let mut f = forward(Precision::F16);
+            f.width = 8;
+            f.hidden = (0..rows * 8).map(|i| i as f32 * 0.25).collect();
+            f.sampling.as_mut().unwrap().history = (0..history as u32).collect();
+            f
+        };
+        let size = |rows, history| Frame::Forward(frame(rows, history)).encode().len();
+        let bucket: std::collections::BTreeSet<usize> = (17..=32).map(|r| size(r, 3)).collect();
+        assert_eq!(bucket.len(), 1, "{bucket:?}");
+        let drafts: std::collections::BTreeSet<usize> = (2..=16).map(|r| size(r, 3)).collect();
+        assert_eq!(drafts.len(), 1, "{drafts:?}");
+        assert!(size(1, 3) < size(2, 3), "a single decode position is not padded");
+        let histories: std::collections::BTreeSet<usize> = (1..=64).map(|h| size(1, h)).collect();
+        assert_eq!(histories.len(), 1, "{histories:?}");
+        for rows in [1, 2, 15, 16, 17, 33] {
+            let f = frame(rows, 5);
+            let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+            d.push(&Frame::Forward(f.clone()).encode());
+            assert_eq!(d.next_frame().unwrap(), Some(Frame::Forward(f)), "{rows} rows");
+        }
+    }
+
+    #[test]
+    fn padding_that_is_not_zero_or_not_a_bucket_is_refused() {
+        let mut f = forward(Precision::F32);
+        f.hidden = (0..3 * f.width as usize).map(|i| i as f32).collect();
+        let wire = Frame::Forward(f).encode();
+        // The last byte is padding (3 rows padded to 16).
+        let mut dirty = wire.clone();
+        *dirty.last_mut().unwrap() = 1;
+        let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+        d.push(&dirty);
+        assert!(matches!(d.next_frame(), Err(FrameError::Malformed { .. })));
     }
 }
