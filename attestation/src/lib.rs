@@ -40,6 +40,7 @@ pub mod gpu;
 #[cfg(feature = "hw")]
 pub mod hw;
 pub mod policy;
+pub mod policy_bundle;
 pub mod ratls;
 pub mod route;
 pub mod simulated;

@@ -560,3 +560,72 @@ fn a_closed_stdout_is_not_a_panic() {
         assert!(!err.contains("panicked"), "{err}");
     }
 }
+
+/// SECURITY-CASES C7: a policy signed by its publisher as a versioned
+/// bundle. `veil policy keygen` and `sign` make it; every `--policy` flag
+/// takes it with `--policy-key`; an edited bundle, another publisher's key,
+/// a bundle without its key, and an older version once a newer one was
+/// accepted (rollback) are refused with exit 2.
+#[test]
+fn signed_policy_bundles_verify_and_refuse_rollback() {
+    let dir = tempdir("bundle");
+    let simdir = dir.join("sim");
+    assert_eq!(code(&veil(&["attest", "sim-init", s(&simdir), "--product", "Genoa", "--seed", "0c07"])), 0);
+    let sim = SimulatedAttester::load(&simdir).unwrap();
+    let ev = dir.join("evidence.json");
+    std::fs::write(&ev, sim.evidence(&Claims::default()).unwrap().to_json()).unwrap();
+    let policy = simdir.join("policy.dev.toml");
+    let key = dir.join("publisher.key");
+    let o = veil(&["policy", "keygen", "--out", s(&key)]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let public = dir.join("publisher.pub");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+    let sign = |version: &str, out: &Path| {
+        let o = veil(&["policy", "sign", s(&policy), "--key", s(&key), "--version", version, "--out", s(out)]);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+    };
+    let (v1, v2) = (dir.join("policy.v1.json"), dir.join("policy.v2.json"));
+    sign("1", &v1);
+    sign("2", &v2);
+    let state = dir.join("state");
+    let verify = |bundle: &Path, key: Option<&Path>| {
+        let mut args = vec!["attest", "verify", "--policy", s(bundle), "--evidence", s(&ev)];
+        if let Some(k) = key {
+            args.extend(["--policy-key", s(k)]);
+        }
+        let o = Command::new(env!("CARGO_BIN_EXE_veil")).args(&args).env("VEIL_STATE_DIR", &state).output().unwrap();
+        (code(&o), stderr(&o))
+    };
+    let (c, err) = verify(&v1, Some(&public));
+    assert_eq!(c, 0, "{err}");
+    assert!(err.contains("policy bundle version 1"), "{err}");
+    assert_eq!(verify(&v2, Some(&public)).0, 0);
+    // Version 1 again, after version 2 was accepted: a rollback.
+    let (c, err) = verify(&v1, Some(&public));
+    assert_eq!(c, 2);
+    assert!(err.contains("rollback"), "{err}");
+    // Without the key; with another publisher's key; edited.
+    let (c, err) = verify(&v2, None);
+    assert_eq!(c, 2);
+    assert!(err.contains("--policy-key"), "{err}");
+    let other = dir.join("other.key");
+    assert_eq!(code(&veil(&["policy", "keygen", "--out", s(&other)])), 0);
+    assert_eq!(verify(&v2, Some(&dir.join("other.pub"))).0, 2);
+    let edited = dir.join("edited.json");
+    let text = std::fs::read_to_string(&v2)
+        .unwrap()
+        .replace("allow_simulated = true", "allow_simulated = true\\nallow_debug = true");
+    assert_ne!(text, std::fs::read_to_string(&v2).unwrap(), "the edit must change the bundle");
+    std::fs::write(&edited, text).unwrap();
+    let (c, err) = verify(&edited, Some(&public));
+    assert_eq!(c, 2);
+    assert!(err.contains("signature"), "{err}");
+    // A plain TOML policy with --policy-key is a mistake, said so.
+    let (c, err) = verify(&policy, Some(&public));
+    assert_eq!(c, 2);
+    assert!(err.contains("not a signed bundle"), "{err}");
+}

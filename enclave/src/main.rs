@@ -175,6 +175,8 @@ fn parse_range(s: &str) -> Result<LayerRange, String> {
 /// attester, address in use): a configuration error that restarting will not
 /// heal (sysexits' EX_CONFIG). A supervisor stops instead of retrying.
 const EXIT_CONFIG: u8 = 78;
+/// Exit status when the resident weights no longer hash as they did at load.
+const EXIT_WEIGHTS_CHANGED: u8 = 70;
 
 /// A `serve` that failed before serving: every error `serve` returns is one
 /// (once up, it serves until the process ends).
@@ -387,6 +389,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let evidence = if args.hardware { shard::Evidence::Hardware } else { shard::Evidence::Simulated };
     let loaded =
         shard::load(&route, args.stage, attester.as_ref(), seal_key.as_ref().map(|k| k.config_hash()), evidence)?;
+    if let Some(every) = route.weight_recheck {
+        shard::watch_weights(loaded.slice.clone(), every, |why| {
+            tracing::error!(%why, "stopping: this shard's weights are no longer the ones it attested");
+            std::process::exit(i32::from(EXIT_WEIGHTS_CHANGED));
+        })?;
+    }
     if args.supervised {
         // The supervisor holds our stdin; when it goes away, so do we.
         std::thread::spawn(|| {

@@ -787,3 +787,20 @@ fn no_session_can_continue_from_another_sessions_cached_prefix() {
         other => panic!("{other:?}"),
     }
 }
+
+/// SECURITY-CASES G5: the resident-weights digest is a function of what is
+/// loaded (two loads of one slice agree, repeated readings agree, another
+/// slice differs); the flipped-weight case is `kernels.rs::the_resident_digest_sees_one_flipped_weight`.
+#[test]
+fn the_resident_digest_is_stable_and_slice_specific() {
+    let Some(path) = model_path() else { return };
+    let a = LayerSlice::load(&path, 0..15).unwrap();
+    let b = LayerSlice::load(&path, 0..15).unwrap();
+    let c = LayerSlice::load(&path, 15..30).unwrap();
+    let started = std::time::Instant::now();
+    let d = a.resident_digest().unwrap();
+    println!("resident digest of layers 0..15 in {:?}", started.elapsed());
+    assert_eq!(d, a.resident_digest().unwrap());
+    assert_eq!(d, b.resident_digest().unwrap());
+    assert_ne!(d, c.resident_digest().unwrap());
+}

@@ -146,21 +146,27 @@ fn response_shapes_follow_openai() {
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["choices"][0]["message"]["content"], "Paris.");
     assert_eq!(v["usage"]["total_tokens"], 7);
+    // An event's data line (events carry a padding comment line after it).
+    let data = |event: &[u8]| -> Value {
+        let text = String::from_utf8(event.to_vec()).unwrap();
+        assert!(text.ends_with("\n\n") && text.len() % openai::SSE_PAD == 0, "{text:?}");
+        serde_json::from_str(text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap()).unwrap()
+    };
     let first = openai::sse_chunk(Kind::Chat, &ids, Some("Pa"), None, true);
-    assert!(first.starts_with(b"data: {") && first.ends_with(b"\n\n"));
-    let v: Value = serde_json::from_slice(&first[6..first.len() - 2]).unwrap();
+    assert!(first.starts_with(b"data: {"));
+    let v = data(&first);
     assert_eq!(
         (v["object"].as_str(), v["choices"][0]["delta"]["role"].as_str()),
         (Some("chat.completion.chunk"), Some("assistant"))
     );
     let last = openai::sse_chunk(Kind::Completion, &ids, None, Some("length"), false);
-    let v: Value = serde_json::from_slice(&last[6..last.len() - 2]).unwrap();
+    let v = data(&last);
     assert_eq!(
         (v["choices"][0]["finish_reason"].as_str(), v["choices"][0]["text"].as_str()),
         (Some("length"), Some(""))
     );
     let u = openai::sse_usage(Kind::Chat, &ids, Usage::new(1, 1));
-    let v: Value = serde_json::from_slice(&u[6..u.len() - 2]).unwrap();
+    let v = data(&u);
     assert_eq!(v["choices"].as_array().map(Vec::len), Some(0));
     let m: Value = serde_json::from_slice(&openai::models_body("m", 1)).unwrap();
     assert_eq!(m["data"][0]["id"], "m");

@@ -7,6 +7,7 @@
 //! with SNP evidence: 0 only when the SNP table (if any) and every GPU table accept.
 
 pub mod inspect;
+pub mod policy_bundle;
 pub mod policy_check;
 pub mod policy_init;
 pub mod proxy;
@@ -64,6 +65,34 @@ pub enum PolicyCommand {
     Init(PolicyInitArgs),
     /// Explain a policy line by line and warn about each weak setting (exit 1 when any).
     Check(PolicyCheckArgs),
+    /// Make a publisher's signing key for policy bundles (private PEM, and the public PEM to hand out).
+    Keygen(PolicyKeygenArgs),
+    /// Sign a policy as a versioned bundle that clients verify with the publisher's public key.
+    Sign(PolicySignArgs),
+}
+
+/// `veil policy keygen`
+#[derive(Debug, Args)]
+pub struct PolicyKeygenArgs {
+    /// Where to write the private key (PKCS#8 PEM, mode 0600); the public key goes to FILE.pub.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// `veil policy sign POLICY`
+#[derive(Debug, Args)]
+pub struct PolicySignArgs {
+    /// The policy (TOML) to sign.
+    pub policy: PathBuf,
+    /// The publisher's private key (from `veil policy keygen`).
+    #[arg(long)]
+    pub key: PathBuf,
+    /// The bundle's version: raise it with every change (clients refuse older versions once they saw a newer one).
+    #[arg(long)]
+    pub version: u64,
+    /// Where to write the bundle.
+    #[arg(long)]
+    pub out: PathBuf,
 }
 
 /// `veil policy check POLICY`
@@ -97,9 +126,12 @@ pub struct PolicyInitArgs {
 pub struct ProxyArgs {
     /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
     pub url: String,
-    /// Policy file every shard must satisfy.
+    /// Policy every shard must satisfy: a TOML file, or a signed bundle with --policy-key.
     #[arg(long)]
     pub policy: PathBuf,
+    /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
+    #[arg(long, value_name = "PEM")]
+    pub policy_key: Option<PathBuf>,
     /// Where to serve the plain API (loopback only).
     #[arg(long, default_value = "127.0.0.1:8000")]
     pub listen: std::net::SocketAddr,
@@ -113,9 +145,12 @@ pub struct ProxyArgs {
 pub struct RouteVerifyArgs {
     /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
     pub url: String,
-    /// Policy file every shard must satisfy.
+    /// Policy every shard must satisfy: a TOML file, or a signed bundle with --policy-key.
     #[arg(long)]
     pub policy: PathBuf,
+    /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
+    #[arg(long, value_name = "PEM")]
+    pub policy_key: Option<PathBuf>,
     /// Also trust these PEM certificate authorities for the host's https:// URL.
     #[arg(long)]
     pub ca: Option<PathBuf>,
@@ -126,9 +161,12 @@ pub struct RouteVerifyArgs {
 pub struct ChatArgs {
     /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
     pub url: String,
-    /// Policy file every shard must satisfy.
+    /// Policy every shard must satisfy: a TOML file, or a signed bundle with --policy-key.
     #[arg(long)]
     pub policy: PathBuf,
+    /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
+    #[arg(long, value_name = "PEM")]
+    pub policy_key: Option<PathBuf>,
     /// Most tokens per answer.
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,
@@ -178,6 +216,9 @@ pub struct VerifyArgs {
     /// --any-measurement.
     #[arg(long)]
     pub policy: Option<PathBuf>,
+    /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
+    #[arg(long, value_name = "PEM")]
+    pub policy_key: Option<PathBuf>,
     /// Evidence bundle (JSON).
     #[arg(long, conflicts_with_all = ["report", "vcek"])]
     pub evidence: Option<PathBuf>,
@@ -265,6 +306,8 @@ pub fn run(cli: Cli) -> Exit {
         Command::Proxy(args) => proxy::run(&args),
         Command::Policy(PolicyCommand::Init(args)) => policy_init::run(&args),
         Command::Policy(PolicyCommand::Check(args)) => policy_check::run(&args),
+        Command::Policy(PolicyCommand::Keygen(args)) => policy_bundle::keygen(&args),
+        Command::Policy(PolicyCommand::Sign(args)) => policy_bundle::sign(&args),
     }
 }
 

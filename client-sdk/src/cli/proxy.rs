@@ -169,13 +169,10 @@ impl Proxy {
 
 /// Runs the proxy until interrupted.
 pub fn run(args: &ProxyArgs) -> Exit {
-    let policy = match std::fs::read_to_string(&args.policy)
-        .map_err(|e| e.to_string())
-        .and_then(|t| veil_attestation::Policy::from_toml(&t).map_err(|e| e.to_string()))
-    {
+    let policy = match super::policy_bundle::load_policy(&args.policy, args.policy_key.as_deref()) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("veil proxy: policy {}: {e}", args.policy.display());
+            eprintln!("veil proxy: policy {e}");
             return Exit::Unreadable;
         }
     };

@@ -7,9 +7,8 @@ use crate::sdk::{Client, ClientError, VerifiedShard};
 
 use super::{ChatArgs, Exit, RouteVerifyArgs};
 
-fn policy(path: &std::path::Path) -> Result<veil_attestation::Policy, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    veil_attestation::Policy::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+fn policy(path: &std::path::Path, key: Option<&std::path::Path>) -> Result<veil_attestation::Policy, (Exit, String)> {
+    super::policy_bundle::load_policy(path, key).map_err(|e| (Exit::Unreadable, e))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -18,13 +17,12 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 
 fn connect(
     url: &str,
-    policy_path: &std::path::Path,
+    policy: &veil_attestation::Policy,
     ca: Option<&std::path::Path>,
 ) -> Result<(tokio::runtime::Runtime, Client), (Exit, String)> {
-    let policy = policy(policy_path).map_err(|e| (Exit::Unreadable, e))?;
     let options = super::connect_options(ca).map_err(|e| (Exit::Unreadable, e.to_string()))?;
     let rt = runtime().map_err(|e| (Exit::Unreadable, e))?;
-    match rt.block_on(Client::connect_with(url, &policy, &options)) {
+    match rt.block_on(Client::connect_with(url, policy, &options)) {
         Ok(c) => Ok((rt, c)),
         Err(e @ (ClientError::Attestation { .. } | ClientError::RouteRejected(_))) => {
             let table = e.check_table().unwrap_or_default();
@@ -46,7 +44,9 @@ fn show_shard(out: &mut String, name: &str, s: &VerifiedShard) {
 /// `veil verify URL --policy P`: a check table per shard; exit 0/1/2.
 pub fn verify(args: &RouteVerifyArgs) -> Exit {
     use std::fmt::Write as _;
-    match connect(&args.url, &args.policy, args.ca.as_deref()) {
+    let connected = policy(&args.policy, args.policy_key.as_deref())
+        .and_then(|policy| connect(&args.url, &policy, args.ca.as_deref()));
+    match connected {
         Err((exit, message)) => {
             eprintln!("{message}");
             exit
@@ -83,14 +83,20 @@ pub fn verify(args: &RouteVerifyArgs) -> Exit {
 /// entry restarted (its attested key changed) the route is verified again and
 /// the turn re-sent.
 pub fn chat(args: &ChatArgs) -> Exit {
-    let (rt, mut client) = match connect(&args.url, &args.policy, args.ca.as_deref()) {
+    let policy = match policy(&args.policy, args.policy_key.as_deref()) {
+        Ok(p) => p,
+        Err((exit, message)) => {
+            eprintln!("{message}");
+            return exit;
+        }
+    };
+    let (rt, mut client) = match connect(&args.url, &policy, args.ca.as_deref()) {
         Ok(c) => c,
         Err((exit, message)) => {
             eprintln!("{message}");
             return exit;
         }
     };
-    let Ok(policy) = policy(&args.policy) else { return Exit::Unreadable };
     let Ok(options) = super::connect_options(args.ca.as_deref()) else { return Exit::Unreadable };
     eprintln!(
         "verified {} stage(s) in {} shard process(es); messages are sealed to the attested entry. Ctrl-D ends.",

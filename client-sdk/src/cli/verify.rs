@@ -35,11 +35,8 @@ pub struct Prepared {
 /// Resolves flags into inputs; any error here is "unreadable input".
 pub fn prepare(args: &VerifyArgs) -> Result<Prepared, String> {
     let mut policy = match &args.policy {
-        Some(path) => {
-            let text = String::from_utf8(input::read(path).map_err(|e| e.to_string())?)
-                .map_err(|_| format!("{}: policy is not UTF-8", path.display()))?;
-            Policy::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))?
-        }
+        Some(path) => super::policy_bundle::load_policy(path, args.policy_key.as_deref())?,
+        None if args.policy_key.is_some() => return Err("--policy-key needs --policy".into()),
         None => Policy::default(),
     };
     for m in &args.measurements {

@@ -78,6 +78,28 @@ pub struct Q41Matrix {
 }
 
 impl Q41Matrix {
+    /// Flips one bit of one weight (tests of the resident digest).
+    #[cfg(test)]
+    pub(crate) fn flip_for_test(&mut self, block: usize) {
+        self.blocks[block].qs[0] ^= 1;
+    }
+
+    /// Feeds the resident weights — exactly what the kernels read — to `h`
+    /// (SECURITY-CASES G5: re-hashed while serving).
+    pub(crate) fn digest_into(&self, h: &mut sha2::Sha256) {
+        use sha2::Digest as _;
+        let mut buf = Vec::with_capacity(24 * 4096);
+        for b in &self.blocks {
+            buf.extend_from_slice(&b.d.to_bits().to_le_bytes());
+            buf.extend_from_slice(&b.m.to_bits().to_le_bytes());
+            buf.extend_from_slice(&b.qs);
+            if buf.len() >= 24 * 4096 {
+                h.update(&buf);
+                buf.clear();
+            }
+        }
+        h.update(&buf);
+    }
     /// Decodes raw GGUF bytes of a `rows × cols` Q4_1 tensor.
     pub fn from_gguf_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, String> {
         check_shape(raw, rows, cols, Q4_1_BLOCK_BYTES, "Q4_1")?;
@@ -144,6 +166,20 @@ pub struct Q80Matrix {
 }
 
 impl Q80Matrix {
+    /// Feeds the resident weights — exactly what the kernels read — to `h`.
+    pub(crate) fn digest_into(&self, h: &mut sha2::Sha256) {
+        use sha2::Digest as _;
+        let mut buf = Vec::with_capacity(36 * 4096);
+        for b in &self.blocks {
+            buf.extend_from_slice(&b.d.to_bits().to_le_bytes());
+            buf.extend(b.qs.iter().map(|q| q.to_le_bytes()[0]));
+            if buf.len() >= 36 * 4096 {
+                h.update(&buf);
+                buf.clear();
+            }
+        }
+        h.update(&buf);
+    }
     /// Decodes raw GGUF bytes of a `rows × cols` Q8_0 tensor.
     pub fn from_gguf_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, String> {
         check_shape(raw, rows, cols, Q8_0_BLOCK_BYTES, "Q8_0")?;
@@ -657,5 +693,27 @@ mod tests {
         assert!(Q80Matrix::from_gguf_bytes(&[0; 33], 1, 32).is_err());
         assert!(Q80Matrix::from_gguf_bytes(&[], 0, 0).is_err());
         assert!(Q41Matrix::stack(vec![]).is_err());
+    }
+
+    #[test]
+    fn the_resident_digest_sees_one_flipped_weight() {
+        use sha2::Digest as _;
+        let (rows, cols) = (4, 64);
+        let raw: Vec<u8> = (0..rows * cols / 32 * Q4_1_BLOCK_BYTES).map(|i| (i * 7 % 251) as u8).collect();
+        let digest = |m: &Q41Matrix| {
+            let mut h = sha2::Sha256::new();
+            m.digest_into(&mut h);
+            h.finalize()
+        };
+        let mut m = Q41Matrix::from_gguf_bytes(&raw, rows, cols).unwrap();
+        let same = Q41Matrix::from_gguf_bytes(&raw, rows, cols).unwrap();
+        let before = digest(&m);
+        assert_eq!(before, digest(&same));
+        for block in [0, 3, 7] {
+            m.flip_for_test(block);
+            assert_ne!(digest(&m), before, "block {block}");
+            m.flip_for_test(block);
+            assert_eq!(digest(&m), before);
+        }
     }
 }

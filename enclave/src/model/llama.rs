@@ -137,7 +137,29 @@ enum Weight {
     Candle { matmul: QMatMul, rows: usize, cols: usize },
 }
 
+fn digest_f32s(h: &mut sha2::Sha256, values: &[f32]) {
+    use sha2::Digest as _;
+    h.update((values.len() as u64).to_le_bytes());
+    for chunk in values.chunks(4096) {
+        let bytes: Vec<u8> = chunk.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
+        h.update(&bytes);
+    }
+}
+
 impl Weight {
+    fn digest_into(&self, h: &mut sha2::Sha256) -> Result<()> {
+        use sha2::Digest as _;
+        match self {
+            Self::Q41(m) => m.digest_into(h),
+            Self::Q80(m) => m.digest_into(h),
+            Self::Candle { matmul: QMatMul::QTensor(t), .. } => h.update(&*t.data()?),
+            Self::Candle { matmul: QMatMul::Tensor(t) | QMatMul::TensorF16(t), .. } => {
+                digest_f32s(h, &t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+            }
+        }
+        Ok(())
+    }
+
     fn rows(&self) -> usize {
         match self {
             Self::Q41(m) => m.rows(),
@@ -247,6 +269,35 @@ impl RmsNorm {
             let scale = 1.0 / (ms as f32 + self.eps).sqrt();
             row.iter_mut().zip(&self.weight).for_each(|(v, w)| *v = *v * scale * w);
         }
+    }
+}
+
+impl Projections {
+    fn digest_into(&self, h: &mut sha2::Sha256) -> Result<()> {
+        if let Some(w) = &self.stacked {
+            w.digest_into(h)?;
+        }
+        for w in &self.parts {
+            w.digest_into(h)?;
+        }
+        for b in self.biases.iter().flatten() {
+            digest_f32s(h, b);
+        }
+        Ok(())
+    }
+}
+
+impl DecoderLayer {
+    fn digest_into(&self, h: &mut sha2::Sha256) -> Result<()> {
+        digest_f32s(h, &self.attn_norm.weight);
+        self.qkv.digest_into(h)?;
+        for n in [&self.q_norm, &self.k_norm].into_iter().flatten() {
+            digest_f32s(h, &n.weight);
+        }
+        self.o.digest_into(h)?;
+        digest_f32s(h, &self.ffn_norm.weight);
+        self.gate_up.digest_into(h)?;
+        self.down.digest_into(h)
     }
 }
 
@@ -523,6 +574,38 @@ impl LayerSlice {
     /// What was loaded, hashed.
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
+    }
+
+    /// SHA-256 over every weight as it is resident now — the decoded blocks
+    /// the kernels read, candle's quantized tensors, norms, biases and RoPE
+    /// frequencies — in a fixed order (SECURITY-CASES G5). The manifest
+    /// covers the file's bytes at load; this covers memory while serving: a
+    /// shard recomputes it periodically and stops when it changes (a memory
+    /// corruption, or a compromised process altering weights).
+    pub fn resident_digest(&self) -> Result<[u8; 32]> {
+        use sha2::Digest as _;
+        let mut h = sha2::Sha256::new();
+        h.update(b"veil/resident-weights/v1\0");
+        match &self.embedding {
+            None => h.update([0]),
+            Some(Embedding::Q80(m)) => {
+                h.update([1]);
+                m.digest_into(&mut h);
+            }
+            Some(Embedding::Candle(t)) => {
+                h.update([2]);
+                h.update(&*t.data()?);
+            }
+        }
+        for layer in &self.layers {
+            layer.digest_into(&mut h)?;
+        }
+        if let Some((norm, lm)) = &self.head {
+            digest_f32s(&mut h, &norm.weight);
+            lm.digest_into(&mut h)?;
+        }
+        digest_f32s(&mut h, &self.rope.inv_freq);
+        Ok(h.finalize().into())
     }
 
     /// A fresh KV cache for this slice's layers with a memory budget

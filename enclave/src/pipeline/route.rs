@@ -9,6 +9,7 @@
 //! kv_budget_mib = 512                  # per shard, all sessions together
 //! prefill_chunk = 64                   # positions per forward frame during prefill
 //! heartbeat_ms = 250
+//! weight_recheck_s = 60      # re-hash resident weights this often; stop on a change (0: never)
 //! activation_precision = "f32"         # or "f16"/"bf16": half the bytes per hop, not bit-exact
 //!
 //! [speculation]                        # optional; default: off
@@ -79,6 +80,8 @@ struct RouteFile {
     prefill_chunk: u32,
     #[serde(default = "default_heartbeat_ms")]
     heartbeat_ms: u64,
+    #[serde(default = "default_weight_recheck_s")]
+    weight_recheck_s: u64,
     #[serde(default)]
     activation_precision: Option<String>,
     #[serde(default)]
@@ -159,6 +162,9 @@ fn default_prefill_chunk() -> u32 {
 fn default_heartbeat_ms() -> u64 {
     250
 }
+fn default_weight_recheck_s() -> u64 {
+    60
+}
 
 /// One pipeline stage: a layer range and the shards that serve it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -188,6 +194,8 @@ pub struct Route {
     pub prefill_chunk: usize,
     /// Heartbeat interval on control links.
     pub heartbeat: std::time::Duration,
+    /// How often a shard re-hashes its resident weights (`None`: never).
+    pub weight_recheck: Option<std::time::Duration>,
     /// Encoding of hidden states between shards (f32 unless the file opts in to f16/bf16).
     pub precision: Precision,
     /// Speculative decoding on the entry.
@@ -331,6 +339,7 @@ impl Route {
             kv_budget_bytes: usize::try_from(f.kv_budget_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
             prefill_chunk: f.prefill_chunk as usize,
             heartbeat: std::time::Duration::from_millis(f.heartbeat_ms),
+            weight_recheck: (f.weight_recheck_s > 0).then(|| std::time::Duration::from_secs(f.weight_recheck_s)),
             precision,
             generate_listen: f.entry.generate_listen,
             sealed_listen: f.entry.sealed_listen,
@@ -385,10 +394,11 @@ impl Route {
             out += &format!("simulated_gpus = {}\n", self.simulated_gpus);
         }
         out += &format!(
-            "kv_budget_mib = {}\nprefill_chunk = {}\nheartbeat_ms = {}\nactivation_precision = \"{}\"\n\n[entry]\ngenerate_listen = \"{}\"\n",
+            "kv_budget_mib = {}\nprefill_chunk = {}\nheartbeat_ms = {}\nweight_recheck_s = {}\nactivation_precision = \"{}\"\n\n[entry]\ngenerate_listen = \"{}\"\n",
             self.kv_budget_bytes >> 20,
             self.prefill_chunk,
             self.heartbeat.as_millis(),
+            self.weight_recheck.map_or(0, |d| d.as_secs()),
             match self.precision {
                 Precision::F32 => "f32",
                 Precision::F16 => "f16",

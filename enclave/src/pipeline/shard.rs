@@ -111,6 +111,48 @@ pub fn load_policy(path: &Path) -> anyhow::Result<Policy> {
 
 type EntrySink = Arc<Mutex<Option<mpsc::Sender<Frame>>>>;
 
+/// Re-hashes `slice`'s resident weights every `every` on its own thread,
+/// against the digest taken right after load; calls `changed` once, with
+/// what differs, if they ever change (SECURITY-CASES G5). The shard's binary
+/// stops the process there, so the supervisor restarts it from the verified
+/// file and the route fails over meanwhile.
+pub fn watch_weights(
+    slice: Arc<LayerSlice>,
+    every: std::time::Duration,
+    changed: impl FnOnce(String) + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    watch(every, move || slice.resident_digest().map_err(|e| e.to_string()), changed)
+}
+
+/// The loop of [`watch_weights`], over any digest.
+pub fn watch(
+    every: std::time::Duration,
+    digest: impl Fn() -> Result<[u8; 32], String> + Send + 'static,
+    changed: impl FnOnce(String) + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new().name("weight-watch".into()).spawn(move || {
+        let baseline = match digest() {
+            Ok(d) => d,
+            Err(e) => return changed(format!("cannot hash the resident weights: {e}")),
+        };
+        tracing::info!(digest = %hex::encode(&baseline[..8]), every_s = every.as_secs(), "resident weights hashed");
+        loop {
+            std::thread::sleep(every);
+            match digest() {
+                Ok(now) if now == baseline => tracing::debug!("resident weights unchanged"),
+                Ok(now) => {
+                    return changed(format!(
+                        "resident weights changed since load: {} -> {}",
+                        hex::encode(&baseline[..8]),
+                        hex::encode(&now[..8])
+                    ))
+                }
+                Err(e) => return changed(format!("cannot hash the resident weights: {e}")),
+            }
+        }
+    })
+}
+
 /// Serves stage `stage` (≥ 1) at replica address `replica` until the process ends.
 pub async fn serve(route: Route, stage: usize, replica: usize, loaded: Loaded) -> anyhow::Result<()> {
     if stage == 0 {
@@ -226,5 +268,30 @@ async fn serve_link(
             Frame::Error(e) => tracing::warn!(code = ?e.code, message = %e.message, "peer reported an error"),
             Frame::Pong(_) | Frame::Hello(_) | Frame::Verdict(_) => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn the_watch_reports_a_change_once_and_stays_quiet_otherwise() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let c = calls.clone();
+        // The digest changes on the fourth reading.
+        let digest = move || Ok(if c.fetch_add(1, Ordering::SeqCst) < 3 { [1; 32] } else { [2; 32] });
+        let (tx, rx) = std::sync::mpsc::channel();
+        let handle = watch(std::time::Duration::from_millis(5), digest, move |why| tx.send(why).unwrap()).unwrap();
+        let why = rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap();
+        assert!(why.contains("changed since load: 0101010101010101 -> 0202020202020202"), "{why}");
+        handle.join().unwrap();
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        // Unchanged: no report within many periods.
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        let _quiet =
+            watch(std::time::Duration::from_millis(2), || Ok([3; 32]), move |why| tx.send(why).unwrap()).unwrap();
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(100)).is_err());
     }
 }

@@ -76,6 +76,8 @@ impl Cluster {
             kv_budget_bytes: 256 << 20,
             prefill_chunk: 32,
             heartbeat: Duration::from_millis(100),
+            // Often, so every cluster test also runs the resident-weights watch.
+            weight_recheck: Some(Duration::from_secs(2)),
             precision: veil_enclave::link::frame::Precision::F32,
             generate_listen: free_port(),
             sealed_listen: Some(free_port()),

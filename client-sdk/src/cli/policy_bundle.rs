@@ -1,0 +1,123 @@
+//! Policies from a publisher: `veil policy keygen`, `veil policy sign`, and
+//! [`load_policy`], which every command taking `--policy` uses: a TOML file
+//! as is, or a signed bundle verified with `--policy-key` against the
+//! rollback floor kept in the state directory (SECURITY-CASES C7).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use veil_attestation::policy_bundle::{self, PolicySigner};
+use veil_attestation::Policy;
+
+use super::{Exit, PolicyKeygenArgs, PolicySignArgs};
+
+/// Where the highest bundle version accepted per publisher is kept:
+/// `$VEIL_STATE_DIR`, else `$XDG_STATE_HOME/veil`, else `~/.local/state/veil`.
+pub fn state_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("VEIL_STATE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_STATE_HOME") {
+        return PathBuf::from(d).join("veil");
+    }
+    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".local/state/veil")
+}
+
+const FLOORS: &str = "policy-versions.json";
+
+fn read_floors(dir: &Path) -> BTreeMap<String, u64> {
+    std::fs::read(dir.join(FLOORS)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+}
+
+fn write_floors(dir: &Path, floors: &BTreeMap<String, u64>) -> Result<(), String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let tmp = dir.join(format!("{FLOORS}.{}", std::process::id()));
+    let text = serde_json::to_vec_pretty(floors).map_err(|e| e.to_string())?;
+    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, dir.join(FLOORS)).map_err(|e| format!("{}: {e}", dir.display()))
+}
+
+/// Reads the policy at `path`: TOML, or a signed bundle verified with the
+/// public key at `key` (required then) whose version is not below the
+/// highest accepted before from that publisher; the floor is then raised.
+pub fn load_policy(path: &Path, key: Option<&Path>) -> Result<Policy, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !policy_bundle::is_bundle(&bytes) {
+        if key.is_some() {
+            return Err(format!("{}: --policy-key was given but this policy is not a signed bundle", path.display()));
+        }
+        let text = String::from_utf8(bytes).map_err(|_| format!("{}: policy is not UTF-8", path.display()))?;
+        return Policy::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()));
+    }
+    let key = key.ok_or_else(|| {
+        format!("{} is a signed policy bundle: give the publisher's public key with --policy-key", path.display())
+    })?;
+    let pem = std::fs::read_to_string(key).map_err(|e| format!("cannot read {}: {e}", key.display()))?;
+    let public = policy_bundle::public_key_from_pem(&pem).map_err(|e| format!("{}: {e}", key.display()))?;
+    let dir = state_dir();
+    let mut floors = read_floors(&dir);
+    let opened = policy_bundle::open(&bytes, &[public], |signer| floors.get(&signer.to_string()).copied())
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let signer = opened.signer.to_string();
+    if floors.get(&signer).is_none_or(|seen| *seen < opened.version) {
+        floors.insert(signer.clone(), opened.version);
+        write_floors(&dir, &floors)?;
+    }
+    eprintln!("policy bundle version {} from publisher {} (signature verified)", opened.version, &signer[..16]);
+    Ok(opened.policy)
+}
+
+/// `veil policy keygen --out FILE`
+pub fn keygen(args: &PolicyKeygenArgs) -> Exit {
+    let signer = PolicySigner::generate();
+    let public = args.out.with_extension("pub");
+    let result = (|| {
+        let private = signer.private_pem().map_err(|e| e.to_string())?;
+        write_private(&args.out, private.as_bytes())?;
+        std::fs::write(&public, signer.public_pem().map_err(|e| e.to_string())?)
+            .map_err(|e| format!("{}: {e}", public.display()))
+    })();
+    match result {
+        Ok(()) => {
+            println!("private key {} (keep it offline), public key {}", args.out.display(), public.display());
+            Exit::Accepted
+        }
+        Err(e) => {
+            eprintln!("veil policy keygen: {e}");
+            Exit::Unreadable
+        }
+    }
+}
+
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
+    use std::io::Write as _;
+    #[cfg(unix)]
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    options.mode(0o600);
+    let mut f = options.open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    f.write_all(bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// `veil policy sign POLICY --key KEY --version N --out BUNDLE`
+pub fn sign(args: &PolicySignArgs) -> Exit {
+    let result = (|| {
+        let text = std::fs::read_to_string(&args.policy).map_err(|e| format!("{}: {e}", args.policy.display()))?;
+        let pem = std::fs::read_to_string(&args.key).map_err(|e| format!("{}: {e}", args.key.display()))?;
+        let signer = PolicySigner::from_pem(&pem).map_err(|e| format!("{}: {e}", args.key.display()))?;
+        let bundle = signer.sign(&text, args.version).map_err(|e| format!("{}: {e}", args.policy.display()))?;
+        std::fs::write(&args.out, bundle).map_err(|e| format!("{}: {e}", args.out.display()))
+    })();
+    match result {
+        Ok(()) => {
+            println!("signed {} as version {} into {}", args.policy.display(), args.version, args.out.display());
+            Exit::Accepted
+        }
+        Err(e) => {
+            eprintln!("veil policy sign: {e}");
+            Exit::Unreadable
+        }
+    }
+}
