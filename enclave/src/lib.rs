@@ -8,6 +8,7 @@
 #![warn(missing_docs, unreachable_pub)]
 
 pub mod attest;
+pub mod canary;
 pub mod entry;
 pub mod gateway;
 pub mod generate;

@@ -67,6 +67,15 @@ enum Command {
         #[arg(long)]
         model: Option<PathBuf>,
     },
+    /// Record the canary answers of a local model, for `veil canary URL --reference FILE`.
+    Canary {
+        /// The GGUF the route should serve.
+        #[arg(long)]
+        model: PathBuf,
+        /// Where to write the reference (JSON).
+        #[arg(long)]
+        out: PathBuf,
+    },
     /// Write a draft model derived from a target: its first layers (an
     /// early-exit model sharing the target's vocabulary), optionally
     /// requantized; for speculative decoding when no second model is at hand.
@@ -248,6 +257,13 @@ fn run() -> anyhow::Result<()> {
             None => generate(args)?,
         },
         Command::Serve(args) => serve(args).map_err(|e| anyhow::Error::new(CannotStart(e)))?,
+        Command::Canary { model, out } => {
+            let (m, tok) = veil_enclave::generate::LocalModel::load(&model, &[])?;
+            let name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let set = veil_enclave::canary::record(&m, &tok, &name)?;
+            std::fs::write(&out, serde_json::to_vec_pretty(&set)?)?;
+            println!("{} canary answers of {name} written to {}", set.cases.len(), out.display());
+        }
         Command::DeriveDraft { model, out, layers, dtype } => {
             let dtype = dtype.as_deref().map(veil_enclave::speculate::derive::parse_dtype).transpose()?;
             let d = veil_enclave::speculate::derive::derive_draft(&model, &out, layers, dtype)?;

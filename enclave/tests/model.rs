@@ -804,3 +804,31 @@ fn the_resident_digest_is_stable_and_slice_specific() {
     assert_eq!(d, b.resident_digest().unwrap());
     assert_ne!(d, c.resident_digest().unwrap());
 }
+
+/// SECURITY-CASES G6, the offline harness: canary answers recorded from the
+/// reference model tell it apart from its re-quantized variant (every matrix
+/// converted to Q8_0 with candle: the same architecture, vocabulary and
+/// shapes, other weights), and agree with themselves.
+#[test]
+fn canary_answers_tell_a_requantized_model_from_the_reference() {
+    use veil_enclave::canary::{first_divergence, record, CANARY_PROMPTS};
+    let Some(path) = model_path() else { return };
+    let (model, tok) = LocalModel::load(&path, &[]).unwrap();
+    let reference = record(&model, &tok, "reference").unwrap();
+    assert_eq!(reference.cases.len(), CANARY_PROMPTS.len());
+    let same: Vec<String> = record(&model, &tok, "again").unwrap().cases.into_iter().map(|c| c.text).collect();
+    assert!(first_divergence(&reference, &same).iter().all(Option::is_none));
+    let dir = std::env::temp_dir().join(format!("veil-canary-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let variant = dir.join("q8_0.gguf");
+    veil_enclave::speculate::derive::derive_draft(&path, &variant, 30, Some(candle_core::quantized::GgmlDType::Q8_0))
+        .unwrap();
+    let (other, other_tok) = LocalModel::load(&variant, &[]).unwrap();
+    let answers: Vec<String> = record(&other, &other_tok, "q8_0").unwrap().cases.into_iter().map(|c| c.text).collect();
+    let diverged = first_divergence(&reference, &answers);
+    println!("canary divergence of the Q8_0 variant: {diverged:?}");
+    assert!(diverged.iter().any(Option::is_some), "the re-quantized model answered every canary identically");
+    // A missing answer counts as a divergence.
+    assert!(first_divergence(&reference, &answers[..1]).iter().skip(1).all(Option::is_some));
+    let _ = std::fs::remove_dir_all(&dir);
+}

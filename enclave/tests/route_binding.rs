@@ -386,14 +386,15 @@ fn losing_the_last_stage_mid_stream_keeps_sampled_and_speculating_streams_unchan
     c.spawn(0, 0);
     c.wait_log(0, 0, "ready", 1);
     let prompt = vec![1, 9690, 314, 2, 504, 3458, 282];
-    let sampled = GenerateWire { temperature: 0.8, top_k: 40, seed: 1234, ..cluster::greedy(&prompt, 120) };
+    // Long enough that the streams outlast starting the replica on a loaded machine.
+    let sampled = GenerateWire { temperature: 0.8, top_k: 40, seed: 1234, ..cluster::greedy(&prompt, 320) };
     let speculating = GenerateWire {
         speculation: SpeculationRequest {
             enabled: Some(true),
             drafter: Some("ngram".into()),
             ..SpeculationRequest::default()
         },
-        ..cluster::greedy(&prompt, 120)
+        ..cluster::greedy(&prompt, 320)
     };
     // The undisturbed outputs, on the same route.
     let want: Vec<_> = [&sampled, &speculating].iter().map(|r| c.generate(r).unwrap()).collect();

@@ -339,6 +339,52 @@ fn policy_init_pins_what_it_saw(host: &std::path::Path, dir: &std::path::Path, p
     let why = format!("{}{}", String::from_utf8_lossy(&no.stdout), String::from_utf8_lossy(&no.stderr));
     assert_eq!(no.status.code(), Some(1), "{why}");
     assert!(why.contains("a simulated root pinned in policy simulated_roots"), "{why}");
+    canary_answers_match_a_local_reference(host, dir, &url, &pinned);
+}
+
+/// SECURITY-CASES G6 through the CLIs: `veil-shard canary` records greedy
+/// answers on a local copy of the model; `veil canary` finds the route's
+/// answers identical (exit 0) and a reference that differs in one answer
+/// (a substituted model) reported by prompt (exit 1).
+fn canary_answers_match_a_local_reference(
+    host: &std::path::Path,
+    dir: &std::path::Path,
+    url: &str,
+    policy: &std::path::Path,
+) {
+    let model = model().unwrap();
+    let reference = dir.join("canary.json");
+    let rec = Command::new(host.with_file_name("veil-shard"))
+        .args(["canary", "--model"])
+        .arg(&model)
+        .arg("--out")
+        .arg(&reference)
+        .output()
+        .unwrap();
+    assert!(rec.status.success(), "{}", String::from_utf8_lossy(&rec.stderr));
+    let run = |reference: &std::path::Path| {
+        Command::new(host.with_file_name("veil"))
+            .args(["canary", url, "--policy"])
+            .arg(policy)
+            .arg("--reference")
+            .arg(reference)
+            .output()
+            .unwrap()
+    };
+    let ok = run(&reference);
+    let out = String::from_utf8_lossy(&ok.stdout);
+    assert!(ok.status.success(), "{out}{}", String::from_utf8_lossy(&ok.stderr));
+    assert_eq!(out.matches("  match ").count(), 4, "{out}");
+    let mut set: serde_json::Value = serde_json::from_slice(&std::fs::read(&reference).unwrap()).unwrap();
+    let text = set["cases"][1]["text"].as_str().unwrap().to_owned();
+    let half: String = text.chars().take(text.chars().count() / 2).collect();
+    set["cases"][1]["text"] = format!("{half}X").into();
+    let other = dir.join("canary-other.json");
+    std::fs::write(&other, serde_json::to_vec(&set).unwrap()).unwrap();
+    let no = run(&other);
+    let out = String::from_utf8_lossy(&no.stdout);
+    assert_eq!(no.status.code(), Some(1), "{out}");
+    assert!(out.contains("DIFFERS") && out.contains("def fibonacci"), "{out}");
 }
 
 fn generate_metrics(public: SocketAddr) -> String {

@@ -6,6 +6,7 @@
 //! The same codes hold for GPU evidence (`--gpu-evidence`), alone or together
 //! with SNP evidence: 0 only when the SNP table (if any) and every GPU table accept.
 
+pub mod canary;
 pub mod inspect;
 pub mod policy_bundle;
 pub mod policy_check;
@@ -56,6 +57,27 @@ pub enum Command {
     /// Policies.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Compare the route's greedy answers to canary prompts with a reference recorded locally (`veil-shard canary`).
+    Canary(CanaryArgs),
+}
+
+/// `veil canary URL --reference FILE`
+#[derive(Debug, Args)]
+pub struct CanaryArgs {
+    /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
+    pub url: String,
+    /// Policy every shard must satisfy: a TOML file, or a signed bundle with --policy-key.
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
+    #[arg(long, value_name = "PEM")]
+    pub policy_key: Option<PathBuf>,
+    /// The reference answers (`veil-shard canary --model M --out FILE` on your own copy of the model).
+    #[arg(long)]
+    pub reference: PathBuf,
+    /// Also trust these PEM certificate authorities for the host's https:// URL.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
 }
 
 /// `veil policy …`
@@ -307,6 +329,7 @@ pub fn run(cli: Cli) -> Exit {
         Command::Policy(PolicyCommand::Init(args)) => policy_init::run(&args),
         Command::Policy(PolicyCommand::Check(args)) => policy_check::run(&args),
         Command::Policy(PolicyCommand::Keygen(args)) => policy_bundle::keygen(&args),
+        Command::Canary(args) => canary::run(&args),
         Command::Policy(PolicyCommand::Sign(args)) => policy_bundle::sign(&args),
     }
 }
