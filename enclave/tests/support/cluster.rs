@@ -32,8 +32,19 @@ pub fn model_path() -> Option<PathBuf> {
     None
 }
 
+/// A loopback port free now and never handed out before in this test
+/// process: tests run clusters in parallel, and two of them given the same
+/// port would dial each other's shards.
 pub fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&addr.port()) {
+            given.push(addr.port());
+            return addr;
+        }
+    }
 }
 
 /// Shard processes of one route, killed on drop.
