@@ -9,15 +9,15 @@
 //!           manifest, layers, nonce }            │
 //!     │ SHA-512(canonical encoding)              ▼
 //!     ▼                                   verify(bundle, &Policy, &ExpectedClaims, now)
-//!  REPORT_DATA ──▶ AMD-SP signs report      1 report_format      10 measurement …
-//!     │            (VCEK, or simulated)     2 product            … report_data_binding
-//!     ▼                                     3 endorsement_chain    freshness
+//!  REPORT_DATA ──▶ AMD-SP signs report      1 report_format      16 measurement …
+//!     │            (VCEK, or simulated)     2 product            19 report_data_binding
+//!     ▼                                     3 endorsement_chain  20 freshness
 //!  EvidenceBundle { report, VCEK, chain,     …                          │
 //!                   crl?, claims }                                      ▼
 //!                                         Ok(VerifiedEvidence) | Err(Rejected{check, expected, actual})
 //! ```
 //!
-//! * [`verify`] is pure (no clock, no I/O): the caller passes `now`.
+//! * [`verify()`] is pure (no clock, no I/O): the caller passes `now`.
 //! * [`VerifiedEvidence`] can only be made by the verifier; RA-TLS links and
 //!   sealed requests take it (or a [`ratls::VerifiedPeer`]) as proof.
 //! * [`simulated`] evidence is accepted only with `allow_simulated = true`
@@ -29,6 +29,9 @@
 //!   entry's fresh evidence commits to the peer policy every shard enforces,
 //!   the route's shape and the exact shards it links; only it makes a
 //!   [`route::VerifiedRoute`], which sealing a request takes.
+//! * [`policy_bundle`] signs and opens versioned policies (a rollback floor
+//!   kept by the caller); [`snp::certs`] parses the host's certificate table
+//!   with every bound checked.
 
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::panic))]

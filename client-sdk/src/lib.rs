@@ -1,16 +1,22 @@
 //! # veil-client
 //!
-//! The client side of Veil: today, the reviewer's tools over
-//! `veil-attestation` (`veil attest inspect`, `veil attest verify`,
-//! `veil attest sim-init`). The SDK flow (connect → verify every shard →
-//! seal → stream) is built on the same verifier by the sealed-request work.
+//! The client side of Veil: the SDK a program uses to talk to a route
+//! privately, and the `veil` command line built on it (verify, chat, proxy,
+//! canary, policies, and the reviewer's `veil attest` tools).
 //!
 //! ```text
-//!  file (report.bin | report.hex | bundle.json) ──▶ input::load ──▶ EvidenceBundle
-//!  policy.toml + flags ──▶ Policy, ExpectedClaims ──┐                    │
-//!                                                   ▼                    ▼
-//!                                 veil_attestation::appraise ──▶ CheckReport ──▶ table / JSON, exit code
+//!  Client::connect_with(url, &Policy)
+//!    GET /v1/attestation?nonce=N ──▶ AttestationDoc ──▶ verify_route ──▶ VerifiedRoute
+//!  Client::chat / call / complete
+//!    bhttp request ──▶ seal(&VerifiedRoute, …) ──POST /v1/sealed──▶ host relay ──▶ entry
+//!  OpenedResponse::next ◀── chunks, each authenticated; the end authenticated too
 //! ```
+//!
+//! * [`sdk`]: `Client`, `ConnectOptions` (CA files, per-stage `Timeouts`),
+//!   typed `ClientError`s, re-verification after a key rotation.
+//! * [`seal`]: the client half of chunked Oblivious HTTP; a request can only
+//!   be sealed to a `VerifiedRoute`.
+//! * [`cli`]: one module per `veil` subcommand; [`input`] reads evidence files.
 
 #![warn(missing_docs, unreachable_pub)]
 

@@ -1,9 +1,23 @@
 //! # veil-enclave
 //!
-//! What runs inside a shard's confidential VM: attestation evidence for the
-//! shard's claims (simulated, or from the SEV-SNP guest device with the `hw`
-//! feature), the model slice and its KV cache, the entry's tokenizer and
-//! sampler, the link protocol between shards, and the pipeline servers.
+//! What runs inside a shard's confidential VM: evidence for the shard's
+//! claims ([`attest`]: simulated, or SEV-SNP with the `hw` feature), the
+//! model slice and its KV cache ([`model`]), the entry's tokenizer and
+//! sampler ([`entry`]), the link protocol between shards ([`link`]), the
+//! pipeline ([`pipeline`]), speculative decoding ([`speculate`]), the sealed
+//! OpenAI gateway ([`gateway`]) and canary prompts ([`canary`]).
+//!
+//! ```text
+//!  sealed request ──▶ gateway (open, parse, tokenize)
+//!                       └─▶ Entry::run_session ──▶ StageWorker (layers of stage 0)
+//!                                                     │ forward frame, RA-TLS data link
+//!                                                     ▼
+//!                                             stage 1 … last stage (StageWorker each)
+//!                                                     │ verdict, RA-TLS control link
+//!  sealed answer ◀── gateway (SSE, padded) ◀── sampler / verify_round ◀─┘
+//! ```
+//!
+//! `docs/ARCHITECTURE.md` walks one request through these by function.
 
 #![warn(missing_docs, unreachable_pub)]
 

@@ -238,7 +238,7 @@ pub enum GpuSource {
 /// A CVM and its GPUs as one attester (RFC 9334 composite attester): GPU
 /// `i` signs the nonce derived from the claims, the claims then commit to
 /// the digest of all GPU evidence, the CPU report commits to the claims, and
-/// one bundle carries both. [`crate::verify`] checks them together.
+/// one bundle carries both. [`crate::verify()`] checks them together.
 pub struct CompositeAttester {
     cpu: Box<dyn crate::Attester>,
     gpus: GpuSource,

@@ -1,6 +1,6 @@
 //! The tokenizer and chat template a GGUF carries: byte-level BPE
 //! (`gpt2`) rebuilt on the `tokenizers` crate, sentencepiece-style vocabularies
-//! (`llama`) on [`Spm`](super::spm::Spm), templates on `minijinja`.
+//! (`llama`) on [`super::spm::Spm`], templates on `minijinja`.
 
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;

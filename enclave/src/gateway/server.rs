@@ -12,7 +12,7 @@
 //!   (`veil_attestation::route::verify_route`).
 //! - `POST /v1/sealed`: a chunked Oblivious HTTP request; the answer streams
 //!   back as a chunked Oblivious HTTP response. Inside: the OpenAI API
-//!   ([`openai`](super::openai)).
+//!   ([`super::openai`]).
 //! - `GET /healthz`: 200 once every stage has a verified shard.
 //! - `GET /metrics`: speculation counts across all sessions (rounds, drafted
 //!   and kept tokens, committed tokens), Prometheus text; counts only.
