@@ -59,6 +59,7 @@ fn child_speed(path: &Path) {
         model.step_last(&mut s, &[base[16 + i]]).unwrap();
     }
     out.insert("decode_128_tok_s".into(), (128.0 / t.elapsed().as_secs_f64()).into());
+    out.insert("kernel".into(), veil_enclave::model::kernels::kernel_name().into());
     println!("{}", serde_json::Value::Object(out));
 }
 
@@ -75,8 +76,18 @@ fn child_memory(path: &Path, layers: Option<usize>) {
 }
 
 fn run_child(args: &[&str], threads: usize) -> Option<serde_json::Value> {
+    run_child_with(args, threads, None)
+}
+
+/// A child with `VEIL_KERNELS` set to `kernels` (the kernels' A/B in one run).
+fn run_child_with(args: &[&str], threads: usize, kernels: Option<&str>) -> Option<serde_json::Value> {
     let exe = std::env::current_exe().ok()?;
-    let out = Command::new(exe).args(args).env("RAYON_NUM_THREADS", threads.to_string()).output().ok()?;
+    let mut command = Command::new(exe);
+    command.args(args).env("RAYON_NUM_THREADS", threads.to_string());
+    if let Some(k) = kernels {
+        command.env("VEIL_KERNELS", k);
+    }
+    let out = command.output().ok()?;
     let text = String::from_utf8_lossy(&out.stdout);
     text.lines().rev().find_map(|l| serde_json::from_str(l).ok())
 }
@@ -105,17 +116,20 @@ fn main() {
         return; // `cargo test --benches`: nothing to time.
     }
     println!("\nSmolLM2-135M-Instruct Q4_1, CPU; best of 3 for prefill, 128 sequential steps for decode");
-    println!("{:<10} {:>8} {:>14} {:>14} {:>14}", "engine", "threads", "prefill 128/s", "prefill 512/s", "decode/s");
+    println!("{:<18} {:>8} {:>14} {:>14} {:>14}", "engine", "threads", "prefill 128/s", "prefill 512/s", "decode/s");
     let metrics = ["prefill_128_tok_s", "prefill_512_tok_s", "decode_128_tok_s"];
+    let best = veil_enclave::model::kernels::kernel_name();
     for threads in [1usize, 2] {
         let ours = run_child(&["child-speed"], threads);
+        // The AVX2 kernels beside the best ones, in the same run, when they differ.
+        let avx2 = (best == "avx512-vnni").then(|| run_child_with(&["child-speed"], threads, Some("avx2"))).flatten();
         let theirs = llamacpp(&path, threads);
         let row = |name: &str, v: &Option<serde_json::Value>| {
             let cell = |k: &str| {
                 v.as_ref().and_then(|v| v[k].as_f64()).map(|x| format!("{x:.1}")).unwrap_or_else(|| "n/a".into())
             };
             println!(
-                "{:<10} {:>8} {:>14} {:>14} {:>14}",
+                "{:<18} {:>8} {:>14} {:>14} {:>14}",
                 name,
                 threads,
                 cell(metrics[0]),
@@ -123,12 +137,16 @@ fn main() {
                 cell(metrics[2])
             );
         };
-        row("veil", &ours);
+        let kernel = ours.as_ref().and_then(|v| v["kernel"].as_str()).unwrap_or("?").to_owned();
+        row(&format!("veil {kernel}"), &ours);
+        if avx2.is_some() {
+            row("veil avx2", &avx2);
+        }
         row("llama.cpp", &theirs);
         if let (Some(a), Some(b)) = (&ours, &theirs) {
             let ratio = |k: &str| format!("{:.2}x", a[k].as_f64().unwrap_or(0.0) / b[k].as_f64().unwrap_or(f64::NAN));
             println!(
-                "{:<10} {:>8} {:>14} {:>14} {:>14}",
+                "{:<18} {:>8} {:>14} {:>14} {:>14}",
                 "ratio",
                 threads,
                 ratio(metrics[0]),

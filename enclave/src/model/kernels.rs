@@ -345,9 +345,50 @@ fn has_f16c() -> bool {
     has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c")
 }
 
+/// AVX-512 VNNI with 256-bit vectors (EPYC Genoa/Turin, Xeon Sapphire
+/// Rapids and later): `vpdpbusd` does the u8×i8 products and their sums to
+/// i32 in one instruction where AVX2 needs two, with exactly the same
+/// integers per lane and the same float accumulation afterwards, so its
+/// results are bit-identical to the AVX2 kernels'.
+#[cfg(target_arch = "x86_64")]
+fn has_avx512_vnni() -> bool {
+    has_avx2_fma()
+        && std::arch::is_x86_feature_detected!("avx512vnni")
+        && std::arch::is_x86_feature_detected!("avx512vl")
+}
+
+/// Which matrix kernels run: `"avx512-vnni"`, `"avx2"` or `"scalar"`, the
+/// best this CPU has unless `VEIL_KERNELS=avx2` or `VEIL_KERNELS=scalar`
+/// (read once) asks for a lesser one, for side-by-side measurement.
+pub fn kernel_name() -> &'static str {
+    static CHOSEN: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    CHOSEN.get_or_init(|| {
+        let wanted = std::env::var("VEIL_KERNELS").unwrap_or_default();
+        #[cfg(target_arch = "x86_64")]
+        {
+            if wanted != "avx2" && wanted != "scalar" && has_avx512_vnni() {
+                return "avx512-vnni";
+            }
+            if wanted != "scalar" && has_avx2_fma() {
+                return "avx2";
+            }
+        }
+        let _ = wanted;
+        "scalar"
+    })
+}
+
 fn q41_dots() -> Dots<BlockQ41, BlockQ81> {
     #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma() {
+    if kernel_name() == "avx512-vnni" {
+        return Dots {
+            // SAFETY (both): selected only after run-time detection of AVX2, FMA, AVX512-VNNI and AVX512-VL.
+            one: |w, x| unsafe { q41_dot_vnni(w, x) },
+            four: |w, x| unsafe { q41_dot4_vnni(w, x) },
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if kernel_name() == "avx2" {
         return Dots {
             // SAFETY (both): selected only after run-time detection of AVX2 and FMA.
             one: |w, x| unsafe { q41_dot_avx2(w, x) },
@@ -359,7 +400,15 @@ fn q41_dots() -> Dots<BlockQ41, BlockQ81> {
 
 fn q80_dots() -> Dots<BlockQ80, BlockQ80> {
     #[cfg(target_arch = "x86_64")]
-    if has_avx2_fma() {
+    if kernel_name() == "avx512-vnni" {
+        return Dots {
+            // SAFETY (both): selected only after run-time detection of AVX2, FMA, AVX512-VNNI and AVX512-VL.
+            one: |w, x| unsafe { q80_dot_vnni(w, x) },
+            four: |w, x| unsafe { q80_dot4_vnni(w, x) },
+        };
+    }
+    #[cfg(target_arch = "x86_64")]
+    if kernel_name() == "avx2" {
         return Dots {
             // SAFETY (both): selected only after run-time detection of AVX2 and FMA.
             one: |w, x| unsafe { q80_dot_avx2(w, x) },
@@ -495,6 +544,92 @@ unsafe fn q80_dot4_avx2(w: &[BlockQ80], x: [&[BlockQ80]; 4]) -> [f32; 4] {
     [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
 }
 
+/// [`q41_dot_avx2`] with `vpdpbusd` for the integer products (bit-identical).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+unsafe fn q41_dot_vnni(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = _mm256_setzero_ps();
+    let mut summs = 0f32;
+    let low = _mm_set1_epi8(0x0F);
+    for (b, a) in w.iter().zip(x) {
+        summs += b.m * a.s;
+        // SAFETY: `b.qs` is 16 bytes and `a.qs` 32 bytes; the unaligned
+        // loads read exactly those arrays.
+        let q = _mm_loadu_si128(b.qs.as_ptr().cast());
+        let q4 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
+        let q8 = _mm256_loadu_si256(a.qs.as_ptr().cast());
+        // Four u8 × i8 products summed to i32 per lane: the AVX2 kernel's lanes exactly.
+        let p32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q4, q8);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc);
+    }
+    hsum(acc) + summs
+}
+
+/// [`q41_dot4_avx2`] with `vpdpbusd` (bit-identical per row).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+unsafe fn q41_dot4_vnni(w: &[BlockQ41], x: [&[BlockQ81]; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut summs = [0f32; 4];
+    let low = _mm_set1_epi8(0x0F);
+    let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
+    for (i, b) in w[..n].iter().enumerate() {
+        // SAFETY: `b.qs` is 16 bytes; the load reads exactly it.
+        let q = _mm_loadu_si128(b.qs.as_ptr().cast());
+        let q4 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
+        for r in 0..4 {
+            let a = &x[r][i];
+            summs[r] += b.m * a.s;
+            // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
+            let q8 = _mm256_loadu_si256(a.qs.as_ptr().cast());
+            let p32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q4, q8);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
+        }
+    }
+    [hsum(acc[0]) + summs[0], hsum(acc[1]) + summs[1], hsum(acc[2]) + summs[2], hsum(acc[3]) + summs[3]]
+}
+
+/// [`q80_dot_avx2`] with `vpdpbusd` (bit-identical): |w| as u8 times x
+/// carrying w's sign, four products per lane, no saturation (|x| ≤ 127).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+unsafe fn q80_dot_vnni(w: &[BlockQ80], x: &[BlockQ80]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = _mm256_setzero_ps();
+    for (b, a) in w.iter().zip(x) {
+        // SAFETY: both `qs` are 32 bytes; the unaligned loads read exactly them.
+        let qw = _mm256_loadu_si256(b.qs.as_ptr().cast());
+        let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
+        let p32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc);
+    }
+    hsum(acc)
+}
+
+/// [`q80_dot4_avx2`] with `vpdpbusd` (bit-identical per row).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+unsafe fn q80_dot4_vnni(w: &[BlockQ80], x: [&[BlockQ80]; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
+    for (i, b) in w[..n].iter().enumerate() {
+        // SAFETY: `b.qs` is 32 bytes; the load reads exactly it.
+        let qw = _mm256_loadu_si256(b.qs.as_ptr().cast());
+        let aw = _mm256_sign_epi8(qw, qw);
+        for r in 0..4 {
+            let a = &x[r][i];
+            // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
+            let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
+            let p32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(qx, qw));
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
+        }
+    }
+    [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
+}
+
 /// `Σ q[i]·k[i]` over an f32 query and an f16 key.
 pub fn dot_f16(q: &[f32], k: &[f16]) -> f32 {
     debug_assert_eq!(q.len(), k.len());
@@ -619,6 +754,75 @@ mod tests {
                 assert!(close(got, exact, 0.05), "({i},{j}) {got} vs {exact}");
                 let scalar = q41_dot_scalar(&w.blocks[j * per..(j + 1) * per], &xq[i * per..(i + 1) * per]);
                 assert!(close(got, scalar, 1e-4), "({i},{j}) simd {got} vs scalar {scalar}");
+            }
+        }
+    }
+
+    /// The VNNI kernels are the AVX2 kernels' arithmetic with one
+    /// instruction instead of two for the integer products: every output
+    /// equal bit for bit, one row and four rows at a time, including the
+    /// extremes (Q4 nibbles 15, Q8 values ±127 and the weights' −128).
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn vnni_kernels_equal_avx2_bit_for_bit() {
+        if !has_avx512_vnni() {
+            veil_tests::skip("this CPU has no AVX512-VNNI: the VNNI kernels were not compared");
+            return;
+        }
+        let (rows, cols) = (24, 256);
+        let per = cols / BLOCK;
+        let mut extreme_q41 = q41_sample(rows, cols, 3);
+        for b in extreme_q41.chunks_exact_mut(Q4_1_BLOCK_BYTES).step_by(3) {
+            b[4..].fill(0xFF);
+        }
+        let mut extreme_q80 = q80_sample(rows, cols, 5);
+        for b in extreme_q80.chunks_exact_mut(Q8_0_BLOCK_BYTES).step_by(2) {
+            b[2..].fill(0x80);
+        }
+        let mut x = input(4, cols);
+        x[..cols].iter_mut().enumerate().for_each(|(k, v)| *v = if k % 2 == 0 { 8.0 } else { -8.0 });
+        let xq41: Vec<BlockQ81> = x.chunks_exact(cols).flat_map(quantize_row_q8_1).collect();
+        let xq80: Vec<BlockQ80> = x.chunks_exact(cols).flat_map(quantize_row_q8_0).collect();
+        let xr = |xq: &[BlockQ81], i: usize| xq[i * per..(i + 1) * per].to_vec();
+        for raw in [q41_sample(rows, cols, 11), extreme_q41] {
+            let w = Q41Matrix::from_gguf_bytes(&raw, rows, cols).unwrap();
+            for j in 0..rows {
+                let wr = &w.blocks[j * per..(j + 1) * per];
+                let four = [xr(&xq41, 0), xr(&xq41, 1), xr(&xq41, 2), xr(&xq41, 3)];
+                // SAFETY: AVX2, FMA, AVX512-VNNI and AVX512-VL were detected above.
+                let (a, b) = unsafe {
+                    (
+                        q41_dot4_avx2(wr, [&four[0], &four[1], &four[2], &four[3]]),
+                        q41_dot4_vnni(wr, [&four[0], &four[1], &four[2], &four[3]]),
+                    )
+                };
+                assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits), "Q4_1 row {j}, four inputs");
+                for (i, xi) in four.iter().enumerate() {
+                    // SAFETY: as above.
+                    let (a, b) = unsafe { (q41_dot_avx2(wr, xi), q41_dot_vnni(wr, xi)) };
+                    assert_eq!(a.to_bits(), b.to_bits(), "Q4_1 row {j}, input {i}");
+                }
+            }
+        }
+        let xr = |i: usize| xq80[i * per..(i + 1) * per].to_vec();
+        for raw in [q80_sample(rows, cols, 13), extreme_q80] {
+            let w = Q80Matrix::from_gguf_bytes(&raw, rows, cols).unwrap();
+            for j in 0..rows {
+                let wr = &w.blocks[j * per..(j + 1) * per];
+                let four = [xr(0), xr(1), xr(2), xr(3)];
+                // SAFETY: as above.
+                let (a, b) = unsafe {
+                    (
+                        q80_dot4_avx2(wr, [&four[0], &four[1], &four[2], &four[3]]),
+                        q80_dot4_vnni(wr, [&four[0], &four[1], &four[2], &four[3]]),
+                    )
+                };
+                assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits), "Q8_0 row {j}, four inputs");
+                for (i, xi) in four.iter().enumerate() {
+                    // SAFETY: as above.
+                    let (a, b) = unsafe { (q80_dot_avx2(wr, xi), q80_dot_vnni(wr, xi)) };
+                    assert_eq!(a.to_bits(), b.to_bits(), "Q8_0 row {j}, input {i}");
+                }
             }
         }
     }
