@@ -149,7 +149,7 @@ fn response_shapes_follow_openai() {
     // An event's data line (events carry a padding comment line after it).
     let data = |event: &[u8]| -> Value {
         let text = String::from_utf8(event.to_vec()).unwrap();
-        assert!(text.ends_with("\n\n") && text.len() % openai::SSE_PAD == 0, "{text:?}");
+        assert!(text.ends_with("\n\n") && text.len().is_multiple_of(openai::SSE_PAD), "{text:?}");
         serde_json::from_str(text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap()).unwrap()
     };
     let first = openai::sse_chunk(Kind::Chat, &ids, Some("Pa"), None, true);

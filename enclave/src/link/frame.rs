@@ -578,7 +578,7 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
     let width = r.u32()? as usize;
     let count = r.u32()? as usize;
     let padded = r.count(precision.bytes(), usize::MAX, "hidden states")?;
-    if width == 0 || count == 0 || count % width != 0 {
+    if width == 0 || count == 0 || !count.is_multiple_of(width) {
         return Err(r.bad(format!("{count} values are not whole positions of width {width}")));
     }
     if padded != padded_values(count, width) {

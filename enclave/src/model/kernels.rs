@@ -59,7 +59,7 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
 }
 
 fn check_shape(raw: &[u8], rows: usize, cols: usize, block_bytes: usize, name: &str) -> Result<usize, String> {
-    if cols == 0 || cols % BLOCK != 0 {
+    if cols == 0 || !cols.is_multiple_of(BLOCK) {
         return Err(format!("{name} row length {cols} is not a positive multiple of {BLOCK}"));
     }
     let n_blocks = rows.checked_mul(cols / BLOCK).ok_or_else(|| format!("{name} tensor size overflows"))?;

@@ -68,7 +68,7 @@ impl SessionKv {
             (Some(k), Some(v)) => (k, v),
             _ => return Err(ModelError::Invalid(format!("no KV slot for layer {layer}"))),
         };
-        if k.len() != v.len() || k.len() % self.width != 0 || keys.len() != self.len * self.width {
+        if k.len() != v.len() || !k.len().is_multiple_of(self.width) || keys.len() != self.len * self.width {
             return Err(ModelError::Invalid("KV rows do not match the cache layout".into()));
         }
         keys.extend(k.iter().map(|&x| f16::from_f32(x)));

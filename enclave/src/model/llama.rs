@@ -36,7 +36,7 @@ pub struct Rows {
 impl Rows {
     /// Wraps `data` as rows of `width`; refuses a ragged or empty shape.
     pub fn new(data: Vec<f32>, width: usize) -> Result<Self> {
-        if width == 0 || data.is_empty() || data.len() % width != 0 {
+        if width == 0 || data.is_empty() || !data.len().is_multiple_of(width) {
             return Err(ModelError::Invalid(format!("{} values are not whole rows of {width}", data.len())));
         }
         Ok(Self { width, data })
