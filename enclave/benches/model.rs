@@ -118,11 +118,11 @@ fn main() {
     println!("\nSmolLM2-135M-Instruct Q4_1, CPU; best of 3 for prefill, 128 sequential steps for decode");
     println!("{:<18} {:>8} {:>14} {:>14} {:>14}", "engine", "threads", "prefill 128/s", "prefill 512/s", "decode/s");
     let metrics = ["prefill_128_tok_s", "prefill_512_tok_s", "decode_128_tok_s"];
-    let best = veil_enclave::model::kernels::kernel_name();
+    let vnni_here = veil_enclave::model::kernels::vnni_available();
     for threads in [1usize, 2] {
         let ours = run_child(&["child-speed"], threads);
-        // The AVX2 kernels beside the best ones, in the same run, when they differ.
-        let avx2 = (best == "avx512-vnni").then(|| run_child_with(&["child-speed"], threads, Some("avx2"))).flatten();
+        // The AVX-512 VNNI kernels beside the default ones, in the same run, where the CPU has them.
+        let vnni = vnni_here.then(|| run_child_with(&["child-speed"], threads, Some("avx512-vnni"))).flatten();
         let theirs = llamacpp(&path, threads);
         let row = |name: &str, v: &Option<serde_json::Value>| {
             let cell = |k: &str| {
@@ -139,8 +139,8 @@ fn main() {
         };
         let kernel = ours.as_ref().and_then(|v| v["kernel"].as_str()).unwrap_or("?").to_owned();
         row(&format!("veil {kernel}"), &ours);
-        if avx2.is_some() {
-            row("veil avx2", &avx2);
+        if vnni.is_some() {
+            row("veil avx512-vnni", &vnni);
         }
         row("llama.cpp", &theirs);
         if let (Some(a), Some(b)) = (&ours, &theirs) {
