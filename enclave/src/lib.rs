@@ -23,6 +23,7 @@
 
 pub mod attest;
 pub mod canary;
+pub mod cli;
 pub mod entry;
 pub mod gateway;
 pub mod generate;

@@ -1,0 +1,99 @@
+//! `veil-shard generate`: the model in one process, or through an entry.
+
+use anyhow::Context;
+
+use super::GenerateArgs;
+
+pub(super) fn generate(args: GenerateArgs) -> anyhow::Result<()> {
+    use crate::entry::sampler::Sampler;
+    use crate::generate::{generate, GenerateRequest, LocalModel};
+    use std::io::Write;
+
+    let path = args.model.clone().context("--model is required")?;
+    let (model, tokenizer) = LocalModel::load(&path, &args.split)?;
+    let prompt_ids = wire(&args).prompt_ids(&tokenizer)?;
+    let mut sampler = Sampler::new(wire(&args).sampling())?;
+    let req = GenerateRequest { prompt_ids, max_tokens: args.max_tokens, stop: args.stop.clone() };
+    let stream = !args.json;
+    let mut out = std::io::stdout();
+    let result = generate(&model, &tokenizer, &mut sampler, &req, |piece| {
+        if stream {
+            let _ = out.write_all(piece.as_bytes());
+            let _ = out.flush();
+        }
+    })?;
+    if args.json {
+        println!("{}", serde_json::to_string(&result)?);
+    } else {
+        println!();
+    }
+    Ok(())
+}
+
+pub(super) fn generate_remote(addr: std::net::SocketAddr, args: &GenerateArgs) -> anyhow::Result<()> {
+    use crate::pipeline::entry::GenerateEvent;
+    use std::io::{BufRead, Write};
+
+    if !addr.ip().is_loopback() {
+        anyhow::bail!("--entry must be a loopback address: the internal endpoint carries plaintext");
+    }
+    let req = wire(args);
+    let mut tcp = std::net::TcpStream::connect(addr).with_context(|| format!("connecting to the entry at {addr}"))?;
+    tcp.write_all(format!("{}\n", serde_json::to_string(&req)?).as_bytes())?;
+    let mut out = std::io::stdout();
+    for line in std::io::BufReader::new(tcp).lines() {
+        match serde_json::from_str::<GenerateEvent>(&line?).context("reading the entry's answer")? {
+            GenerateEvent::Text(piece) => {
+                if !args.json {
+                    out.write_all(piece.as_bytes())?;
+                    out.flush()?;
+                }
+            }
+            GenerateEvent::Done(g) => {
+                if args.json {
+                    println!("{}", serde_json::to_string(&g)?);
+                } else {
+                    println!();
+                    if let Some(s) = &g.speculation {
+                        eprintln!(
+                            "speculation ({}): {} rounds for {} tokens, {} of {} drafted tokens kept ({:.0}%)",
+                            s.drafter,
+                            s.rounds,
+                            g.ids.len(),
+                            s.accepted,
+                            s.drafted,
+                            100.0 * s.acceptance()
+                        );
+                    }
+                }
+                return Ok(());
+            }
+            GenerateEvent::Error(e) => anyhow::bail!("the pipeline failed: {e}"),
+            GenerateEvent::Refused(e) => anyhow::bail!("the entry refused the request: {e}"),
+        }
+    }
+    anyhow::bail!("the entry closed the connection before finishing")
+}
+
+/// The request the flags describe.
+fn wire(args: &GenerateArgs) -> crate::pipeline::entry::GenerateWire {
+    crate::pipeline::entry::GenerateWire {
+        prompt: args.prompt.clone(),
+        prompt_ids: args.prompt_ids.clone(),
+        chat: args.chat,
+        max_tokens: args.max_tokens,
+        temperature: args.temperature,
+        top_k: args.top_k,
+        top_p: args.top_p,
+        min_p: args.min_p,
+        repeat_penalty: args.repeat_penalty,
+        seed: args.seed,
+        stop: args.stop.clone(),
+        speculation: crate::pipeline::entry::SpeculationRequest {
+            enabled: args.drafter.as_deref().map(|d| d != "none"),
+            drafter: args.drafter.clone(),
+            k: args.draft_k,
+            script: None,
+        },
+    }
+}

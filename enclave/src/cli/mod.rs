@@ -1,0 +1,300 @@
+//! The `veil-shard` command line: the process inside a shard's confidential
+//! VM. One module per larger subcommand (`serve`, `generate`); the binary's
+//! `main.rs` only calls [`main`].
+
+use std::path::PathBuf;
+
+use crate::attest::{self, Source};
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use veil_attestation::{LayerRange, Nonce};
+
+mod generate;
+mod serve;
+
+use generate::{generate, generate_remote};
+use serve::serve;
+
+/// A Veil shard.
+#[derive(Debug, Parser)]
+#[command(name = "veil-shard", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print an evidence bundle (JSON) binding this shard's claims.
+    Evidence {
+        /// Use the SIMULATED root in DIR (made by `veil attest sim-init`).
+        #[arg(long, value_name = "DIR", conflicts_with = "hardware")]
+        simulated: Option<PathBuf>,
+        /// Use the SEV-SNP guest device (build with `--features hw`).
+        #[arg(long)]
+        hardware: bool,
+        /// VMPL to request the report at (hardware).
+        #[arg(long, default_value_t = 0)]
+        vmpl: u32,
+        /// Layer range this shard serves, `START..END`.
+        #[arg(long, value_parser = parse_range)]
+        layers: Option<LayerRange>,
+        /// Verifier's nonce (hex).
+        #[arg(long)]
+        nonce: Option<String>,
+        /// Write the bundle here instead of stdout.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// Print the manifest root of a model (or of a layer slice of it).
+    Manifest {
+        /// GGUF file.
+        model: PathBuf,
+        /// Layer range `START..END` (default: the whole model).
+        #[arg(long, value_parser = parse_range)]
+        layers: Option<LayerRange>,
+        /// Print every tensor record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Generate text with the model in this process, or through a running
+    /// pipeline's entry (`--entry`).
+    Generate(GenerateArgs),
+    /// Serve one stage of a route (the entry for stage 0).
+    Serve(ServeArgs),
+    /// Complete a development route: create its simulated root and policy if
+    /// missing, compute every stage's manifest root, write the result.
+    Prepare {
+        /// Route file.
+        #[arg(long)]
+        config: PathBuf,
+        /// Where to write the completed route.
+        #[arg(long)]
+        out: PathBuf,
+        /// Use this model file instead of the route's.
+        #[arg(long)]
+        model: Option<PathBuf>,
+    },
+    /// Record the canary answers of a local model, for `veil canary URL --reference FILE`.
+    Canary {
+        /// The GGUF the route should serve.
+        #[arg(long)]
+        model: PathBuf,
+        /// Where to write the reference (JSON).
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Write a draft model derived from a target: its first layers (an
+    /// early-exit model sharing the target's vocabulary), optionally
+    /// requantized; for speculative decoding when no second model is at hand.
+    DeriveDraft {
+        /// The target GGUF.
+        #[arg(long)]
+        model: PathBuf,
+        /// Where to write the draft GGUF.
+        #[arg(long)]
+        out: PathBuf,
+        /// Transformer blocks to keep (from the first).
+        #[arg(long)]
+        layers: usize,
+        /// Convert matrices to this GGML type (q4_0, q4_1, q8_0, f16, q4_k, …).
+        #[arg(long = "type")]
+        dtype: Option<String>,
+    },
+}
+
+#[derive(Debug, clap::Args)]
+struct ServeArgs {
+    /// Route file (TOML; see deploy/local/cluster.toml).
+    #[arg(long)]
+    config: PathBuf,
+    /// Stage to serve (0 = the entry).
+    #[arg(long)]
+    stage: usize,
+    /// Which of the stage's replica addresses to serve.
+    #[arg(long, default_value_t = 0)]
+    replica: usize,
+    /// Attest with the SEV-SNP guest device instead of the route's simulated root.
+    #[arg(long)]
+    hardware: bool,
+    /// With `--hardware`: also collect evidence from every GPU NVML sees (CC
+    /// mode), bound to this shard's claims (build with `--features hw`).
+    #[arg(long, requires = "hardware")]
+    nvml_gpus: bool,
+    /// Exit when stdin closes (set by a supervisor, so no shard outlives it).
+    #[arg(long)]
+    supervised: bool,
+}
+
+#[derive(Debug, clap::Args)]
+#[command(group(clap::ArgGroup::new("input").required(true).args(["prompt", "prompt_ids"])))]
+struct GenerateArgs {
+    /// GGUF file (single-process generation).
+    #[arg(long, required_unless_present = "entry", conflicts_with = "entry")]
+    model: Option<PathBuf>,
+    /// A pipeline entry's internal generate endpoint (`HOST:PORT`, loopback).
+    #[arg(long)]
+    entry: Option<std::net::SocketAddr>,
+    /// Prompt text.
+    #[arg(long)]
+    prompt: Option<String>,
+    /// Prompt as comma-separated token ids.
+    #[arg(long, value_delimiter = ',')]
+    prompt_ids: Option<Vec<u32>>,
+    /// Wrap the prompt in the model's chat template as a user message.
+    #[arg(long)]
+    chat: bool,
+    /// Most new tokens.
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.0)]
+    temperature: f32,
+    /// Top-k (0 = off).
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// Top-p (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    /// Min-p (0 = off).
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f32,
+    /// Repetition penalty (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Stop strings (repeatable).
+    #[arg(long)]
+    stop: Vec<String>,
+    /// Split the model in-process at these layers (e.g. `10,20`); output must not change.
+    #[arg(long, value_delimiter = ',')]
+    split: Vec<usize>,
+    /// Print `{"prompt_ids": [...], "ids": [...], "text": "..."}` instead of streaming.
+    #[arg(long)]
+    json: bool,
+    /// With `--entry`: the drafter for speculative decoding (`none`, `ngram`
+    /// or `model`); default: the route's setting.
+    #[arg(long, requires = "entry")]
+    drafter: Option<String>,
+    /// With `--entry`: draft exactly this many tokens per round instead of adaptive k.
+    #[arg(long, requires = "entry")]
+    draft_k: Option<usize>,
+}
+
+fn parse_range(s: &str) -> Result<LayerRange, String> {
+    let (a, b) = s.split_once("..").ok_or("expected START..END")?;
+    LayerRange::new(a.parse().map_err(|_| "bad start")?, b.parse().map_err(|_| "bad end")?)
+}
+
+/// Exit status of `serve` when the shard cannot start (route, policy, model,
+/// attester, address in use): a configuration error that restarting will not
+/// heal (sysexits' EX_CONFIG). A supervisor stops instead of retrying.
+const EXIT_CONFIG: u8 = 78;
+/// Exit status when the resident weights no longer hash as they did at load.
+const EXIT_WEIGHTS_CHANGED: u8 = 70;
+
+/// A `serve` that failed before serving: every error `serve` returns is one
+/// (once up, it serves until the process ends).
+#[derive(Debug, thiserror::Error)]
+#[error("{0:#}")]
+struct CannotStart(anyhow::Error);
+
+/// Runs `veil-shard` with the process arguments; the exit status follows
+/// the error (78 when a shard cannot start: bad configuration, port taken).
+pub fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("veil-shard: {e:#}");
+            if e.downcast_ref::<CannotStart>().is_some() {
+                return std::process::ExitCode::from(EXIT_CONFIG);
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    match Cli::parse().command {
+        Command::Evidence { simulated, hardware, vmpl, layers, nonce, out } => {
+            let source = match (simulated, hardware) {
+                (Some(dir), false) => Source::Simulated(dir),
+                (None, true) => Source::Hardware { vmpl },
+                _ => anyhow::bail!("choose --simulated DIR or --hardware"),
+            };
+            let nonce = nonce.map(|n| n.parse::<Nonce>()).transpose().map_err(anyhow::Error::msg).context("--nonce")?;
+            let bundle = attest::evidence(&source, &attest::claims(layers, nonce))?;
+            match out {
+                Some(path) => {
+                    std::fs::write(&path, bundle.to_json()).with_context(|| format!("writing {}", path.display()))?
+                }
+                None => println!("{}", bundle.to_json()),
+            }
+        }
+        Command::Manifest { model, layers, json } => {
+            let mut gguf = crate::model::GgufFile::open(&model)?;
+            let n = crate::model::Config::from_gguf(&gguf)?.n_layer;
+            let range = layers.map(|r| r.start() as usize..r.end() as usize).unwrap_or(0..n);
+            let slice = crate::model::LayerSlice::from_gguf(&mut gguf, range.clone())?;
+            let root = hex::encode(slice.manifest().root());
+            if json {
+                let doc = serde_json::json!({
+                    "layers": [range.start, range.end],
+                    "root": root,
+                    "metadata": hex::encode(slice.manifest().metadata),
+                    "tensors": slice.manifest().tensors,
+                });
+                println!("{}", serde_json::to_string_pretty(&doc)?);
+            } else {
+                println!(
+                    "{root}  layers {}..{} ({} tensors + metadata {})",
+                    range.start,
+                    range.end,
+                    slice.manifest().len(),
+                    hex::encode(slice.manifest().metadata)
+                );
+            }
+        }
+        Command::Generate(args) => match args.entry {
+            Some(addr) => generate_remote(addr, &args)?,
+            None => generate(args)?,
+        },
+        Command::Serve(args) => serve(args).map_err(|e| anyhow::Error::new(CannotStart(e)))?,
+        Command::Canary { model, out } => {
+            let (m, tok) = crate::generate::LocalModel::load(&model, &[])?;
+            let name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let set = crate::canary::record(&m, &tok, &name)?;
+            std::fs::write(&out, serde_json::to_vec_pretty(&set)?)?;
+            println!("{} canary answers of {name} written to {}", set.cases.len(), out.display());
+        }
+        Command::DeriveDraft { model, out, layers, dtype } => {
+            let dtype = dtype.as_deref().map(crate::speculate::derive::parse_dtype).transpose()?;
+            let d = crate::speculate::derive::derive_draft(&model, &out, layers, dtype)?;
+            println!(
+                "wrote {}: {} of {} layers, {} tensors ({} converted), {:.1} MiB",
+                out.display(),
+                d.layers,
+                d.target_layers,
+                d.tensors,
+                d.requantized,
+                d.bytes as f64 / (1 << 20) as f64
+            );
+        }
+        Command::Prepare { config, out, model } => {
+            let mut route = crate::pipeline::route::Route::load(&config)?;
+            if let Some(m) = model {
+                route.model = std::path::absolute(m)?;
+            }
+            let route = crate::pipeline::local::prepare(route)?;
+            std::fs::write(&out, route.to_toml()).with_context(|| format!("writing {}", out.display()))?;
+        }
+    }
+    Ok(())
+}
