@@ -29,9 +29,18 @@ use crate::seal::{seal, OpenedResponse, SealError};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
-    /// The host could not be reached or answered outside the protocol.
-    #[error("host: {0}")]
-    Host(String),
+    /// This caller's setup is wrong: the URL, a CA file, a body that does
+    /// not encode. Fix the call; the host is not involved.
+    #[error("{0}")]
+    Config(String),
+    /// The host could not be reached: connection, TLS, or the connection
+    /// dropped before an answer (an entry restart looks like this too).
+    #[error("host unreachable: {0}")]
+    Unreachable(String),
+    /// The host answered outside the protocol: an unexpected status on the
+    /// attestation endpoint, a document or event that does not parse.
+    #[error("host answered outside the protocol: {0}")]
+    Protocol(String),
     /// A shard's evidence failed the policy.
     #[error("attestation of {who} failed: {source}")]
     Attestation {
@@ -162,7 +171,7 @@ impl ConnectOptions {
     /// Also trust the PEM certificates in `path` for the host's TLS.
     pub fn with_ca_file(mut self, path: &std::path::Path) -> Result<Self, ClientError> {
         use rustls_pki_types::pem::PemObject as _;
-        let bad = |e: String| ClientError::Host(format!("CA file {}: {e}", path.display()));
+        let bad = |e: String| ClientError::Config(format!("CA file {}: {e}", path.display()));
         let certs = rustls_pki_types::CertificateDer::pem_file_iter(path)
             .map_err(|e| bad(e.to_string()))?
             .collect::<Result<Vec<_>, _>>()
@@ -181,21 +190,21 @@ impl ConnectOptions {
             // an error only if no extra root was given either.
             roots.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
             for c in &self.extra_roots {
-                roots.add(c.clone()).map_err(|e| ClientError::Host(format!("CA certificate: {e}")))?;
+                roots.add(c.clone()).map_err(|e| ClientError::Config(format!("CA certificate: {e}")))?;
             }
             if roots.is_empty() {
-                return Err(ClientError::Host("no trusted certificate authority for https".into()));
+                return Err(ClientError::Config("no trusted certificate authority for https".into()));
             }
         }
         let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
-            .map_err(|e| ClientError::Host(e.to_string()))?;
+            .map_err(|e| ClientError::Config(e.to_string()))?;
         let tls = if https {
             let webpki =
                 rustls::client::WebPkiServerVerifier::builder_with_provider(std::sync::Arc::new(roots), provider)
                     .build()
-                    .map_err(|e| ClientError::Host(format!("certificate verifier: {e}")))?;
+                    .map_err(|e| ClientError::Config(format!("certificate verifier: {e}")))?;
             let verifier = PinnedOrWebPki { pinned: self.extra_roots.clone(), webpki };
             builder.dangerous().with_custom_certificate_verifier(std::sync::Arc::new(verifier)).with_no_client_auth()
         } else {
@@ -298,7 +307,7 @@ impl Client {
         let base = url.trim_end_matches('/').to_owned();
         let https = base.starts_with("https://");
         if !https && !base.starts_with("http://") {
-            return Err(ClientError::Host(format!("{base}: the host's URL must start with http:// or https://")));
+            return Err(ClientError::Config(format!("{base}: the host's URL must start with http:// or https://")));
         }
         let http = options.http_client(https)?;
         let limit = options.timeouts.attest;
@@ -317,23 +326,23 @@ impl Client {
         let nonce = Nonce::random();
         let uri = format!("{base}/v1/attestation?nonce={}", hex::encode(nonce.as_bytes()));
         let resp =
-            http.get(uri.parse().map_err(|e| ClientError::Host(format!("bad URL: {e}")))?).await.map_err(|e| {
+            http.get(uri.parse().map_err(|e| ClientError::Config(format!("bad URL: {e}")))?).await.map_err(|e| {
                 let mut why = with_causes(&e);
                 // A TLS server answering plain HTTP looks like a broken HTTP version.
                 if !https && why.contains("invalid HTTP version") {
                     why += &format!("; the host may serve HTTPS: try {}", base.replacen("http://", "https://", 1));
                 }
-                ClientError::Host(why)
+                ClientError::Unreachable(why)
             })?;
         if !resp.status().is_success() {
-            return Err(ClientError::Host(format!("attestation endpoint answered {}", resp.status())));
+            return Err(ClientError::Protocol(format!("attestation endpoint answered {}", resp.status())));
         }
         let body = Limited::new(resp.into_body(), MAX_DOC_BYTES)
             .collect()
             .await
-            .map_err(|e| ClientError::Host(format!("attestation document: {e}")))?
+            .map_err(|e| ClientError::Protocol(format!("attestation document: {e}")))?
             .to_bytes();
-        let doc = AttestationDoc::from_json(&body).map_err(ClientError::Host)?;
+        let doc = AttestationDoc::from_json(&body).map_err(ClientError::Protocol)?;
         Ok((doc, nonce))
     }
 
@@ -356,7 +365,37 @@ impl Client {
     /// changed: the host refused what was sealed (400, 409, 422) or the
     /// connection failed. Only [`reverified`](Self::reverified) can tell.
     pub fn may_be_key_rotation(error: &ClientError) -> bool {
-        matches!(error, ClientError::Refused { status: 400 | 409 | 422, .. } | ClientError::Host(_))
+        matches!(error, ClientError::Refused { status: 400 | 409 | 422, .. } | ClientError::Unreachable(_))
+    }
+
+    /// [`call_raw`](Self::call_raw), through a key rotation: when the host
+    /// refused what was sealed or the connection failed
+    /// ([`may_be_key_rotation`](Self::may_be_key_rotation)), verifies the
+    /// route again and, only if the freshly attested entry has another key,
+    /// re-seals the call to it and sends it once more. The new client comes
+    /// back with the answer so the caller keeps using it. A refusal without
+    /// a key change is returned as is: nothing is re-sent on a status code
+    /// the host chose. Chat, proxy and SDK users share this transition.
+    pub async fn call_reverifying(
+        &self,
+        policy: &Policy,
+        options: &ConnectOptions,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<(OpenedResponse, Option<Client>), ClientError> {
+        match self.call_raw(method, path, body.clone()).await {
+            Err(e) if Self::may_be_key_rotation(&e) => {
+                let Some(fresh) = self.reverified(policy, options).await? else {
+                    tracing::warn!(error = %e, "refused or unreachable, but the entry's key is unchanged: not re-sent");
+                    return Err(e);
+                };
+                tracing::warn!("the entry's key changed (attested): route verified again, request re-sealed");
+                let answer = fresh.call_raw(method, path, body).await?;
+                Ok((answer, Some(fresh)))
+            }
+            other => other.map(|answer| (answer, None)),
+        }
     }
 
     /// Sends one API call (`method`, `path`, JSON body) sealed to the entry;
@@ -370,7 +409,7 @@ impl Client {
         let bytes = if method == "GET" {
             Vec::new()
         } else {
-            serde_json::to_vec(body).map_err(|e| ClientError::Host(e.to_string()))?
+            serde_json::to_vec(body).map_err(|e| ClientError::Config(e.to_string()))?
         };
         self.call_raw(method, path, bytes).await
     }
@@ -422,14 +461,14 @@ impl Client {
         let req = hyper::Request::post(format!("{}/v1/sealed", self.base))
             .header(hyper::header::CONTENT_TYPE, "message/ohttp-chunked-req")
             .body(Full::new(Bytes::from(sealed)))
-            .map_err(|e| ClientError::Host(e.to_string()))?;
+            .map_err(|e| ClientError::Config(e.to_string()))?;
         let first_byte = self.timeouts.first_byte;
         let late = || ClientError::Timeout { stage: TimeoutStage::FirstByte, after: first_byte };
         let deadline = tokio::time::Instant::now() + first_byte;
         let resp = tokio::time::timeout_at(deadline, self.http.request(req))
             .await
             .map_err(|_| late())?
-            .map_err(|e| ClientError::Host(with_causes(&e)))?;
+            .map_err(|e| ClientError::Unreachable(with_causes(&e)))?;
         if !resp.status().is_success() {
             let status = resp.status();
             let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();

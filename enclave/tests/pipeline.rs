@@ -648,10 +648,16 @@ enum Delay {
     DropRequest,
     /// Sends most of the sealed response, then nothing more.
     StallBody,
+    /// Answers every sealed request 409 without relaying it (as if the key had rotated).
+    Refuse,
 }
 
-/// A relay that relays honestly except for the one delay it was made for.
-async fn delaying_host(gateway: std::net::SocketAddr, mode: Delay) -> std::net::SocketAddr {
+/// A relay that relays honestly except for the one delay it was made for;
+/// counts the sealed requests it received.
+async fn delaying_host(
+    gateway: std::net::SocketAddr,
+    mode: Delay,
+) -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use bytes::Bytes;
     use futures::StreamExt as _;
     use http_body_util::{BodyExt, Full, StreamBody};
@@ -660,18 +666,32 @@ async fn delaying_host(gateway: std::net::SocketAddr, mode: Delay) -> std::net::
     let addr = listener.local_addr().unwrap();
     let client =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
     tokio::spawn(async move {
         loop {
             let (tcp, _) = listener.accept().await.unwrap();
-            let client = client.clone();
+            let (client, counter) = (client.clone(), counter.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let client = client.clone();
+                    let (client, counter) = (client.clone(), counter.clone());
                     async move {
                         let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
                         let sealed = path == "/v1/sealed";
+                        if sealed {
+                            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
                         if (mode == Delay::Attestation && !sealed) || (mode == Delay::DropRequest && sealed) {
                             std::future::pending::<()>().await;
+                        }
+                        if mode == Delay::Refuse && sealed {
+                            let frames: Frames = futures::stream::once(async {
+                                Ok(hyper::body::Frame::data(Bytes::from_static(b"replayed request")))
+                            })
+                            .boxed();
+                            let mut r = hyper::Response::new(StreamBody::new(frames));
+                            *r.status_mut() = hyper::StatusCode::CONFLICT;
+                            return Ok::<_, std::convert::Infallible>(r);
                         }
                         let method = req.method().clone();
                         let body = req.into_body().collect().await.unwrap().to_bytes();
@@ -702,7 +722,7 @@ async fn delaying_host(gateway: std::net::SocketAddr, mode: Delay) -> std::net::
             });
         }
     });
-    addr
+    (addr, seen)
 }
 
 /// SECURITY-CASES H3: a host that never answers the attestation request,
@@ -724,13 +744,13 @@ fn a_host_that_drops_or_delays_is_timed_out_by_stage() {
     let body = serde_json::json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8, "temperature": 0, "stream": true});
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.block_on(async {
-        let host = delaying_host(gateway, Delay::Attestation).await;
+        let (host, _) = delaying_host(gateway, Delay::Attestation).await;
         let started = Instant::now();
         let err = Client::connect_with(&format!("http://{host}"), &policy, &options).await.unwrap_err();
         assert!(matches!(err, ClientError::Timeout { stage: TimeoutStage::Attest, .. }), "{err}");
         assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
 
-        let host = delaying_host(gateway, Delay::DropRequest).await;
+        let (host, _) = delaying_host(gateway, Delay::DropRequest).await;
         let options =
             ConnectOptions { timeouts: Timeouts { first_byte: short, ..options.timeouts }, ..options.clone() };
         let client = Client::connect_with(&format!("http://{host}"), &policy, &options).await.unwrap();
@@ -738,7 +758,7 @@ fn a_host_that_drops_or_delays_is_timed_out_by_stage() {
         assert!(matches!(err, ClientError::Timeout { stage: TimeoutStage::FirstByte, .. }), "{err}");
         assert!(!Client::may_be_key_rotation(&err), "a delay must not look like a key rotation (no re-send)");
 
-        let host = delaying_host(gateway, Delay::StallBody).await;
+        let (host, _) = delaying_host(gateway, Delay::StallBody).await;
         let client = Client::connect_with(&format!("http://{host}"), &policy, &options).await.unwrap();
         let mut resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
         assert_eq!(resp.status, 200);
@@ -750,6 +770,18 @@ fn a_host_that_drops_or_delays_is_timed_out_by_stage() {
             }
         };
         assert!(matches!(err, veil_client::seal::SealError::Stalled(_)), "{err}");
+        // A host that answers 409 (what a rotated key gets) while the entry's
+        // attested key is unchanged: verified again, and not re-sent.
+        let (host, sealed_seen) = delaying_host(gateway, Delay::Refuse).await;
+        let client = Client::connect_with(&format!("http://{host}"), &policy, &options).await.unwrap();
+        let bytes = serde_json::to_vec(&body).unwrap();
+        let err = client
+            .call_reverifying(&policy, &options, "POST", "/v1/chat/completions", bytes)
+            .await
+            .err()
+            .expect("a refusal must not turn into an answer");
+        assert!(matches!(err, ClientError::Refused { status: 409, .. }), "{err}");
+        assert_eq!(sealed_seen.load(std::sync::atomic::Ordering::SeqCst), 1, "the prompt was sent again");
         // The honest relay still serves: the stalls held nothing on the entry.
         let client = Client::connect(&format!("http://{gateway}"), &policy).await.unwrap();
         assert_eq!(client.call("POST", "/v1/chat/completions", &body).await.unwrap().status, 200);

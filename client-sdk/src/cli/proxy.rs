@@ -47,25 +47,16 @@ fn json_error(status: StatusCode, message: &str) -> Response<Body> {
 }
 
 impl Proxy {
-    /// Sends once; when the host refuses what was sealed (400, 409, 422),
-    /// verifies the route again and re-sends only if the freshly attested
-    /// entry has another key than the one sealed to — a rotation the entry's
-    /// evidence proves, not a status code the host chose.
+    /// Sends once; through a key rotation the entry's evidence proves (not a
+    /// status code the host chose), re-seals to the new key and keeps the
+    /// re-verified client (`Client::call_reverifying`).
     async fn call(&self, method: &str, path: &str, body: Vec<u8>) -> Result<OpenedResponse, ClientError> {
         let client = self.client.read().await.clone();
-        match client.call_raw(method, path, body.clone()).await {
-            Err(e @ ClientError::Refused { status: 400 | 409 | 422, .. }) => {
-                let Some(fresh) = client.reverified(&self.policy, &self.options).await? else {
-                    tracing::warn!(error = %e, "the host refused a sealed request but the entry's key is unchanged: not re-sent");
-                    return Err(e);
-                };
-                tracing::warn!("the entry's key changed (attested): route verified again, request re-sealed");
-                let fresh = Arc::new(fresh);
-                *self.client.write().await = fresh.clone();
-                fresh.call_raw(method, path, body).await
-            }
-            other => other,
+        let (answer, fresh) = client.call_reverifying(&self.policy, &self.options, method, path, body).await?;
+        if let Some(fresh) = fresh {
+            *self.client.write().await = Arc::new(fresh);
         }
+        Ok(answer)
     }
 
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {

@@ -138,20 +138,16 @@ pub fn chat(args: &ChatArgs) -> Exit {
         let body = serde_json::json!({
             "messages": history, "stream": true, "max_tokens": args.max_tokens, "temperature": args.temperature,
         });
-        let mut result = rt.block_on(stream_answer(&client, &body));
-        if let Err(e) = &result {
-            if Client::may_be_key_rotation(e) {
-                match rt.block_on(client.reverified(&policy, &options)) {
-                    Ok(Some(fresh)) => {
-                        eprintln!("(the entry restarted: route verified again; sending your message again)");
-                        client = fresh;
-                        result = rt.block_on(stream_answer(&client, &body));
-                    }
-                    Ok(None) => {}
-                    Err(again) => result = Err(again),
-                }
+        let result = rt.block_on(async {
+            let bytes = serde_json::to_vec(&body).map_err(|e| ClientError::Config(e.to_string()))?;
+            let (resp, fresh) =
+                client.call_reverifying(&policy, &options, "POST", "/v1/chat/completions", bytes).await?;
+            if let Some(fresh) = fresh {
+                eprintln!("(the entry restarted: route verified again; sending your message again)");
+                client = fresh;
             }
-        }
+            stream_answer(resp).await
+        });
         match result {
             Ok(answer) => history.push(serde_json::json!({"role": "assistant", "content": answer})),
             Err(e) => {
@@ -165,8 +161,7 @@ pub fn chat(args: &ChatArgs) -> Exit {
     Exit::Accepted
 }
 
-async fn stream_answer(client: &Client, body: &serde_json::Value) -> Result<String, ClientError> {
-    let mut resp = client.call("POST", "/v1/chat/completions", body).await?;
+async fn stream_answer(mut resp: crate::seal::OpenedResponse) -> Result<String, ClientError> {
     if resp.status != 200 {
         let status = resp.status;
         let body = resp.collect().await?;
@@ -194,7 +189,7 @@ async fn stream_answer(client: &Client, body: &serde_json::Value) -> Result<Stri
             if data == "[DONE]" {
                 continue;
             }
-            let v: serde_json::Value = serde_json::from_str(data).map_err(|e| ClientError::Host(e.to_string()))?;
+            let v: serde_json::Value = serde_json::from_str(data).map_err(|e| ClientError::Protocol(e.to_string()))?;
             if let Some(err) = v.get("error") {
                 let message = err["message"].as_str().map(str::to_owned).unwrap_or_else(|| err.to_string());
                 return Err(ClientError::Api { status: 200, message });
