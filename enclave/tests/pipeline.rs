@@ -775,11 +775,9 @@ fn a_host_that_drops_or_delays_is_timed_out_by_stage() {
         let (host, sealed_seen) = delaying_host(gateway, Delay::Refuse).await;
         let client = Client::connect_with(&format!("http://{host}"), &policy, &options).await.unwrap();
         let bytes = serde_json::to_vec(&body).unwrap();
-        let err = client
-            .call_reverifying(&policy, &options, "POST", "/v1/chat/completions", bytes)
-            .await
-            .err()
-            .expect("a refusal must not turn into an answer");
+        let Err(err) = client.call_reverifying(&policy, &options, "POST", "/v1/chat/completions", bytes).await else {
+            panic!("a refusal must not turn into an answer");
+        };
         assert!(matches!(err, ClientError::Refused { status: 409, .. }), "{err}");
         assert_eq!(sealed_seen.load(std::sync::atomic::Ordering::SeqCst), 1, "the prompt was sent again");
         // The honest relay still serves: the stalls held nothing on the entry.
