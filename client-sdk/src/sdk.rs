@@ -11,6 +11,9 @@
 //! # Ok(()) }
 //! ```
 
+// The session cores: no unwrap or expect outside tests (a panic here would drop sessions).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::pin::Pin;
 use std::time::SystemTime;
 

@@ -6,6 +6,9 @@
 //! The entry's half is `veil_enclave::gateway::seal`; both stand on the
 //! `ohttp` and `bhttp` crates.
 
+// The session cores: no unwrap or expect outside tests (a panic here would drop sessions).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};

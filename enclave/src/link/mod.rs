@@ -2,6 +2,9 @@
 //! ([`frame`]), per-link state ([`state`]), and the tokio transport over
 //! mutually attested TLS (this module).
 
+// The session cores: no unwrap or expect outside tests (a panic here would drop sessions).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod frame;
 pub mod state;
 
