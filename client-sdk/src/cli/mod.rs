@@ -33,7 +33,8 @@ pub enum Exit {
 
 /// Veil: private inference on attested, sharded confidential VMs. Verify a
 /// route, chat with it, serve a local OpenAI-compatible endpoint sealed to it,
-/// write and check policies, and inspect or verify attestation evidence.
+/// compare its answers with a local reference, write, sign and check
+/// policies, and inspect or verify attestation evidence.
 #[derive(Debug, Parser)]
 #[command(name = "veil", version, long_about = None)]
 pub struct Cli {
