@@ -535,26 +535,6 @@ fn a_malicious_host_is_caught_and_tampered_text_never_shown() {
     });
 }
 
-/// The sizes of the chunks of a chunked OHTTP response, as the host sees them.
-fn sealed_chunk_sizes(bytes: &[u8]) -> Vec<usize> {
-    let mut rest = &bytes[16..]; // the response nonce (AES-128-GCM: max(Nn, Nk) = 16)
-    let mut sizes = Vec::new();
-    loop {
-        let (len, used) = match rest[0] >> 6 {
-            0 => (usize::from(rest[0] & 0x3F), 1),
-            1 => (usize::from(u16::from_be_bytes([rest[0] & 0x3F, rest[1]])), 2),
-            _ => (usize::try_from(u32::from_be_bytes([rest[0] & 0x3F, rest[1], rest[2], rest[3]])).unwrap(), 4),
-        };
-        rest = &rest[used..];
-        if len == 0 {
-            sizes.push(rest.len()); // the final chunk runs to the end
-            return sizes;
-        }
-        sizes.push(len);
-        rest = &rest[len..];
-    }
-}
-
 /// SECURITY-CASES I2: every event of a streamed answer is padded inside the
 /// seal to one size, so the chunks the host relays do not reveal token
 /// lengths: two different answers, whose tokens' texts differ in length,
@@ -602,7 +582,7 @@ fn streamed_chunks_all_have_one_size_whatever_the_tokens() {
                 .body(Full::new(Bytes::from(sealed)))
                 .unwrap();
             let raw = http.request(req).await.unwrap().into_body().collect().await.unwrap().to_bytes();
-            let sizes = sealed_chunk_sizes(&raw);
+            let sizes: Vec<usize> = veil_tests::ohttp_response_chunks(&raw).iter().map(|c| c.len()).collect();
             let reader: std::pin::Pin<Box<dyn futures::io::AsyncRead + Send>> =
                 Box::pin(futures::io::Cursor::new(raw.to_vec()));
             let mut opened = opener.open(reader).await.unwrap();

@@ -28,18 +28,8 @@ fn model() -> Option<PathBuf> {
     None
 }
 
-/// A loopback port free now and never handed out before in this test process
-/// (the tests run clusters in parallel).
 fn port() -> SocketAddr {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    loop {
-        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let mut given = GIVEN.lock().unwrap();
-        if !given.contains(&addr.port()) {
-            given.push(addr.port());
-            return addr;
-        }
-    }
+    veil_tests::free_loopback_port()
 }
 
 fn wait_for(log: &std::path::Path, needle: &str, count: usize) -> String {

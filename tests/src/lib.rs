@@ -132,3 +132,42 @@ pub fn sim_policy() -> Policy {
         ..Policy::default()
     }
 }
+
+/// A loopback address whose port is free now and was never handed out
+/// before in this test process: tests run clusters in parallel, and two of
+/// them given the same port would dial each other's processes.
+pub fn free_loopback_port() -> std::net::SocketAddr {
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    loop {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let mut given = GIVEN.lock().unwrap();
+        if !given.contains(&addr.port()) {
+            given.push(addr.port());
+            return addr;
+        }
+    }
+}
+
+/// The chunks of a chunked Oblivious HTTP response as the host relays them:
+/// after the 16-byte response nonce (max(Nn, Nk) for AES-128-GCM), each
+/// chunk's varint length and ciphertext; the final chunk (length 0) runs to
+/// the end.
+pub fn ohttp_response_chunks(bytes: &[u8]) -> Vec<&[u8]> {
+    let mut rest = &bytes[16..];
+    let mut chunks = Vec::new();
+    loop {
+        let (len, used) = match rest[0] >> 6 {
+            0 => (usize::from(rest[0] & 0x3F), 1),
+            1 => (usize::from(u16::from_be_bytes([rest[0] & 0x3F, rest[1]])), 2),
+            2 => (u32::from_be_bytes([rest[0] & 0x3F, rest[1], rest[2], rest[3]]) as usize, 4),
+            _ => panic!("a chunk longer than a test makes"),
+        };
+        rest = &rest[used..];
+        if len == 0 {
+            chunks.push(rest);
+            return chunks;
+        }
+        chunks.push(&rest[..len]);
+        rest = &rest[len..];
+    }
+}

@@ -52,7 +52,7 @@ pub fn run(args: &CanaryArgs) -> Exit {
         eprintln!("veil canary: {}: format {:?} is not veil-canary/v1", args.reference.display(), reference.format);
         return Exit::Unreadable;
     }
-    let policy = match super::policy_bundle::load_policy(&args.policy, args.policy_key.as_deref()) {
+    let policy = match args.policy.load() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("veil canary: {e}");

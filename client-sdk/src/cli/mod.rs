@@ -67,12 +67,9 @@ pub enum Command {
 pub struct CanaryArgs {
     /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
     pub url: String,
-    /// Policy every shard must satisfy: a TOML file, or a signed bundle with --policy-key.
-    #[arg(long)]
-    pub policy: PathBuf,
-    /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
-    #[arg(long, value_name = "PEM")]
-    pub policy_key: Option<PathBuf>,
+    /// The policy every shard must satisfy.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// The reference answers (`veil-shard canary --model M --out FILE` on your own copy of the model).
     #[arg(long)]
     pub reference: PathBuf,
@@ -144,17 +141,32 @@ pub struct PolicyInitArgs {
     pub ca: Option<PathBuf>,
 }
 
+/// `--policy FILE [--policy-key PEM]`, shared by every command that verifies a route.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// Policy every shard must satisfy: a TOML file, or a signed bundle with --policy-key.
+    #[arg(long = "policy", value_name = "FILE")]
+    pub path: PathBuf,
+    /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
+    #[arg(long, value_name = "PEM")]
+    pub policy_key: Option<PathBuf>,
+}
+
+impl PolicyArgs {
+    /// Reads the policy (see [`policy_bundle::load_policy`]).
+    pub fn load(&self) -> Result<veil_attestation::Policy, String> {
+        policy_bundle::load_policy(&self.path, self.policy_key.as_deref())
+    }
+}
+
 /// `veil proxy URL`
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
     /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
     pub url: String,
-    /// Policy every shard must satisfy: a TOML file, or a signed bundle with --policy-key.
-    #[arg(long)]
-    pub policy: PathBuf,
-    /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
-    #[arg(long, value_name = "PEM")]
-    pub policy_key: Option<PathBuf>,
+    /// The policy every shard must satisfy.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// Where to serve the plain API (loopback only).
     #[arg(long, default_value = "127.0.0.1:8000")]
     pub listen: std::net::SocketAddr,
@@ -168,12 +180,9 @@ pub struct ProxyArgs {
 pub struct RouteVerifyArgs {
     /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
     pub url: String,
-    /// Policy every shard must satisfy: a TOML file, or a signed bundle with --policy-key.
-    #[arg(long)]
-    pub policy: PathBuf,
-    /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
-    #[arg(long, value_name = "PEM")]
-    pub policy_key: Option<PathBuf>,
+    /// The policy every shard must satisfy.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// Also trust these PEM certificate authorities for the host's https:// URL.
     #[arg(long)]
     pub ca: Option<PathBuf>,
@@ -184,12 +193,9 @@ pub struct RouteVerifyArgs {
 pub struct ChatArgs {
     /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
     pub url: String,
-    /// Policy every shard must satisfy: a TOML file, or a signed bundle with --policy-key.
-    #[arg(long)]
-    pub policy: PathBuf,
-    /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
-    #[arg(long, value_name = "PEM")]
-    pub policy_key: Option<PathBuf>,
+    /// The policy every shard must satisfy.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
     /// Most tokens per answer.
     #[arg(long, default_value_t = 256)]
     pub max_tokens: usize,

@@ -160,7 +160,7 @@ impl Proxy {
 
 /// Runs the proxy until interrupted.
 pub fn run(args: &ProxyArgs) -> Exit {
-    let policy = match super::policy_bundle::load_policy(&args.policy, args.policy_key.as_deref()) {
+    let policy = match args.policy.load() {
         Ok(p) => p,
         Err(e) => {
             eprintln!("veil proxy: policy {e}");

@@ -7,8 +7,8 @@ use crate::sdk::{Client, ClientError, VerifiedShard};
 
 use super::{ChatArgs, Exit, RouteVerifyArgs};
 
-fn policy(path: &std::path::Path, key: Option<&std::path::Path>) -> Result<veil_attestation::Policy, (Exit, String)> {
-    super::policy_bundle::load_policy(path, key).map_err(|e| (Exit::Unreadable, e))
+fn policy(args: &super::PolicyArgs) -> Result<veil_attestation::Policy, (Exit, String)> {
+    args.load().map_err(|e| (Exit::Unreadable, e))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, String> {
@@ -44,8 +44,7 @@ fn show_shard(out: &mut String, name: &str, s: &VerifiedShard) {
 /// `veil verify URL --policy P`: a check table per shard; exit 0/1/2.
 pub fn verify(args: &RouteVerifyArgs) -> Exit {
     use std::fmt::Write as _;
-    let connected = policy(&args.policy, args.policy_key.as_deref())
-        .and_then(|policy| connect(&args.url, &policy, args.ca.as_deref()));
+    let connected = policy(&args.policy).and_then(|policy| connect(&args.url, &policy, args.ca.as_deref()));
     match connected {
         Err((exit, message)) => {
             eprintln!("{message}");
@@ -67,7 +66,7 @@ pub fn verify(args: &RouteVerifyArgs) -> Exit {
                 route.shape().stages().len(),
                 1 + route.shards().len(),
                 route.model(),
-                args.policy.display()
+                args.policy.path.display()
             );
             // One write, its error ignored: `veil verify URL | head` closing
             // the pipe early is not a failure of the verification.
@@ -83,7 +82,7 @@ pub fn verify(args: &RouteVerifyArgs) -> Exit {
 /// entry restarted (its attested key changed) the route is verified again and
 /// the turn re-sent.
 pub fn chat(args: &ChatArgs) -> Exit {
-    let policy = match policy(&args.policy, args.policy_key.as_deref()) {
+    let policy = match policy(&args.policy) {
         Ok(p) => p,
         Err((exit, message)) => {
             eprintln!("{message}");

@@ -631,29 +631,6 @@ mod tests {
     static_assertions::assert_not_impl_any!(ResponseSealer: Clone, serde::Serialize);
     static_assertions::assert_not_impl_any!(Opened: Clone);
 
-    /// The varint-framed chunks of a chunked OHTTP response, after its nonce.
-    fn response_chunks(bytes: &[u8]) -> Vec<Vec<u8>> {
-        const RESPONSE_NONCE_LEN: usize = 16; // max(Nn, Nk) for AES-128-GCM
-        let mut rest = &bytes[RESPONSE_NONCE_LEN..];
-        let mut chunks = Vec::new();
-        loop {
-            let (len, used) = match rest[0] >> 6 {
-                0 => (u64::from(rest[0] & 0x3F), 1),
-                1 => (u64::from(u16::from_be_bytes([rest[0] & 0x3F, rest[1]])), 2),
-                2 => (u64::from(u32::from_be_bytes([rest[0] & 0x3F, rest[1], rest[2], rest[3]])), 4),
-                _ => panic!("chunk longer than a test makes"),
-            };
-            rest = &rest[used..];
-            if len == 0 {
-                chunks.push(rest.to_vec()); // the final chunk runs to the end
-                return chunks;
-            }
-            let len = usize::try_from(len).unwrap();
-            chunks.push(rest[..len].to_vec());
-            rest = &rest[len..];
-        }
-    }
-
     /// E8, observed from outside: the same plaintext sealed again — in the
     /// next chunk of one response, in another response, or as the request —
     /// never gives the same ciphertext, which a repeated nonce under one key
@@ -666,11 +643,11 @@ mod tests {
         for _ in 0..4 {
             let (sealed, _) = client_seal(key.config(), &request()).await;
             let (_, response) = respond(&key, sealed.clone(), &pieces, true).await;
-            let chunks = response_chunks(&response);
+            let chunks = veil_tests::ohttp_response_chunks(&response);
             assert!(chunks.len() > pieces.len(), "one sealed chunk per body piece, then the final one");
             assert!(seen.insert(sealed[HEADER_LEN + ENC_LEN..].to_vec()));
             for c in chunks {
-                assert!(seen.insert(c), "a ciphertext repeated: a nonce was reused");
+                assert!(seen.insert(c.to_vec()), "a ciphertext repeated: a nonce was reused");
             }
         }
     }

@@ -4,7 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
 use std::io::{BufRead, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -32,19 +32,9 @@ pub fn model_path() -> Option<PathBuf> {
     None
 }
 
-/// A loopback port free now and never handed out before in this test
-/// process: tests run clusters in parallel, and two of them given the same
-/// port would dial each other's shards.
+/// A loopback port never handed out before in this test process.
 pub fn free_port() -> SocketAddr {
-    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    loop {
-        let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let mut given = GIVEN.lock().unwrap();
-        if !given.contains(&addr.port()) {
-            given.push(addr.port());
-            return addr;
-        }
-    }
+    veil_tests::free_loopback_port()
 }
 
 /// Shard processes of one route, killed on drop.
