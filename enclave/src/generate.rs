@@ -163,10 +163,12 @@ impl<'t> TextStream<'t> {
             self.text = full[..cut].to_owned();
             return Ok(TextStep { piece, stopped: true });
         }
-        // Emit only complete characters (a token can end mid-UTF-8).
-        if !full.ends_with('\u{FFFD}') && full.len() > self.text.len() && full.starts_with(&self.text) {
-            let piece = full[self.text.len()..].to_owned();
-            self.text = full;
+        // Emit only complete characters (a token can end mid-UTF-8), and
+        // hold back an ending that may grow into a stop string.
+        let ready = full.len() - held_back(&full, &self.stop);
+        if !full.ends_with('\u{FFFD}') && ready > self.text.len() && full.starts_with(&self.text) {
+            let piece = full[self.text.len()..ready].to_owned();
+            self.text = full[..ready].to_owned();
             return Ok(TextStep { piece, stopped: false });
         }
         Ok(TextStep::default())
@@ -182,6 +184,15 @@ impl<'t> TextStream<'t> {
         }
         Ok((rest, self.ids, self.text))
     }
+}
+
+/// Bytes at the end of `text` that begin some stop string (the longest
+/// such ending): they reach the client only once no stop string can match.
+fn held_back(text: &str, stop: &[String]) -> usize {
+    stop.iter()
+        .map(|s| (1..s.len()).rev().find(|&k| s.is_char_boundary(k) && text.ends_with(&s[..k])).unwrap_or(0))
+        .max()
+        .unwrap_or(0)
 }
 
 /// Checks a request against a context window; returns the token budget.
@@ -229,4 +240,21 @@ pub fn generate(
     let (rest, ids, text) = stream.finish(stopped)?;
     on_text(&rest);
     Ok(Generation { prompt_ids: req.prompt_ids.clone(), ids, text, speculation: None })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::held_back;
+
+    #[test]
+    fn an_ending_that_may_become_a_stop_string_is_held_back() {
+        let stop = vec!["c d".to_owned(), "ünd".to_owned()];
+        assert_eq!(held_back("abc", &stop), 1);
+        assert_eq!(held_back("abc ", &stop), 2);
+        assert_eq!(held_back("abc x", &stop), 0);
+        // Only whole characters of the stop string count.
+        assert_eq!(held_back("zü", &stop), "ü".len());
+        assert_eq!(held_back("züncd", &stop), 0);
+        assert_eq!(held_back("anything", &[]), 0);
+    }
 }

@@ -1,0 +1,165 @@
+//! The loopback development endpoint: one newline-delimited JSON request per
+//! connection, answered with one JSON [`GenerateEvent`] per line. Bound to
+//! loopback only; `veil-shard generate --entry ADDR` speaks it. Clients reach
+//! the entry through the sealed gateway instead.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+use super::Entry;
+use crate::entry::sampler::SamplingParams;
+use crate::entry::tokenizer::{ChatMessage, Tokenizer};
+use crate::generate::Generation;
+use crate::model::ModelError;
+
+/// Longest request line accepted on the internal endpoint.
+pub const MAX_REQUEST_BYTES: usize = 1 << 20;
+/// A request on the internal endpoint (one JSON line).
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct GenerateWire {
+    /// Prompt text (tokenized by the entry).
+    #[serde(default)]
+    pub prompt: Option<String>,
+    /// Or prompt token ids.
+    #[serde(default)]
+    pub prompt_ids: Option<Vec<u32>>,
+    /// Render `prompt` as one user turn with the model's chat template.
+    #[serde(default)]
+    pub chat: bool,
+    /// Most new tokens.
+    pub max_tokens: usize,
+    /// Sampling temperature (0 = greedy).
+    #[serde(default)]
+    pub temperature: f32,
+    /// Top-k (0 = off).
+    #[serde(default)]
+    pub top_k: usize,
+    /// Top-p (1 = off).
+    #[serde(default = "one")]
+    pub top_p: f32,
+    /// Min-p (0 = off).
+    #[serde(default)]
+    pub min_p: f32,
+    /// Repetition penalty (1 = off).
+    #[serde(default = "one")]
+    pub repeat_penalty: f32,
+    /// Seed.
+    #[serde(default)]
+    pub seed: u64,
+    /// Stop strings.
+    #[serde(default)]
+    pub stop: Vec<String>,
+    /// Speculative decoding for this request.
+    #[serde(default)]
+    pub speculation: SpeculationRequest,
+}
+
+/// A request's speculative decoding choices; unset fields take the route's.
+#[derive(Clone, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct SpeculationRequest {
+    /// On or off; unset = the route's setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    /// `"ngram"`, `"model"` (the route's draft model) or `"script"`
+    /// (proposes `script`: tests and benchmarks).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drafter: Option<String>,
+    /// A fixed k instead of adaptive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<usize>,
+    /// The continuation the `"script"` drafter proposes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<Vec<u32>>,
+}
+
+fn one() -> f32 {
+    1.0
+}
+
+impl GenerateWire {
+    /// The prompt as ids: text tokenized as text, or (`chat`) one user turn
+    /// through the chat template with the text kept out of special tokens.
+    pub fn prompt_ids(&self, tokenizer: &Tokenizer) -> Result<Vec<u32>, ModelError> {
+        match (&self.prompt, &self.prompt_ids) {
+            (Some(text), None) if self.chat => {
+                tokenizer.encode_chat(&[ChatMessage { role: "user".into(), content: text.clone() }])
+            }
+            (Some(text), None) => tokenizer.encode(text, false),
+            (None, Some(ids)) => match ids.iter().find(|&&i| i as usize >= tokenizer.vocab_size()) {
+                Some(bad) => Err(ModelError::Invalid(format!("token id {bad} is outside the vocabulary"))),
+                None => Ok(ids.clone()),
+            },
+            _ => Err(ModelError::Invalid("give exactly one of prompt and prompt_ids".into())),
+        }
+    }
+
+    /// The request's sampling parameters.
+    pub fn sampling(&self) -> SamplingParams {
+        SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            repetition_penalty: self.repeat_penalty,
+            seed: self.seed,
+            ..SamplingParams::default()
+        }
+    }
+}
+
+/// One line of the endpoint's answer.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum GenerateEvent {
+    /// A piece of text.
+    Text(String),
+    /// Finished.
+    Done(Generation),
+    /// Failed in the pipeline (a shard, capacity); the message names the cause.
+    Error(String),
+    /// Refused: the request itself is invalid (the caller's to fix; a 400).
+    Refused(String),
+}
+
+/// Serves the internal endpoint: one request per connection.
+pub async fn serve_generate(entry: Arc<Entry>, listener: tokio::net::TcpListener) {
+    loop {
+        let (tcp, _) = crate::pipeline::net::accept(&listener).await;
+        let entry = entry.clone();
+        tokio::spawn(async move {
+            if let Err(e) = handle_generate(entry, tcp).await {
+                tracing::debug!(error = %e, "generate connection ended");
+            }
+        });
+    }
+}
+
+async fn handle_generate(entry: Arc<Entry>, tcp: TcpStream) -> std::io::Result<()> {
+    let (r, mut w) = tcp.into_split();
+    let mut line = String::new();
+    let mut reader = BufReader::new(r.take(MAX_REQUEST_BYTES as u64));
+    reader.read_line(&mut line).await?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    match serde_json::from_str::<GenerateWire>(&line) {
+        Err(e) => {
+            let _ = tx.send(GenerateEvent::Refused(format!("bad request: {e}")));
+            drop(tx);
+        }
+        Ok(req) => {
+            let entry = entry.clone();
+            tokio::spawn(async move { entry.generate(req, tx).await });
+        }
+    }
+    while let Some(ev) = rx.recv().await {
+        let mut text = serde_json::to_string(&ev).unwrap_or_else(|_| "{\"error\":\"encoding\"}".into());
+        text.push('\n');
+        w.write_all(text.as_bytes()).await?;
+    }
+    w.shutdown().await
+}

@@ -1,0 +1,37 @@
+//! The entry's speculation counters (counts only, no content), for `/metrics`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Entry-wide speculation counts (no content): for `/metrics`.
+#[derive(Debug, Default)]
+pub struct SpecCounters {
+    /// Decode rounds of every session.
+    pub rounds: AtomicU64,
+    /// Rounds that carried drafted tokens.
+    pub spec_rounds: AtomicU64,
+    /// Tokens drafted.
+    pub drafted: AtomicU64,
+    /// Drafted tokens kept.
+    pub accepted: AtomicU64,
+    /// Tokens committed by decode rounds.
+    pub committed: AtomicU64,
+}
+
+impl SpecCounters {
+    /// Prometheus text.
+    pub fn render(&self) -> String {
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut out = String::new();
+        out += "# HELP veil_entry_decode_rounds_total Pipeline rounds after the prompt.\n# TYPE veil_entry_decode_rounds_total counter\n";
+        out += &format!("veil_entry_decode_rounds_total {}\n", g(&self.rounds));
+        out += "# HELP veil_entry_spec_rounds_total Rounds that verified drafted tokens.\n# TYPE veil_entry_spec_rounds_total counter\n";
+        out += &format!("veil_entry_spec_rounds_total {}\n", g(&self.spec_rounds));
+        out += "# HELP veil_entry_drafted_tokens_total Tokens proposed by drafters.\n# TYPE veil_entry_drafted_tokens_total counter\n";
+        out += &format!("veil_entry_drafted_tokens_total {}\n", g(&self.drafted));
+        out += "# HELP veil_entry_accepted_tokens_total Drafted tokens the target kept.\n# TYPE veil_entry_accepted_tokens_total counter\n";
+        out += &format!("veil_entry_accepted_tokens_total {}\n", g(&self.accepted));
+        out += "# HELP veil_entry_committed_tokens_total Tokens committed by decode rounds (tokens per round = this / rounds).\n# TYPE veil_entry_committed_tokens_total counter\n";
+        out += &format!("veil_entry_committed_tokens_total {}\n", g(&self.committed));
+        out
+    }
+}

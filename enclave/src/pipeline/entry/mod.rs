@@ -1,0 +1,472 @@
+//! The entry: stage 0 of the route. Holds the embedding, the first layers,
+//! the tokenizer and the sampler; verifies every shard on the route over
+//! control links (heartbeats, verdicts, end-session) and keeps their
+//! verified evidence; drives each session through the pipeline and re-routes
+//! it to a replica when a shard dies, rebuilding the new route's KV from the
+//! prompt and the committed tokens so the stream continues unchanged.
+//!
+//! Clients reach it through the sealed gateway (`gateway::server`); for
+//! development and tests it also serves an internal newline-delimited JSON
+//! endpoint bound to loopback only (see [`GenerateWire`]), which
+//! `veil-shard generate --entry ADDR` speaks.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, Mutex};
+use veil_attestation::EvidenceBundle;
+
+use super::net::{Downstream, PeerInRole, Trust};
+use super::route::{DrafterKind, Route};
+use super::sessions::{random_id, SessionTable};
+use super::worker::{Command, Output, StageWorker};
+use crate::entry::sampler::Sampler;
+use crate::entry::tokenizer::Tokenizer;
+use crate::generate::{check_request, GenerateRequest, Generation};
+use crate::link::frame::{ErrorCode, Frame, LinkError};
+use crate::model::LayerSlice;
+use crate::speculate::model::DraftModel;
+use crate::speculate::{AdaptiveK, DraftMode, DrafterSpec, SpecStats, MAX_K};
+
+mod control;
+mod loopback;
+mod metrics;
+pub mod session;
+mod speculation;
+
+use control::Replica;
+pub use loopback::{serve_generate, GenerateEvent, GenerateWire, SpeculationRequest, MAX_REQUEST_BYTES};
+pub use metrics::SpecCounters;
+use session::{Action, Env, SessionConfig, SessionCore, SessionError, SessionEvent, SessionStart, SpecState};
+use speculation::Drafting;
+
+/// How long a session waits for a stage to have a live replica.
+pub const REROUTE_WAIT: Duration = Duration::from_secs(3);
+/// How long one round may take before the session fails.
+pub const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Re-routes one session may take before it fails.
+pub const MAX_REROUTES: usize = 8;
+/// Events queued for one session (verdicts, errors, link losses); a peer
+/// that fills the queue is dropped for flooding.
+pub const SESSION_EVENTS: usize = 256;
+/// Longest a session may run, all rounds together (a per-request deadline).
+pub const SESSION_DEADLINE: Duration = Duration::from_secs(600);
+
+/// A shard on the route whose evidence the entry verified.
+#[derive(Debug, Clone)]
+pub struct ShardEvidence {
+    /// Stage index (1 = after the entry).
+    pub stage: usize,
+    /// Replica index within the stage.
+    pub replica: usize,
+    /// Layers served.
+    pub layers: (u32, u32),
+    /// What the entry verified: the peer, in its role on this route.
+    pub peer: PeerInRole,
+    /// The bundle as the shard presented it, for clients to verify themselves.
+    pub bundle: EvidenceBundle,
+}
+
+/// The entry's shared state.
+#[derive(Debug)]
+pub struct Entry {
+    route: Route,
+    tokenizer: Tokenizer,
+    context: usize,
+    trust: Arc<Trust>,
+    worker: mpsc::Sender<Command>,
+    sessions: Mutex<SessionTable<mpsc::Sender<SessionEvent>>>,
+    /// Per stage after the entry, per replica.
+    replicas: Mutex<Vec<Vec<Replica>>>,
+    draft_model: Option<Arc<DraftModel>>,
+    counters: SpecCounters,
+}
+
+impl Entry {
+    /// Starts the entry: worker thread, output dispatch, control links to
+    /// every shard. Returns once they are started (links come up on their own).
+    pub fn start(
+        route: Route,
+        slice: Arc<LayerSlice>,
+        tokenizer: Tokenizer,
+        trust: Arc<Trust>,
+        draft_model: Option<Arc<DraftModel>>,
+    ) -> Arc<Self> {
+        let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
+        let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
+        let worker = StageWorker::new(slice.clone(), 0, route.kv_budget_bytes);
+        std::thread::Builder::new()
+            .name("stage-0".into())
+            .spawn(move || worker.run(cmd_rx, out_tx))
+            .map_err(|e| tracing::error!(error = %e, "cannot start the entry worker"))
+            .ok();
+        let replicas =
+            route.stages[1..].iter().map(|s| s.replicas.iter().map(|_| Replica::default()).collect()).collect();
+        let entry = Arc::new(Self {
+            context: slice.config().context_length,
+            route: route.clone(),
+            tokenizer,
+            trust: trust.clone(),
+            worker: cmd_tx,
+            sessions: Mutex::new(SessionTable::new(route.stages.len() - 1)),
+            replicas: Mutex::new(replicas),
+            draft_model,
+            counters: SpecCounters::default(),
+        });
+        let downstream = route.stages.get(1).map(|s| Downstream::new(trust, s.clone()));
+        let e = entry.clone();
+        tokio::spawn(async move {
+            while let Some(out) = out_rx.recv().await {
+                match out {
+                    Output::Downstream { replica, frame } => {
+                        let (session, seq) = (frame.session, frame.seq);
+                        let sent = match &downstream {
+                            Some(d) => d.send(replica, Frame::Forward(frame)).await,
+                            None => Err("no next stage".into()),
+                        };
+                        if let Err(message) = sent {
+                            let err = LinkError { session: Some(session), seq, code: ErrorCode::Unavailable, message };
+                            e.dispatch(session, SessionEvent::Error(err)).await;
+                        }
+                    }
+                    Output::Verdict(v) => e.dispatch(v.session, SessionEvent::Verdict(v)).await,
+                    Output::Error(err) => {
+                        if let Some(s) = err.session {
+                            e.dispatch(s, SessionEvent::Error(err)).await;
+                        }
+                    }
+                }
+            }
+        });
+        for stage in 1..route.stages.len() {
+            for replica in 0..route.stages[stage].replicas.len() {
+                tokio::spawn(entry.clone().control_loop(stage, replica as u8));
+            }
+        }
+        entry
+    }
+
+    /// Whether every stage has a live, verified replica.
+    pub async fn ready(&self) -> bool {
+        self.replicas.lock().await.iter().all(|s| s.iter().any(|r| r.control.is_some()))
+    }
+
+    /// The verified evidence of every live shard on the route.
+    pub async fn verified_shards(&self) -> Vec<ShardEvidence> {
+        let reps = self.replicas.lock().await;
+        let mut out = Vec::new();
+        for (s, stage) in reps.iter().enumerate() {
+            for (r, rep) in stage.iter().enumerate() {
+                if let (Some(_), Some((peer, bundle))) = (&rep.control, &rep.evidence) {
+                    out.push(ShardEvidence {
+                        stage: s + 1,
+                        replica: r,
+                        layers: self.route.stages[s + 1].layers,
+                        peer: peer.clone(),
+                        bundle: bundle.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The route this entry serves.
+    pub fn route(&self) -> &Route {
+        &self.route
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The context window.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Speculation counts across sessions.
+    pub fn counters(&self) -> &SpecCounters {
+        &self.counters
+    }
+
+    /// The session's speculation, from the request and the route.
+    fn speculation_for(&self, req: &GenerateWire, prompt_len: usize) -> Result<Option<(Drafting, SpecState)>, String> {
+        let r = &req.speculation;
+        let route = &self.route.speculation;
+        if r.enabled == Some(false) {
+            return Ok(None);
+        }
+        let model = || {
+            self.draft_model
+                .clone()
+                .map(DrafterSpec::Model)
+                .ok_or_else(|| "this entry has no draft model (route speculation.draft_model)".to_owned())
+        };
+        let spec = match r.drafter.as_deref() {
+            None => match route.drafter {
+                DrafterKind::None if r.enabled == Some(true) => DrafterSpec::Ngram,
+                DrafterKind::None => return Ok(None),
+                DrafterKind::Ngram => DrafterSpec::Ngram,
+                DrafterKind::Model => model()?,
+            },
+            Some("none") => return Ok(None),
+            Some("ngram") => DrafterSpec::Ngram,
+            Some("model") => model()?,
+            Some("script") => DrafterSpec::Script {
+                prompt_len,
+                tokens: r.script.clone().ok_or("drafter \"script\" needs speculation.script")?,
+            },
+            Some(other) => return Err(format!("unknown drafter {other:?} (ngram, model or script)")),
+        };
+        if r.k.is_some_and(|k| k > MAX_K) {
+            return Err(format!("speculation k must be at most {MAX_K}"));
+        }
+        if req.repeat_penalty != 1.0 {
+            // The last shard would need each drafted token in the penalty's
+            // history to verify losslessly; plain decoding instead.
+            return Ok(None);
+        }
+        let Some(drafter) = spec.instantiate() else { return Ok(None) };
+        let mode = if req.temperature == 0.0 { DraftMode::Greedy } else { DraftMode::Sample(req.sampling()) };
+        let stats = SpecStats { drafter: drafter.name().to_owned(), ..SpecStats::default() };
+        let k = AdaptiveK::new(route.k_max, r.k.or(route.k));
+        Ok(Some((Drafting::new(drafter, mode), SpecState { k, stats })))
+    }
+
+    /// A route for a new or re-routed session: per stage the live replica
+    /// with fewest sessions, waiting briefly for one to come (back) up.
+    async fn choose_route(&self) -> Result<Vec<u8>, SessionError> {
+        let deadline = Instant::now() + REROUTE_WAIT;
+        loop {
+            {
+                let mut reps = self.replicas.lock().await;
+                let mut route = Vec::with_capacity(reps.len());
+                let mut missing = None;
+                for (s, stage) in reps.iter().enumerate() {
+                    match stage.iter().enumerate().filter(|(_, r)| r.control.is_some()).min_by_key(|(_, r)| r.sessions)
+                    {
+                        Some((i, _)) => route.push(i as u8),
+                        None => {
+                            missing = Some(s + 1);
+                            break;
+                        }
+                    }
+                }
+                match missing {
+                    None => {
+                        for (s, &r) in route.iter().enumerate() {
+                            reps[s][usize::from(r)].sessions += 1;
+                        }
+                        return Ok(route);
+                    }
+                    Some(s) if Instant::now() >= deadline => {
+                        let (first, end) = self.route.stages[s].layers;
+                        return Err(SessionError::NoReplica { stage: s, first, end });
+                    }
+                    Some(_) => {}
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// A session's route as the client may see it: per stage after the
+    /// entry, `s{stage}r{replica}:{first 8 bytes of the shard's attested TLS
+    /// key hash, hex}`, comma-separated. The key hash names the very
+    /// evidence the attestation document listed (its claims carry it).
+    pub async fn describe_route(&self, route: &[u8]) -> String {
+        let reps = self.replicas.lock().await;
+        route
+            .iter()
+            .enumerate()
+            .map(|(i, &r)| {
+                let key = reps
+                    .get(i)
+                    .and_then(|s| s.get(usize::from(r)))
+                    .and_then(|rep| rep.evidence.as_ref())
+                    .and_then(|(p, _)| p.peer().evidence().claims().and_then(|c| c.tls_key_hash))
+                    .map(|k| hex::encode(&k.0[..8]))
+                    .unwrap_or_else(|| "unknown".into());
+                format!("s{}r{r}:{key}", i + 1)
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    async fn release(&self, session: u64, route: &[u8]) {
+        let controls: Vec<mpsc::Sender<Frame>> = {
+            let mut reps = self.replicas.lock().await;
+            route
+                .iter()
+                .enumerate()
+                .filter_map(|(s, &r)| {
+                    let rep = &mut reps[s][usize::from(r)];
+                    rep.sessions = rep.sessions.saturating_sub(1);
+                    rep.control.clone()
+                })
+                .collect()
+        };
+        for c in controls {
+            let _ = c.send(Frame::EndSession(session)).await;
+        }
+    }
+
+    /// Runs one request through the pipeline, sending events to `out`.
+    pub async fn generate(self: &Arc<Self>, req: GenerateWire, out: mpsc::UnboundedSender<GenerateEvent>) {
+        self.generate_traced(req, out, None).await
+    }
+
+    /// [`generate`](Self::generate), also sending to `routes` each route the
+    /// session runs on (the first, then one per re-route) as
+    /// [`describe_route`](Self::describe_route) writes it.
+    pub async fn generate_traced(
+        self: &Arc<Self>,
+        req: GenerateWire,
+        out: mpsc::UnboundedSender<GenerateEvent>,
+        routes: Option<mpsc::UnboundedSender<String>>,
+    ) {
+        let event = match self.admit_request(&req) {
+            Err(e) => GenerateEvent::Refused(e),
+            Ok(admitted) => match self.run_session(req, admitted, &out, routes.as_ref()).await {
+                Ok(g) => GenerateEvent::Done(g),
+                Err(e) => GenerateEvent::Error(e.to_string()),
+            },
+        };
+        let _ = out.send(event);
+    }
+
+    /// Everything about a request that is the caller's to get right, checked
+    /// before any pipeline work: its prompt, sampling, length and speculation.
+    fn admit_request(&self, req: &GenerateWire) -> Result<Admitted, String> {
+        let prompt_ids = req.prompt_ids(&self.tokenizer).map_err(|e| e.to_string())?;
+        let sampler = Sampler::new(req.sampling()).map_err(|e| e.to_string())?;
+        let gen =
+            GenerateRequest { prompt_ids: prompt_ids.clone(), max_tokens: req.max_tokens, stop: req.stop.clone() };
+        let max_tokens = check_request(&gen, self.context).map_err(|e| e.to_string())?;
+        let spec = self.speculation_for(req, prompt_ids.len())?;
+        Ok(Admitted { prompt_ids, sampler, max_tokens, spec })
+    }
+
+    /// Drives one session: performs what its [`SessionCore`] asks (send to
+    /// the stage worker, draft, emit, re-route) and feeds it what happened.
+    async fn run_session(
+        self: &Arc<Self>,
+        req: GenerateWire,
+        admitted: Admitted,
+        out: &mpsc::UnboundedSender<GenerateEvent>,
+        routes: Option<&mpsc::UnboundedSender<String>>,
+    ) -> Result<Generation, SessionError> {
+        let Admitted { prompt_ids, sampler, max_tokens, spec } = admitted;
+        let (mut drafting, spec) = match spec {
+            Some((d, s)) => (Some(d), Some(s)),
+            None => (None, None),
+        };
+        let (tx, mut events) = mpsc::channel(SESSION_EVENTS);
+        let id = self.sessions.lock().await.open(tx, random_id);
+        let route = match self.choose_route().await {
+            Ok(r) => r,
+            Err(e) => {
+                self.sessions.lock().await.close(id);
+                return Err(e);
+            }
+        };
+        self.sessions.lock().await.route(id, &route);
+        if let Some(tx) = routes {
+            let _ = tx.send(self.describe_route(&route).await);
+        }
+        let cfg = SessionConfig {
+            stages: self.route.stages.len(),
+            prefill_chunk: self.route.prefill_chunk,
+            precision: self.route.precision,
+            context: self.context,
+            deadline: SESSION_DEADLINE,
+            max_reroutes: MAX_REROUTES,
+        };
+        let start = SessionStart {
+            id,
+            route,
+            prompt_ids,
+            params: req.sampling(),
+            sampler,
+            max_tokens,
+            stop: req.stop.clone(),
+            spec,
+        };
+        let mut core = SessionCore::new(cfg, start, &self.tokenizer, &self.counters, Instant::now());
+        let result = loop {
+            let env = Env {
+                now: Instant::now(),
+                client_gone: out.is_closed(),
+                drafter_preparing: drafting.as_ref().is_some_and(Drafting::is_preparing),
+            };
+            match core.poll(env) {
+                Some(Action::Prepare(context)) => {
+                    if let Some(d) = drafting.as_mut() {
+                        d.prepare(context);
+                    }
+                }
+                Some(Action::Draft { k }) => {
+                    let (draft, took) = match drafting.as_mut() {
+                        Some(d) => d.draft(core.history(), k).await,
+                        None => Default::default(),
+                    };
+                    core.drafted(draft, took, Instant::now());
+                }
+                Some(Action::Send(job)) => {
+                    if self.worker.send(Command::Run(job)).await.is_err() {
+                        break Err(SessionError::WorkerStopped);
+                    }
+                }
+                Some(Action::Emit(text)) => {
+                    let _ = out.send(GenerateEvent::Text(text));
+                }
+                Some(Action::Reroute) => {
+                    self.release(id, core.route()).await;
+                    let route = match self.choose_route().await {
+                        Ok(r) => r,
+                        Err(e) => break Err(e),
+                    };
+                    self.sessions.lock().await.route(id, &route);
+                    if let Some(tx) = routes {
+                        let _ = tx.send(self.describe_route(&route).await);
+                    }
+                    tracing::info!(session = id, "re-routed; rebuilding the session's KV on the new route");
+                    core.rerouted(route);
+                }
+                Some(Action::Finish(g)) => break Ok(g),
+                Some(Action::Fail(e)) => break Err(e),
+                None if core.awaits_event() => {
+                    let event = match tokio::time::timeout(ROUND_TIMEOUT, events.recv()).await {
+                        Err(_) => {
+                            tracing::warn!(session = id, "no verdict in time");
+                            SessionEvent::Timeout
+                        }
+                        Ok(None) => break Err(SessionError::ShuttingDown),
+                        Ok(Some(e)) => e,
+                    };
+                    core.handle(event, Instant::now());
+                }
+                // Waiting for nothing the driver can give: a defect.
+                None => break Err(SessionError::ShuttingDown),
+            }
+        };
+        if let Some(d) = drafting.as_mut() {
+            d.abort();
+        }
+        self.sessions.lock().await.close(id);
+        self.release(id, core.route()).await;
+        let _ = self.worker.send(Command::End(id)).await;
+        result
+    }
+}
+
+/// A request that passed [`Entry::admit_request`].
+#[derive(Debug)]
+struct Admitted {
+    prompt_ids: Vec<u32>,
+    sampler: Sampler,
+    max_tokens: usize,
+    spec: Option<(Drafting, SpecState)>,
+}

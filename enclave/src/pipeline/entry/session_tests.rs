@@ -1,0 +1,360 @@
+//! The session core driven by hand: every action it asks for and every
+//! event it gets, with no processes, sockets or model weights.
+
+use std::io::Cursor;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use candle_core::quantized::gguf_file::{self, Value};
+
+use super::*;
+use crate::model::GgufFile;
+
+// The test vocabulary (byte-level BPE): ids 0 and 5 are stop tokens.
+const EOS: u32 = 0;
+const A: u32 = 1;
+const B: u32 = 2;
+const C: u32 = 3;
+const SPACE: u32 = 4;
+const IM_END: u32 = 5;
+const D: u32 = 6;
+
+fn tokenizer() -> Tokenizer {
+    let tokens = ["<|endoftext|>", "a", "b", "c", "Ġ", "<|im_end|>", "d", "e", "x", "y", "ab"];
+    let types = [3, 1, 1, 1, 1, 3, 1, 1, 1, 1, 1];
+    let strings = |v: &[&str]| Value::Array(v.iter().map(|s| Value::String((*s).to_owned())).collect());
+    let meta = [
+        ("tokenizer.ggml.model", Value::String("gpt2".into())),
+        ("tokenizer.ggml.pre", Value::String("default".into())),
+        ("tokenizer.ggml.tokens", strings(&tokens)),
+        ("tokenizer.ggml.token_type", Value::Array(types.iter().map(|&t| Value::I32(t)).collect())),
+        ("tokenizer.ggml.merges", strings(&["a b"])),
+        ("tokenizer.ggml.eos_token_id", Value::U32(EOS)),
+    ];
+    let refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
+    let mut bytes = Cursor::new(Vec::new());
+    gguf_file::write(&mut bytes, &refs, &[]).unwrap();
+    let bytes = bytes.into_inner();
+    let len = bytes.len() as u64;
+    let g = GgufFile::from_source(Path::new("test.gguf"), Box::new(Cursor::new(bytes)), len).unwrap();
+    Tokenizer::from_gguf(&g).unwrap()
+}
+
+/// A session on a 3-stage route with prefill chunks of 4.
+struct Harness {
+    tokenizer: Tokenizer,
+    counters: SpecCounters,
+    t0: Instant,
+}
+
+impl Harness {
+    fn new() -> Self {
+        Self { tokenizer: tokenizer(), counters: SpecCounters::default(), t0: Instant::now() }
+    }
+
+    fn session(&self, prompt: &[u32], max_tokens: usize, stop: &[&str], spec: Option<SpecState>) -> SessionCore<'_> {
+        let cfg = SessionConfig {
+            stages: 3,
+            prefill_chunk: 4,
+            precision: Precision::F32,
+            context: 64,
+            deadline: Duration::from_secs(600),
+            max_reroutes: 2,
+        };
+        let params = SamplingParams::default();
+        let start = SessionStart {
+            id: 77,
+            route: vec![0, 1],
+            prompt_ids: prompt.to_vec(),
+            sampler: Sampler::new(params.clone()).unwrap(),
+            params,
+            max_tokens,
+            stop: stop.iter().map(|s| (*s).to_owned()).collect(),
+            spec,
+        };
+        SessionCore::new(cfg, start, &self.tokenizer, &self.counters, self.t0)
+    }
+
+    fn env(&self, secs: u64) -> Env {
+        Env { now: self.t0 + Duration::from_secs(secs), client_gone: false, drafter_preparing: false }
+    }
+}
+
+/// Everything the core asks for until it waits.
+fn drain(core: &mut SessionCore<'_>, env: Env) -> Vec<Action> {
+    std::iter::from_fn(|| core.poll(env)).collect()
+}
+
+fn jobs(actions: &[Action]) -> Vec<&Job> {
+    actions.iter().filter_map(|a| if let Action::Send(j) = a { Some(j) } else { None }).collect()
+}
+
+fn text(actions: &[Action]) -> String {
+    actions.iter().filter_map(|a| if let Action::Emit(t) = a { Some(t.as_str()) } else { None }).collect()
+}
+
+fn tokens(job: &Job) -> &[u32] {
+    match &job.input {
+        Input::Tokens(t) => t,
+        Input::Hidden(_) => panic!("the entry sends tokens"),
+    }
+}
+
+/// The last stage's greedy verdict: one distribution per listed token.
+fn verdict(seq: u64, kv: u32, picks: &[u32]) -> SessionEvent {
+    SessionEvent::Verdict(Verdict {
+        session: 77,
+        seq,
+        positions: picks.iter().map(|&t| vec![(t, 1.0)]).collect(),
+        kv_lens: vec![kv; 3],
+    })
+}
+
+fn link_error(seq: u64, code: ErrorCode) -> SessionEvent {
+    SessionEvent::Error(LinkError { session: Some(77), seq, code, message: "boom".into() })
+}
+
+fn finished(actions: &[Action]) -> Option<&Generation> {
+    actions.iter().find_map(|a| if let Action::Finish(g) = a { Some(g) } else { None })
+}
+
+fn failed(actions: &[Action]) -> Option<&SessionError> {
+    actions.iter().find_map(|a| if let Action::Fail(e) = a { Some(e) } else { None })
+}
+
+#[test]
+fn the_prompt_goes_in_chunks_then_one_token_per_round_until_max_tokens() {
+    let h = Harness::new();
+    let prompt = [A, B, C, D, A, B];
+    let mut core = h.session(&prompt, 3, &[], None);
+    let a = drain(&mut core, h.env(0));
+    let j = jobs(&a);
+    assert_eq!(j.len(), 2, "6 prompt positions in chunks of 4");
+    assert_eq!((j[0].seq, j[0].start, tokens(j[0])), (1, 0, &prompt[..4]));
+    assert_eq!((j[1].seq, j[1].start, tokens(j[1])), (2, 4, &prompt[4..]));
+    assert_eq!((j[0].want, j[1].want), (Want::Nothing, Want::Last));
+    assert!(j[0].sampling.is_none() && j[1].sampling.is_some(), "only the last chunk is sampled");
+    assert!(j.iter().all(|j| j.truncate_to.is_none() && j.route == [0, 1] && j.session == 77));
+    assert!(core.awaits_event());
+
+    // A verdict on an earlier frame is not this round's.
+    core.handle(verdict(1, 4, &[C]), h.t0);
+    assert!(core.awaits_event());
+    core.handle(verdict(2, 6, &[C]), h.t0);
+    let a = drain(&mut core, h.env(1));
+    assert_eq!(text(&a), "c");
+    let j = jobs(&a);
+    assert_eq!((j.len(), j[0].seq, j[0].start, tokens(j[0])), (1, 3, 6, &[C][..]), "the last committed token");
+
+    core.handle(verdict(3, 7, &[SPACE]), h.t0);
+    let a = drain(&mut core, h.env(1));
+    core.handle(verdict(jobs(&a)[0].seq, 8, &[D]), h.t0);
+    let a = drain(&mut core, h.env(1));
+    assert!(jobs(&a).is_empty(), "max_tokens reached: nothing more is sent");
+    let g = finished(&a).expect("finished");
+    assert_eq!((g.prompt_ids.as_slice(), g.ids.as_slice(), g.text.as_str()), (&prompt[..], &[C, SPACE, D][..], "c d"));
+    assert_eq!(text(&a), "d");
+    assert!(core.poll(h.env(1)).is_none(), "nothing after the end");
+    assert_eq!(
+        h.counters.rounds.load(std::sync::atomic::Ordering::Relaxed),
+        2,
+        "the prompt round is not a decode round"
+    );
+}
+
+#[test]
+fn a_stage_that_did_not_roll_back_fails_the_session() {
+    assert!(check_kv_lens(&[12, 12, 12], 3, 12).is_ok());
+    // A middle stage kept two rejected drafts.
+    assert!(check_kv_lens(&[12, 14, 12], 3, 12).is_err());
+    // The last stage dropped a position; a stage missing from the verdict; one too many.
+    assert!(check_kv_lens(&[12, 12, 11], 3, 12).is_err());
+    assert!(check_kv_lens(&[12, 12], 3, 12).is_err());
+    assert!(check_kv_lens(&[12, 12, 12, 12], 3, 12).is_err());
+
+    let h = Harness::new();
+    let mut core = h.session(&[A, B], 4, &[], None);
+    drain(&mut core, h.env(0));
+    core.handle(
+        SessionEvent::Verdict(Verdict { session: 77, seq: 1, positions: vec![vec![(C, 1.0)]], kv_lens: vec![2, 3, 2] }),
+        h.t0,
+    );
+    let a = drain(&mut core, h.env(0));
+    assert_eq!(failed(&a), Some(&SessionError::KvLengths { got: vec![2, 3, 2], expected: 2 }));
+    assert!(text(&a).is_empty() && jobs(&a).is_empty(), "nothing of a bad round is emitted");
+}
+
+#[test]
+fn a_lost_shard_on_the_route_reroutes_and_rebuilds_from_the_committed_tokens() {
+    let h = Harness::new();
+    let mut core = h.session(&[A, B], 5, &[], None);
+    drain(&mut core, h.env(0));
+    core.handle(verdict(1, 2, &[C]), h.t0);
+    let a = drain(&mut core, h.env(0));
+    assert_eq!(text(&a), "c");
+    let seq = jobs(&a)[0].seq;
+
+    // Replica 0 of stage 2 is not on this session's route (it runs on replica 1).
+    core.handle(SessionEvent::Down { stage: 2, replica: 0 }, h.t0);
+    assert!(core.awaits_event(), "another replica's loss is not this session's");
+    core.handle(SessionEvent::Down { stage: 2, replica: 1 }, h.t0);
+    let a = drain(&mut core, h.env(0));
+    assert!(matches!(a.as_slice(), [Action::Reroute]), "{a:?}");
+    // A verdict that arrives for the abandoned round changes nothing.
+    core.handle(verdict(seq, 3, &[D]), h.t0);
+    assert!(core.poll(h.env(0)).is_none());
+
+    core.rerouted(vec![1, 0]);
+    assert_eq!(core.route(), [1, 0]);
+    let a = drain(&mut core, h.env(0));
+    let j = jobs(&a);
+    assert_eq!(tokens(j[0]), [A, B, C], "prompt and committed token, rebuilt on the new route");
+    assert_eq!((j[0].start, j[0].truncate_to), (0, Some(0)), "every stage starts the session over");
+    assert!(j.iter().all(|j| j.route == [1, 0]));
+    core.handle(verdict(j[0].seq, 3, &[SPACE]), h.t0);
+    let a = drain(&mut core, h.env(0));
+    assert_eq!(text(&a), " ", "the text continues where it was");
+}
+
+#[test]
+fn unavailable_and_timeouts_reroute_other_errors_fail_stale_errors_are_ignored() {
+    let h = Harness::new();
+    let mut core = h.session(&[A, B, C, D, A], 5, &[], None);
+    drain(&mut core, h.env(0)); // frames 1 and 2
+    core.handle(verdict(2, 5, &[C]), h.t0);
+    drain(&mut core, h.env(0)); // frame 3
+                                // An error about frame 1 belongs to a finished round.
+    core.handle(link_error(1, ErrorCode::KvFull), h.t0);
+    assert!(core.awaits_event());
+    core.handle(link_error(3, ErrorCode::Unavailable), h.t0);
+    assert!(matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Reroute]));
+    core.rerouted(vec![0, 0]);
+    drain(&mut core, h.env(0));
+    core.handle(SessionEvent::Timeout, h.t0);
+    assert!(matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Reroute]));
+    core.rerouted(vec![0, 1]);
+    let a = drain(&mut core, h.env(0));
+    core.handle(link_error(jobs(&a)[0].seq, ErrorCode::KvFull), h.t0);
+    let a = drain(&mut core, h.env(0));
+    assert!(matches!(failed(&a), Some(SessionError::Shard { code: ErrorCode::KvFull, .. })), "{a:?}");
+}
+
+#[test]
+fn a_session_gives_up_after_its_reroutes_run_out() {
+    let h = Harness::new();
+    let mut core = h.session(&[A], 5, &[], None);
+    for _ in 0..2 {
+        drain(&mut core, h.env(0));
+        core.handle(SessionEvent::Timeout, h.t0);
+        assert!(matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Reroute]));
+        core.rerouted(vec![0, 0]);
+    }
+    drain(&mut core, h.env(0));
+    core.handle(SessionEvent::Timeout, h.t0);
+    assert_eq!(failed(&drain(&mut core, h.env(0))), Some(&SessionError::TooManyReroutes));
+}
+
+#[test]
+fn speculation_keeps_the_agreeing_prefix_and_rolls_every_stage_back() {
+    let h = Harness::new();
+    let spec = SpecState { k: AdaptiveK::new(8, Some(3)), stats: SpecStats::default() };
+    let mut core = h.session(&[A, B], 10, &[], Some(spec));
+    let a = drain(&mut core, h.env(0));
+    assert!(matches!(&a[0], Action::Prepare(ctx) if ctx == &[A, B]), "the drafter prefills with the target");
+    let j = jobs(&a);
+    assert_eq!(j[0].truncate_to, Some(0), "a speculating session always states its rollback point");
+    core.handle(verdict(1, 2, &[C]), h.t0);
+
+    // While the drafter prepares, rounds are plain.
+    let busy = Env { drafter_preparing: true, ..h.env(0) };
+    let a = drain(&mut core, busy);
+    assert!(!a.iter().any(|a| matches!(a, Action::Draft { .. })));
+    core.handle(verdict(jobs(&a)[0].seq, 3, &[SPACE]), h.t0);
+
+    let a = drain(&mut core, h.env(0));
+    assert!(matches!(a.as_slice(), [Action::Emit(_), Action::Draft { k: 3 }]), "{a:?}");
+    assert_eq!(core.history(), [A, B, C, SPACE]);
+    // The drafter proposes more than asked: only k are sent.
+    core.drafted(Draft { tokens: vec![D, A, B, C], q: Vec::new() }, Duration::from_millis(1), h.t0);
+    let a = drain(&mut core, h.env(0));
+    let j = jobs(&a);
+    assert_eq!(tokens(j[0]), [SPACE, D, A, B], "last committed token, then the drafts");
+    assert_eq!((j[0].start, j[0].truncate_to, j[0].want), (3, Some(3), Want::All));
+    // The target agrees on d and a, then wants c: d, a, c are committed.
+    core.handle(verdict(j[0].seq, 7, &[D, A, C, EOS]), h.t0 + Duration::from_millis(5));
+    let a = drain(&mut core, h.env(0));
+    assert_eq!(core.history(), [A, B, C, SPACE, D, A, C]);
+    assert_eq!(text(&a), "dac");
+
+    // Next round: drafted 3, the stages hold 7; the round rolls back to 6.
+    assert!(matches!(a.last(), Some(Action::Draft { .. })));
+    core.drafted(Draft::default(), Duration::ZERO, h.t0);
+    let a = drain(&mut core, h.env(0));
+    let j = jobs(&a);
+    assert_eq!((j[0].start, j[0].truncate_to, tokens(j[0])), (6, Some(6), &[C][..]));
+    // A stage that kept a rejected draft (8 instead of 7) fails the session.
+    core.handle(verdict(j[0].seq, 8, &[EOS]), h.t0);
+    assert!(matches!(failed(&drain(&mut core, h.env(0))), Some(SessionError::KvLengths { expected: 7, .. })));
+}
+
+#[test]
+fn a_verdict_too_short_for_the_drafts_fails() {
+    let h = Harness::new();
+    let spec = SpecState { k: AdaptiveK::new(8, Some(2)), stats: SpecStats::default() };
+    let mut core = h.session(&[A, B], 10, &[], Some(spec));
+    drain(&mut core, h.env(0));
+    core.handle(verdict(1, 2, &[C]), h.t0);
+    drain(&mut core, h.env(0));
+    core.drafted(Draft { tokens: vec![D, A], q: Vec::new() }, Duration::ZERO, h.t0);
+    let a = drain(&mut core, h.env(0));
+    core.handle(verdict(jobs(&a)[0].seq, 5, &[D, A]), h.t0);
+    assert_eq!(failed(&drain(&mut core, h.env(0))), Some(&SessionError::ShortVerdict { got: 2, want: 3 }));
+}
+
+#[test]
+fn stop_tokens_and_stop_strings_end_the_text_exactly() {
+    let h = Harness::new();
+    // A stop id ends the session and is neither text nor a generated id.
+    let mut core = h.session(&[A], 10, &[], None);
+    drain(&mut core, h.env(0));
+    core.handle(verdict(1, 1, &[B]), h.t0);
+    drain(&mut core, h.env(0));
+    core.handle(verdict(2, 2, &[IM_END]), h.t0);
+    let a = drain(&mut core, h.env(0));
+    let g = finished(&a).expect("finished");
+    assert_eq!((g.ids.as_slice(), g.text.as_str()), (&[B][..], "b"));
+
+    // A stop string spanning tokens cuts the text before it.
+    let mut core = h.session(&[A], 10, &["c d"], None);
+    let mut emitted = String::new();
+    let mut a = drain(&mut core, h.env(0));
+    for next in [B, C, SPACE, D, A] {
+        let seq = jobs(&a).last().expect("a round").seq;
+        core.handle(verdict(seq, core.history().len() as u32, &[next]), h.t0);
+        a = drain(&mut core, h.env(0));
+        emitted += &text(&a);
+        if let Some(g) = finished(&a) {
+            assert_eq!(g.text, "b");
+            assert_eq!(emitted, "b", "no byte of the stop string reaches the client");
+            return;
+        }
+    }
+    panic!("the stop string did not end the session");
+}
+
+#[test]
+fn a_gone_client_or_a_passed_deadline_ends_the_session_at_the_next_round() {
+    let h = Harness::new();
+    let mut core = h.session(&[A], 10, &[], None);
+    drain(&mut core, h.env(0));
+    core.handle(verdict(1, 1, &[B]), h.t0);
+    let gone = Env { client_gone: true, ..h.env(0) };
+    let a = drain(&mut core, gone);
+    assert_eq!(failed(&a), Some(&SessionError::ClientGone));
+    assert!(jobs(&a).is_empty(), "no more work for a client that left");
+
+    let mut core = h.session(&[A], 10, &[], None);
+    drain(&mut core, h.env(0));
+    core.handle(verdict(1, 1, &[B]), h.t0);
+    assert_eq!(failed(&drain(&mut core, h.env(601))), Some(&SessionError::Deadline(600)));
+}
