@@ -16,6 +16,8 @@
 
 use std::pin::Pin;
 use std::time::SystemTime;
+use veil_wire::http::openai::{CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH};
+use veil_wire::http::{ATTESTATION_PATH, SEALED_PATH, SEALED_REQUEST_TYPE};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
@@ -327,7 +329,7 @@ impl Client {
 
     async fn fetch_doc(http: &HttpClient, base: &str, https: bool) -> Result<(AttestationDoc, Nonce), ClientError> {
         let nonce = Nonce::random();
-        let uri = format!("{base}/v1/attestation?nonce={}", hex::encode(nonce.as_bytes()));
+        let uri = format!("{base}{ATTESTATION_PATH}?nonce={}", hex::encode(nonce.as_bytes()));
         let resp =
             http.get(uri.parse().map_err(|e| ClientError::Config(format!("bad URL: {e}")))?).await.map_err(|e| {
                 let mut why = with_causes(&e);
@@ -430,7 +432,7 @@ impl Client {
             _ => serde_json::Map::new(),
         };
         body.insert("messages".into(), messages.to_vec().into());
-        self.call("POST", "/v1/chat/completions", &body.into()).await
+        self.call("POST", CHAT_COMPLETIONS_PATH, &body.into()).await
     }
 
     /// `POST /v1/completions` with `prompt` (text, or token ids as OpenAI
@@ -445,7 +447,7 @@ impl Client {
             _ => serde_json::Map::new(),
         };
         body.insert("prompt".into(), prompt);
-        self.call("POST", "/v1/completions", &body.into()).await
+        self.call("POST", COMPLETIONS_PATH, &body.into()).await
     }
 
     /// [`call`](Self::call) with the JSON body as bytes (a proxy's path).
@@ -461,8 +463,8 @@ impl Client {
             message.write_content(body);
         }
         let (sealed, opener) = seal(&self.route, message).await?;
-        let req = hyper::Request::post(format!("{}/v1/sealed", self.base))
-            .header(hyper::header::CONTENT_TYPE, "message/ohttp-chunked-req")
+        let req = hyper::Request::post(format!("{}{SEALED_PATH}", self.base))
+            .header(hyper::header::CONTENT_TYPE, SEALED_REQUEST_TYPE)
             .body(Full::new(Bytes::from(sealed)))
             .map_err(|e| ClientError::Config(e.to_string()))?;
         let first_byte = self.timeouts.first_byte;

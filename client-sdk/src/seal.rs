@@ -12,6 +12,7 @@
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use veil_wire::http::ROUTE_FIELD;
 
 use bhttp::stream::AsyncReadMessage;
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -136,7 +137,7 @@ pub async fn seal_unverified(config: &[u8], request: bhttp::Message) -> Result<(
 /// Header written inside every sealed request: when it was sealed (Unix
 /// seconds). The entry refuses a request outside its replay window (±60 s of
 /// its clock), so a captured request cannot be replayed later.
-pub const SENT_AT_FIELD: &str = "veil-sent-at";
+pub use veil_wire::http::SENT_AT_FIELD;
 
 async fn seal_to_config(config: &[u8], mut request: bhttp::Message) -> Result<(Vec<u8>, ResponseOpener), SealError> {
     let sent_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
@@ -211,7 +212,7 @@ impl OpenedResponse {
     /// header of a complete response or a trailer of a stream read to its
     /// end), authenticated by the seal. See the gateway for its format.
     pub fn route_used(&self) -> Option<&str> {
-        self.fields.iter().chain(&self.trailer).find(|(n, _)| n == "veil-route").map(|(_, v)| v.as_str())
+        self.fields.iter().chain(&self.trailer).find(|(n, _)| n == ROUTE_FIELD).map(|(_, v)| v.as_str())
     }
 
     /// The whole remaining body.

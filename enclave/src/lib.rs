@@ -9,12 +9,13 @@
 //!
 //! ```text
 //!  sealed request ──▶ gateway (open, parse, tokenize)
-//!                       └─▶ Entry::run_session ──▶ StageWorker (layers of stage 0)
+//!                       └─▶ Entry::run_session (drives SessionCore, sans-IO)
+//!                             └─▶ StageWorker (layers of stage 0)
 //!                                                     │ forward frame, RA-TLS data link
 //!                                                     ▼
 //!                                             stage 1 … last stage (StageWorker each)
 //!                                                     │ verdict, RA-TLS control link
-//!  sealed answer ◀── gateway (SSE, padded) ◀── sampler / verify_round ◀─┘
+//!  sealed answer ◀── gateway (SSE, padded) ◀── SessionCore: sampler / verify_round ◀─┘
 //! ```
 //!
 //! `docs/ARCHITECTURE.md` walks one request through these by function.

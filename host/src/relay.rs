@@ -20,6 +20,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use veil_wire::http::{ATTESTATION_PATH, HEALTH_PATH, METRICS_PATH, SEALED_PATH, SEALED_REQUEST_TYPE};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -213,10 +214,10 @@ impl Relay {
 
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         match (req.method().as_str(), req.uri().path()) {
-            ("GET", "/healthz") => self.health().await,
-            ("GET", "/metrics") => text(StatusCode::OK, self.metrics.render() + &self.entry_metrics().await),
-            ("GET", "/v1/attestation") => self.attestation(req.uri().query().map(str::to_owned)).await,
-            ("POST", "/v1/sealed") => self.sealed(req).await,
+            ("GET", HEALTH_PATH) => self.health().await,
+            ("GET", METRICS_PATH) => text(StatusCode::OK, self.metrics.render() + &self.entry_metrics().await),
+            ("GET", ATTESTATION_PATH) => self.attestation(req.uri().query().map(str::to_owned)).await,
+            ("POST", SEALED_PATH) => self.sealed(req).await,
             _ => text(StatusCode::NOT_FOUND, "unknown endpoint\n"),
         }
     }
@@ -302,7 +303,7 @@ impl Relay {
         };
         self.metrics.bytes_in.fetch_add(body.len() as u64, Ordering::Relaxed);
         let forward = hyper::Request::post(format!("http://{}/v1/sealed", self.config.entry))
-            .header(hyper::header::CONTENT_TYPE, "message/ohttp-chunked-req")
+            .header(hyper::header::CONTENT_TYPE, SEALED_REQUEST_TYPE)
             .body(Full::new(body));
         let Ok(forward) = forward else { return text(StatusCode::INTERNAL_SERVER_ERROR, "cannot forward\n") };
         let resp = match self.client.request(forward).await {

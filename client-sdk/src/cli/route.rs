@@ -139,8 +139,9 @@ pub fn chat(args: &ChatArgs) -> Exit {
         });
         let result = rt.block_on(async {
             let bytes = serde_json::to_vec(&body).map_err(|e| ClientError::Config(e.to_string()))?;
-            let (resp, fresh) =
-                client.call_reverifying(&policy, &options, "POST", "/v1/chat/completions", bytes).await?;
+            let (resp, fresh) = client
+                .call_reverifying(&policy, &options, "POST", veil_wire::http::openai::CHAT_COMPLETIONS_PATH, bytes)
+                .await?;
             if let Some(fresh) = fresh {
                 eprintln!("(the entry restarted: route verified again; sending your message again)");
                 client = fresh;

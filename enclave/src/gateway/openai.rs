@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
+use veil_wire::http::openai::{CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, MODELS_PATH};
 
 use crate::entry::tokenizer::{ChatMessage, Tokenizer};
 use crate::pipeline::entry::{GenerateWire, SpeculationRequest};
@@ -204,18 +205,18 @@ pub fn parse(
 ) -> Result<Route, ApiError> {
     let path = path.split(|&b| b == b'?').next().unwrap_or_default();
     let kind = match (method, path) {
-        (b"GET", b"/v1/models") => return Ok(Route::Models),
-        (b"GET", p) if p.starts_with(b"/v1/models/") => {
-            let id = String::from_utf8_lossy(&p[b"/v1/models/".len()..]).into_owned();
+        (b"GET", p) if p == MODELS_PATH.as_bytes() => return Ok(Route::Models),
+        (b"GET", p) if p.starts_with(MODELS_PATH.as_bytes()) && p.get(MODELS_PATH.len()) == Some(&b'/') => {
+            let id = String::from_utf8_lossy(&p[MODELS_PATH.len() + 1..]).into_owned();
             return if id.eq_ignore_ascii_case(model_name) {
                 Ok(Route::Model)
             } else {
                 Err(ApiError::model_not_found(&id))
             };
         }
-        (b"POST", b"/v1/chat/completions") => Kind::Chat,
-        (b"POST", b"/v1/completions") => Kind::Completion,
-        (_, b"/v1/models" | b"/v1/chat/completions" | b"/v1/completions") => {
+        (b"POST", p) if p == CHAT_COMPLETIONS_PATH.as_bytes() => Kind::Chat,
+        (b"POST", p) if p == COMPLETIONS_PATH.as_bytes() => Kind::Completion,
+        (_, p) if [MODELS_PATH, CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH].iter().any(|k| p == k.as_bytes()) => {
             return Err(ApiError {
                 status: 405,
                 kind: "invalid_request_error",

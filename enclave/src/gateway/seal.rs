@@ -44,7 +44,7 @@ pub const REPLAY_SKEW: Duration = Duration::from_secs(60);
 /// the window); beyond it new requests are refused as busy, never forgotten.
 pub const REPLAY_CAPACITY: usize = 1 << 20;
 /// Header inside the sealed request: when the client sealed it (Unix seconds).
-pub const SENT_AT_FIELD: &str = "veil-sent-at";
+pub use veil_wire::http::SENT_AT_FIELD;
 /// Bytes before the encapsulated key: key id, KEM, KDF, AEAD.
 const HEADER_LEN: usize = 7;
 /// X25519 encapsulated key length.

@@ -34,15 +34,8 @@ use super::openai::{self, ApiError, Call, Ids, Kind, Route, Usage};
 use super::seal::{ResponseSealer, SealError, SealKey, MAX_SEALED_REQUEST};
 use crate::pipeline::entry::{Entry, GenerateEvent};
 
-/// Media type of a chunked sealed request.
-pub const SEALED_REQUEST_TYPE: &str = "message/ohttp-chunked-req";
-/// Media type of a chunked sealed response.
-pub const SEALED_RESPONSE_TYPE: &str = "message/ohttp-chunked-res";
-/// Field (inside the seal) naming the route a generation ran on: a header of
-/// a complete response, a trailer of a stream. Per stage after the entry
-/// `s{stage}r{replica}:{first 8 bytes of the shard's TLS key hash}`, comma-
-/// separated; routes before and after a re-route separated by `;`.
-pub const ROUTE_FIELD: &str = "veil-route";
+use veil_wire::http::{ATTESTATION_PATH, EVENT_STREAM_TYPE, HEALTH_PATH, JSON_TYPE, METRICS_PATH, SEALED_PATH};
+pub use veil_wire::http::{ROUTE_FIELD, SEALED_REQUEST_TYPE, SEALED_RESPONSE_TYPE};
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
@@ -79,11 +72,7 @@ fn full(status: StatusCode, content_type: &str, body: Vec<u8>) -> Response<Body>
 }
 
 fn plain_error(status: StatusCode, message: &str) -> Response<Body> {
-    full(
-        status,
-        "application/json",
-        serde_json::to_vec(&json!({ "error": { "message": message } })).unwrap_or_default(),
-    )
+    full(status, JSON_TYPE, serde_json::to_vec(&json!({ "error": { "message": message } })).unwrap_or_default())
 }
 
 fn now() -> u64 {
@@ -128,20 +117,20 @@ impl Gateway {
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
         let path = req.uri().path().to_owned();
         match (req.method().as_str(), path.as_str()) {
-            ("GET", "/healthz") if self.entry.ready().await => {
+            ("GET", HEALTH_PATH) if self.entry.ready().await => {
                 // The supervisor's cluster id (not a secret), so a supervisor
                 // knows the ready entry is its own and not another cluster's.
                 let id = std::env::var("VEIL_CLUSTER_ID").unwrap_or_default();
                 full(StatusCode::OK, "text/plain", format!("ok {id}\n").into_bytes())
             }
-            ("GET", "/healthz") => {
+            ("GET", HEALTH_PATH) => {
                 plain_error(StatusCode::SERVICE_UNAVAILABLE, "waiting for a verified shard per stage")
             }
-            ("GET", "/v1/attestation") => self.attestation(req.uri().query()).await,
-            ("GET", "/metrics") => {
+            ("GET", ATTESTATION_PATH) => self.attestation(req.uri().query()).await,
+            ("GET", METRICS_PATH) => {
                 full(StatusCode::OK, "text/plain; version=0.0.4", self.entry.counters().render().into())
             }
-            ("POST", "/v1/sealed") => self.sealed(req).await,
+            ("POST", SEALED_PATH) => self.sealed(req).await,
             _ => plain_error(StatusCode::NOT_FOUND, "unknown endpoint"),
         }
     }
@@ -182,7 +171,7 @@ impl Gateway {
             shards,
         };
         match serde_json::to_vec(&doc) {
-            Ok(body) => full(StatusCode::OK, "application/json", body),
+            Ok(body) => full(StatusCode::OK, JSON_TYPE, body),
             Err(_) => plain_error(StatusCode::INTERNAL_SERVER_ERROR, "cannot encode the attestation document"),
         }
     }
@@ -233,14 +222,10 @@ impl Gateway {
                 })
             });
             let result = match routed {
-                Ok(Route::Model) => {
-                    respond(sealer, 200, "application/json", &openai::model_body(&gw.model_name, now())).await
-                }
-                Ok(Route::Models) => {
-                    respond(sealer, 200, "application/json", &openai::models_body(&gw.model_name, now())).await
-                }
+                Ok(Route::Model) => respond(sealer, 200, JSON_TYPE, &openai::model_body(&gw.model_name, now())).await,
+                Ok(Route::Models) => respond(sealer, 200, JSON_TYPE, &openai::models_body(&gw.model_name, now())).await,
                 Ok(Route::Generate(call)) => gw.run(*call, sealer).await,
-                Err(e) => respond(sealer, e.status, "application/json", &e.body()).await,
+                Err(e) => respond(sealer, e.status, JSON_TYPE, &e.body()).await,
             };
             if let Err(e) = result {
                 tracing::debug!(error = %e, "sealed response ended early");
@@ -293,23 +278,19 @@ impl Gateway {
                             Usage::new(prompt_tokens, g.ids.len()),
                         );
                         let route = routes_used();
-                        sealer
-                            .head(200, &[("content-type", "application/json"), (ROUTE_FIELD, route.as_str())])
-                            .await?;
+                        sealer.head(200, &[("content-type", JSON_TYPE), (ROUTE_FIELD, route.as_str())]).await?;
                         sealer.body(&openai::pad_body(body)).await?;
                         return sealer.finish().await;
                     }
-                    GenerateEvent::Error(e) => {
-                        return respond(sealer, 503, "application/json", &server_error(&e).body()).await
-                    }
+                    GenerateEvent::Error(e) => return respond(sealer, 503, JSON_TYPE, &server_error(&e).body()).await,
                     GenerateEvent::Refused(e) => {
-                        return respond(sealer, 400, "application/json", &ApiError::invalid("request", e).body()).await
+                        return respond(sealer, 400, JSON_TYPE, &ApiError::invalid("request", e).body()).await
                     }
                 }
             }
-            return respond(sealer, 503, "application/json", &server_error("generation ended").body()).await;
+            return respond(sealer, 503, JSON_TYPE, &server_error("generation ended").body()).await;
         }
-        sealer.head(200, &[("content-type", "text/event-stream"), ("cache-control", "no-cache")]).await?;
+        sealer.head(200, &[("content-type", EVENT_STREAM_TYPE), ("cache-control", "no-cache")]).await?;
         let mut first = true;
         while let Some(ev) = rx.recv().await {
             match ev {
@@ -349,7 +330,7 @@ fn server_error(message: &str) -> ApiError {
 async fn respond(mut sealer: ResponseSealer, status: u16, content_type: &str, body: &[u8]) -> Result<(), SealError> {
     sealer.head(status, &[("content-type", content_type)]).await?;
     // JSON bodies (answers, errors, model lists) are padded to a bucket.
-    let body = if content_type == "application/json" { openai::pad_body(body.to_vec()) } else { body.to_vec() };
+    let body = if content_type == JSON_TYPE { openai::pad_body(body.to_vec()) } else { body.to_vec() };
     sealer.body(&body).await?;
     sealer.finish().await
 }

@@ -37,7 +37,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use veil_wire::route::{default_k_max, EntryFile, RouteFile, SpeculationFile, StageFile};
 
 use crate::link::frame::Precision;
 
@@ -64,47 +64,6 @@ pub enum RouteError {
     /// Parsed, but inconsistent.
     #[error("route: {0}")]
     Invalid(String),
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RouteFile {
-    model: String,
-    policy: String,
-    simulated_root: Option<String>,
-    #[serde(default)]
-    simulated_gpus: u32,
-    #[serde(default = "default_kv_budget_mib")]
-    kv_budget_mib: u64,
-    #[serde(default = "default_prefill_chunk")]
-    prefill_chunk: u32,
-    #[serde(default = "default_heartbeat_ms")]
-    heartbeat_ms: u64,
-    #[serde(default = "default_weight_recheck_s")]
-    weight_recheck_s: u64,
-    #[serde(default)]
-    activation_precision: Option<String>,
-    #[serde(default)]
-    speculation: Option<SpeculationFile>,
-    entry: EntryFile,
-    stage: Vec<StageFile>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SpeculationFile {
-    #[serde(default)]
-    drafter: Option<String>,
-    #[serde(default)]
-    draft_model: Option<String>,
-    #[serde(default = "default_k_max")]
-    k_max: usize,
-    #[serde(default)]
-    k: Option<usize>,
-}
-
-fn default_k_max() -> usize {
-    8
 }
 
 /// Which drafter the entry uses when a request does not choose.
@@ -135,35 +94,6 @@ impl Default for Speculation {
     fn default() -> Self {
         Self { drafter: DrafterKind::None, draft_model: None, k_max: default_k_max(), k: None }
     }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct EntryFile {
-    generate_listen: SocketAddr,
-    #[serde(default)]
-    sealed_listen: Option<SocketAddr>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct StageFile {
-    layers: [u32; 2],
-    manifest_root: Option<String>,
-    replicas: Vec<SocketAddr>,
-}
-
-fn default_kv_budget_mib() -> u64 {
-    512
-}
-fn default_prefill_chunk() -> u32 {
-    64
-}
-fn default_heartbeat_ms() -> u64 {
-    250
-}
-fn default_weight_recheck_s() -> u64 {
-    60
 }
 
 /// One pipeline stage: a layer range and the shards that serve it.
@@ -225,8 +155,8 @@ impl Route {
 
     /// Parses route TOML, resolving relative paths against `base`.
     pub fn parse(text: &str, base: &Path) -> Result<Self, RouteError> {
-        let f: RouteFile =
-            toml::from_str(text).map_err(|e| RouteError::Parse { path: PathBuf::new(), message: e.to_string() })?;
+        let f = RouteFile::from_toml(text)
+            .map_err(|e| RouteError::Parse { path: PathBuf::new(), message: e.to_string() })?;
         let bad = |m: String| Err(RouteError::Invalid(m));
         if f.stage.is_empty() {
             return bad("no stages".into());
@@ -382,60 +312,55 @@ impl Route {
 
     /// The route as TOML (paths absolute), e.g. after roots were filled in.
     pub fn to_toml(&self) -> String {
-        let mut out = format!(
-            "model = {:?}\npolicy = {:?}\n",
-            self.model.display().to_string(),
-            self.policy.display().to_string()
-        );
-        if let Some(r) = &self.simulated_root {
-            out += &format!("simulated_root = {:?}\n", r.display().to_string());
+        RouteFile::from(self).to_toml()
+    }
+}
+
+impl From<&Route> for RouteFile {
+    fn from(r: &Route) -> Self {
+        let path = |p: &Path| p.display().to_string();
+        let sp = &r.speculation;
+        RouteFile {
+            model: path(&r.model),
+            policy: path(&r.policy),
+            simulated_root: r.simulated_root.as_deref().map(path),
+            simulated_gpus: r.simulated_gpus,
+            kv_budget_mib: (r.kv_budget_bytes >> 20) as u64,
+            prefill_chunk: r.prefill_chunk as u32,
+            heartbeat_ms: r.heartbeat.as_millis() as u64,
+            weight_recheck_s: r.weight_recheck.map_or(0, |d| d.as_secs()),
+            activation_precision: Some(
+                match r.precision {
+                    Precision::F32 => "f32",
+                    Precision::F16 => "f16",
+                    Precision::Bf16 => "bf16",
+                }
+                .to_owned(),
+            ),
+            speculation: (*sp != Speculation::default()).then(|| SpeculationFile {
+                drafter: Some(
+                    match sp.drafter {
+                        DrafterKind::None => "none",
+                        DrafterKind::Ngram => "ngram",
+                        DrafterKind::Model => "model",
+                    }
+                    .to_owned(),
+                ),
+                draft_model: sp.draft_model.as_deref().map(path),
+                k_max: sp.k_max,
+                k: sp.k,
+            }),
+            entry: EntryFile { generate_listen: r.generate_listen, sealed_listen: r.sealed_listen },
+            stage: r
+                .stages
+                .iter()
+                .map(|s| StageFile {
+                    layers: [s.layers.0, s.layers.1],
+                    manifest_root: s.manifest_root.map(hex::encode),
+                    replicas: s.replicas.clone(),
+                })
+                .collect(),
         }
-        if self.simulated_gpus > 0 {
-            out += &format!("simulated_gpus = {}\n", self.simulated_gpus);
-        }
-        out += &format!(
-            "kv_budget_mib = {}\nprefill_chunk = {}\nheartbeat_ms = {}\nweight_recheck_s = {}\nactivation_precision = \"{}\"\n\n[entry]\ngenerate_listen = \"{}\"\n",
-            self.kv_budget_bytes >> 20,
-            self.prefill_chunk,
-            self.heartbeat.as_millis(),
-            self.weight_recheck.map_or(0, |d| d.as_secs()),
-            match self.precision {
-                Precision::F32 => "f32",
-                Precision::F16 => "f16",
-                Precision::Bf16 => "bf16",
-            },
-            self.generate_listen
-        );
-        if let Some(a) = self.sealed_listen {
-            out += &format!("sealed_listen = \"{a}\"\n");
-        }
-        let sp = &self.speculation;
-        if *sp != Speculation::default() {
-            out += &format!(
-                "\n[speculation]\ndrafter = \"{}\"\nk_max = {}\n",
-                match sp.drafter {
-                    DrafterKind::None => "none",
-                    DrafterKind::Ngram => "ngram",
-                    DrafterKind::Model => "model",
-                },
-                sp.k_max
-            );
-            if let Some(m) = &sp.draft_model {
-                out += &format!("draft_model = {:?}\n", m.display().to_string());
-            }
-            if let Some(k) = sp.k {
-                out += &format!("k = {k}\n");
-            }
-        }
-        for s in &self.stages {
-            out += &format!("\n[[stage]]\nlayers = [{}, {}]\n", s.layers.0, s.layers.1);
-            if let Some(r) = s.manifest_root {
-                out += &format!("manifest_root = \"{}\"\n", hex::encode(r));
-            }
-            let replicas: Vec<String> = s.replicas.iter().map(|a| format!("\"{a}\"")).collect();
-            out += &format!("replicas = [{}]\n", replicas.join(", "));
-        }
-        out
     }
 }
 

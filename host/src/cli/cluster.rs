@@ -8,9 +8,9 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
+use veil_wire::route::RouteFile;
 
 use anyhow::Context;
-use serde::Deserialize;
 use tokio::process::{Child, Command};
 
 /// Arguments of `veil-host cluster`.
@@ -37,25 +37,6 @@ pub struct ClusterArgs {
     /// The PEM private key of `--tls-cert`.
     #[arg(long, requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
-}
-
-/// The parts of a (completed) route the supervisor needs.
-#[derive(Debug, Deserialize)]
-struct RouteView {
-    entry: EntryView,
-    stage: Vec<StageView>,
-}
-
-#[derive(Debug, Deserialize)]
-struct EntryView {
-    generate_listen: SocketAddr,
-    sealed_listen: Option<SocketAddr>,
-}
-
-#[derive(Debug, Deserialize)]
-struct StageView {
-    layers: [u32; 2],
-    replicas: Vec<SocketAddr>,
 }
 
 /// First restart delay; doubles per crash up to [`MAX_BACKOFF`].
@@ -107,7 +88,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
         anyhow::bail!("veil-shard prepare failed ({status})");
     }
     let text = std::fs::read_to_string(&route)?;
-    let view: RouteView = toml::from_str(&text).context("reading the completed route")?;
+    let view = RouteFile::from_toml(&text).context("reading the completed route")?;
     let mut shards: Vec<Shard> = Vec::new();
     for (stage, s) in view.stage.iter().enumerate().rev() {
         for replica in 0..s.replicas.len() {

@@ -1,0 +1,38 @@
+//! The HTTP surface every party agrees on: the entry's gateway serves it, the
+//! host relay forwards it, the client calls it.
+
+/// `GET`: the attestation document (JSON), fresh for `?nonce=<64 hex>`.
+pub const ATTESTATION_PATH: &str = "/v1/attestation";
+/// `POST`: one sealed request (chunked Oblivious HTTP); the answer is sealed.
+pub const SEALED_PATH: &str = "/v1/sealed";
+/// `GET`: 200 when every stage has a live, verified replica, else 503.
+pub const HEALTH_PATH: &str = "/healthz";
+/// `GET`: Prometheus text (counts and timings only, no content).
+pub const METRICS_PATH: &str = "/metrics";
+
+/// Paths of the OpenAI-compatible API, inside the seal.
+pub mod openai {
+    /// `POST`: chat completions.
+    pub const CHAT_COMPLETIONS_PATH: &str = "/v1/chat/completions";
+    /// `POST`: text completions.
+    pub const COMPLETIONS_PATH: &str = "/v1/completions";
+    /// `GET`: the served model (and `/v1/models/{id}`).
+    pub const MODELS_PATH: &str = "/v1/models";
+}
+
+/// Media type of a sealed request (RFC 9458 with chunked bodies).
+pub const SEALED_REQUEST_TYPE: &str = "message/ohttp-chunked-req";
+/// Media type of a sealed response.
+pub const SEALED_RESPONSE_TYPE: &str = "message/ohttp-chunked-res";
+/// JSON bodies.
+pub const JSON_TYPE: &str = "application/json";
+/// Streamed answers (server-sent events).
+pub const EVENT_STREAM_TYPE: &str = "text/event-stream";
+
+/// Inside the sealed answer: the route the request ran on, per stage after
+/// the entry `s{stage}r{replica}:{first 8 bytes of the shard's attested TLS
+/// key hash, hex}`, comma-separated.
+pub const ROUTE_FIELD: &str = "veil-route";
+/// Inside the sealed request: when it was sealed (Unix seconds), for the
+/// entry's replay window.
+pub const SENT_AT_FIELD: &str = "veil-sent-at";
