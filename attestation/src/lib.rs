@@ -42,6 +42,7 @@ pub mod evidence;
 pub mod gpu;
 #[cfg(feature = "hw")]
 pub mod hw;
+pub mod measure;
 pub mod policy;
 pub mod policy_bundle;
 pub mod ratls;

@@ -171,3 +171,89 @@ pub fn ohttp_response_chunks(bytes: &[u8]) -> Vec<&[u8]> {
         rest = &rest[len..];
     }
 }
+
+/// Fabricated launch inputs for `veil measure` tests: an OVMF-shaped
+/// firmware image (the public GUID footer table and SEV metadata layout,
+/// with pseudo-random code bytes), a kernel and an initrd. No real firmware
+/// boots from them; the measurement only hashes their bytes and layout.
+pub mod firmware {
+    use sha2::{Digest, Sha256};
+    use veil_attestation::measure::{FOOTER_GUID, SEV_ES_RESET_BLOCK_GUID, SEV_HASH_TABLE_GUID, SEV_METADATA_GUID};
+
+    /// Image size: 1 MiB, mapped just below 4 GiB.
+    pub const IMAGE_BYTES: usize = 1 << 20;
+    /// GPA of the kernel hashes page when present.
+    pub const HASHES_PAGE: u32 = 0x80b000;
+
+    /// Deterministic bytes: SHA-256 in counter mode over `label`.
+    pub fn bytes(label: &str, len: usize) -> Vec<u8> {
+        let mut out = Vec::with_capacity(len + 32);
+        let mut i = 0u64;
+        while out.len() < len {
+            out.extend_from_slice(&Sha256::new().chain_update(label).chain_update(i.to_le_bytes()).finalize());
+            i += 1;
+        }
+        out.truncate(len);
+        out
+    }
+
+    fn guid_le(guid: &str) -> [u8; 16] {
+        let hex: String = guid.chars().filter(|c| *c != '-').collect();
+        let mut b: [u8; 16] = hex::decode(hex).unwrap().try_into().unwrap();
+        b[..4].reverse();
+        b[4..6].reverse();
+        b[6..8].reverse();
+        b
+    }
+
+    /// An OVMF-shaped image with SNP metadata; with `kernel_hashes`, also an
+    /// SNP_KERNEL_HASHES section and the SEV hash table entry (which Debian's
+    /// `OVMF.fd` lacks), so measured direct boot can be computed.
+    pub fn ovmf(kernel_hashes: bool) -> Vec<u8> {
+        let mut image = bytes("veil/test/ovmf", IMAGE_BYTES);
+        // SEV metadata in the last page: header, then (gpa, size, type) items.
+        let mut sections: Vec<(u32, u32, u32)> =
+            vec![(0x800000, 0x9000, 1), (0x809000, 0x1000, 2), (0x80a000, 0x1000, 3)];
+        if kernel_hashes {
+            sections.push((HASHES_PAGE, 0x1000, 0x10));
+        }
+        sections.push((0x80c000, 0x4000, 1));
+        let meta_at = IMAGE_BYTES - 0x1000;
+        let mut meta = Vec::new();
+        meta.extend_from_slice(b"ASEV");
+        meta.extend_from_slice(&((16 + 12 * sections.len()) as u32).to_le_bytes());
+        meta.extend_from_slice(&1u32.to_le_bytes());
+        meta.extend_from_slice(&(sections.len() as u32).to_le_bytes());
+        for (gpa, size, kind) in &sections {
+            for v in [gpa, size, kind] {
+                meta.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        image[meta_at..meta_at + meta.len()].copy_from_slice(&meta);
+        // The footer table ends 32 bytes before the end of the image; entries
+        // are data, then a u16 size and the GUID, read backwards.
+        let entry = |data: &[u8], guid: &str| {
+            let mut e = data.to_vec();
+            e.extend_from_slice(&((data.len() + 18) as u16).to_le_bytes());
+            e.extend_from_slice(&guid_le(guid));
+            e
+        };
+        let mut table = entry(&((IMAGE_BYTES - meta_at) as u32).to_le_bytes(), SEV_METADATA_GUID);
+        table.extend(entry(&0xffff_f000u32.to_le_bytes(), SEV_ES_RESET_BLOCK_GUID));
+        if kernel_hashes {
+            let mut d = (HASHES_PAGE + 0xc00).to_le_bytes().to_vec();
+            d.extend_from_slice(&0x400u32.to_le_bytes());
+            table.extend(entry(&d, SEV_HASH_TABLE_GUID));
+        }
+        let footer = {
+            let mut f = ((table.len() + 18) as u16).to_le_bytes().to_vec();
+            f.extend_from_slice(&guid_le(FOOTER_GUID));
+            f
+        };
+        let end = IMAGE_BYTES - 32;
+        let start = end - footer.len() - table.len();
+        image[start..start + table.len()].copy_from_slice(&table);
+        image[end - footer.len()..end].copy_from_slice(&footer);
+        image
+    }
+}

@@ -8,8 +8,10 @@
 
 pub mod canary;
 pub mod inspect;
+pub mod measure;
 pub mod policy_bundle;
 pub mod policy_check;
+pub mod policy_edit;
 pub mod policy_init;
 pub mod proxy;
 pub mod route;
@@ -60,6 +62,40 @@ pub enum Command {
     Policy(PolicyCommand),
     /// Compare the route's greedy answers to canary prompts with a reference recorded locally (`veil-shard canary`).
     Canary(CanaryArgs),
+    /// Reproduce the SEV-SNP launch measurement of a guest from its launch inputs (firmware, kernel, initrd, command line, vCPUs).
+    Measure(MeasureArgs),
+}
+
+/// `veil measure --ovmf OVMF.fd [--kernel K --initrd I --append CMDLINE] --vcpus N --vcpu-type T`
+#[derive(Debug, Args)]
+pub struct MeasureArgs {
+    /// The firmware image (OVMF with SEV-SNP metadata).
+    #[arg(long)]
+    pub ovmf: PathBuf,
+    /// Measured direct boot: the kernel (needs firmware with an SNP kernel hashes section).
+    #[arg(long)]
+    pub kernel: Option<PathBuf>,
+    /// Measured direct boot: the initrd.
+    #[arg(long, requires = "kernel")]
+    pub initrd: Option<PathBuf>,
+    /// Measured direct boot: the kernel command line.
+    #[arg(long, requires = "kernel")]
+    pub append: Option<String>,
+    /// vCPUs of the guest.
+    #[arg(long)]
+    pub vcpus: u32,
+    /// vCPU type as QEMU names it (EPYC-v4, EPYC-Milan, EPYC-Genoa, EPYC-Turin, …).
+    #[arg(long)]
+    pub vcpu_type: String,
+    /// The VMM that launches the guest.
+    #[arg(long, default_value = "qemu")]
+    pub vmm: veil_attestation::measure::Vmm,
+    /// SEV_FEATURES of the guest's VMSAs, hex (bit 0, SNPActive, must be set).
+    #[arg(long, default_value = "0x1")]
+    pub guest_features: String,
+    /// Also add the measurement to this policy file's `measurements`.
+    #[arg(long, value_name = "POLICY")]
+    pub add_to: Option<PathBuf>,
 }
 
 /// `veil canary URL --reference FILE`
@@ -89,6 +125,86 @@ pub enum PolicyCommand {
     Keygen(PolicyKeygenArgs),
     /// Sign a policy as a versioned bundle that clients verify with the publisher's public key.
     Sign(PolicySignArgs),
+    /// Write a strict starting policy that accepts no measurement yet (build it up from reproduced values).
+    New(PolicyNewArgs),
+    /// Add reproduced values to a policy file.
+    #[command(flatten)]
+    Edit(PolicyEdit),
+}
+
+/// `veil policy new --out FILE`
+#[derive(Debug, Args)]
+pub struct PolicyNewArgs {
+    /// Where to write the policy.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// Accept SIMULATED evidence (development clusters only).
+    #[arg(long)]
+    pub allow_simulated: bool,
+    /// Replace an existing file.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// Edits of a policy file with values reproduced from source.
+#[derive(Debug, Subcommand)]
+pub enum PolicyEdit {
+    /// Allow a launch measurement (from `veil measure`).
+    AddMeasurement {
+        /// The policy file.
+        policy: PathBuf,
+        /// The measurement (96 hex digits).
+        measurement: String,
+    },
+    /// Allow a model manifest root for a layer range (from `veil-shard manifest MODEL --layers A..B`).
+    AddManifest {
+        /// The policy file.
+        policy: PathBuf,
+        /// The layer range, START..END.
+        #[arg(long)]
+        layers: String,
+        /// The manifest root (64 hex digits).
+        #[arg(long)]
+        root: String,
+    },
+    /// Accept a peer policy (the route's own policy file) by its digest.
+    AddPeerPolicy {
+        /// The policy file.
+        policy: PathBuf,
+        /// The peer policy file the shards enforce on their links.
+        #[arg(long)]
+        peer: PathBuf,
+    },
+    /// Set the TCB minimums for a product (compared with REPORTED_TCB).
+    SetTcb {
+        /// The policy file.
+        policy: PathBuf,
+        /// Milan, Genoa or Turin.
+        #[arg(long)]
+        product: String,
+        /// FMC (Turin only).
+        #[arg(long)]
+        fmc: Option<u8>,
+        /// PSP boot loader.
+        #[arg(long)]
+        bootloader: Option<u8>,
+        /// PSP OS (TEE).
+        #[arg(long)]
+        tee: Option<u8>,
+        /// SNP firmware.
+        #[arg(long)]
+        snp: Option<u8>,
+        /// Microcode.
+        #[arg(long)]
+        microcode: Option<u8>,
+    },
+    /// Pin the model's layer count the route must cover.
+    SetLayers {
+        /// The policy file.
+        policy: PathBuf,
+        /// Layers.
+        layers: u32,
+    },
 }
 
 /// `veil policy keygen`
@@ -338,6 +454,9 @@ pub fn run(cli: Cli) -> Exit {
         Command::Policy(PolicyCommand::Keygen(args)) => policy_bundle::keygen(&args),
         Command::Canary(args) => canary::run(&args),
         Command::Policy(PolicyCommand::Sign(args)) => policy_bundle::sign(&args),
+        Command::Policy(PolicyCommand::New(args)) => policy_edit::new(&args),
+        Command::Policy(PolicyCommand::Edit(edit)) => policy_edit::run(&edit),
+        Command::Measure(args) => measure::run(&args),
     }
 }
 

@@ -1,0 +1,45 @@
+//! `veil measure`: the SEV-SNP launch measurement a guest started from the
+//! given inputs reports, reproduced locally (see `veil_attestation::measure`),
+//! optionally added to a policy's allowed measurements.
+
+use veil_attestation::measure::{launch_digest, LaunchInputs};
+
+use super::{policy_edit, Exit, MeasureArgs};
+
+/// Runs the command.
+pub fn run(args: &MeasureArgs) -> Exit {
+    let guest_features = match u64::from_str_radix(args.guest_features.trim_start_matches("0x"), 16) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("veil measure: --guest-features {:?}: {e}", args.guest_features);
+            return Exit::Unreadable;
+        }
+    };
+    let inputs = LaunchInputs {
+        ovmf: args.ovmf.clone(),
+        kernel: args.kernel.clone(),
+        initrd: args.initrd.clone(),
+        append: args.append.clone(),
+        vcpus: args.vcpus,
+        vcpu_type: args.vcpu_type.clone(),
+        vmm: args.vmm,
+        guest_features,
+    };
+    let m = match launch_digest(&inputs) {
+        Ok(m) => m,
+        Err(e) => {
+            eprintln!("veil measure: {e}");
+            return Exit::Unreadable;
+        }
+    };
+    println!("{m}");
+    if let Some(policy) = &args.add_to {
+        return policy_edit::edit(policy, "measure", |p| {
+            if !p.measurements.contains(&m) {
+                p.measurements.push(m);
+            }
+            Ok(())
+        });
+    }
+    Exit::Accepted
+}

@@ -1,0 +1,108 @@
+//! `veil policy new | add-measurement | add-manifest | add-peer-policy |
+//! set-tcb | set-layers`: build a policy from values reproduced from source
+//! (`veil measure`, `veil-shard manifest`, the route's own policy file), never
+//! from what a running cluster presents. Each edit re-validates the policy
+//! and rewrites the file in canonical TOML (comments are not kept).
+
+use std::path::Path;
+
+use veil_attestation::claims::{ManifestRoot, Measurement};
+use veil_attestation::policy::TcbMinimum;
+use veil_attestation::Policy;
+
+use super::{Exit, PolicyEdit, PolicyNewArgs};
+
+/// Reads `path`, applies `change`, validates, writes it back.
+pub(super) fn edit(path: &Path, cmd: &str, change: impl FnOnce(&mut Policy) -> Result<(), String>) -> Exit {
+    let result = std::fs::read_to_string(path)
+        .map_err(|e| e.to_string())
+        .and_then(|t| Policy::from_toml(&t).map_err(|e| e.to_string()))
+        .and_then(|mut p| {
+            change(&mut p)?;
+            p.validate().map_err(|e| e.to_string())?;
+            std::fs::write(path, p.to_toml()).map_err(|e| e.to_string())?;
+            Ok(p)
+        });
+    match result {
+        Ok(p) => {
+            eprintln!("veil {cmd}: {} updated (peer-policy digest {})", path.display(), p.digest());
+            Exit::Accepted
+        }
+        Err(e) => {
+            eprintln!("veil {cmd}: {}: {e}", path.display());
+            Exit::Unreadable
+        }
+    }
+}
+
+/// `veil policy new`: a strict starting point (no measurement accepted yet).
+pub fn new(args: &PolicyNewArgs) -> Exit {
+    if args.out.exists() && !args.force {
+        eprintln!("veil policy new: {} exists (--force replaces it)", args.out.display());
+        return Exit::Unreadable;
+    }
+    let p = Policy { allow_simulated: args.allow_simulated, ..Policy::default() };
+    if let Err(e) = std::fs::write(&args.out, p.to_toml()) {
+        eprintln!("veil policy new: {}: {e}", args.out.display());
+        return Exit::Unreadable;
+    }
+    eprintln!(
+        "veil policy new: wrote {}; add measurements (veil measure --add-to), manifest roots and TCB minimums",
+        args.out.display()
+    );
+    Exit::Accepted
+}
+
+fn parse_range(s: &str) -> Result<(u32, u32), String> {
+    let (a, b) = s.split_once("..").ok_or_else(|| format!("layers {s:?} must be START..END"))?;
+    let a: u32 = a.parse().map_err(|e| format!("layers {s:?}: {e}"))?;
+    let b: u32 = b.parse().map_err(|e| format!("layers {s:?}: {e}"))?;
+    if b <= a {
+        return Err(format!("layers {s:?}: END must be above START"));
+    }
+    Ok((a, b))
+}
+
+/// Runs one edit.
+pub fn run(cmd: &PolicyEdit) -> Exit {
+    match cmd {
+        PolicyEdit::AddMeasurement { policy, measurement } => edit(policy, "policy add-measurement", |p| {
+            let m: Measurement = measurement.parse()?;
+            if !p.measurements.contains(&m) {
+                p.measurements.push(m);
+            }
+            Ok(())
+        }),
+        PolicyEdit::AddManifest { policy, layers, root } => edit(policy, "policy add-manifest", |p| {
+            let (a, b) = parse_range(layers)?;
+            let root: ManifestRoot = root.parse()?;
+            let roots = p.manifest_roots.entry(format!("{a}..{b}")).or_default();
+            if !roots.contains(&root) {
+                roots.push(root);
+            }
+            Ok(())
+        }),
+        PolicyEdit::AddPeerPolicy { policy, peer } => edit(policy, "policy add-peer-policy", |p| {
+            let text = std::fs::read_to_string(peer).map_err(|e| format!("{}: {e}", peer.display()))?;
+            let d = Policy::from_toml(&text).map_err(|e| format!("{}: {e}", peer.display()))?.digest();
+            if !p.peer_policies.contains(&d) {
+                p.peer_policies.push(d);
+            }
+            Ok(())
+        }),
+        PolicyEdit::SetTcb { policy, product, fmc, bootloader, tee, snp, microcode } => {
+            edit(policy, "policy set-tcb", |p| {
+                let product = veil_attestation::snp::Product::from_product_name(product)
+                    .ok_or_else(|| format!("unknown product {product:?} (Milan, Genoa, Turin)"))?;
+                let min =
+                    TcbMinimum { fmc: *fmc, bootloader: *bootloader, tee: *tee, snp: *snp, microcode: *microcode };
+                p.min_tcb.insert(product, min);
+                Ok(())
+            })
+        }
+        PolicyEdit::SetLayers { policy, layers } => edit(policy, "policy set-layers", |p| {
+            p.model_layers = Some(*layers);
+            Ok(())
+        }),
+    }
+}
