@@ -563,3 +563,155 @@ fn a_second_cluster_on_the_same_route_does_not_relay_the_first(host: &std::path:
     assert!(!said.contains("listening on"), "the second cluster relayed the first one's entry:\n{said}");
     assert!(err.contains("configuration error"), "{err}");
 }
+
+/// Starts `veil-host cluster` on `config` in `dir`; returns it (stopped on
+/// drop) and its public address once the entry is ready.
+fn start_cluster(host: &std::path::Path, dir: &std::path::Path, name: &str, config: &str) -> (Stopped, SocketAddr) {
+    let public = port();
+    let file = dir.join(format!("{name}.toml"));
+    std::fs::write(&file, config).unwrap();
+    let log = dir.join(format!("{name}.log"));
+    let stdout = dir.join(format!("{name}.out"));
+    let sup = Stopped(
+        Command::new(host)
+            .args(["cluster", "--listen", &public.to_string(), "--config"])
+            .arg(&file)
+            .env("RUST_LOG", "info")
+            .stdout(std::fs::File::create(&stdout).unwrap())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for(&log, "ready", 1);
+    wait_for(&stdout, &format!("listening on http://{public}"), 1);
+    (sup, public)
+}
+
+/// ISSUE 17: a reviewer builds the client's policy only from values
+/// reproduced from the launch inputs and the published files (`veil measure`,
+/// `veil-shard manifest`, the route's policy file), never from what the
+/// cluster presents. It accepts a (simulated) cluster started from those
+/// inputs, and refuses the same cluster started again with one stage's weights
+/// changed, or with another route policy on its links.
+#[test]
+fn a_policy_from_reproduced_values_accepts_the_cluster_and_refuses_changed_weights_or_route_policy() {
+    let Some(model) = model() else { return };
+    let host = PathBuf::from(env!("CARGO_BIN_EXE_veil-host"));
+    let (shard, veil) = (host.with_file_name("veil-shard"), host.with_file_name("veil"));
+    if !shard.exists() || !veil.exists() {
+        veil_tests::skip("veil-shard or veil is not built next to veil-host");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("veil-reproduced-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |cmd: &std::path::Path, args: &[&str]| {
+        let o = Command::new(cmd).args(args).output().unwrap();
+        assert!(o.status.success(), "{} {args:?}: {}", cmd.display(), String::from_utf8_lossy(&o.stderr));
+        String::from_utf8(o.stdout).unwrap()
+    };
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_owned();
+
+    // The launch inputs the (simulated) guests stand for, and their measurement.
+    std::fs::write(dir.join("OVMF.fd"), veil_tests::firmware::ovmf(true)).unwrap();
+    std::fs::write(dir.join("vmlinuz"), veil_tests::firmware::bytes("veil/test/kernel", 200_000)).unwrap();
+    let launch = [
+        "measure",
+        "--ovmf",
+        &path(&dir.join("OVMF.fd")),
+        "--kernel",
+        &path(&dir.join("vmlinuz")),
+        "--append",
+        "console=ttyS0 veil.role=shard",
+        "--vcpus",
+        "4",
+        "--vcpu-type",
+        "EPYC-Genoa",
+    ]
+    .map(str::to_owned);
+    let measurement = run(&veil, &launch.iter().map(String::as_str).collect::<Vec<_>>()).trim().to_owned();
+    // The simulated root reports that measurement (what an SNP guest launched from those inputs reports).
+    run(&veil, &["attest", "sim-init", &path(&dir.join("sim")), "--seed", "17", "--measurement", &measurement]);
+    let route_policy = dir.join("sim/policy.dev.toml");
+
+    // The client's policy, from reproduced values only.
+    let client = dir.join("client.toml");
+    let c = path(&client);
+    run(&veil, &["policy", "new", "--out", &c, "--allow-simulated"]);
+    let mut with_policy = launch.to_vec();
+    with_policy.extend(["--add-to".to_owned(), c.clone()]);
+    run(&veil, &with_policy.iter().map(String::as_str).collect::<Vec<_>>());
+    let stages = [(0u32, 12u32), (12, 30)];
+    let roots_of = |model: &std::path::Path| -> Vec<String> {
+        stages
+            .iter()
+            .map(|(a, b)| {
+                let out = run(&shard, &["manifest", &path(model), "--layers", &format!("{a}..{b}")]);
+                out.split_whitespace().next().unwrap().to_owned()
+            })
+            .collect()
+    };
+    for ((a, b), root) in stages.iter().zip(roots_of(&model)) {
+        run(&veil, &["policy", "add-manifest", &c, "--layers", &format!("{a}..{b}"), "--root", &root]);
+    }
+    run(&veil, &["policy", "add-peer-policy", &c, "--peer", &path(&route_policy)]);
+    run(&veil, &["policy", "set-layers", &c, "30"]);
+    // The simulated platform's TCB (a real reviewer takes AMD's published minimums).
+    let tcb = ["--bootloader", "9", "--tee", "0", "--snp", "23", "--microcode", "72"];
+    run(&veil, &[&["policy", "set-tcb", &c, "--product", "Genoa"][..], &tcb[..]].concat());
+
+    let config = |model: &std::path::Path, policy: &std::path::Path| {
+        format!(
+            "model = {:?}\npolicy = {:?}\nsimulated_root = \"sim\"\nheartbeat_ms = 100\n\
+             [entry]\ngenerate_listen = \"{}\"\nsealed_listen = \"{}\"\n\
+             [[stage]]\nlayers = [0, 12]\nreplicas = [\"{}\"]\n\
+             [[stage]]\nlayers = [12, 30]\nreplicas = [\"{}\"]\n",
+            path(model),
+            path(policy),
+            port(),
+            port(),
+            port(),
+            port()
+        )
+    };
+    let verify = |public: SocketAddr| {
+        let o = Command::new(&veil).args(["verify", &format!("http://{public}"), "--policy", &c]).output().unwrap();
+        (o.status.code(), format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr)))
+    };
+
+    // Started from the same inputs: accepted, every check named.
+    {
+        let (_cluster, public) = start_cluster(&host, &dir, "same", &config(&model, &route_policy));
+        let (code, table) = verify(public);
+        assert_eq!(code, Some(0), "{table}");
+        for check in ["measurement", "manifest", "peer_policy", "route_shape", "tcb"] {
+            assert!(table.lines().any(|l| l.contains(check) && l.contains("PASS")), "{check}:\n{table}");
+        }
+    }
+    // One stage's weights changed (one byte near the end of the file).
+    {
+        let mut bytes = std::fs::read(&model).unwrap();
+        let at = bytes.len() - 100;
+        bytes[at] ^= 0x11;
+        let changed = dir.join("changed.gguf");
+        std::fs::write(&changed, bytes).unwrap();
+        let (ours, theirs) = (roots_of(&model), roots_of(&changed));
+        assert_eq!(ours.iter().zip(&theirs).filter(|(a, b)| a != b).count(), 1, "exactly one stage changed");
+        let (_cluster, public) = start_cluster(&host, &dir, "weights", &config(&changed, &route_policy));
+        let (code, why) = verify(public);
+        assert_eq!(code, Some(1), "{why}");
+        assert!(why.contains("rejected by check `route_manifests`") && why.contains("layers 12..30"), "{why}");
+    }
+    // Another route policy on the links (debug guests allowed).
+    {
+        let weak = dir.join("weak-policy.toml");
+        let text = std::fs::read_to_string(&route_policy).unwrap();
+        std::fs::write(&weak, text.replace("allow_debug = false", "allow_debug = true")).unwrap();
+        assert_ne!(std::fs::read_to_string(&weak).unwrap(), text);
+        let (_cluster, public) = start_cluster(&host, &dir, "policy", &config(&model, &weak));
+        let (code, why) = verify(public);
+        assert_eq!(code, Some(1), "{why}");
+        assert!(why.contains("rejected by check `peer_policy`") && why.contains("allow_debug"), "{why}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -430,6 +430,10 @@ pub struct SimInitArgs {
     /// Derive keys from this seed (hex) instead of fresh randomness; for reproducible tests only.
     #[arg(long, value_name = "HEX")]
     pub seed: Option<String>,
+    /// The launch measurement the simulated guests report (96 hex digits; e.g. `veil measure` of the
+    /// launch inputs the simulated guest stands for). Default: a fixed value that no real guest has.
+    #[arg(long, value_name = "HEX")]
+    pub measurement: Option<String>,
     /// Overwrite an existing simulated root in DIR.
     #[arg(long)]
     pub force: bool,

@@ -25,8 +25,11 @@ fn init(args: &SimInitArgs) -> Result<(), String> {
         Some(h) => hex::decode(h).map_err(|e| format!("--seed: {e}"))?,
         None => veil_attestation::Nonce::random().as_bytes().to_vec(),
     };
-    let sim =
-        SimulatedAttester::from_seed(&seed, SimulatedConfig::new(args.product, &seed)).map_err(|e| e.to_string())?;
+    let mut config = SimulatedConfig::new(args.product, &seed);
+    if let Some(m) = &args.measurement {
+        config.measurement = m.parse().map_err(|e| format!("--measurement: {e}"))?;
+    }
+    let sim = SimulatedAttester::from_seed(&seed, config).map_err(|e| e.to_string())?;
     sim.save(&args.dir).map_err(|e| e.to_string())?;
     let ark = ParsedCert::from_der(sim.ark_der()).map_err(|e| e.to_string())?;
     let text = sim.dev_policy_toml().map_err(|e| e.to_string())?;
