@@ -1,7 +1,7 @@
 //! `veil-host`: the untrusted side of a Veil node.
 //!
-//! Local shard supervision with the public relay API (`cluster`) and test
-//! tooling (`wan-shim`). This file only
+//! Local shard supervision with the public relay API (`cluster`), the relay
+//! alone (`relay`) and test tooling (`wan-shim`). This file only
 //! sets up logging, parses arguments, builds the runtime and dispatches to
 //! the subcommand's module in `veil_host::cli`.
 
@@ -29,6 +29,7 @@ fn main() -> ExitCode {
     let outcome: anyhow::Result<()> = match cli.command {
         Command::WanShim(args) => runtime.block_on(cli::wan_shim::run(args)).map_err(Into::into),
         Command::Cluster(args) => runtime.block_on(cli::cluster::run(args)),
+        Command::Relay(args) => runtime.block_on(cli::relay::run(args)),
     };
     match outcome {
         Ok(()) => ExitCode::SUCCESS,

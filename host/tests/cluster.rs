@@ -681,12 +681,33 @@ fn a_policy_from_reproduced_values_accepts_the_cluster_and_refuses_changed_weigh
 
     // Started from the same inputs: accepted, every check named.
     {
-        let (_cluster, public) = start_cluster(&host, &dir, "same", &config(&model, &route_policy));
+        let text = config(&model, &route_policy);
+        let (_cluster, public) = start_cluster(&host, &dir, "same", &text);
         let (code, table) = verify(public);
         assert_eq!(code, Some(0), "{table}");
         for check in ["measurement", "manifest", "peer_policy", "route_shape", "tcb"] {
             assert!(table.lines().any(|l| l.contains(check) && l.contains("PASS")), "{check}:\n{table}");
         }
+        // The relay alone (`veil-host relay`), as a separate deployment in front of the entry.
+        let gateway =
+            text.lines().find_map(|l| l.strip_prefix("sealed_listen = ")).unwrap().trim_matches('"').to_owned();
+        let listen = port();
+        let relay = Stopped(
+            Command::new(&host)
+                .args(["relay", "--entry", &gateway, "--listen", &listen.to_string()])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        );
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(listen).is_err() {
+            assert!(Instant::now() < deadline, "veil-host relay did not listen");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (code, table) = verify(listen);
+        assert_eq!(code, Some(0), "through veil-host relay:\n{table}");
+        drop(relay);
     }
     // One stage's weights changed (one byte near the end of the file).
     {

@@ -2,6 +2,7 @@
 //! parses arguments, builds the runtime and dispatches.
 
 pub mod cluster;
+pub mod relay;
 pub mod wan_shim;
 
 use clap::{Parser, Subcommand};
@@ -14,7 +15,8 @@ use clap::{Parser, Subcommand};
     about = "The untrusted Veil host: the public relay API, local shard supervision and test tooling",
     long_about = "The untrusted Veil host. `cluster` starts and supervises the shard processes of a route on \
                   this machine and serves the public relay API (sealed requests and attestation documents, \
-                  relayed to the entry as ciphertext; optional TLS; limits and metrics); `wan-shim` adds WAN \
+                  relayed to the entry as ciphertext; optional TLS; limits and metrics); `relay` serves that \
+                  API alone in front of an entry elsewhere; `wan-shim` adds WAN \
                   delay to loopback links for tests and benchmarks. The host holds no key that opens a prompt.",
     arg_required_else_help = true
 )]
@@ -29,6 +31,8 @@ pub struct Cli {
 pub enum Command {
     /// Start and supervise the shard processes of a route on this machine (simulated TEEs for development).
     Cluster(cluster::ClusterArgs),
+    /// Serve the public relay API alone, in front of an entry that runs elsewhere (its own CVM, a pod).
+    Relay(relay::RelayArgs),
     /// Relay TCP to a target with added one-way delay, jitter and a bandwidth cap (WAN simulation on loopback).
     WanShim(wan_shim::WanShimArgs),
 }

@@ -1,0 +1,52 @@
+//! `veil-host relay`: the public API alone, in front of an entry that runs
+//! elsewhere (its own confidential VM, a Kubernetes pod). Sealed requests and
+//! attestation documents are passed through as ciphertext; the relay holds no
+//! key that opens a prompt.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::Args;
+
+use crate::relay::{tls_server_config, Relay, RelayConfig};
+
+/// `veil-host relay --entry ADDR --listen ADDR`
+#[derive(Debug, Args)]
+pub struct RelayArgs {
+    /// The entry's gateway (`entry.sealed_listen` in the route).
+    #[arg(long)]
+    pub entry: SocketAddr,
+    /// The public API.
+    #[arg(long, default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Serve the public API over HTTPS with this PEM certificate chain (leaf first).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Sealed requests in flight at once; more get 503.
+    #[arg(long, default_value_t = 64)]
+    pub max_concurrent: usize,
+}
+
+/// Runs the relay until SIGTERM or Ctrl-C.
+pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(tls_server_config(cert, key)?),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let listener =
+        tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
+    let relay = Relay::new(RelayConfig { tls, max_concurrent: args.max_concurrent, ..RelayConfig::new(args.entry) });
+    println!("listening on {scheme}://{} (entry {})", args.listen, args.entry);
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = relay.serve(listener) => {}
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    Ok(())
+}
