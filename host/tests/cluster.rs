@@ -734,5 +734,93 @@ fn a_policy_from_reproduced_values_accepts_the_cluster_and_refuses_changed_weigh
         assert_eq!(code, Some(1), "{why}");
         assert!(why.contains("rejected by check `peer_policy`") && why.contains("allow_debug"), "{why}");
     }
+
+    // The route and peer policy bound through HOST_DATA: the VMM launched the
+    // guests with the digest of the reviewed route and policy (here: a
+    // simulated root of the same seed reporting it), clients pin it, and every
+    // shard refuses to start on any other route or policy.
+    let roots = roots_of(&model);
+    let ports: Vec<SocketAddr> = (0..4).map(|_| port()).collect();
+    let bound = |policy: &std::path::Path| {
+        format!(
+            "model = {:?}\npolicy = {:?}\nsimulated_root = \"sim2\"\nheartbeat_ms = 100\n\
+             [entry]\ngenerate_listen = \"{}\"\nsealed_listen = \"{}\"\n\
+             [[stage]]\nlayers = [0, 12]\nmanifest_root = \"{}\"\nreplicas = [\"{}\"]\n\
+             [[stage]]\nlayers = [12, 30]\nmanifest_root = \"{}\"\nreplicas = [\"{}\"]\n",
+            path(&model),
+            path(policy),
+            ports[0],
+            ports[1],
+            roots[0],
+            ports[2],
+            roots[1],
+            ports[3]
+        )
+    };
+    let text = bound(&route_policy);
+    std::fs::write(dir.join("bound.toml"), &text).unwrap();
+    let digest = run(&shard, &["config-digest", "--config", &path(&dir.join("bound.toml"))]).trim().to_owned();
+    assert_eq!(digest.len(), 64);
+    // The same route elsewhere (another directory, other paths) has the same digest.
+    std::fs::create_dir_all(dir.join("elsewhere")).unwrap();
+    std::fs::copy(&route_policy, dir.join("elsewhere/p.toml")).unwrap();
+    std::fs::write(
+        dir.join("elsewhere/r.toml"),
+        bound(&dir.join("elsewhere/p.toml")).replace(&path(&model), "/m.gguf"),
+    )
+    .unwrap();
+    let elsewhere = run(&shard, &["config-digest", "--config", &path(&dir.join("elsewhere/r.toml"))]);
+    assert_eq!(elsewhere.trim(), digest);
+    run(
+        &veil,
+        &[
+            "attest",
+            "sim-init",
+            &path(&dir.join("sim2")),
+            "--seed",
+            "17",
+            "--measurement",
+            &measurement,
+            "--host-data",
+            &digest,
+        ],
+    );
+    run(&veil, &["policy", "set-host-data", &c, &digest]);
+    let start_bound = |name: &str, route: &str| {
+        let file = dir.join(format!("{name}.toml"));
+        std::fs::write(&file, route).unwrap();
+        let log = dir.join(format!("{name}.log"));
+        let public = port();
+        let sup = Stopped(
+            Command::new(&host)
+                .args(["cluster", "--bind-config", "--listen", &public.to_string(), "--config"])
+                .arg(&file)
+                .env("RUST_LOG", "info")
+                .stdout(std::fs::File::create(dir.join(format!("{name}.out"))).unwrap())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        (sup, public, log)
+    };
+    {
+        let (_cluster, public, log) = start_bound("bound-run", &bound(&route_policy));
+        wait_for(&log, "ready", 1);
+        assert_eq!(wait_for(&log, "HOST_DATA commits to this route", 2).matches("HOST_DATA commits").count(), 2);
+        wait_for(&dir.join("bound-run.out"), "listening on", 1);
+        let (code, table) = verify(public);
+        assert_eq!(code, Some(0), "{table}");
+        assert!(table.lines().any(|l| l.contains("host_data") && l.contains("PASS")), "{table}");
+    }
+    {
+        // The host hands the shards another peer policy: they refuse to start.
+        let weak = dir.join("weak-policy.toml");
+        let (mut cluster, _, log) = start_bound("bound-weak", &bound(&weak));
+        let status = cluster.0.wait().unwrap();
+        assert!(!status.success(), "the supervisor should stop on a configuration error");
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains("does not commit to this route and peer policy"), "{text}");
+        assert!(!text.contains("ready"), "{text}");
+    }
     let _ = std::fs::remove_dir_all(&dir);
 }

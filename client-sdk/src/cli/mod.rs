@@ -198,6 +198,13 @@ pub enum PolicyEdit {
         #[arg(long)]
         microcode: Option<u8>,
     },
+    /// Pin HOST_DATA (from `veil-shard config-digest`: the route and peer policy the shards are bound to).
+    SetHostData {
+        /// The policy file.
+        policy: PathBuf,
+        /// 64 hex digits.
+        host_data: String,
+    },
     /// Pin the model's layer count the route must cover.
     SetLayers {
         /// The policy file.
@@ -434,6 +441,10 @@ pub struct SimInitArgs {
     /// launch inputs the simulated guest stands for). Default: a fixed value that no real guest has.
     #[arg(long, value_name = "HEX")]
     pub measurement: Option<String>,
+    /// The HOST_DATA the simulated guests report (64 hex digits; e.g. `veil-shard config-digest`
+    /// of the route, as a VMM would set it at launch). Default: zero.
+    #[arg(long, value_name = "HEX")]
+    pub host_data: Option<String>,
     /// Overwrite an existing simulated root in DIR.
     #[arg(long)]
     pub force: bool,

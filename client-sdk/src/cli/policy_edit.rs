@@ -1,5 +1,5 @@
 //! `veil policy new | add-measurement | add-manifest | add-peer-policy |
-//! set-tcb | set-layers`: build a policy from values reproduced from source
+//! set-tcb | set-host-data | set-layers`: build a policy from values reproduced from source
 //! (`veil measure`, `veil-shard manifest`, the route's own policy file), never
 //! from what a running cluster presents. Each edit re-validates the policy
 //! and rewrites the file in canonical TOML (comments are not kept).
@@ -100,6 +100,10 @@ pub fn run(cmd: &PolicyEdit) -> Exit {
                 Ok(())
             })
         }
+        PolicyEdit::SetHostData { policy, host_data } => edit(policy, "policy set-host-data", |p| {
+            p.host_data = Some(veil_attestation::policy::HostData(host_data.parse()?));
+            Ok(())
+        }),
         PolicyEdit::SetLayers { policy, layers } => edit(policy, "policy set-layers", |p| {
             p.model_layers = Some(*layers);
             Ok(())

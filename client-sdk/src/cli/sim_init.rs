@@ -29,6 +29,10 @@ fn init(args: &SimInitArgs) -> Result<(), String> {
     if let Some(m) = &args.measurement {
         config.measurement = m.parse().map_err(|e| format!("--measurement: {e}"))?;
     }
+    if let Some(h) = &args.host_data {
+        let h: veil_attestation::KeyHash = h.parse().map_err(|e| format!("--host-data: {e}"))?;
+        config.host_data = h.0;
+    }
     let sim = SimulatedAttester::from_seed(&seed, config).map_err(|e| e.to_string())?;
     sim.save(&args.dir).map_err(|e| e.to_string())?;
     let ark = ParsedCert::from_der(sim.ark_der()).map_err(|e| e.to_string())?;

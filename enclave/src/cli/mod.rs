@@ -62,6 +62,17 @@ enum Command {
     Generate(GenerateArgs),
     /// Serve one stage of a route (the entry for stage 0).
     Serve(ServeArgs),
+    /// Print the digest a shard's SEV-SNP HOST_DATA must hold for `serve --bind-config`:
+    /// the route (paths left out) and its peer policy. Give it to the VMM at launch
+    /// (QEMU `-object sev-snp-guest,host-data=BASE64`) and pin it in clients' policies.
+    ConfigDigest {
+        /// Route file (complete: every stage's manifest_root set).
+        #[arg(long)]
+        config: PathBuf,
+        /// Print base64 (QEMU's `host-data=` form) instead of hex.
+        #[arg(long)]
+        base64: bool,
+    },
     /// Complete a development route: create its simulated root and policy if
     /// missing, compute every stage's manifest root, write the result.
     Prepare {
@@ -124,6 +135,11 @@ struct ServeArgs {
     /// Exit when stdin closes (set by a supervisor, so no shard outlives it).
     #[arg(long)]
     supervised: bool,
+    /// Refuse to start unless this shard's HOST_DATA (fixed by the VMM at launch, signed in
+    /// every report) equals the digest of this route and its peer policy (`config-digest`):
+    /// the configuration that decides trust is then the one clients pin, not one the host swapped.
+    #[arg(long)]
+    bind_config: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -181,6 +197,12 @@ struct GenerateArgs {
     /// With `--entry`: draft exactly this many tokens per round instead of adaptive k.
     #[arg(long, requires = "entry")]
     draft_k: Option<usize>,
+}
+
+/// The route's peer policy, parsed.
+fn read_policy(path: &std::path::Path) -> anyhow::Result<veil_attestation::Policy> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading policy {}", path.display()))?;
+    veil_attestation::Policy::from_toml(&text).with_context(|| format!("policy {}", path.display()))
 }
 
 fn parse_range(s: &str) -> Result<LayerRange, String> {
@@ -260,6 +282,20 @@ fn run() -> anyhow::Result<()> {
                     slice.manifest().len(),
                     hex::encode(slice.manifest().metadata)
                 );
+            }
+        }
+        Command::ConfigDigest { config, base64 } => {
+            let route = crate::pipeline::route::Route::load(&config)?;
+            if let Some(i) = route.stages.iter().position(|s| s.manifest_root.is_none()) {
+                anyhow::bail!("stage {i} has no manifest_root: complete the route first (veil-shard prepare)");
+            }
+            let policy = read_policy(&route.policy)?;
+            let digest = route.config_digest(&policy);
+            if base64 {
+                use base64::Engine as _;
+                println!("{}", base64::engine::general_purpose::STANDARD.encode(digest));
+            } else {
+                println!("{}", hex::encode(digest));
             }
         }
         Command::Generate(args) => match args.entry {

@@ -42,6 +42,9 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         ));
     }
     let attester: std::sync::Arc<dyn veil_attestation::Attester> = attester.into();
+    if args.bind_config {
+        check_config_binding(&route, attester.as_ref())?;
+    }
     // The entry's sealing key is made before its evidence, which binds the key's hash.
     // A fresh key id per start, so clients holding the previous key get a
     // "wrong key" answer (and re-verify) rather than an undecryptable request.
@@ -113,4 +116,28 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         entry::serve_generate(e, listener).await;
         Ok(())
     })
+}
+
+/// `--bind-config`: this shard's own report must carry, in HOST_DATA, the
+/// digest of the route and peer policy it was handed.
+fn check_config_binding(
+    route: &crate::pipeline::route::Route,
+    attester: &dyn veil_attestation::Attester,
+) -> anyhow::Result<()> {
+    let policy = super::read_policy(&route.policy)?;
+    let want = route.config_digest(&policy);
+    let claims = veil_attestation::Claims { software_version: env!("CARGO_PKG_VERSION").into(), ..Default::default() };
+    let bundle = attester.evidence(&claims).context("reading this shard's own report")?;
+    let report = veil_attestation::snp::SnpReport::from_bytes(&bundle.report)
+        .map_err(|e| anyhow::anyhow!("this shard's own report: {e}"))?;
+    if report.host_data() != want {
+        anyhow::bail!(
+            "HOST_DATA {} does not commit to this route and peer policy (their digest is {}): \
+             the configuration was not the one this guest was launched for",
+            hex::encode(report.host_data()),
+            hex::encode(want)
+        );
+    }
+    tracing::info!(host_data = %hex::encode(want), "HOST_DATA commits to this route and its peer policy");
+    Ok(())
 }

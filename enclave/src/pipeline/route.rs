@@ -316,6 +316,39 @@ impl Route {
     }
 }
 
+impl Route {
+    /// The digest a shard's SEV-SNP `HOST_DATA` must equal when the route and
+    /// its peer policy are bound through it (`veil-shard serve --bind-config`,
+    /// `veil-shard config-digest`): SHA-256 over a domain separator, the route
+    /// in canonical TOML with every file path left out (the weights are pinned
+    /// by manifest roots, the policy by its content), and the peer policy's
+    /// canonical encoding. The same route and policy give the same digest on
+    /// every machine, whatever directory they sit in.
+    pub fn config_digest(&self, policy: &veil_attestation::Policy) -> [u8; 32] {
+        use sha2::{Digest, Sha256};
+        let mut file = RouteFile::from(self);
+        file.model.clear();
+        file.policy.clear();
+        file.simulated_root = None;
+        if let Some(sp) = file.speculation.as_mut() {
+            sp.draft_model = None;
+        }
+        let route = file.to_toml();
+        let policy = policy.canonical_bytes();
+        Sha256::new()
+            .chain_update(CONFIG_DIGEST_DOMAIN)
+            .chain_update((route.len() as u64).to_le_bytes())
+            .chain_update(route.as_bytes())
+            .chain_update((policy.len() as u64).to_le_bytes())
+            .chain_update(&policy)
+            .finalize()
+            .into()
+    }
+}
+
+/// Domain separator of [`Route::config_digest`].
+pub const CONFIG_DIGEST_DOMAIN: &[u8] = b"veil/route-config/v1\0";
+
 impl From<&Route> for RouteFile {
     fn from(r: &Route) -> Self {
         let path = |p: &Path| p.display().to_string();
@@ -381,6 +414,27 @@ layers = [10, 30]
 manifest_root = "0101010101010101010101010101010101010101010101010101010101010101"
 replicas = ["127.0.0.1:7720", "127.0.0.1:7721"]
 "#;
+
+    #[test]
+    fn the_config_digest_covers_what_decides_trust_and_no_path() {
+        let base = Path::new("/srv/a");
+        let r = Route::parse(OK, base).unwrap();
+        let p = veil_attestation::Policy::default();
+        let d = r.config_digest(&p);
+        // Other directories and file names: the same digest.
+        let moved = OK.replace("m.gguf", "/elsewhere/model.gguf").replace("/etc/veil/policy.toml", "p.toml");
+        assert_eq!(Route::parse(&moved, Path::new("/other")).unwrap().config_digest(&p), d);
+        // A replica, a manifest pin, a setting, or the policy: another digest.
+        for changed in [
+            OK.replace("127.0.0.1:7721", "127.0.0.1:7722"),
+            OK.replace("0101010101", "0202020202"),
+            format!("prefill_chunk = 32\n{OK}"),
+        ] {
+            assert_ne!(Route::parse(&changed, base).unwrap().config_digest(&p), d, "{changed}");
+        }
+        let weaker = veil_attestation::Policy { allow_debug: true, ..veil_attestation::Policy::default() };
+        assert_ne!(r.config_digest(&weaker), d);
+    }
 
     #[test]
     fn parses_resolves_and_round_trips() {

@@ -19,6 +19,10 @@ pub struct ClusterArgs {
     /// Route file (see deploy/local/cluster.toml).
     #[arg(long)]
     pub config: PathBuf,
+    /// Start every shard with `--bind-config`: each refuses to start unless its HOST_DATA
+    /// commits to the route and peer policy it is handed (`veil-shard config-digest`).
+    #[arg(long)]
+    pub bind_config: bool,
     /// The `veil-shard` binary (default: next to this one).
     #[arg(long)]
     pub shard_bin: Option<PathBuf>,
@@ -181,7 +185,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
                 }
             }
             if s.child.is_none() && s.restart_at.is_some_and(|t| Instant::now() >= t) {
-                match spawn(&shard_bin, &route, s.stage, s.replica, &cluster_id) {
+                match spawn(&shard_bin, &route, s.stage, s.replica, &cluster_id, args.bind_config) {
                     Ok(child) => {
                         tracing::info!(
                             stage = s.stage,
@@ -258,12 +262,20 @@ fn rand_id() -> [u8; 16] {
     b
 }
 
-fn spawn(bin: &Path, route: &Path, stage: usize, replica: usize, cluster_id: &str) -> std::io::Result<Child> {
+fn spawn(
+    bin: &Path,
+    route: &Path,
+    stage: usize,
+    replica: usize,
+    cluster_id: &str,
+    bind_config: bool,
+) -> std::io::Result<Child> {
     Command::new(bin)
         .env("VEIL_CLUSTER_ID", cluster_id)
         .args(["serve", "--config"])
         .arg(route)
         .args(["--stage", &stage.to_string(), "--replica", &replica.to_string(), "--supervised"])
+        .args(bind_config.then_some("--bind-config"))
         .stdin(Stdio::piped())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit())
