@@ -813,6 +813,24 @@ fn a_policy_from_reproduced_values_accepts_the_cluster_and_refuses_changed_weigh
         assert!(table.lines().any(|l| l.contains("host_data") && l.contains("PASS")), "{table}");
     }
     {
+        // A stage behind a forwarded address (a Kubernetes Service IP): it
+        // listens on --listen, not on its address in the route.
+        let listen = port();
+        let log = dir.join("listen.log");
+        let _shard = Stopped(
+            Command::new(&shard)
+                .args(["serve", "--config", &path(&dir.join("bound.toml")), "--stage", "1", "--listen"])
+                .arg(listen.to_string())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let text = wait_for(&log, "shard listening", 1);
+        assert!(text.contains(&listen.to_string()), "{text}");
+        assert!(TcpStream::connect(listen).is_ok());
+        assert!(TcpStream::connect(ports[3]).is_err(), "the route's address is not bound");
+    }
+    {
         // The host hands the shards another peer policy: they refuse to start.
         let weak = dir.join("weak-policy.toml");
         let (mut cluster, _, log) = start_bound("bound-weak", &bound(&weak));

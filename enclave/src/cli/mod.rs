@@ -140,6 +140,10 @@ struct ServeArgs {
     /// the configuration that decides trust is then the one clients pin, not one the host swapped.
     #[arg(long)]
     bind_config: bool,
+    /// Listen here instead of on this replica's address in the route (when the network forwards
+    /// that address here: a Kubernetes Service IP, a NAT). Stages after the entry only.
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<std::net::SocketAddr>,
 }
 
 #[derive(Debug, clap::Args)]

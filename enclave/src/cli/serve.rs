@@ -71,7 +71,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     runtime.block_on(async move {
         if args.stage > 0 {
-            return shard::serve(route, args.stage, args.replica, loaded).await;
+            return shard::serve(route, args.stage, args.replica, loaded, args.listen).await;
         }
         let tokenizer = loaded.tokenizer.context("the entry's tokenizer was not loaded")?;
         let addr = route.stages[0].replicas[0];

@@ -154,14 +154,26 @@ pub fn watch(
 }
 
 /// Serves stage `stage` (≥ 1) at replica address `replica` until the process ends.
-pub async fn serve(route: Route, stage: usize, replica: usize, loaded: Loaded) -> anyhow::Result<()> {
+///
+/// Listens on the replica's address in the route, or on `bind` when the
+/// route's address is one the network forwards here (a Kubernetes Service IP,
+/// a NAT): peers still dial the route's address, and RA-TLS makes the
+/// forwarding irrelevant to trust.
+pub async fn serve(
+    route: Route,
+    stage: usize,
+    replica: usize,
+    loaded: Loaded,
+    bind: Option<std::net::SocketAddr>,
+) -> anyhow::Result<()> {
     if stage == 0 {
         anyhow::bail!("stage 0 is the entry: serve it with the entry server");
     }
-    let addr = *route.stages[stage]
+    let advertised = *route.stages[stage]
         .replicas
         .get(replica)
         .ok_or_else(|| anyhow::anyhow!("stage {stage} has no replica {replica}"))?;
+    let addr = bind.unwrap_or(advertised);
     let listener = listen(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
     let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
