@@ -832,3 +832,17 @@ fn canary_answers_tell_a_requantized_model_from_the_reference() {
     assert!(first_divergence(&reference, &answers[..1]).iter().skip(1).all(Option::is_some));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The Kubernetes dev overlay's route pins the reference model's manifest
+/// roots; they must be the ones its weights hash to, or no shard would start.
+#[test]
+fn the_k8s_dev_route_pins_the_reference_models_manifest_roots() {
+    let Some(path) = model_path() else { return };
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/k8s/overlays/dev");
+    let route = veil_enclave::pipeline::route::Route::load(&dir.join("route.toml")).unwrap();
+    for stage in &route.stages {
+        let (a, b) = stage.layers;
+        let slice = LayerSlice::load(&path, a as usize..b as usize).unwrap();
+        assert_eq!(stage.manifest_root, Some(slice.manifest().root()), "layers {a}..{b}");
+    }
+}
