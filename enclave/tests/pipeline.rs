@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use cluster::{greedy, local, model_path, Cluster};
 use veil_enclave::generate::{Generation, LocalModel};
-use veil_enclave::pipeline::entry::{GenerateEvent, GenerateWire};
+use veil_enclave::pipeline::entry::{Failure, GenerateEvent, GenerateWire};
 
 fn fixture_prompts() -> Vec<Vec<u32>> {
     let v: serde_json::Value = serde_json::from_str(include_str!("../testdata/llamacpp_fixtures.json")).unwrap();
@@ -99,7 +99,8 @@ fn a_killed_shard_with_a_replica_is_routed_around_without_changing_the_stream() 
                         }
                     }
                     GenerateEvent::Done(g) => return Ok(g),
-                    GenerateEvent::Error(e) | GenerateEvent::Refused(e) => return Err(e),
+                    GenerateEvent::Error(f) => return Err(f.message),
+                    GenerateEvent::Refused(e) => return Err(e),
                 }
             }
             Err("closed".to_owned())
@@ -139,7 +140,9 @@ fn a_killed_shard_without_a_replica_ends_the_stream_with_a_clear_error_in_second
                 }
                 GenerateEvent::Text(_) => {}
                 GenerateEvent::Done(_) => return Err("finished despite the dead shard".to_owned()),
-                GenerateEvent::Error(e) | GenerateEvent::Refused(e) => return Ok((e, Instant::now())),
+                GenerateEvent::Error(Failure { message: e, .. }) | GenerateEvent::Refused(e) => {
+                    return Ok((e, Instant::now()))
+                }
             }
         }
         Err("closed without an error".to_owned())

@@ -225,7 +225,7 @@ fn root_b_ark(root: &SimulatedAttester) -> [u8; 32] {
 #[test]
 fn fail_over_goes_only_to_replicas_under_the_attested_policy() {
     use std::io::{BufRead, Write};
-    use veil_enclave::pipeline::entry::GenerateEvent;
+    use veil_enclave::pipeline::entry::{Failure, GenerateEvent};
     let Some(path) = model_path() else { return };
     let mut c = Cluster::new("failover-policy", &path, &[10, 20], &[1, 2, 1]);
     // Replica 1 of the middle stage runs with another peer policy (one more
@@ -261,7 +261,7 @@ fn fail_over_goes_only_to_replicas_under_the_attested_policy() {
                 }
                 GenerateEvent::Text(_) => {}
                 GenerateEvent::Done(_) => return Err("finished without the only good replica".to_owned()),
-                GenerateEvent::Error(e) | GenerateEvent::Refused(e) => return Ok(e),
+                GenerateEvent::Error(Failure { message: e, .. }) | GenerateEvent::Refused(e) => return Ok(e),
             }
         }
         Err("closed without an error".to_owned())
@@ -414,7 +414,8 @@ fn losing_the_last_stage_mid_stream_keeps_sampled_and_speculating_streams_unchan
                         }
                     }
                     GenerateEvent::Done(g) => return Ok(g),
-                    GenerateEvent::Error(e) | GenerateEvent::Refused(e) => return Err(e),
+                    GenerateEvent::Error(f) => return Err(f.message),
+                    GenerateEvent::Refused(e) => return Err(e),
                 }
             }
             Err("closed".to_owned())

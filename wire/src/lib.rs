@@ -18,7 +18,8 @@ pub mod http;
 pub mod route;
 
 /// Who is to blame for a failed request, and so the HTTP status it gets.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Blame {
     /// The request itself is malformed or invalid: the caller's to fix.

@@ -32,7 +32,8 @@ use veil_attestation::{Attester, Claims, Nonce, Policy};
 
 use super::openai::{self, ApiError, Call, Ids, Kind, Route, Usage};
 use super::seal::{ResponseSealer, SealError, SealKey, MAX_SEALED_REQUEST};
-use crate::pipeline::entry::{Entry, GenerateEvent};
+use crate::pipeline::entry::{Entry, Failure, GenerateEvent};
+use veil_wire::Blame;
 
 use veil_wire::http::{ATTESTATION_PATH, EVENT_STREAM_TYPE, HEALTH_PATH, JSON_TYPE, METRICS_PATH, SEALED_PATH};
 pub use veil_wire::http::{ROUTE_FIELD, SEALED_REQUEST_TYPE, SEALED_RESPONSE_TYPE};
@@ -282,13 +283,17 @@ impl Gateway {
                         sealer.body(&openai::pad_body(body)).await?;
                         return sealer.finish().await;
                     }
-                    GenerateEvent::Error(e) => return respond(sealer, 503, JSON_TYPE, &server_error(&e).body()).await,
+                    GenerateEvent::Error(f) => {
+                        let e = server_error(&f);
+                        return respond(sealer, e.status, JSON_TYPE, &e.body()).await;
+                    }
                     GenerateEvent::Refused(e) => {
                         return respond(sealer, 400, JSON_TYPE, &ApiError::invalid("request", e).body()).await
                     }
                 }
             }
-            return respond(sealer, 503, JSON_TYPE, &server_error("generation ended").body()).await;
+            let ended = Failure { message: "generation ended".into(), blame: Blame::Pipeline };
+            return respond(sealer, Blame::Pipeline.status(), JSON_TYPE, &server_error(&ended).body()).await;
         }
         sealer.head(200, &[("content-type", EVENT_STREAM_TYPE), ("cache-control", "no-cache")]).await?;
         let mut first = true;
@@ -309,8 +314,8 @@ impl Gateway {
                     let route = routes_used();
                     return sealer.finish_with_trailer(&[(ROUTE_FIELD, route.as_str())]).await;
                 }
-                GenerateEvent::Error(e) => {
-                    sealer.body(&openai::sse_error(&server_error(&e))).await?;
+                GenerateEvent::Error(f) => {
+                    sealer.body(&openai::sse_error(&server_error(&f))).await?;
                     return sealer.finish().await;
                 }
                 GenerateEvent::Refused(e) => {
@@ -323,8 +328,15 @@ impl Gateway {
     }
 }
 
-fn server_error(message: &str) -> ApiError {
-    ApiError { status: 503, kind: "server_error", param: None, message: message.to_owned() }
+/// An accepted request that failed, as the OpenAI error its blame calls for.
+fn server_error(f: &Failure) -> ApiError {
+    let kind = match f.blame {
+        Blame::Request => "invalid_request_error",
+        Blame::Busy => "rate_limit_error",
+        Blame::Timeout => "timeout",
+        _ => "server_error",
+    };
+    ApiError { status: f.blame.status(), kind, param: None, message: f.message.clone() }
 }
 
 async fn respond(mut sealer: ResponseSealer, status: u16, content_type: &str, body: &[u8]) -> Result<(), SealError> {

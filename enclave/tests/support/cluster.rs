@@ -195,7 +195,8 @@ impl Cluster {
             match serde_json::from_str::<GenerateEvent>(&line.unwrap()).unwrap() {
                 GenerateEvent::Text(t) => on_text(&t),
                 GenerateEvent::Done(g) => return Ok(g),
-                GenerateEvent::Error(e) | GenerateEvent::Refused(e) => return Err(e),
+                GenerateEvent::Error(f) => return Err(f.message),
+                GenerateEvent::Refused(e) => return Err(e),
             }
         }
         Err("connection closed".into())

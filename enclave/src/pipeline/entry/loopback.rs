@@ -113,6 +113,21 @@ impl GenerateWire {
     }
 }
 
+/// Why an accepted request failed.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct Failure {
+    /// What failed (no prompt or output text).
+    pub message: String,
+    /// Who is to blame (the HTTP status).
+    pub blame: veil_wire::Blame,
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// One line of the endpoint's answer.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -121,8 +136,9 @@ pub enum GenerateEvent {
     Text(String),
     /// Finished.
     Done(Generation),
-    /// Failed in the pipeline (a shard, capacity); the message names the cause.
-    Error(String),
+    /// Failed after it was accepted (a shard, capacity, a deadline); the
+    /// message names the cause, the blame decides the status.
+    Error(Failure),
     /// Refused: the request itself is invalid (the caller's to fix; a 400).
     Refused(String),
 }

@@ -35,7 +35,7 @@ pub mod session;
 mod speculation;
 
 use control::Replica;
-pub use loopback::{serve_generate, GenerateEvent, GenerateWire, SpeculationRequest, MAX_REQUEST_BYTES};
+pub use loopback::{serve_generate, Failure, GenerateEvent, GenerateWire, SpeculationRequest, MAX_REQUEST_BYTES};
 pub use metrics::SpecCounters;
 use session::{Action, Env, SessionConfig, SessionCore, SessionError, SessionEvent, SessionStart, SpecState};
 use speculation::Drafting;
@@ -331,7 +331,7 @@ impl Entry {
             Err(e) => GenerateEvent::Refused(e),
             Ok(admitted) => match self.run_session(req, admitted, &out, routes.as_ref()).await {
                 Ok(g) => GenerateEvent::Done(g),
-                Err(e) => GenerateEvent::Error(e.to_string()),
+                Err(e) => GenerateEvent::Error(Failure { message: e.to_string(), blame: e.blame() }),
             },
         };
         let _ = out.send(event);

@@ -138,6 +138,24 @@ pub enum SessionError {
     ShuttingDown,
 }
 
+impl SessionError {
+    /// Who is to blame, and so the status a client gets.
+    pub fn blame(&self) -> veil_wire::Blame {
+        use veil_wire::Blame;
+        match self {
+            SessionError::ClientGone => Blame::Request,
+            SessionError::Deadline(_) => Blame::Timeout,
+            SessionError::Text(_) | SessionError::WorkerStopped => Blame::Internal,
+            SessionError::NoReplica { .. }
+            | SessionError::TooManyReroutes
+            | SessionError::Shard { .. }
+            | SessionError::KvLengths { .. }
+            | SessionError::ShortVerdict { .. }
+            | SessionError::ShuttingDown => Blame::Pipeline,
+        }
+    }
+}
+
 /// The route settings a session runs under.
 #[derive(Debug, Clone)]
 pub struct SessionConfig {

@@ -358,3 +358,14 @@ fn a_gone_client_or_a_passed_deadline_ends_the_session_at_the_next_round() {
     core.handle(verdict(1, 1, &[B]), h.t0);
     assert_eq!(failed(&drain(&mut core, h.env(601))), Some(&SessionError::Deadline(600)));
 }
+
+#[test]
+fn failures_are_blamed_on_who_caused_them() {
+    use veil_wire::Blame;
+    assert_eq!(SessionError::Deadline(600).blame(), Blame::Timeout);
+    assert_eq!(SessionError::ClientGone.blame(), Blame::Request);
+    assert_eq!(SessionError::TooManyReroutes.blame(), Blame::Pipeline);
+    assert_eq!(SessionError::ShortVerdict { got: 1, want: 2 }.blame(), Blame::Pipeline);
+    assert_eq!(SessionError::Text("bad utf-8".into()).blame(), Blame::Internal);
+    assert_eq!(Blame::Timeout.status(), 504);
+}
