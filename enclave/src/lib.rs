@@ -30,5 +30,6 @@ pub mod gateway;
 pub mod generate;
 pub mod link;
 pub mod model;
+pub mod node;
 pub mod pipeline;
 pub mod speculate;

@@ -42,6 +42,21 @@ fn three_and_five_shard_clusters_equal_one_process() {
     }
 }
 
+/// The node library (what `veil-shard serve` runs) started in-process, as
+/// tests and benchmarks can: a 3-stage route equals one process.
+#[test]
+fn an_in_process_route_of_nodes_equals_one_process() {
+    let Some(path) = model_path() else { return };
+    let (model, tok) = LocalModel::load(&path, &[]).unwrap();
+    let c = Cluster::new("in-process", &path, &[10, 20], &[1, 1, 1]);
+    let _rt = c.start_in_process();
+    for prompt in fixture_prompts().iter().take(2) {
+        let req = greedy(prompt, 24);
+        // The entry answers once every stage has a verified link; it waits for them.
+        assert_eq!(c.generate(&req).unwrap(), local(&model, &tok, &req));
+    }
+}
+
 #[test]
 fn sixteen_concurrent_sessions_each_equal_running_alone() {
     let Some(path) = model_path() else { return };
@@ -196,7 +211,7 @@ fn a_neighbour_with_other_weights_is_refused_before_any_activation() {
 #[test]
 fn malformed_and_out_of_order_frames_drop_only_that_link() {
     use veil_attestation::ratls::{self, RaTlsIdentity, RaTlsVerifier};
-    use veil_attestation::{ExpectedClaims, LayerRange, ManifestRoot, SimulatedAttester};
+    use veil_attestation::{ExpectedClaims, LayerRange, SimulatedAttester};
     use veil_enclave::link::frame::{Frame, Hello, LinkRole, PROTOCOL_VERSION};
 
     let Some(path) = model_path() else { return };
@@ -233,7 +248,7 @@ fn malformed_and_out_of_order_frames_drop_only_that_link() {
     for attack in attacks {
         let closed = rt.block_on(async {
             let mut claims = veil_enclave::attest::claims(Some(LayerRange::new(0, 10).unwrap()), None);
-            claims.manifest_root = stage0.manifest_root.map(ManifestRoot);
+            claims.manifest_root = stage0.manifest_root;
             // Attested as the route's entry: same peer policy, same shape.
             claims.peer_policy = Some(policy.digest());
             claims.route_shape = Some(c.route.shape(30).unwrap().digest());

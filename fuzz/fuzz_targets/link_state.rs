@@ -13,7 +13,11 @@ fuzz_target!(|data: &[u8]| {
     let require = if mode & 2 == 0 {
         PeerRequirement { role: None, layers: None, manifest_root: None }
     } else {
-        PeerRequirement { role: Some(LinkRole::Data), layers: Some((0, 10)), manifest_root: Some([1; 32]) }
+        PeerRequirement {
+            role: Some(LinkRole::Data),
+            layers: veil_attestation::LayerRange::new(0, 10).ok(),
+            manifest_root: Some(veil_attestation::ManifestRoot([1; 32])),
+        }
     };
     let mut state = LinkState::new(side, require);
     let mut d = FrameDecoder::new(1 << 20);

@@ -37,6 +37,13 @@ fn write_floors(dir: &Path, floors: &BTreeMap<String, u64>) -> Result<(), String
     std::fs::rename(&tmp, dir.join(FLOORS)).map_err(|e| format!("{}: {e}", dir.display()))
 }
 
+/// Reads a policy TOML file (no bundle): the one loader for commands that
+/// edit or explain a policy file.
+pub fn read_toml(path: &Path) -> Result<Policy, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Policy::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+}
+
 /// Reads the policy at `path`: TOML, or a signed bundle verified with the
 /// public key at `key` (required then) whose version is not below the
 /// highest accepted before from that publisher; the floor is then raised.

@@ -2,8 +2,6 @@
 //! warning for each one weaker than a production policy should be. Exit 0
 //! with no warnings, 1 with warnings, 2 when the file is not a valid policy.
 
-use veil_attestation::Policy;
-
 use super::{Exit, PolicyCheckArgs};
 
 fn yes(b: bool) -> &'static str {
@@ -16,13 +14,10 @@ fn yes(b: bool) -> &'static str {
 
 /// Runs the command.
 pub fn run(args: &PolicyCheckArgs) -> Exit {
-    let policy = match std::fs::read_to_string(&args.policy)
-        .map_err(|e| e.to_string())
-        .and_then(|t| Policy::from_toml(&t).map_err(|e| e.to_string()))
-    {
+    let policy = match super::policy_bundle::read_toml(&args.policy) {
         Ok(p) => p,
         Err(e) => {
-            eprintln!("veil policy check: {}: {e}", args.policy.display());
+            eprintln!("veil policy check: {e}");
             return Exit::Unreadable;
         }
     };

@@ -14,22 +14,19 @@ use super::{Exit, PolicyEdit, PolicyNewArgs};
 
 /// Reads `path`, applies `change`, validates, writes it back.
 pub(super) fn edit(path: &Path, cmd: &str, change: impl FnOnce(&mut Policy) -> Result<(), String>) -> Exit {
-    let result = std::fs::read_to_string(path)
-        .map_err(|e| e.to_string())
-        .and_then(|t| Policy::from_toml(&t).map_err(|e| e.to_string()))
-        .and_then(|mut p| {
-            change(&mut p)?;
-            p.validate().map_err(|e| e.to_string())?;
-            std::fs::write(path, p.to_toml()).map_err(|e| e.to_string())?;
-            Ok(p)
-        });
+    let result = super::policy_bundle::read_toml(path).and_then(|mut p| {
+        change(&mut p)?;
+        p.validate().map_err(|e| e.to_string())?;
+        std::fs::write(path, p.to_toml()).map_err(|e| e.to_string())?;
+        Ok(p)
+    });
     match result {
         Ok(p) => {
             eprintln!("veil {cmd}: {} updated (peer-policy digest {})", path.display(), p.digest());
             Exit::Accepted
         }
         Err(e) => {
-            eprintln!("veil {cmd}: {}: {e}", path.display());
+            eprintln!("veil {cmd}: {e}");
             Exit::Unreadable
         }
     }
@@ -83,8 +80,7 @@ pub fn run(cmd: &PolicyEdit) -> Exit {
             Ok(())
         }),
         PolicyEdit::AddPeerPolicy { policy, peer } => edit(policy, "policy add-peer-policy", |p| {
-            let text = std::fs::read_to_string(peer).map_err(|e| format!("{}: {e}", peer.display()))?;
-            let d = Policy::from_toml(&text).map_err(|e| format!("{}: {e}", peer.display()))?.digest();
+            let d = super::policy_bundle::read_toml(peer)?.digest();
             if !p.peer_policies.contains(&d) {
                 p.peer_policies.push(d);
             }

@@ -203,12 +203,6 @@ struct GenerateArgs {
     draft_k: Option<usize>,
 }
 
-/// The route's peer policy, parsed.
-fn read_policy(path: &std::path::Path) -> anyhow::Result<veil_attestation::Policy> {
-    let text = std::fs::read_to_string(path).with_context(|| format!("reading policy {}", path.display()))?;
-    veil_attestation::Policy::from_toml(&text).with_context(|| format!("policy {}", path.display()))
-}
-
 fn parse_range(s: &str) -> Result<LayerRange, String> {
     let (a, b) = s.split_once("..").ok_or("expected START..END")?;
     LayerRange::new(a.parse().map_err(|_| "bad start")?, b.parse().map_err(|_| "bad end")?)
@@ -293,7 +287,7 @@ fn run() -> anyhow::Result<()> {
             if let Some(i) = route.stages.iter().position(|s| s.manifest_root.is_none()) {
                 anyhow::bail!("stage {i} has no manifest_root: complete the route first (veil-shard prepare)");
             }
-            let policy = read_policy(&route.policy)?;
+            let policy = crate::pipeline::shard::load_policy(&route.policy)?;
             let digest = route.config_digest(&policy);
             if base64 {
                 use base64::Engine as _;

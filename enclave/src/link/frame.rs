@@ -8,6 +8,7 @@
 //! which the link is dropped.
 
 use half::{bf16, f16};
+use veil_attestation::{LayerRange, ManifestRoot};
 
 /// Version spoken by this build; peers must match exactly (2: padded
 /// forward frames).
@@ -50,9 +51,9 @@ pub struct Hello {
     /// What the link is for.
     pub role: LinkRole,
     /// Layers the sender serves, `[start, end)`.
-    pub layers: (u32, u32),
+    pub layers: LayerRange,
     /// Manifest root of the sender's slice.
-    pub manifest_root: [u8; 32],
+    pub manifest_root: ManifestRoot,
 }
 
 /// Which positions of a forward frame need a verdict from the last shard.
@@ -329,9 +330,9 @@ impl Frame {
                     LinkRole::Data => 1,
                     LinkRole::Control => 2,
                 });
-                w.u32(h.layers.0);
-                w.u32(h.layers.1);
-                w.0.extend_from_slice(&h.manifest_root);
+                w.u32(h.layers.start());
+                w.u32(h.layers.end());
+                w.0.extend_from_slice(&h.manifest_root.0);
             }
             Self::Forward(f) => {
                 w.u8(KIND_FORWARD);
@@ -461,12 +462,10 @@ impl Frame {
                     2 => LinkRole::Control,
                     other => return Err(r.bad(format!("link role {other}"))),
                 };
-                let layers = (r.u32()?, r.u32()?);
-                if layers.0 >= layers.1 {
-                    return Err(r.bad("empty layer range"));
-                }
-                let mut manifest_root = [0u8; 32];
-                manifest_root.copy_from_slice(r.take(32)?);
+                let (start, end) = (r.u32()?, r.u32()?);
+                let layers = LayerRange::new(start, end).map_err(|_| r.bad("empty layer range"))?;
+                let mut manifest_root = ManifestRoot([0u8; 32]);
+                manifest_root.0.copy_from_slice(r.take(32)?);
                 Self::Hello(Hello { version, role, layers, manifest_root })
             }
             KIND_FORWARD => decode_forward(&mut r)?,
@@ -720,8 +719,8 @@ mod tests {
             Frame::Hello(Hello {
                 version: PROTOCOL_VERSION,
                 role: LinkRole::Data,
-                layers: (10, 20),
-                manifest_root: [9; 32],
+                layers: LayerRange::new(10, 20).unwrap(),
+                manifest_root: ManifestRoot([9; 32]),
             }),
             Frame::Forward(forward(Precision::F32)),
             Frame::Forward(forward(Precision::F16)),

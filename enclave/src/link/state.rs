@@ -4,6 +4,8 @@
 
 use std::collections::HashMap;
 
+use veil_attestation::{LayerRange, ManifestRoot};
+
 use super::frame::{Frame, Hello, LinkRole, PROTOCOL_VERSION};
 
 /// Which end of the link we are.
@@ -21,9 +23,9 @@ pub struct PeerRequirement {
     /// The role the link must have (acceptors may take either: `None`).
     pub role: Option<LinkRole>,
     /// The layers the peer must serve, when pinned.
-    pub layers: Option<(u32, u32)>,
+    pub layers: Option<LayerRange>,
     /// The manifest root the peer must have loaded, when pinned.
-    pub manifest_root: Option<[u8; 32]>,
+    pub manifest_root: Option<ManifestRoot>,
 }
 
 /// Why a peer broke the protocol.
@@ -105,10 +107,7 @@ impl LinkState {
             }
             if let Some(layers) = self.require.layers {
                 if h.layers != layers {
-                    return Err(Violation::WrongPeer(format!(
-                        "serves layers {}..{}, the route says {}..{}",
-                        h.layers.0, h.layers.1, layers.0, layers.1
-                    )));
+                    return Err(Violation::WrongPeer(format!("serves layers {}, the route says {layers}", h.layers)));
                 }
             }
             if let Some(root) = self.require.manifest_root {
@@ -169,8 +168,9 @@ mod tests {
     use super::super::frame::{Forward, Precision, Want};
     use super::*;
 
-    fn hello(role: LinkRole, layers: (u32, u32), root: u8) -> Frame {
-        Frame::Hello(Hello { version: PROTOCOL_VERSION, role, layers, manifest_root: [root; 32] })
+    fn hello(role: LinkRole, (a, b): (u32, u32), root: u8) -> Frame {
+        let layers = LayerRange::new(a, b).unwrap();
+        Frame::Hello(Hello { version: PROTOCOL_VERSION, role, layers, manifest_root: ManifestRoot([root; 32]) })
     }
 
     fn forward(session: u64, seq: u64) -> Frame {
@@ -204,7 +204,11 @@ mod tests {
     }
 
     fn require() -> PeerRequirement {
-        PeerRequirement { role: None, layers: Some((0, 10)), manifest_root: Some([1; 32]) }
+        PeerRequirement {
+            role: None,
+            layers: Some(LayerRange::new(0, 10).unwrap()),
+            manifest_root: Some(ManifestRoot([1; 32])),
+        }
     }
 
     #[test]
@@ -226,7 +230,9 @@ mod tests {
         let mut s = LinkState::new(Side::Acceptor, require());
         assert!(matches!(s.on_receive(&hello(LinkRole::Data, (0, 11), 1)), Err(Violation::WrongPeer(_))));
         let mut bad_version = LinkState::new(Side::Acceptor, require());
-        let old = Frame::Hello(Hello { version: 0, role: LinkRole::Data, layers: (0, 10), manifest_root: [1; 32] });
+        let layers = LayerRange::new(0, 10).unwrap();
+        let old =
+            Frame::Hello(Hello { version: 0, role: LinkRole::Data, layers, manifest_root: ManifestRoot([1; 32]) });
         assert!(matches!(bad_version.on_receive(&old), Err(Violation::Version { .. })));
         // A downstream shard may not send activations upstream.
         let mut s = LinkState::new(Side::Dialer, require());

@@ -44,8 +44,8 @@ pub fn prepare(mut route: Route) -> anyhow::Result<Route> {
     }
     for stage in &mut route.stages {
         if stage.manifest_root.is_none() {
-            let slice = LayerSlice::load(&route.model, stage.layers.0 as usize..stage.layers.1 as usize)?;
-            stage.manifest_root = Some(slice.manifest().root());
+            let slice = LayerSlice::load(&route.model, stage.layers.start() as usize..stage.layers.end() as usize)?;
+            stage.manifest_root = Some(veil_attestation::ManifestRoot(slice.manifest().root()));
         }
     }
     Ok(route)

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Mutex};
 use veil_attestation::ratls::{self, RaTlsIdentity, RaTlsVerifier, VerifiedPeer};
-use veil_attestation::{EvidenceBundle, ExpectedClaims, LayerRange, ManifestRoot, Policy, PolicyDigest, RouteDigest};
+use veil_attestation::{EvidenceBundle, ExpectedClaims, LayerRange, Policy, PolicyDigest, RouteDigest};
 
 use super::route::Stage;
 use crate::link::frame::{Frame, Hello, LinkRole, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
@@ -87,7 +87,7 @@ pub struct Trust {
 #[derive(Debug, Clone)]
 pub struct PeerInRole {
     peer: VerifiedPeer,
-    layers: (u32, u32),
+    layers: LayerRange,
 }
 
 impl PeerInRole {
@@ -96,7 +96,7 @@ impl PeerInRole {
         &self.peer
     }
     /// The layers it attested.
-    pub fn layers(&self) -> (u32, u32) {
+    pub fn layers(&self) -> LayerRange {
         self.layers
     }
 }
@@ -106,8 +106,8 @@ impl Trust {
     /// the RA-TLS verifier, so a mismatch fails the handshake by name).
     pub fn expected_for(&self, stage: Option<&Stage>) -> ExpectedClaims {
         ExpectedClaims {
-            layer_range: stage.and_then(|s| LayerRange::new(s.layers.0, s.layers.1).ok()),
-            manifest_root: stage.and_then(|s| s.manifest_root.map(ManifestRoot)),
+            layer_range: stage.map(|s| s.layers),
+            manifest_root: stage.and_then(|s| s.manifest_root),
             peer_policy: Some(self.peer_policy),
             route_shape: Some(self.route_shape),
             ..ExpectedClaims::default()
@@ -118,11 +118,10 @@ impl Trust {
     /// route (layers, manifest, peer policy, shape); the proof if so.
     pub fn attested_as(&self, peer: &VerifiedPeer, stage: &Stage) -> Result<PeerInRole, String> {
         let claims = peer.evidence().claims().ok_or("peer evidence carries no claims")?;
-        let range = claims.layer_range.map(|r| (r.start(), r.end()));
-        if range != Some(stage.layers) {
-            return Err(format!("attested layers {range:?}, expected {:?}", stage.layers));
+        if claims.layer_range != Some(stage.layers) {
+            return Err(format!("attested layers {:?}, expected {}", claims.layer_range, stage.layers));
         }
-        if claims.manifest_root.map(|r| r.0) != stage.manifest_root {
+        if claims.manifest_root != stage.manifest_root {
             return Err("attested manifest root differs from the route's".into());
         }
         if claims.peer_policy != Some(self.peer_policy) {

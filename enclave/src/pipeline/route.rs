@@ -37,6 +37,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use veil_attestation::{LayerRange, ManifestRoot};
 use veil_wire::route::{default_k_max, EntryFile, RouteFile, SpeculationFile, StageFile};
 
 use crate::link::frame::Precision;
@@ -100,9 +101,9 @@ impl Default for Speculation {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Stage {
     /// Layers `[start, end)`.
-    pub layers: (u32, u32),
+    pub layers: LayerRange,
     /// The manifest root every replica must have loaded (hex in the file).
-    pub manifest_root: Option<[u8; 32]>,
+    pub manifest_root: Option<ManifestRoot>,
     /// Shard addresses; any one of them serves the stage.
     pub replicas: Vec<SocketAddr>,
 }
@@ -220,19 +221,14 @@ impl Route {
             if i == 0 && s.replicas.len() != 1 {
                 return bad("stage 0 is the entry and has exactly one address".into());
             }
-            let manifest_root = match &s.manifest_root {
-                None => None,
-                Some(h) => {
-                    let bytes =
-                        hex::decode(h).map_err(|e| RouteError::Invalid(format!("stage {i} manifest_root: {e}")))?;
-                    Some(
-                        bytes
-                            .try_into()
-                            .map_err(|_| RouteError::Invalid(format!("stage {i} manifest_root is not 32 bytes")))?,
-                    )
-                }
-            };
-            stages.push(Stage { layers: (a, b), manifest_root, replicas: s.replicas.clone() });
+            let manifest_root = s
+                .manifest_root
+                .as_deref()
+                .map(str::parse::<ManifestRoot>)
+                .transpose()
+                .map_err(|e| RouteError::Invalid(format!("stage {i} manifest_root: {e}")))?;
+            let layers = LayerRange::new(a, b).map_err(RouteError::Invalid)?;
+            stages.push(Stage { layers, manifest_root, replicas: s.replicas.clone() });
         }
         let all: Vec<_> = stages
             .iter()
@@ -297,8 +293,8 @@ impl Route {
             .iter()
             .map(|s| {
                 Ok(veil_attestation::route::StageShape {
-                    layers: veil_attestation::LayerRange::new(s.layers.0, s.layers.1).map_err(RouteError::Invalid)?,
-                    manifest_root: veil_attestation::ManifestRoot(s.manifest_root.unwrap_or_default()),
+                    layers: s.layers,
+                    manifest_root: s.manifest_root.unwrap_or(ManifestRoot([0; 32])),
                 })
             })
             .collect::<Result<Vec<_>, RouteError>>()?;
@@ -388,8 +384,8 @@ impl From<&Route> for RouteFile {
                 .stages
                 .iter()
                 .map(|s| StageFile {
-                    layers: [s.layers.0, s.layers.1],
-                    manifest_root: s.manifest_root.map(hex::encode),
+                    layers: [s.layers.start(), s.layers.end()],
+                    manifest_root: s.manifest_root.map(|r| r.to_string()),
                     replicas: s.replicas.clone(),
                 })
                 .collect(),
@@ -442,7 +438,7 @@ replicas = ["127.0.0.1:7720", "127.0.0.1:7721"]
         assert_eq!(r.model, Path::new("/srv/veil/m.gguf"));
         assert_eq!(r.policy, Path::new("/etc/veil/policy.toml"));
         assert_eq!(r.stages.len(), 2);
-        assert_eq!(r.stages[1].manifest_root, Some([1; 32]));
+        assert_eq!(r.stages[1].manifest_root, Some(ManifestRoot([1; 32])));
         assert!(r.fully_pinned().is_err());
         let again = Route::parse(&r.to_toml(), Path::new("/")).unwrap();
         assert_eq!(again.stages, r.stages);

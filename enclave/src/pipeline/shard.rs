@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, Mutex};
 use veil_attestation::ratls::RaTlsIdentity;
 use veil_attestation::route::RouteShape;
-use veil_attestation::{Attester, LayerRange, ManifestRoot, Policy};
+use veil_attestation::{Attester, ManifestRoot, Policy};
 
 use super::net::{listen, Downstream, Trust};
 use super::route::Route;
@@ -70,22 +70,19 @@ pub fn load(
     // tokenizer come from the same parsed header, which the root covers.
     let mut gguf = GgufFile::open(&route.model)
         .map_err(|e| anyhow::anyhow!("cannot open the model {}: {e}", route.model.display()))?;
-    let slice = LayerSlice::from_gguf(&mut gguf, s.layers.0 as usize..s.layers.1 as usize)?;
+    let slice = LayerSlice::from_gguf(&mut gguf, s.layers.start() as usize..s.layers.end() as usize)?;
     let shape = route.shape(u32::try_from(slice.config().n_layer).unwrap_or(u32::MAX))?;
     let tokenizer = (stage == 0).then(|| crate::entry::tokenizer::Tokenizer::from_gguf(&gguf)).transpose()?;
-    let root = slice.manifest().root();
+    let root = ManifestRoot(slice.manifest().root());
     if Some(root) != s.manifest_root {
         anyhow::bail!(
-            "the weights loaded for layers {}..{} have manifest root {}, the route pins {}",
-            s.layers.0,
-            s.layers.1,
-            hex::encode(root),
-            s.manifest_root.map(hex::encode).unwrap_or_default()
+            "the weights loaded for layers {} have manifest root {root}, the route pins {}",
+            s.layers,
+            s.manifest_root.map(|r| r.to_string()).unwrap_or_default()
         );
     }
-    let mut claims =
-        crate::attest::claims(Some(LayerRange::new(s.layers.0, s.layers.1).map_err(anyhow::Error::msg)?), None);
-    claims.manifest_root = Some(ManifestRoot(root));
+    let mut claims = crate::attest::claims(Some(s.layers), None);
+    claims.manifest_root = Some(root);
     claims.hpke_config_hash = hpke_config_hash.map(veil_attestation::KeyHash);
     let (peer_policy, route_shape) = (policy.digest(), shape.digest());
     claims.peer_policy = Some(peer_policy);

@@ -64,7 +64,7 @@ impl Cluster {
             .windows(2)
             .zip(replicas)
             .map(|(w, &n)| Stage {
-                layers: (w[0], w[1]),
+                layers: veil_attestation::LayerRange::new(w[0], w[1]).unwrap(),
                 manifest_root: None,
                 replicas: (0..n).map(|_| free_port()).collect(),
             })
@@ -129,6 +129,44 @@ impl Cluster {
             }
         }
         self.wait_log(0, 0, "ready", 1);
+    }
+
+    /// Starts every shard in this process ([`veil_enclave::node::Node`], the
+    /// code `veil-shard serve` runs) on the returned runtime; waits until the
+    /// entry has a verified replica per stage.
+    #[allow(dead_code)]
+    pub fn start_in_process(&self) -> tokio::runtime::Runtime {
+        use veil_enclave::node::{Attestation, Node, NodeOptions};
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let mut entry = None;
+        for stage in (0..self.route.stages.len()).rev() {
+            for replica in 0..self.route.stages[stage].replicas.len() {
+                let options = NodeOptions {
+                    stage,
+                    replica,
+                    attestation: Attestation::for_route(&self.route, false, false).unwrap(),
+                    bind_config: false,
+                    listen: None,
+                };
+                let node = Node::load(self.route.clone(), options).unwrap();
+                node.watch_weights(|why| panic!("resident weights changed: {why}")).unwrap();
+                let _guard = rt.enter();
+                let task = rt.spawn(node.serve());
+                if stage == 0 {
+                    entry = Some(task);
+                }
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while TcpStream::connect(self.route.generate_listen).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "the in-process entry did not start: {:?}",
+                entry.map(|t| t.is_finished())
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        rt
     }
 
     /// Starts one process per stage (first replicas), each reaching the

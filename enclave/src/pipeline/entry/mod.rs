@@ -60,7 +60,7 @@ pub struct ShardEvidence {
     /// Replica index within the stage.
     pub replica: usize,
     /// Layers served.
-    pub layers: (u32, u32),
+    pub layers: veil_attestation::LayerRange,
     /// What the entry verified: the peer, in its role on this route.
     pub peer: PeerInRole,
     /// The bundle as the shard presented it, for clients to verify themselves.
@@ -262,7 +262,8 @@ impl Entry {
                         return Ok(route);
                     }
                     Some(s) if Instant::now() >= deadline => {
-                        let (first, end) = self.route.stages[s].layers;
+                        let l = self.route.stages[s].layers;
+                        let (first, end) = (l.start(), l.end());
                         return Err(SessionError::NoReplica { stage: s, first, end });
                     }
                     Some(_) => {}

@@ -1,0 +1,240 @@
+//! One Veil node — a shard of a route, or its entry — assembled as a library:
+//! the attester (simulated or SEV-SNP, with GPUs), the optional HOST_DATA
+//! check of the configuration, the entry's sealing key, the verified slice
+//! and links, and then the servers. `veil-shard serve` is this plus process
+//! concerns (exit codes, the supervisor's pipe); tests and benchmarks start
+//! nodes in-process with the same code.
+//!
+//! ```text
+//!  Node::load: attester ─▶ [--bind-config: own report's HOST_DATA = Route::config_digest]
+//!              ─▶ seal key (entry) ─▶ shard::load (slice, manifest, claims, Trust)
+//!  Node::serve: stage > 0 ─▶ shard::serve (data + control links)
+//!               stage 0   ─▶ Entry::start ─▶ Gateway (sealed) + loopback endpoint
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use veil_attestation::Attester;
+
+use crate::gateway::seal::SealKey;
+use crate::pipeline::route::Route;
+use crate::pipeline::shard::{self, Loaded};
+use crate::pipeline::{entry, net::Trust};
+
+/// Where a node's evidence comes from.
+#[derive(Clone, Debug)]
+pub enum Attestation {
+    /// Veil's simulated root in this directory (development), with this many simulated GPUs.
+    Simulated {
+        /// The simulated root.
+        root: PathBuf,
+        /// Simulated GPUs presented with every report.
+        gpus: u32,
+    },
+    /// The SEV-SNP guest (configfs-tsm); with `nvml_gpus`, every GPU NVML sees.
+    Hardware {
+        /// Collect GPU evidence through NVML (feature `hw`).
+        nvml_gpus: bool,
+    },
+}
+
+impl Attestation {
+    /// The route's choice: its simulated root, or hardware when `hardware`.
+    pub fn for_route(route: &Route, hardware: bool, nvml_gpus: bool) -> anyhow::Result<Self> {
+        match (&route.simulated_root, hardware) {
+            (_, true) => Ok(Self::Hardware { nvml_gpus }),
+            (Some(root), false) => Ok(Self::Simulated { root: root.clone(), gpus: route.simulated_gpus }),
+            (None, false) => anyhow::bail!("the route sets no simulated_root; use --hardware on SEV-SNP"),
+        }
+    }
+
+    fn attester(&self) -> anyhow::Result<Arc<dyn Attester>> {
+        use crate::attest::{self, Source};
+        match self {
+            Self::Hardware { nvml_gpus } => {
+                let cpu = attest::attester(&Source::Hardware { vmpl: 0 })?;
+                if !nvml_gpus {
+                    return Ok(cpu.into());
+                }
+                #[cfg(feature = "hw")]
+                {
+                    tracing::info!("collecting GPU evidence through NVML with every report");
+                    Ok(Arc::new(veil_attestation::gpu::CompositeAttester::new(
+                        cpu,
+                        veil_attestation::gpu::GpuSource::Nvml(veil_attestation::gpu::hw::NvmlGpuAttester),
+                    )))
+                }
+                #[cfg(not(feature = "hw"))]
+                anyhow::bail!("--nvml-gpus needs a veil-shard built with `--features hw`")
+            }
+            Self::Simulated { root, gpus } => {
+                let cpu = attest::attester(&Source::Simulated(root.clone()))?;
+                if *gpus == 0 {
+                    return Ok(cpu.into());
+                }
+                // Development: this CVM's GPUs are simulated too (fresh device keys
+                // per start); one bundle carries CPU and GPU evidence, bound both ways.
+                tracing::warn!(gpus, "using SIMULATED GPUs: GPU evidence proves nothing about hardware");
+                let devices = (0..*gpus)
+                    .map(|_| {
+                        let seed = veil_attestation::Nonce::random();
+                        veil_attestation::gpu::simulated::SimulatedGpu::from_seed(seed.as_bytes(), Default::default())
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Arc::new(veil_attestation::gpu::CompositeAttester::new(
+                    cpu,
+                    veil_attestation::gpu::GpuSource::Simulated(devices),
+                )))
+            }
+        }
+    }
+}
+
+/// How to run one node of a route.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    /// Stage to serve (0 = the entry).
+    pub stage: usize,
+    /// Which of the stage's replica addresses this node is.
+    pub replica: usize,
+    /// Where evidence comes from.
+    pub attestation: Attestation,
+    /// Refuse to start unless this node's HOST_DATA commits to the route and peer policy.
+    pub bind_config: bool,
+    /// Listen here instead of on the replica's address (stages after the entry).
+    pub listen: Option<SocketAddr>,
+}
+
+/// A node with its slice loaded and verified, ready to serve.
+pub struct Node {
+    route: Route,
+    options: NodeOptions,
+    attester: Arc<dyn Attester>,
+    seal_key: Option<SealKey>,
+    loaded: Loaded,
+}
+
+impl std::fmt::Debug for Node {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Node").field("stage", &self.options.stage).field("replica", &self.options.replica).finish()
+    }
+}
+
+impl Node {
+    /// Makes the attester, checks the configuration binding when asked,
+    /// makes the entry's sealing key, and loads the stage's slice (refusing
+    /// weights whose manifest root is not the route's).
+    pub fn load(route: Route, options: NodeOptions) -> anyhow::Result<Self> {
+        let attester = options.attestation.attester()?;
+        if options.bind_config {
+            check_config_binding(&route, attester.as_ref())?;
+        }
+        // The entry's sealing key is made before its evidence, which binds the key's hash.
+        // A fresh key id per start, so clients holding the previous key get a
+        // "wrong key" answer (and re-verify) rather than an undecryptable request.
+        let key_id = veil_attestation::Nonce::random().as_bytes()[0];
+        let seal_key = (options.stage == 0).then(|| SealKey::generate(key_id)).transpose()?;
+        let evidence = match options.attestation {
+            Attestation::Hardware { .. } => shard::Evidence::Hardware,
+            Attestation::Simulated { .. } => shard::Evidence::Simulated,
+        };
+        let loaded = shard::load(
+            &route,
+            options.stage,
+            attester.as_ref(),
+            seal_key.as_ref().map(|k| k.config_hash()),
+            evidence,
+        )?;
+        Ok(Self { route, options, attester, seal_key, loaded })
+    }
+
+    /// Re-hashes the resident weights every `weight_recheck_s` of the route
+    /// and calls `on_change` (on its own thread) when they no longer hash as
+    /// loaded; no watch when the route turns it off.
+    pub fn watch_weights(&self, on_change: impl FnOnce(String) + Send + 'static) -> anyhow::Result<()> {
+        if let Some(every) = self.route.weight_recheck {
+            shard::watch_weights(self.loaded.slice.clone(), every, on_change)?;
+        }
+        Ok(())
+    }
+
+    /// Our attested identity and the peer policy.
+    pub fn trust(&self) -> &Arc<Trust> {
+        &self.loaded.trust
+    }
+
+    /// Serves until the process ends (or an error stops it): a shard's link
+    /// server, or the entry's control links, gateway and loopback endpoint.
+    pub async fn serve(self) -> anyhow::Result<()> {
+        let Self { route, options, attester, seal_key, loaded } = self;
+        if options.stage > 0 {
+            return shard::serve(route, options.stage, options.replica, loaded, options.listen).await;
+        }
+        let tokenizer = loaded.tokenizer.context("the entry's tokenizer was not loaded")?;
+        let addr = route.stages[0].replicas[0];
+        let gen_addr = route.generate_listen;
+        let listener =
+            tokio::net::TcpListener::bind(gen_addr).await.with_context(|| format!("listening on {gen_addr}"))?;
+        let sealed_addr = route.sealed_listen;
+        let model_name = route.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let draft_model = match &route.speculation.draft_model {
+            None => None,
+            Some(path) => {
+                let m = crate::speculate::model::DraftModel::load(path, &tokenizer)
+                    .with_context(|| format!("loading the draft model {}", path.display()))?;
+                tracing::info!(draft = %m.name(), "draft model loaded for speculative decoding");
+                Some(Arc::new(m))
+            }
+        };
+        let e = entry::Entry::start(route, loaded.slice, tokenizer, loaded.trust, draft_model);
+        tracing::info!(%addr, generate = %gen_addr, "entry up; internal generate endpoint on loopback");
+        if let (Some(sealed), Some(key)) = (sealed_addr, seal_key) {
+            let listener =
+                tokio::net::TcpListener::bind(sealed).await.with_context(|| format!("listening on {sealed}"))?;
+            let gw = crate::gateway::server::Gateway::new(
+                e.clone(),
+                key,
+                attester,
+                loaded.claims,
+                model_name,
+                loaded.policy,
+                loaded.shape,
+            );
+            tracing::info!(%sealed, "gateway: sealed requests and evidence (ciphertext only)");
+            tokio::spawn(Arc::new(gw).serve(listener));
+        }
+        let waiting = e.clone();
+        tokio::spawn(async move {
+            while !waiting.ready().await {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            tracing::info!("every stage has a verified shard: ready");
+        });
+        entry::serve_generate(e, listener).await;
+        Ok(())
+    }
+}
+
+/// `bind_config`: this node's own report must carry, in HOST_DATA, the
+/// digest of the route and peer policy it was handed.
+fn check_config_binding(route: &Route, attester: &dyn Attester) -> anyhow::Result<()> {
+    let policy = shard::load_policy(&route.policy)?;
+    let want = route.config_digest(&policy);
+    let claims = veil_attestation::Claims { software_version: env!("CARGO_PKG_VERSION").into(), ..Default::default() };
+    let bundle = attester.evidence(&claims).context("reading this shard's own report")?;
+    let report = veil_attestation::snp::SnpReport::from_bytes(&bundle.report)
+        .map_err(|e| anyhow::anyhow!("this shard's own report: {e}"))?;
+    if report.host_data() != want {
+        anyhow::bail!(
+            "HOST_DATA {} does not commit to this route and peer policy (their digest is {}): \
+             the configuration was not the one this guest was launched for",
+            hex::encode(report.host_data()),
+            hex::encode(want)
+        );
+    }
+    tracing::info!(host_data = %hex::encode(want), "HOST_DATA commits to this route and its peer policy");
+    Ok(())
+}
