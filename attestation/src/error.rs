@@ -2,7 +2,8 @@
 
 use std::fmt;
 
-use crate::verify::{CheckId, CheckReport};
+use crate::check::{CheckId, CheckReport};
+use crate::gpu::{GpuAppraisal, GpuError};
 
 /// Errors of `veil-attestation`.
 #[derive(Debug, thiserror::Error)]
@@ -11,12 +12,10 @@ pub enum Error {
     /// Bytes that do not parse (bundle JSON, base64, sizes).
     #[error("malformed evidence: {0}")]
     Malformed(#[from] Malformed),
-    /// A named verification check failed: the evidence is refused.
+    /// A named verification check failed (SNP, a GPU's, or the GPU set):
+    /// the evidence is refused.
     #[error("{0}")]
     Rejected(Box<Rejection>),
-    /// A named GPU check failed (or the GPU set is not what the policy requires).
-    #[error("{0}")]
-    GpuRejected(Box<crate::gpu::GpuRejection>),
     /// The peer did something only an attacker or a broken peer does
     /// (for example a channel-binding signature that does not verify).
     #[error("peer misbehaved: {0}")]
@@ -35,14 +34,14 @@ impl Error {
         match self {
             Self::Malformed(m) => Self::Malformed(m.clone()),
             Self::Rejected(r) => Self::Rejected(r.clone()),
-            Self::GpuRejected(r) => Self::GpuRejected(r.clone()),
             Self::PeerMisbehaved(s) => Self::PeerMisbehaved(s.clone()),
             Self::ApiMisuse(s) => Self::ApiMisuse(s.clone()),
             Self::Io(e) => Self::Io(std::io::Error::new(e.kind(), e.to_string())),
         }
     }
 
-    /// The failed check, if this is a rejection.
+    /// The failed check, if this is a rejection (GPU checks are
+    /// [`CheckId::Gpu`], the GPU set [`CheckId::GpuSet`]).
     pub fn check(&self) -> Option<CheckId> {
         match self {
             Self::Rejected(r) => Some(r.check),
@@ -51,7 +50,8 @@ impl Error {
     }
 }
 
-/// A failed check with the values compared, plus the full table.
+/// A failed check with the values compared, plus the full tables: one shape
+/// for SNP checks, GPU checks and the GPU set.
 #[derive(Clone, Debug)]
 pub struct Rejection {
     /// The first check that failed, in verification order.
@@ -60,13 +60,36 @@ pub struct Rejection {
     pub expected: String,
     /// What the evidence showed.
     pub actual: String,
-    /// Every check's outcome, for display.
+    /// The SNP table (empty when only GPU evidence was verified).
     pub report: CheckReport,
+    /// For a GPU check or the GPU set: which GPU, the typed reason, every GPU table.
+    pub gpu: Option<GpuFailure>,
+}
+
+/// The GPU side of a [`Rejection`].
+#[derive(Clone, Debug)]
+pub struct GpuFailure {
+    /// The GPU's index in the shard's evidence (`None` for the set).
+    pub index: Option<u32>,
+    /// Typed reason.
+    pub error: GpuError,
+    /// Every GPU table.
+    pub appraisal: GpuAppraisal,
 }
 
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "attestation rejected by check `{}`: expected {}, got {}", self.check, self.expected, self.actual)
+        match (&self.gpu, self.check) {
+            (Some(GpuFailure { index: Some(i), error, .. }), CheckId::Gpu(c)) => {
+                write!(f, "GPU {i} rejected by check `{c}` ({error}): expected {}, got {}", self.expected, self.actual)
+            }
+            (Some(g), _) => {
+                write!(f, "GPU evidence rejected ({}): expected {}, got {}", g.error, self.expected, self.actual)
+            }
+            (None, check) => {
+                write!(f, "attestation rejected by check `{check}`: expected {}, got {}", self.expected, self.actual)
+            }
+        }
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::claims::Claims;
 use crate::error::Error;
 use crate::evidence::EvidenceBundle;
-use crate::simulated::Attester;
+use crate::attester::Attester;
 use crate::snp::certs::{self, CertKind};
 
 /// Where configfs-tsm report objects are created.

@@ -36,6 +36,8 @@
 #![warn(missing_docs, unreachable_pub)]
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::panic))]
 
+pub mod attester;
+pub mod check;
 pub mod claims;
 pub mod error;
 pub mod evidence;
@@ -52,12 +54,14 @@ pub mod snp;
 pub mod verify;
 pub mod x509;
 
+pub use attester::Attester;
+pub use check::{CheckId, CheckReport, GpuCheckId, Outcome};
 pub use claims::{
     Claims, KeyHash, LayerRange, LinksCommitment, ManifestRoot, Measurement, Nonce, PolicyDigest, ReportData,
     RouteDigest,
 };
-pub use error::{Error, Malformed, Rejection};
+pub use error::{Error, GpuFailure, Malformed, Rejection};
 pub use evidence::EvidenceBundle;
 pub use policy::Policy;
-pub use simulated::{Attester, SimulatedAttester, SimulatedConfig};
-pub use verify::{appraise, verify, CheckId, CheckReport, ExpectedClaims, Outcome, VerifiedEvidence};
+pub use simulated::{SimulatedAttester, SimulatedConfig};
+pub use verify::{appraise, verify, verify_composite, ExpectedClaims, VerifiedEvidence};

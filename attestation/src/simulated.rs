@@ -499,13 +499,7 @@ impl SimulatedAttester {
     }
 }
 
-/// Produces evidence for claims: the simulated attester, or real hardware.
-pub trait Attester: Send + Sync {
-    /// Evidence whose REPORT_DATA commits to `claims`.
-    fn evidence(&self, claims: &Claims) -> Result<EvidenceBundle, Error>;
-}
-
-impl Attester for SimulatedAttester {
+impl crate::attester::Attester for SimulatedAttester {
     fn evidence(&self, claims: &Claims) -> Result<EvidenceBundle, Error> {
         SimulatedAttester::evidence(self, claims)
     }

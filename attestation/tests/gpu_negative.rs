@@ -12,12 +12,12 @@ use veil_attestation::gpu::chain::ChainError;
 use veil_attestation::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
 use veil_attestation::gpu::spdm::{field, OpaqueField, SpdmError, REQUEST_LEN, RESPONSE_HEADER_LEN};
 use veil_attestation::gpu::{
-    appraise_gpus, gpu_evidence_digest, verify_composite, verify_gpus, CcSettings, GpuAppraisal, GpuCheckId as C,
-    GpuCheckReport, GpuError, GpuEvidence, GpuExpectations, Rim, RimError,
+    appraise_gpus, gpu_evidence_digest, verify_gpus, CcSettings, GpuAppraisal, GpuCheckId as C, GpuCheckReport,
+    GpuError, GpuEvidence, GpuExpectations, Rim, RimError,
 };
 use veil_attestation::simulated::{default_measurement, SimulatedAttester, SimulatedConfig};
 use veil_attestation::snp::Product;
-use veil_attestation::verify::Outcome;
+use veil_attestation::verify::{verify_composite, Outcome};
 use veil_attestation::x509::parse_time;
 use veil_attestation::{verify, Claims, Error, ExpectedClaims, KeyHash, Nonce, Policy};
 
@@ -328,7 +328,9 @@ fn rejects_missing_gpu_evidence_when_required() {
     let a = appraise_gpus(&[], &GpuExpectations::default(), &p, now());
     assert_eq!(a.topology_error, Some(GpuError::NotCcMode));
     let e = verify_gpus(&[], &GpuExpectations::default(), &p, now()).unwrap_err();
-    assert!(matches!(&e, Error::GpuRejected(r) if r.error == GpuError::NotCcMode), "{e}");
+    assert!(matches!(&e, Error::Rejected(r) if r.gpu.as_ref().map(|g| &g.error) == Some(&GpuError::NotCcMode)), "{e}");
+    // One rejection shape: the GPU set is a named check too.
+    assert_eq!(e.check(), Some(veil_attestation::CheckId::GpuSet));
 }
 
 #[test]
@@ -522,7 +524,10 @@ fn composite_cpu_and_gpu_evidence_bind_both_ways() {
     let expected = ExpectedClaims { nonce: claims().nonce, ..Default::default() };
     // The CPU report commits to GPU evidence: without it the bundle is refused.
     let e = verify(&cpu_part, &policy, &expected, now()).unwrap_err();
-    assert!(matches!(&e, Error::GpuRejected(r) if r.error == GpuError::GpuNotBoundToSession), "{e}");
+    assert!(
+        matches!(&e, Error::Rejected(r) if r.gpu.as_ref().map(|g| &g.error) == Some(&GpuError::GpuNotBoundToSession)),
+        "{e}"
+    );
     // One bundle: CPU evidence and its GPUs, verified together by `verify`.
     let bundle = veil_attestation::EvidenceBundle { gpus: gpus.clone(), ..cpu_part };
     let bundle = veil_attestation::EvidenceBundle::from_json(bundle.to_json().as_bytes()).unwrap();
@@ -536,9 +541,11 @@ fn composite_cpu_and_gpu_evidence_bind_both_ways() {
     // A GPU dropped from the set: the digest in the signed claims no longer matches.
     let e = verify_composite(&bundle, &gpus[..1], &[], &policy, &expected, now()).unwrap_err();
     assert!(
-        matches!(&e, Error::GpuRejected(r) if r.error == GpuError::GpuNotBoundToSession && r.check == Some(C::EvidenceBinding)),
+        matches!(&e, Error::Rejected(r) if r.gpu.as_ref().map(|g| &g.error) == Some(&GpuError::GpuNotBoundToSession)),
         "{e}"
     );
+    // `Error::check` names GPU checks as it names SNP checks.
+    assert_eq!(e.check(), Some(veil_attestation::CheckId::Gpu(C::EvidenceBinding)), "{e}");
     // Swapping the GPUs' order breaks both the per-index nonce and the digest.
     let swapped = [gpus[1].clone(), gpus[0].clone()];
     let a = appraise_gpus(&swapped, &expect, &policy, now());

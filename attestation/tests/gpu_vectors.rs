@@ -231,7 +231,7 @@ fn nvsdk_invalid_signature_is_rejected_at_the_signature_check() {
     let expect = GpuExpectations { nonce: Some(nonce(e["request_nonce_hex"].as_str().unwrap())), ..Default::default() };
     let t = table(&g, &expect, &Policy::default(), at());
     assert!(passed(&t, C::DeviceChain), "{t}");
-    assert_eq!(t.first_failure().unwrap().check, C::ReportSignature, "{t}");
+    assert_eq!(t.first_failed().unwrap().check, C::ReportSignature, "{t}");
     assert_eq!(t.error(C::ReportSignature), Some(&GpuError::GpuReportSignatureInvalid));
     assert_eq!(t.error(C::Fwid), Some(&GpuError::FwidMismatch));
     let err = verify_gpus(std::slice::from_ref(&g), &expect, &Policy::default(), at()).unwrap_err();

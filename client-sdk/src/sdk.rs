@@ -151,8 +151,10 @@ impl ClientError {
     /// The check table of an attestation failure.
     pub fn check_table(&self) -> Option<String> {
         match self {
-            Self::Attestation { source: veil_attestation::Error::Rejected(r), .. } => Some(r.report.to_string()),
-            Self::Attestation { source: veil_attestation::Error::GpuRejected(r), .. } => Some(r.appraisal.to_string()),
+            Self::Attestation { source: veil_attestation::Error::Rejected(r), .. } => Some(match &r.gpu {
+                Some(g) => g.appraisal.to_string(),
+                None => r.report.to_string(),
+            }),
             Self::RouteRejected(r) => Some(r.report.to_string()),
             _ => None,
         }

@@ -3,250 +3,28 @@
 //! passes the time, the policy, the reference values and the claims.
 
 use std::collections::BTreeSet;
-use std::fmt;
 use std::time::SystemTime;
-
-use serde::Serialize;
 
 use super::chain::{self, leaf_fwid, verify_chain};
 use super::evidence::{gpu_evidence_digest, GpuEvidence};
+use super::report::{GpuAppraisal, GpuCheckReport};
 use super::rim::Rim;
 use super::spdm::{SpdmMeasurements, STATUS_OFF, STATUS_ON};
 use super::{simulated, GpuError, Version};
+use crate::check::{CheckId, CheckReport, GpuCheckId, Outcome};
 use crate::claims::Claims;
-use crate::error::Error;
+use crate::error::{Error, GpuFailure, Rejection};
 use crate::policy::Policy;
-use crate::verify::Outcome;
 use crate::x509::{fmt_time, ParsedCert};
-
-/// The checks run on each GPU's evidence, in the order they run.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum GpuCheckId {
-    /// SPDM 1.1 `GET_MEASUREMENTS` transcript parses by its length fields.
-    EvidenceFormat,
-    /// Five certificates, leaf → … → pinned NVIDIA Device Identity CA; validity at the verification time.
-    DeviceChain,
-    /// OCSP status of the device chain.
-    Revocation,
-    /// ECDSA P-384 over SHA-384(request ‖ response without signature), leaf key.
-    ReportSignature,
-    /// Opaque FWID equals the leaf certificate's DICE TcbInfo FWID.
-    Fwid,
-    /// Request nonce equals the expected (or claims-derived) nonce.
-    Nonce,
-    /// The shard's signed claims commit to the digest of all its GPU evidence.
-    EvidenceBinding,
-    /// Confidential-computing mode on.
-    CcMode,
-    /// Not in CC DevTools mode.
-    DevTools,
-    /// Protected-PCIe status, when the policy asks.
-    ProtectedPcie,
-    /// Driver at least the policy minimum.
-    DriverVersion,
-    /// VBIOS at least the policy minimum.
-    VbiosVersion,
-    /// Every active RIM index matches a golden value.
-    RimMeasurements,
-    /// RIM XML-DSig to the NVIDIA RIM root.
-    RimSignature,
-}
-
-impl GpuCheckId {
-    /// Every check, in verification order.
-    pub const ALL: [GpuCheckId; 14] = [
-        Self::EvidenceFormat,
-        Self::DeviceChain,
-        Self::Revocation,
-        Self::ReportSignature,
-        Self::Fwid,
-        Self::Nonce,
-        Self::EvidenceBinding,
-        Self::CcMode,
-        Self::DevTools,
-        Self::ProtectedPcie,
-        Self::DriverVersion,
-        Self::VbiosVersion,
-        Self::RimMeasurements,
-        Self::RimSignature,
-    ];
-
-    /// Stable snake_case name.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::EvidenceFormat => "gpu_evidence_format",
-            Self::DeviceChain => "gpu_device_chain",
-            Self::Revocation => "gpu_revocation",
-            Self::ReportSignature => "gpu_report_signature",
-            Self::Fwid => "gpu_fwid",
-            Self::Nonce => "gpu_nonce",
-            Self::EvidenceBinding => "gpu_evidence_binding",
-            Self::CcMode => "gpu_cc_mode",
-            Self::DevTools => "gpu_devtools",
-            Self::ProtectedPcie => "gpu_protected_pcie",
-            Self::DriverVersion => "gpu_driver_version",
-            Self::VbiosVersion => "gpu_vbios_version",
-            Self::RimMeasurements => "gpu_rim_measurements",
-            Self::RimSignature => "gpu_rim_signature",
-        }
-    }
-}
-
-impl Serialize for GpuCheckId {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(self.name())
-    }
-}
-
-impl fmt::Display for GpuCheckId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// One row of a GPU table.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct GpuCheckResult {
-    /// Which check.
-    pub check: GpuCheckId,
-    /// Its outcome.
-    #[serde(flatten)]
-    pub outcome: Outcome,
-    /// The typed reason, when the check failed.
-    #[serde(skip_serializing_if = "Option::is_none", serialize_with = "display_opt")]
-    pub error: Option<GpuError>,
-}
-
-fn display_opt<S: serde::Serializer>(e: &Option<GpuError>, s: S) -> Result<S::Ok, S::Error> {
-    match e {
-        Some(e) => s.serialize_str(&e.to_string()),
-        None => s.serialize_none(),
-    }
-}
-
-/// Every check of one GPU with its outcome.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct GpuCheckReport {
-    /// Position of the GPU in the shard's evidence (the nonce derivation index).
-    pub gpu_index: u32,
-    /// Rows in verification order.
-    pub results: Vec<GpuCheckResult>,
-    /// Warnings a reviewer must see.
-    pub warnings: Vec<String>,
-}
 
 impl GpuCheckReport {
     fn record(&mut self, check: GpuCheckId, result: Row) {
-        let (outcome, error) = match result {
-            Row::Pass(detail) => (Outcome::Passed { detail }, None),
-            Row::Fail(error, expected, actual) => (Outcome::Failed { expected, actual }, Some(error)),
-            Row::Skip(reason) => (Outcome::Skipped { reason }, None),
-            Row::NotRun(reason) => (Outcome::NotRun { reason }, None),
-        };
-        self.results.push(GpuCheckResult { check, outcome, error });
-    }
-
-    /// Outcome of `check`.
-    pub fn outcome(&self, check: GpuCheckId) -> Option<&Outcome> {
-        self.results.iter().find(|r| r.check == check).map(|r| &r.outcome)
-    }
-
-    /// Typed error of `check`, if it failed.
-    pub fn error(&self, check: GpuCheckId) -> Option<&GpuError> {
-        self.results.iter().find(|r| r.check == check).and_then(|r| r.error.as_ref())
-    }
-
-    /// The first failed row.
-    pub fn first_failure(&self) -> Option<&GpuCheckResult> {
-        self.results.iter().find(|r| matches!(r.outcome, Outcome::Failed { .. }))
-    }
-
-    /// Every failed check.
-    pub fn failures(&self) -> Vec<GpuCheckId> {
-        self.results.iter().filter(|r| matches!(r.outcome, Outcome::Failed { .. })).map(|r| r.check).collect()
-    }
-
-    /// Checks that did not run.
-    pub fn not_run(&self) -> Vec<GpuCheckId> {
-        self.results.iter().filter(|r| matches!(r.outcome, Outcome::NotRun { .. })).map(|r| r.check).collect()
-    }
-
-    /// Whether no check failed.
-    pub fn accepted(&self) -> bool {
-        self.first_failure().is_none()
-    }
-
-    /// One-line verdict.
-    pub fn verdict(&self) -> String {
-        match self.first_failure() {
-            Some(r) => format!("REJECTED (first failed check: {})", r.check),
-            None => {
-                let mut v = String::from("ACCEPTED");
-                let missing = self.not_run();
-                if !missing.is_empty() {
-                    let names: Vec<_> = missing.iter().map(|c| c.name()).collect();
-                    v.push_str(&format!(" — not run: {}", names.join(", ")));
-                }
-                if !self.warnings.is_empty() {
-                    v.push_str(" — WITH WARNINGS");
-                }
-                v
-            }
+        match result {
+            Row::Pass(detail) => self.table.record(check, Outcome::Passed { detail }),
+            Row::Fail(error, expected, actual) => self.table.record_failure(check, error, expected, actual),
+            Row::Skip(reason) => self.table.record(check, Outcome::Skipped { reason }),
+            Row::NotRun(reason) => self.table.record(check, Outcome::NotRun { reason }),
         }
-    }
-}
-
-impl fmt::Display for GpuCheckReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "GPU {}", self.gpu_index)?;
-        for w in &self.warnings {
-            writeln!(f, "WARNING: {w}")?;
-        }
-        writeln!(f, "{:<3} {:<22} {:<8} detail", "#", "check", "result")?;
-        for (i, r) in self.results.iter().enumerate() {
-            let (label, detail) = match &r.outcome {
-                Outcome::Passed { detail } => ("PASS", detail.clone()),
-                Outcome::Failed { expected, actual } => ("FAIL", format!("expected {expected}; got {actual}")),
-                Outcome::Skipped { reason } => ("SKIP", reason.clone()),
-                Outcome::NotRun { reason } => ("NOT RUN", reason.clone()),
-            };
-            writeln!(f, "{:<3} {:<22} {:<8} {}", i + 1, r.check.name(), label, detail)?;
-        }
-        write!(f, "verdict: {}", self.verdict())
-    }
-}
-
-/// Result of appraising a shard's GPUs.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct GpuAppraisal {
-    /// Set-level failure (GPU evidence required but absent, wrong count, a GPU twice).
-    pub topology: Option<(String, String)>,
-    /// The typed set-level error.
-    #[serde(skip)]
-    pub topology_error: Option<GpuError>,
-    /// One table per GPU.
-    pub gpus: Vec<GpuCheckReport>,
-}
-
-impl GpuAppraisal {
-    /// Whether every GPU passed and the set is as the policy requires.
-    pub fn accepted(&self) -> bool {
-        self.topology.is_none() && self.gpus.iter().all(GpuCheckReport::accepted)
-    }
-}
-
-impl fmt::Display for GpuAppraisal {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some((expected, actual)) = &self.topology {
-            writeln!(f, "GPU set: FAIL expected {expected}; got {actual}")?;
-        }
-        for (i, g) in self.gpus.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            writeln!(f, "{g}")?;
-        }
-        Ok(())
     }
 }
 
@@ -262,36 +40,6 @@ pub struct GpuExpectations<'a> {
     pub nonce: Option<[u8; 32]>,
     /// OCSP responses (DER) covering the device chains, fetched by the relying party.
     pub ocsp: &'a [Vec<u8>],
-}
-
-/// A failed GPU check with the values compared and the full appraisal.
-#[derive(Clone, Debug)]
-pub struct GpuRejection {
-    /// GPU index (`None` for a set-level failure).
-    pub gpu_index: Option<u32>,
-    /// The first failed check (`None` for a set-level failure).
-    pub check: Option<GpuCheckId>,
-    /// Typed reason.
-    pub error: GpuError,
-    /// Required.
-    pub expected: String,
-    /// Shown by the evidence.
-    pub actual: String,
-    /// Every table.
-    pub appraisal: GpuAppraisal,
-}
-
-impl fmt::Display for GpuRejection {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match (self.gpu_index, self.check) {
-            (Some(i), Some(c)) => write!(
-                f,
-                "GPU {i} rejected by check `{c}` ({}): expected {}, got {}",
-                self.error, self.expected, self.actual
-            ),
-            _ => write!(f, "GPU evidence rejected ({}): expected {}, got {}", self.error, self.expected, self.actual),
-        }
-    }
 }
 
 /// GPU evidence that passed every check. Only [`verify_gpus`] makes one.
@@ -339,28 +87,27 @@ pub fn verify_gpus(
     let appraisal = appraise_gpus(gpus, expect, policy, now);
     if let Some((expected, actual)) = &appraisal.topology {
         let error = appraisal.topology_error.clone().unwrap_or(GpuError::NotCcMode);
-        return Err(Error::GpuRejected(Box::new(GpuRejection {
-            gpu_index: None,
-            check: None,
-            error,
+        return Err(Error::Rejected(Box::new(Rejection {
+            check: CheckId::GpuSet,
             expected: expected.clone(),
             actual: actual.clone(),
-            appraisal: appraisal.clone(),
+            report: CheckReport::default(),
+            gpu: Some(GpuFailure { index: None, error, appraisal: appraisal.clone() }),
         })));
     }
     for g in &appraisal.gpus {
-        if let Some(r) = g.first_failure() {
+        if let Some(r) = g.first_failed() {
             let (expected, actual) = match &r.outcome {
                 Outcome::Failed { expected, actual } => (expected.clone(), actual.clone()),
                 _ => (String::new(), String::new()),
             };
-            return Err(Error::GpuRejected(Box::new(GpuRejection {
-                gpu_index: Some(g.gpu_index),
-                check: Some(r.check),
-                error: r.error.clone().unwrap_or(GpuError::NotCcMode),
+            let error = r.error.clone().unwrap_or(GpuError::NotCcMode);
+            return Err(Error::Rejected(Box::new(Rejection {
+                check: CheckId::Gpu(r.check),
                 expected,
                 actual,
-                appraisal: appraisal.clone(),
+                report: CheckReport::default(),
+                gpu: Some(GpuFailure { index: Some(g.gpu_index), error, appraisal: appraisal.clone() }),
             })));
         }
     }
@@ -374,26 +121,6 @@ pub fn verify_gpus(
         tracing::warn!("accepting SIMULATED GPU evidence (policy allow_simulated = true): no hardware guarantee");
     }
     Ok(VerifiedGpus { reports, simulated, appraisal, _private: () })
-}
-
-/// Verifies a composite attester: the CPU bundle first, then its GPUs with
-/// the nonce derived from, and the binding checked against, the *verified*
-/// claims. `Ok` only when both pass.
-pub fn verify_composite(
-    bundle: &crate::EvidenceBundle,
-    gpus: &[GpuEvidence],
-    rims: &[Rim],
-    policy: &Policy,
-    expected: &crate::ExpectedClaims,
-    now: SystemTime,
-) -> Result<(crate::VerifiedEvidence, VerifiedGpus), Error> {
-    let composite = crate::EvidenceBundle { gpus: gpus.to_vec(), ..bundle.clone() };
-    let cpu = crate::verify::verify_with_rims(&composite, policy, expected, rims, now)?;
-    match cpu.gpus().cloned() {
-        Some(verified) => Ok((cpu, verified)),
-        // Invariant: a bundle with GPUs (or a policy requiring them) has them verified.
-        None => Err(Error::ApiMisuse("no GPU evidence to verify".into())),
-    }
 }
 
 /// Runs every check on every GPU and returns the tables (no early exit).

@@ -43,10 +43,10 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
 pub use verifier::RaTlsVerifier;
 
+use crate::attester::Attester;
 use crate::claims::{Claims, KeyHash};
 use crate::error::{Error, Malformed};
 use crate::evidence::{EvidenceBundle, MAX_BUNDLE_BYTES};
-use crate::simulated::Attester;
 use crate::verify::VerifiedEvidence;
 use crate::x509::ParsedCert;
 

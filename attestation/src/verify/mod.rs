@@ -7,11 +7,9 @@
 //! passes the time, the policy and what it expects; nothing here reads a
 //! clock, a file or a socket.
 
-mod table;
-
 use std::time::SystemTime;
 
-pub use table::{CheckId, CheckReport, CheckResult, Outcome};
+pub use crate::check::{CheckId, CheckReport, CheckResult, Outcome};
 
 use crate::claims::{
     Claims, GpuEvidenceHash, KeyHash, LayerRange, LinksCommitment, ManifestRoot, Nonce, PolicyDigest, ReportData,
@@ -160,6 +158,26 @@ pub(crate) fn verify_deferring_gpus(
     verify_inner(bundle, policy, expected, &[], now, false)
 }
 
+/// Verifies a composite attester: the CPU bundle first, then its GPUs with
+/// the nonce derived from, and the binding checked against, the *verified*
+/// claims. `Ok` only when both pass.
+pub fn verify_composite(
+    bundle: &crate::EvidenceBundle,
+    gpus: &[crate::gpu::GpuEvidence],
+    rims: &[crate::gpu::Rim],
+    policy: &Policy,
+    expected: &ExpectedClaims,
+    now: SystemTime,
+) -> Result<(crate::VerifiedEvidence, crate::gpu::VerifiedGpus), Error> {
+    let composite = crate::EvidenceBundle { gpus: gpus.to_vec(), ..bundle.clone() };
+    let cpu = verify_with_rims(&composite, policy, expected, rims, now)?;
+    match cpu.gpus().cloned() {
+        Some(verified) => Ok((cpu, verified)),
+        // Invariant: a bundle with GPUs (or a policy requiring them) has them verified.
+        None => Err(Error::ApiMisuse("no GPU evidence to verify".into())),
+    }
+}
+
 fn verify_inner(
     bundle: &EvidenceBundle,
     policy: &Policy,
@@ -171,8 +189,13 @@ fn verify_inner(
     let appraisal = appraise(bundle, policy, expected, now);
     let report = appraisal.checks;
     if let Some((check, expected, actual)) = report.first_failure() {
-        let rejection =
-            Rejection { check, expected: expected.to_owned(), actual: actual.to_owned(), report: report.clone() };
+        let rejection = Rejection {
+            check,
+            expected: expected.to_owned(),
+            actual: actual.to_owned(),
+            report: report.clone(),
+            gpu: None,
+        };
         return Err(Error::Rejected(Box::new(rejection)));
     }
     match (appraisal.report, appraisal.product, appraisal.signer, appraisal.root) {
