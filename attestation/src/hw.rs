@@ -17,10 +17,10 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::attester::Attester;
 use crate::claims::Claims;
 use crate::error::Error;
 use crate::evidence::EvidenceBundle;
-use crate::attester::Attester;
 use crate::snp::certs::{self, CertKind};
 
 /// Where configfs-tsm report objects are created.

@@ -21,7 +21,10 @@ impl GpuCheckReport {
     fn record(&mut self, check: GpuCheckId, result: Row) {
         match result {
             Row::Pass(detail) => self.table.record(check, Outcome::Passed { detail }),
-            Row::Fail(error, expected, actual) => self.table.record_failure(check, error, expected, actual),
+            Row::Fail(failed) => {
+                let (error, expected, actual) = *failed;
+                self.table.record_failure(check, error, expected, actual)
+            }
             Row::Skip(reason) => self.table.record(check, Outcome::Skipped { reason }),
             Row::NotRun(reason) => self.table.record(check, Outcome::NotRun { reason }),
         }
@@ -68,13 +71,13 @@ impl VerifiedGpus {
 
 enum Row {
     Pass(String),
-    Fail(GpuError, String, String),
+    Fail(Box<(GpuError, String, String)>),
     Skip(String),
     NotRun(String),
 }
 
 fn fail(error: GpuError, expected: impl Into<String>, actual: impl Into<String>) -> Row {
-    Row::Fail(error, expected.into(), actual.into())
+    Row::Fail(Box::new((error, expected.into(), actual.into())))
 }
 
 /// Verifies a shard's GPU evidence; `Ok` only when every check passed.
@@ -177,6 +180,26 @@ fn root_for(policy: &Policy) -> Result<ParsedCert, String> {
     }
 }
 
+/// What the checks of one GPU read: its evidence, its parsed report and
+/// chain, and what the relying party supplied.
+struct GpuInput<'a> {
+    index: u32,
+    g: &'a GpuEvidence,
+    digest: crate::claims::GpuEvidenceHash,
+    expect: &'a GpuExpectations<'a>,
+    policy: &'a Policy,
+    now: SystemTime,
+    parsed: Option<SpdmMeasurements>,
+    certs: Result<Vec<ParsedCert>, chain::ChainError>,
+}
+
+impl GpuInput<'_> {
+    fn leaf(&self) -> Option<&ParsedCert> {
+        self.certs.as_ref().ok().and_then(|c| c.first())
+    }
+}
+
+/// Runs every check on one GPU, in order (one function per check below).
 fn appraise_one(
     index: u32,
     g: &GpuEvidence,
@@ -185,36 +208,73 @@ fn appraise_one(
     policy: &Policy,
     now: SystemTime,
 ) -> GpuCheckReport {
-    let mut t = GpuCheckReport { gpu_index: index, ..Default::default() };
     use GpuCheckId as C;
+    let mut t = GpuCheckReport { gpu_index: index, ..Default::default() };
+    let (format, parsed) = check_format(g);
+    t.record(C::EvidenceFormat, format);
+    let x = GpuInput { index, g, digest, expect, policy, now, parsed, certs: chain::parse_chain_der(&g.cert_chain) };
+    let chain_ok = match check_device_chain(&x) {
+        Ok((detail, simulated)) => {
+            if simulated {
+                t.warnings.push(
+                    "SIMULATED GPU evidence: signed by Veil's software device chain, not by an NVIDIA GPU. \
+                     Accepted only because the policy sets allow_simulated = true. It proves nothing."
+                        .into(),
+                );
+            }
+            t.record(C::DeviceChain, Row::Pass(detail));
+            true
+        }
+        Err(row) => {
+            t.record(C::DeviceChain, row);
+            false
+        }
+    };
+    t.record(C::Revocation, check_revocation(&x, chain_ok));
+    t.record(C::ReportSignature, check_signature(&x));
+    t.record(C::Fwid, check_fwid(&x));
+    t.record(C::Nonce, check_nonce(&x));
+    t.record(C::EvidenceBinding, check_binding(&x));
+    t.record(C::CcMode, check_cc_mode(&x));
+    t.record(C::DevTools, check_devtools(&x));
+    t.record(C::ProtectedPcie, check_protected_pcie(&x));
+    let driver = x.parsed.as_ref().and_then(|m| m.opaque.driver_version());
+    let vbios = x.parsed.as_ref().and_then(|m| m.opaque.vbios_version());
+    t.record(C::DriverVersion, version_row(driver.as_deref(), policy.gpu.min_driver_version.as_deref(), true));
+    t.record(C::VbiosVersion, version_row(vbios.as_deref(), policy.gpu.min_vbios_version.as_deref(), false));
+    t.record(C::RimMeasurements, check_rim_measurements(&x, driver.as_deref(), vbios.as_deref()));
+    t.record(C::RimSignature, rim_signature_row(expect.rims, policy, now));
+    t
+}
 
-    // 1. Format (Hopper only: the layout, signature size and opaque fields are Hopper's).
+/// 1. Format (Hopper only: the layout, signature size and opaque fields are Hopper's).
+fn check_format(g: &GpuEvidence) -> (Row, Option<SpdmMeasurements>) {
     let parsed = if g.arch.eq_ignore_ascii_case("HOPPER") {
         SpdmMeasurements::parse(&g.report).map_err(GpuError::Malformed)
     } else {
         Err(GpuError::UnsupportedArchitecture(g.arch.chars().take(32).collect()))
     };
-    t.record(
-        C::EvidenceFormat,
-        match &parsed {
-            Ok(m) => Row::Pass(format!(
-                "SPDM 1.1 GET_MEASUREMENTS: {} blocks, {} opaque fields, {} bytes{}",
-                m.blocks.len(),
-                m.opaque.fields.len(),
-                g.report.len(),
-                match m.trailing_bytes {
-                    0 => String::new(),
-                    n => format!(" ({n} unsigned trailing byte(s) after the signature, ignored)"),
-                }
-            )),
-            Err(e) => fail(e.clone(), "a Hopper SPDM 1.1 GET_MEASUREMENTS transcript", e.to_string()),
-        },
-    );
-    let parsed = parsed.ok();
+    let row = match &parsed {
+        Ok(m) => Row::Pass(format!(
+            "SPDM 1.1 GET_MEASUREMENTS: {} blocks, {} opaque fields, {} bytes{}",
+            m.blocks.len(),
+            m.opaque.fields.len(),
+            g.report.len(),
+            match m.trailing_bytes {
+                0 => String::new(),
+                n => format!(" ({n} unsigned trailing byte(s) after the signature, ignored)"),
+            }
+        )),
+        Err(e) => fail(e.clone(), "a Hopper SPDM 1.1 GET_MEASUREMENTS transcript", e.to_string()),
+    };
+    (row, parsed.ok())
+}
 
-    // 2. Device chain.
-    let certs = chain::parse_chain_der(&g.cert_chain);
-    let chain_result: Result<(String, bool), Row> = match (&certs, root_for(policy)) {
+/// 2. Device chain: to the pinned root, or (only under allow_simulated) a simulated one; `Ok((detail, simulated))`.
+fn check_device_chain(x: &GpuInput<'_>) -> Result<(String, bool), Row> {
+    let now = x.now;
+    let policy = x.policy;
+    match (&x.certs, root_for(x.policy)) {
         (Err(e), _) => Err(fail(GpuError::ChainInvalid(e.clone()), "a parsable device chain", e.to_string())),
         (_, Err(e)) => Err(fail(
             GpuError::ChainInvalid(chain::ChainError::Malformed { index: 0, reason: e.clone() }),
@@ -251,231 +311,198 @@ fn appraise_one(
                 },
             }
         }
-    };
-    let chain_ok = chain_result.is_ok();
-    match chain_result {
-        Ok((detail, simulated)) => {
-            if simulated {
-                t.warnings.push(
-                    "SIMULATED GPU evidence: signed by Veil's software device chain, not by an NVIDIA GPU. \
-                     Accepted only because the policy sets allow_simulated = true. It proves nothing."
-                        .into(),
-                );
-            }
-            t.record(C::DeviceChain, Row::Pass(detail));
-        }
-        Err(row) => t.record(C::DeviceChain, row),
     }
+}
 
-    // 3. Revocation.
-    t.record(
-        C::Revocation,
-        match (&certs, chain_ok) {
-            (Ok(certs), true) if !expect.ocsp.is_empty() => match super::ocsp::check_chain(certs, expect.ocsp, now) {
-                Ok(detail) => Row::Pass(detail),
-                Err(failed) => {
-                    let (error, expected, actual) = *failed;
-                    Row::Fail(error, expected, actual)
-                }
-            },
-            (_, true) if policy.gpu.require_revocation => fail(
-                GpuError::RevocationUnavailable,
-                "OCSP responses for the device chain (policy: gpu.require_revocation = true)",
-                "none supplied",
+/// 3. Revocation (OCSP responses supplied by the relying party).
+fn check_revocation(x: &GpuInput<'_>, chain_ok: bool) -> Row {
+    let (certs, expect, policy, now) = (&x.certs, x.expect, x.policy, x.now);
+    match (&certs, chain_ok) {
+        (Ok(certs), true) if !expect.ocsp.is_empty() => match super::ocsp::check_chain(certs, expect.ocsp, now) {
+            Ok(detail) => Row::Pass(detail),
+            Err(failed) => Row::Fail(failed),
+        },
+        (_, true) if policy.gpu.require_revocation => fail(
+            GpuError::RevocationUnavailable,
+            "OCSP responses for the device chain (policy: gpu.require_revocation = true)",
+            "none supplied",
+        ),
+        (_, true) => {
+            Row::Skip("no OCSP responses supplied and the policy does not require them (offline verification)".into())
+        }
+        _ => Row::NotRun("device chain not established".into()),
+    }
+}
+
+/// 4. The report's signature by the leaf key.
+fn check_signature(x: &GpuInput<'_>) -> Row {
+    let (parsed, leaf) = (&x.parsed, x.leaf());
+    match (&parsed, leaf) {
+        (Some(m), Some(leaf)) => match leaf.verify_p384_fixed(m.signed_bytes(), &m.signature) {
+            Ok(()) => Row::Pass(format!(
+                "ECDSA P-384 by the leaf key over SHA-384 of {} bytes (request ‖ response without signature)",
+                m.signed_bytes().len()
+            )),
+            Err(crate::x509::CertError::BadSignature) => fail(
+                GpuError::GpuReportSignatureInvalid,
+                "a valid leaf signature over request ‖ response",
+                "signature does not verify",
             ),
-            (_, true) => Row::Skip(
-                "no OCSP responses supplied and the policy does not require them (offline verification)".into(),
+            Err(e) => fail(GpuError::GpuReportSignatureInvalid, "an ECDSA P-384 leaf key", e.to_string()),
+        },
+        _ => Row::NotRun("report or leaf certificate unreadable".into()),
+    }
+}
+
+/// 5. The report's FWID against the leaf's DICE TcbInfo.
+fn check_fwid(x: &GpuInput<'_>) -> Row {
+    let (parsed, leaf) = (&x.parsed, x.leaf());
+    match (&parsed, leaf) {
+        (Some(m), Some(leaf)) => match (m.opaque.fwid(), leaf_fwid(leaf)) {
+            (_, Err(e)) => fail(GpuError::FwidMismatch, "a leaf certificate with a DICE FWID", e),
+            (None, Ok(_)) => fail(GpuError::FwidMismatch, "an FWID opaque field (20)", "absent"),
+            (Some(report), Ok(cert)) if report == cert.as_slice() => {
+                Row::Pass(format!("FWID {} in the report and the leaf's TcbInfo", hex::encode(report)))
+            }
+            (Some(report), Ok(cert)) => fail(
+                GpuError::FwidMismatch,
+                format!("FWID {} (leaf TcbInfo)", hex::encode(cert)),
+                format!("FWID {} (report)", hex::encode(report)),
             ),
-            _ => Row::NotRun("device chain not established".into()),
         },
-    );
+        _ => Row::NotRun("report or leaf certificate unreadable".into()),
+    }
+}
 
-    let leaf = certs.as_ref().ok().and_then(|c| c.first());
-
-    // 4. Signature.
-    t.record(
-        C::ReportSignature,
-        match (&parsed, leaf) {
-            (Some(m), Some(leaf)) => match leaf.verify_p384_fixed(m.signed_bytes(), &m.signature) {
-                Ok(()) => Row::Pass(format!(
-                    "ECDSA P-384 by the leaf key over SHA-384 of {} bytes (request ‖ response without signature)",
-                    m.signed_bytes().len()
-                )),
-                Err(crate::x509::CertError::BadSignature) => fail(
-                    GpuError::GpuReportSignatureInvalid,
-                    "a valid leaf signature over request ‖ response",
-                    "signature does not verify",
-                ),
-                Err(e) => fail(GpuError::GpuReportSignatureInvalid, "an ECDSA P-384 leaf key", e.to_string()),
-            },
-            _ => Row::NotRun("report or leaf certificate unreadable".into()),
-        },
-    );
-
-    // 5. FWID.
-    t.record(
-        C::Fwid,
-        match (&parsed, leaf) {
-            (Some(m), Some(leaf)) => match (m.opaque.fwid(), leaf_fwid(leaf)) {
-                (_, Err(e)) => fail(GpuError::FwidMismatch, "a leaf certificate with a DICE FWID", e),
-                (None, Ok(_)) => fail(GpuError::FwidMismatch, "an FWID opaque field (20)", "absent"),
-                (Some(report), Ok(cert)) if report == cert.as_slice() => {
-                    Row::Pass(format!("FWID {} in the report and the leaf's TcbInfo", hex::encode(report)))
-                }
-                (Some(report), Ok(cert)) => fail(
-                    GpuError::FwidMismatch,
-                    format!("FWID {} (leaf TcbInfo)", hex::encode(cert)),
-                    format!("FWID {} (report)", hex::encode(report)),
-                ),
-            },
-            _ => Row::NotRun("report or leaf certificate unreadable".into()),
-        },
-    );
-
-    // 6. Nonce.
+/// 6. The request nonce: the expected one, or the one derived from the claims.
+fn check_nonce(x: &GpuInput<'_>) -> Row {
+    let (parsed, expect, index) = (&x.parsed, x.expect, x.index);
     let wanted = match (expect.nonce, expect.claims) {
         (Some(n), _) => Some(Ok((n, "the expected nonce"))),
         (None, Some(c)) => Some(c.gpu_nonce(index).map(|n| (n, "the nonce derived from the shard's claims"))),
         (None, None) => None,
     };
-    t.record(
-        C::Nonce,
-        match (&parsed, wanted) {
-            (None, _) => Row::NotRun("report unreadable".into()),
-            (Some(_), None) => Row::NotRun("no expected nonce and no claims to derive it from".into()),
-            (Some(_), Some(Err(e))) => fail(GpuError::NonceMismatch, "encodable claims", e),
-            (Some(m), Some(Ok((n, source)))) if m.request_nonce == n => {
-                Row::Pass(format!("request nonce {} is {source}", hex::encode(n)))
-            }
-            (Some(m), Some(Ok((n, source)))) => fail(
-                GpuError::NonceMismatch,
-                format!("nonce {} ({source})", hex::encode(n)),
-                format!("nonce {} (stale, replayed or from another session)", hex::encode(m.request_nonce)),
+    match (&parsed, wanted) {
+        (None, _) => Row::NotRun("report unreadable".into()),
+        (Some(_), None) => Row::NotRun("no expected nonce and no claims to derive it from".into()),
+        (Some(_), Some(Err(e))) => fail(GpuError::NonceMismatch, "encodable claims", e),
+        (Some(m), Some(Ok((n, source)))) if m.request_nonce == n => {
+            Row::Pass(format!("request nonce {} is {source}", hex::encode(n)))
+        }
+        (Some(m), Some(Ok((n, source)))) => fail(
+            GpuError::NonceMismatch,
+            format!("nonce {} ({source})", hex::encode(n)),
+            format!("nonce {} (stale, replayed or from another session)", hex::encode(m.request_nonce)),
+        ),
+    }
+}
+
+/// 7. The shard's signed claims commit to the digest of its GPU evidence.
+fn check_binding(x: &GpuInput<'_>) -> Row {
+    let (expect, digest) = (x.expect, x.digest);
+    match expect.claims {
+        None => Row::NotRun("no shard claims (bare GPU evidence): binding to a CPU report not checked".into()),
+        Some(c) => match c.gpu_evidence_hash {
+            Some(h) if h == digest => Row::Pass(format!("claims commit to the GPU evidence digest {h}")),
+            Some(h) => fail(
+                GpuError::GpuNotBoundToSession,
+                format!("gpu_evidence_hash {digest} (digest of the GPU evidence)"),
+                format!("gpu_evidence_hash {h} in the claims"),
+            ),
+            None => fail(
+                GpuError::GpuNotBoundToSession,
+                format!("gpu_evidence_hash {digest} in the claims"),
+                "the claims carry no GPU evidence hash",
             ),
         },
-    );
+    }
+}
 
-    // 7. Binding into the CPU claims.
-    t.record(
-        C::EvidenceBinding,
-        match expect.claims {
-            None => Row::NotRun("no shard claims (bare GPU evidence): binding to a CPU report not checked".into()),
-            Some(c) => match c.gpu_evidence_hash {
-                Some(h) if h == digest => Row::Pass(format!("claims commit to the GPU evidence digest {h}")),
-                Some(h) => fail(
-                    GpuError::GpuNotBoundToSession,
-                    format!("gpu_evidence_hash {digest} (digest of the GPU evidence)"),
-                    format!("gpu_evidence_hash {h} in the claims"),
-                ),
-                None => fail(
-                    GpuError::GpuNotBoundToSession,
-                    format!("gpu_evidence_hash {digest} in the claims"),
-                    "the claims carry no GPU evidence hash",
-                ),
-            },
-        },
-    );
-
-    // 8. CC mode.
-    t.record(
-        C::CcMode,
-        match &parsed {
-            None => Row::NotRun("report unreadable".into()),
-            Some(m) => {
-                let flag = m.opaque.feature_flag();
-                let mode = match flag {
-                    Some(0) => Ok("multi-GPU passthrough CC (feature flag 0)"),
-                    Some(1) => Ok("single-GPU passthrough CC (feature flag 1)"),
-                    Some(2) => Ok("protected PCIe (feature flag 2)"),
-                    Some(other) => Err(format!("feature flag {other}")),
-                    None => Ok("signed measurement report with opaque data (the GPU answers only in CC or PPCIe mode; no feature flag in this opaque-data version)"),
-                };
-                match (mode, g.settings) {
-                    (Err(actual), _) => fail(GpuError::NotCcMode, "a CC feature flag (0, 1 or 2)", actual),
-                    (Ok(_), Some(s)) if !s.cc_mode => {
-                        fail(GpuError::NotCcMode, "CC mode on", "the collector reports CC mode off")
-                    }
-                    (Ok(how), Some(_)) => Row::Pass(format!("{how}; collector reports CC on")),
-                    (Ok(how), None) => Row::Pass(how.to_owned()),
+/// 8. Confidential-computing mode.
+fn check_cc_mode(x: &GpuInput<'_>) -> Row {
+    let (parsed, g) = (&x.parsed, x.g);
+    match &parsed {
+        None => Row::NotRun("report unreadable".into()),
+        Some(m) => {
+            let flag = m.opaque.feature_flag();
+            let mode = match flag {
+                Some(0) => Ok("multi-GPU passthrough CC (feature flag 0)"),
+                Some(1) => Ok("single-GPU passthrough CC (feature flag 1)"),
+                Some(2) => Ok("protected PCIe (feature flag 2)"),
+                Some(other) => Err(format!("feature flag {other}")),
+                None => Ok("signed measurement report with opaque data (the GPU answers only in CC or PPCIe mode; no feature flag in this opaque-data version)"),
+            };
+            match (mode, g.settings) {
+                (Err(actual), _) => fail(GpuError::NotCcMode, "a CC feature flag (0, 1 or 2)", actual),
+                (Ok(_), Some(s)) if !s.cc_mode => {
+                    fail(GpuError::NotCcMode, "CC mode on", "the collector reports CC mode off")
                 }
+                (Ok(how), Some(_)) => Row::Pass(format!("{how}; collector reports CC on")),
+                (Ok(how), None) => Row::Pass(how.to_owned()),
             }
-        },
-    );
+        }
+    }
+}
 
-    // 9. DevTools. The collector's report is trusted only when the signed CPU claims commit to it.
-    let bound = expect.claims.and_then(|c| c.gpu_evidence_hash) == Some(digest);
-    t.record(
-        C::DevTools,
-        match g.settings {
-            Some(s) if s.devtools_mode => fail(GpuError::DevToolsMode, "CC production mode", "CC DevTools mode"),
-            Some(_) if bound => Row::Pass("collector reports DevTools off (bound through the CPU report)".into()),
-            None if policy.gpu.require_cc_settings => fail(
-                GpuError::DevToolsMode,
-                "the collector's CC settings (policy: gpu.require_cc_settings = true)",
-                "none: DevTools mode cannot be excluded",
-            ),
-            Some(_) if policy.gpu.require_cc_settings => fail(
-                GpuError::DevToolsMode,
-                "the collector's CC settings bound to a CPU report (policy: gpu.require_cc_settings = true)",
-                "a report not bound to signed claims: DevTools mode cannot be excluded",
-            ),
-            Some(_) => {
-                Row::NotRun("the collector reports DevTools off, but no signed claims commit to that report".into())
+/// 9. DevTools. The collector's report is trusted only when the signed CPU claims commit to it.
+fn check_devtools(x: &GpuInput<'_>) -> Row {
+    let (g, policy) = (x.g, x.policy);
+    let bound = x.expect.claims.and_then(|c| c.gpu_evidence_hash) == Some(x.digest);
+    match g.settings {
+        Some(s) if s.devtools_mode => fail(GpuError::DevToolsMode, "CC production mode", "CC DevTools mode"),
+        Some(_) if bound => Row::Pass("collector reports DevTools off (bound through the CPU report)".into()),
+        None if policy.gpu.require_cc_settings => fail(
+            GpuError::DevToolsMode,
+            "the collector's CC settings (policy: gpu.require_cc_settings = true)",
+            "none: DevTools mode cannot be excluded",
+        ),
+        Some(_) if policy.gpu.require_cc_settings => fail(
+            GpuError::DevToolsMode,
+            "the collector's CC settings bound to a CPU report (policy: gpu.require_cc_settings = true)",
+            "a report not bound to signed claims: DevTools mode cannot be excluded",
+        ),
+        Some(_) => Row::NotRun("the collector reports DevTools off, but no signed claims commit to that report".into()),
+        None => {
+            Row::NotRun("DevTools mode is not in the signed SPDM evidence and no collector report was supplied".into())
+        }
+    }
+}
+
+/// 10. Protected PCIe, when the policy asks.
+fn check_protected_pcie(x: &GpuInput<'_>) -> Row {
+    let (parsed, policy) = (&x.parsed, x.policy);
+    match &parsed {
+        None => Row::NotRun("report unreadable".into()),
+        Some(m) => {
+            let status = m.opaque.protected_pcie_status();
+            let shown = match status {
+                Some(STATUS_ON) => "on (0xAA)".to_owned(),
+                Some(STATUS_OFF) => "off (0x55)".to_owned(),
+                Some(b) => format!("unknown status {b:#04x}"),
+                None => "absent".to_owned(),
+            };
+            if !policy.gpu.require_protected_pcie {
+                Row::Skip(format!("policy does not require protected PCIe (status {shown})"))
+            } else if status == Some(STATUS_ON) {
+                Row::Pass("protected PCIe on (0xAA)".into())
+            } else {
+                fail(GpuError::ProtectedPcieOff, "protected PCIe on (0xAA)", shown)
             }
-            None => Row::NotRun(
-                "DevTools mode is not in the signed SPDM evidence and no collector report was supplied".into(),
-            ),
-        },
-    );
+        }
+    }
+}
 
-    // 10. Protected PCIe.
-    t.record(
-        C::ProtectedPcie,
-        match &parsed {
-            None => Row::NotRun("report unreadable".into()),
-            Some(m) => {
-                let status = m.opaque.protected_pcie_status();
-                let shown = match status {
-                    Some(STATUS_ON) => "on (0xAA)".to_owned(),
-                    Some(STATUS_OFF) => "off (0x55)".to_owned(),
-                    Some(b) => format!("unknown status {b:#04x}"),
-                    None => "absent".to_owned(),
-                };
-                if !policy.gpu.require_protected_pcie {
-                    Row::Skip(format!("policy does not require protected PCIe (status {shown})"))
-                } else if status == Some(STATUS_ON) {
-                    Row::Pass("protected PCIe on (0xAA)".into())
-                } else {
-                    fail(GpuError::ProtectedPcieOff, "protected PCIe on (0xAA)", shown)
-                }
-            }
-        },
-    );
-
-    // 11-12. Versions.
-    let driver = parsed.as_ref().and_then(|m| m.opaque.driver_version());
-    let vbios = parsed.as_ref().and_then(|m| m.opaque.vbios_version());
-    t.record(C::DriverVersion, version_row(driver.as_deref(), policy.gpu.min_driver_version.as_deref(), true));
-    t.record(C::VbiosVersion, version_row(vbios.as_deref(), policy.gpu.min_vbios_version.as_deref(), false));
-
-    // 13. RIM measurements.
-    t.record(
-        C::RimMeasurements,
-        match &parsed {
-            None => Row::NotRun("report unreadable".into()),
-            Some(_) if expect.rims.is_empty() && policy.gpu.require_rim => fail(
-                GpuError::RimUnavailable,
-                "driver and VBIOS RIMs (policy: gpu.require_rim = true)",
-                "none supplied",
-            ),
-            Some(_) if expect.rims.is_empty() => Row::NotRun("no RIM supplied".into()),
-            Some(m) => rim_row(m, expect.rims, driver.as_deref(), vbios.as_deref(), policy.gpu.require_rim),
-        },
-    );
-
-    // 14. RIM signatures.
-    t.record(C::RimSignature, rim_signature_row(expect.rims, policy, now));
-    t
+/// 13. Every active RIM index against the golden values.
+fn check_rim_measurements(x: &GpuInput<'_>, driver: Option<&str>, vbios: Option<&str>) -> Row {
+    let (parsed, expect, policy) = (&x.parsed, x.expect, x.policy);
+    match &parsed {
+        None => Row::NotRun("report unreadable".into()),
+        Some(_) if expect.rims.is_empty() && policy.gpu.require_rim => {
+            fail(GpuError::RimUnavailable, "driver and VBIOS RIMs (policy: gpu.require_rim = true)", "none supplied")
+        }
+        Some(_) if expect.rims.is_empty() => Row::NotRun("no RIM supplied".into()),
+        Some(m) => rim_row(m, expect.rims, driver, vbios, policy.gpu.require_rim),
+    }
 }
 
 fn rim_signature_row(rims: &[Rim], policy: &Policy, now: SystemTime) -> Row {
