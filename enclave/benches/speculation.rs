@@ -75,7 +75,7 @@ fn request(prompt: &str, drafter: Option<&str>, script: Option<Vec<u32>>) -> Gen
     (r.prompt, r.prompt_ids, r.chat) = (Some(prompt.into()), None, true);
     r.speculation = match drafter {
         None => SpeculationRequest { enabled: Some(false), ..Default::default() },
-        Some(d) => SpeculationRequest { enabled: Some(true), drafter: Some(d.into()), k: None, script },
+        Some(d) => SpeculationRequest { enabled: Some(true), drafter: Some(d.parse().unwrap()), k: None, script },
     };
     r
 }

@@ -61,7 +61,7 @@ fn speculation_is_switched_per_request_and_nothing_more() {
         let c = generate(&tok, "/v1/chat/completions", &body);
         assert_eq!(c.request.speculation.enabled, want);
         // The sealed API cannot pick a drafter or script one.
-        assert_eq!((c.request.speculation.drafter.as_deref(), c.request.speculation.script.as_deref()), (None, None));
+        assert_eq!((c.request.speculation.drafter, c.request.speculation.script.as_deref()), (None, None));
     }
     let bad = call(
         &tok,

@@ -391,7 +391,7 @@ fn losing_the_last_stage_mid_stream_keeps_sampled_and_speculating_streams_unchan
     let speculating = GenerateWire {
         speculation: SpeculationRequest {
             enabled: Some(true),
-            drafter: Some("ngram".into()),
+            drafter: Some(veil_wire::route::Drafter::Ngram),
             ..SpeculationRequest::default()
         },
         ..cluster::greedy(&prompt, 320)
@@ -461,7 +461,7 @@ fn a_large_vocabulary_serves_greedy_and_sampled_plain_and_speculative() {
     let spec = |r: &GenerateWire| GenerateWire {
         speculation: SpeculationRequest {
             enabled: Some(true),
-            drafter: Some("script".into()),
+            drafter: Some(veil_wire::route::Drafter::Script),
             k: Some(3),
             script: Some(vec![5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]),
         },
@@ -488,20 +488,17 @@ fn a_large_vocabulary_serves_greedy_and_sampled_plain_and_speculative() {
 #[test]
 fn invalid_requests_are_refused_not_failed() {
     use std::io::{BufRead, Write};
-    use veil_enclave::pipeline::entry::{GenerateEvent, SpeculationRequest};
+    use veil_enclave::pipeline::entry::GenerateEvent;
     let Some(path) = model_path() else { return };
     let mut c = Cluster::new("refused", &path, &[15], &[1, 1]);
     c.start_all();
-    let bad = [
-        cluster::greedy(&[1, 10_000_000], 4),
-        veil_enclave::pipeline::entry::GenerateWire {
-            speculation: SpeculationRequest { drafter: Some("oracle".into()), ..Default::default() },
-            ..cluster::greedy(&[1, 2, 3], 4)
-        },
-    ];
+    // A token outside the vocabulary; a drafter no entry has (only a hand-written line can name one).
+    let mut oracle = serde_json::to_value(cluster::greedy(&[1, 2, 3], 4)).unwrap();
+    oracle["speculation"] = serde_json::json!({ "drafter": "oracle" });
+    let bad = [serde_json::to_string(&cluster::greedy(&[1, 10_000_000], 4)).unwrap(), oracle.to_string()];
     for req in bad {
         let mut tcp = std::net::TcpStream::connect(c.route.generate_listen).unwrap();
-        tcp.write_all(format!("{}\n", serde_json::to_string(&req).unwrap()).as_bytes()).unwrap();
+        tcp.write_all(format!("{req}\n").as_bytes()).unwrap();
         let line = std::io::BufReader::new(tcp).lines().next().unwrap().unwrap();
         let ev: GenerateEvent = serde_json::from_str(&line).unwrap();
         assert!(matches!(ev, GenerateEvent::Refused(_)), "{line}");

@@ -28,7 +28,7 @@ fn fixture_prompts() -> Vec<Vec<u32>> {
 
 fn with(req: &GenerateWire, drafter: &str, k: Option<usize>, script: Option<Vec<u32>>) -> GenerateWire {
     GenerateWire {
-        speculation: SpeculationRequest { enabled: Some(true), drafter: Some(drafter.into()), k, script },
+        speculation: SpeculationRequest { enabled: Some(true), drafter: Some(drafter.parse().unwrap()), k, script },
         ..req.clone()
     }
 }

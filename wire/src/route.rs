@@ -45,13 +45,55 @@ pub struct RouteFile {
     pub stage: Vec<StageFile>,
 }
 
+/// Which drafter proposes tokens for speculative decoding: one type for
+/// the route file (`speculation.drafter`), a request's `speculation.drafter`
+/// and the CLIs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Drafter {
+    /// No speculation.
+    #[default]
+    None,
+    /// Prompt lookup: n-gram matches in the context (no weights).
+    Ngram,
+    /// The route's draft model.
+    Model,
+    /// A given continuation (requests only: tests and benchmarks).
+    Script,
+}
+
+impl Drafter {
+    /// Its name as written in files and requests.
+    pub fn name(self) -> &'static str {
+        match self {
+            Drafter::None => "none",
+            Drafter::Ngram => "ngram",
+            Drafter::Model => "model",
+            Drafter::Script => "script",
+        }
+    }
+}
+
+impl std::str::FromStr for Drafter {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Drafter::None),
+            "ngram" => Ok(Drafter::Ngram),
+            "model" => Ok(Drafter::Model),
+            "script" => Ok(Drafter::Script),
+            other => Err(format!("unknown drafter {other:?} (none, ngram, model or script)")),
+        }
+    }
+}
+
 /// `[speculation]`.
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpeculationFile {
     /// `none`, `ngram` or `model`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub drafter: Option<String>,
+    pub drafter: Option<Drafter>,
     /// For `model`: a GGUF with the target's vocabulary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_model: Option<String>,
@@ -143,5 +185,20 @@ replicas = ["127.0.0.1:7710"]
         assert_eq!((f.kv_budget_mib, f.prefill_chunk, f.heartbeat_ms), (512, 64, 250));
         assert_eq!(RouteFile::from_toml(&f.to_toml()).unwrap(), f);
         assert!(RouteFile::from_toml(&text.replace("policy", "polcy")).is_err(), "a misspelt key is an error");
+    }
+
+    #[test]
+    fn a_drafter_has_one_spelling_everywhere() {
+        for d in [Drafter::None, Drafter::Ngram, Drafter::Model, Drafter::Script] {
+            assert_eq!(d.name().parse::<Drafter>(), Ok(d));
+            let file = RouteFile::from_toml(&format!(
+                "model = \"m\"\npolicy = \"p\"\n[speculation]\ndrafter = \"{}\"\n[entry]\n\
+                 generate_listen = \"127.0.0.1:1\"\n[[stage]]\nlayers = [0, 1]\nreplicas = [\"127.0.0.1:2\"]\n",
+                d.name()
+            ))
+            .unwrap();
+            assert_eq!(file.speculation.and_then(|s| s.drafter), Some(d));
+        }
+        assert!("oracle".parse::<Drafter>().is_err());
     }
 }

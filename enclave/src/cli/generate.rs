@@ -90,8 +90,8 @@ fn wire(args: &GenerateArgs) -> crate::pipeline::entry::GenerateWire {
         seed: args.seed,
         stop: args.stop.clone(),
         speculation: crate::pipeline::entry::SpeculationRequest {
-            enabled: args.drafter.as_deref().map(|d| d != "none"),
-            drafter: args.drafter.clone(),
+            enabled: args.drafter.map(|d| d != veil_wire::route::Drafter::None),
+            drafter: args.drafter,
             k: args.draft_k,
             script: None,
         },

@@ -197,7 +197,7 @@ struct GenerateArgs {
     /// With `--entry`: the drafter for speculative decoding (`none`, `ngram`
     /// or `model`); default: the route's setting.
     #[arg(long, requires = "entry")]
-    drafter: Option<String>,
+    drafter: Option<veil_wire::route::Drafter>,
     /// With `--entry`: draft exactly this many tokens per round instead of adaptive k.
     #[arg(long, requires = "entry")]
     draft_k: Option<usize>,

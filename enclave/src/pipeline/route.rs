@@ -67,16 +67,9 @@ pub enum RouteError {
     Invalid(String),
 }
 
-/// Which drafter the entry uses when a request does not choose.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum DrafterKind {
-    /// No speculation.
-    None,
-    /// Prompt lookup (no weights).
-    Ngram,
-    /// The route's draft model.
-    Model,
-}
+/// Which drafter the entry uses when a request does not choose (the route
+/// never names `script`).
+pub use veil_wire::route::Drafter as DrafterKind;
 
 /// The route's speculative decoding settings.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -189,12 +182,10 @@ impl Route {
         let speculation = match &f.speculation {
             None => Speculation::default(),
             Some(sp) => {
-                let drafter = match sp.drafter.as_deref() {
-                    None | Some("none") => DrafterKind::None,
-                    Some("ngram") => DrafterKind::Ngram,
-                    Some("model") => DrafterKind::Model,
-                    Some(other) => return bad(format!("speculation.drafter {other:?} (none, ngram or model)")),
-                };
+                let drafter = sp.drafter.unwrap_or_default();
+                if drafter == DrafterKind::Script {
+                    return bad("speculation.drafter \"script\" is for requests only (none, ngram or model)".into());
+                }
                 if drafter == DrafterKind::Model && sp.draft_model.is_none() {
                     return bad("speculation.drafter = \"model\" needs speculation.draft_model".into());
                 }
@@ -367,14 +358,7 @@ impl From<&Route> for RouteFile {
                 .to_owned(),
             ),
             speculation: (*sp != Speculation::default()).then(|| SpeculationFile {
-                drafter: Some(
-                    match sp.drafter {
-                        DrafterKind::None => "none",
-                        DrafterKind::Ngram => "ngram",
-                        DrafterKind::Model => "model",
-                    }
-                    .to_owned(),
-                ),
+                drafter: Some(sp.drafter),
                 draft_model: sp.draft_model.as_deref().map(path),
                 k_max: sp.k_max,
                 k: sp.k,

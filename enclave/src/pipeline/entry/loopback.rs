@@ -69,7 +69,7 @@ pub struct SpeculationRequest {
     /// `"ngram"`, `"model"` (the route's draft model) or `"script"`
     /// (proposes `script`: tests and benchmarks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub drafter: Option<String>,
+    pub drafter: Option<veil_wire::route::Drafter>,
     /// A fixed k instead of adaptive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub k: Option<usize>,

@@ -204,21 +204,20 @@ impl Entry {
                 .map(DrafterSpec::Model)
                 .ok_or_else(|| "this entry has no draft model (route speculation.draft_model)".to_owned())
         };
-        let spec = match r.drafter.as_deref() {
+        let spec = match r.drafter {
             None => match route.drafter {
                 DrafterKind::None if r.enabled == Some(true) => DrafterSpec::Ngram,
-                DrafterKind::None => return Ok(None),
+                DrafterKind::None | DrafterKind::Script => return Ok(None),
                 DrafterKind::Ngram => DrafterSpec::Ngram,
                 DrafterKind::Model => model()?,
             },
-            Some("none") => return Ok(None),
-            Some("ngram") => DrafterSpec::Ngram,
-            Some("model") => model()?,
-            Some("script") => DrafterSpec::Script {
+            Some(DrafterKind::None) => return Ok(None),
+            Some(DrafterKind::Ngram) => DrafterSpec::Ngram,
+            Some(DrafterKind::Model) => model()?,
+            Some(DrafterKind::Script) => DrafterSpec::Script {
                 prompt_len,
                 tokens: r.script.clone().ok_or("drafter \"script\" needs speculation.script")?,
             },
-            Some(other) => return Err(format!("unknown drafter {other:?} (ngram, model or script)")),
         };
         if r.k.is_some_and(|k| k > MAX_K) {
             return Err(format!("speculation k must be at most {MAX_K}"));
