@@ -750,7 +750,7 @@ fn weights_are_built_from_the_bytes_hashed_even_if_storage_changes_on_reread() {
 #[test]
 fn no_session_can_continue_from_another_sessions_cached_prefix() {
     use std::sync::Arc;
-    use veil_enclave::link::frame::{LinkError, Precision, Want};
+    use veil_enclave::link::frame::{ErrorReport, Precision, Want};
     use veil_enclave::pipeline::worker::{Input, Job, Output, StageWorker};
     let Some(path) = model_path() else { return };
     let slice = Arc::new(LayerSlice::load(&path, 0..30).unwrap());
@@ -773,7 +773,7 @@ fn no_session_can_continue_from_another_sessions_cached_prefix() {
     // Session 2 claims session 1's prefix and sends only the next token.
     let reuse = worker.step(vec![job(2, prompt.len(), vec![42])]);
     match reuse.as_slice() {
-        [Output::Error(LinkError { session: Some(2), message, .. })] => {
+        [Output::Error(ErrorReport { session: Some(2), message, .. })] => {
             assert!(message.contains("0 positions are cached"), "{message}")
         }
         other => panic!("a session continued from another's cache: {other:?}"),

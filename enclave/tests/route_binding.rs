@@ -286,14 +286,19 @@ async fn lying_middle_shard(
     route: veil_enclave::pipeline::route::Route,
     loaded: veil_enclave::pipeline::shard::Loaded,
 ) {
-    use veil_enclave::link::frame::{ErrorCode, Frame, LinkError, LinkRole, Verdict};
+    use veil_enclave::link::frame::{ErrorCode, ErrorReport, Frame, LinkRole, Verdict};
     let addr = route.stages[1].replicas[1];
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     let control: Arc<tokio::sync::Mutex<Option<tokio::sync::mpsc::Sender<Frame>>>> = Arc::default();
     let lie = |session: u64, seq: u64| {
         [
             Frame::Verdict(Verdict { session, seq, positions: vec![vec![(42, 1.0)]], kv_lens: vec![0, 0, 0] }),
-            Frame::Error(LinkError { session: Some(session), seq, code: ErrorCode::Invalid, message: "rogue".into() }),
+            Frame::Error(ErrorReport {
+                session: Some(session),
+                seq,
+                code: ErrorCode::Invalid,
+                message: "rogue".into(),
+            }),
         ]
     };
     loop {

@@ -164,7 +164,7 @@ pub enum ErrorCode {
 
 /// An error report, about one session or the link.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LinkError {
+pub struct ErrorReport {
     /// The session it concerns, if any.
     pub session: Option<u64>,
     /// The frame it answers, if any.
@@ -187,7 +187,7 @@ pub enum Frame {
     /// Free a session's state.
     EndSession(u64),
     /// Failure report.
-    Error(LinkError),
+    Error(ErrorReport),
     /// Heartbeat.
     Ping(u64),
     /// Heartbeat answer.
@@ -515,7 +515,7 @@ impl Frame {
                 };
                 let n = r.count(1, MAX_MESSAGE, "message")?;
                 let message = std::str::from_utf8(r.take(n)?).map_err(|_| r.bad("message is not UTF-8"))?.to_owned();
-                Self::Error(LinkError { session, seq, code, message })
+                Self::Error(ErrorReport { session, seq, code, message })
             }
             KIND_PING => Self::Ping(r.u64()?),
             _ => Self::Pong(r.u64()?),
@@ -732,7 +732,7 @@ mod tests {
                 kv_lens: vec![12, 12, 12],
             }),
             Frame::EndSession(7),
-            Frame::Error(LinkError { session: Some(7), seq: 3, code: ErrorCode::KvFull, message: "full".into() }),
+            Frame::Error(ErrorReport { session: Some(7), seq: 3, code: ErrorCode::KvFull, message: "full".into() }),
             Frame::Ping(1),
             Frame::Pong(1),
         ]

@@ -14,7 +14,7 @@ use veil_attestation::{Attester, ManifestRoot, Policy};
 use super::net::{listen, Downstream, Trust};
 use super::route::Route;
 use super::worker::{Command, Job, Output, StageWorker};
-use crate::link::frame::{ErrorCode, Frame, Hello, LinkError, LinkRole, PROTOCOL_VERSION};
+use crate::link::frame::{ErrorCode, ErrorReport, Frame, Hello, LinkRole, PROTOCOL_VERSION};
 use crate::model::{GgufFile, LayerSlice};
 
 /// A loaded stage, ready to serve.
@@ -194,7 +194,7 @@ pub async fn serve(
                         Ok(()) => continue,
                         Err(e) => {
                             tracing::warn!(session, error = %e, "cannot reach the next stage");
-                            Frame::Error(LinkError {
+                            Frame::Error(ErrorReport {
                                 session: Some(session),
                                 seq,
                                 code: ErrorCode::Unavailable,
@@ -264,7 +264,7 @@ async fn serve_link(
                     Ok(job) => cmd_tx.send(Command::Run(job)).await.map_err(|_| anyhow::anyhow!("worker stopped"))?,
                     Err(e) => {
                         let _ = tx
-                            .send(Frame::Error(LinkError {
+                            .send(Frame::Error(ErrorReport {
                                 session: Some(session),
                                 seq,
                                 code: ErrorCode::Invalid,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::entry::sampler::{Sampler, SamplingParams};
-use crate::link::frame::{ErrorCode, Forward, LinkError, Precision, SamplingSpec, Verdict, Want};
+use crate::link::frame::{ErrorCode, ErrorReport, Forward, Precision, SamplingSpec, Verdict, Want};
 use crate::model::{BatchItem, LayerSlice, Logits, ModelError, Rows, SessionKv, SliceOutput};
 
 /// Positions one batch may carry (beyond its first job).
@@ -102,7 +102,7 @@ pub enum Output {
     /// The last stage's verdict, for the entry.
     Verdict(Verdict),
     /// A failure for the entry.
-    Error(LinkError),
+    Error(ErrorReport),
 }
 
 /// The worker's state; run it with [`StageWorker::run`] on its own thread.
@@ -193,7 +193,7 @@ impl StageWorker {
         let mut used = self.kv_bytes();
         for mut job in jobs {
             if !self.sessions.contains_key(&job.session) && self.sessions.len() >= MAX_SESSIONS {
-                outputs.push(Output::Error(LinkError {
+                outputs.push(Output::Error(ErrorReport {
                     session: Some(job.session),
                     seq: job.seq,
                     code: ErrorCode::KvFull,
@@ -221,7 +221,7 @@ impl StageWorker {
                 None
             };
             if let Some((code, message)) = error {
-                outputs.push(Output::Error(LinkError { session: Some(job.session), seq: job.seq, code, message }));
+                outputs.push(Output::Error(ErrorReport { session: Some(job.session), seq: job.seq, code, message }));
                 continue;
             }
             used += job.input.len() * per_position;
@@ -355,6 +355,6 @@ impl StageWorker {
             ModelError::Invalid(_) => ErrorCode::Invalid,
             _ => ErrorCode::Internal,
         };
-        Output::Error(LinkError { session: Some(job.session), seq: job.seq, code, message: e.to_string() })
+        Output::Error(ErrorReport { session: Some(job.session), seq: job.seq, code, message: e.to_string() })
     }
 }

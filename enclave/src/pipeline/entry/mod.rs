@@ -23,7 +23,7 @@ use super::worker::{Command, Output, StageWorker};
 use crate::entry::sampler::Sampler;
 use crate::entry::tokenizer::Tokenizer;
 use crate::generate::{check_request, GenerateRequest, Generation};
-use crate::link::frame::{ErrorCode, Frame, LinkError};
+use crate::link::frame::{ErrorCode, ErrorReport, Frame};
 use crate::model::LayerSlice;
 use crate::speculate::model::DraftModel;
 use crate::speculate::{AdaptiveK, DraftMode, DrafterSpec, SpecStats, MAX_K};
@@ -125,7 +125,8 @@ impl Entry {
                             None => Err("no next stage".into()),
                         };
                         if let Err(message) = sent {
-                            let err = LinkError { session: Some(session), seq, code: ErrorCode::Unavailable, message };
+                            let err =
+                                ErrorReport { session: Some(session), seq, code: ErrorCode::Unavailable, message };
                             e.dispatch(session, SessionEvent::Error(err)).await;
                         }
                     }

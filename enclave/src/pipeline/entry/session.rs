@@ -32,7 +32,7 @@ use super::metrics::SpecCounters;
 use crate::entry::sampler::{Sampler, SamplingParams};
 use crate::entry::tokenizer::Tokenizer;
 use crate::generate::{Generation, TextStream};
-use crate::link::frame::{ErrorCode, LinkError, Precision, SamplingSpec, Verdict, Want};
+use crate::link::frame::{ErrorCode, ErrorReport, Precision, SamplingSpec, Verdict, Want};
 use crate::pipeline::worker::{Input, Job};
 use crate::speculate::{verify_round, AdaptiveK, Draft, SpecStats};
 
@@ -42,7 +42,7 @@ pub enum SessionEvent {
     /// The last stage's verdict on a frame.
     Verdict(Verdict),
     /// A stage reported an error for a frame.
-    Error(LinkError),
+    Error(ErrorReport),
     /// The control link of (`stage`, `replica`) went down.
     Down {
         /// Stage index (1 = after the entry).

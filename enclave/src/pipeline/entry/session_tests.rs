@@ -111,7 +111,7 @@ fn verdict(seq: u64, kv: u32, picks: &[u32]) -> SessionEvent {
 }
 
 fn link_error(seq: u64, code: ErrorCode) -> SessionEvent {
-    SessionEvent::Error(LinkError { session: Some(77), seq, code, message: "boom".into() })
+    SessionEvent::Error(ErrorReport { session: Some(77), seq, code, message: "boom".into() })
 }
 
 fn finished(actions: &[Action]) -> Option<&Generation> {
