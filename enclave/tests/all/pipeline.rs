@@ -7,8 +7,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-#[path = "support/cluster.rs"]
-mod cluster;
+use crate::cluster;
 
 use std::io::{BufRead, Write};
 use std::net::TcpStream;
@@ -19,7 +18,7 @@ use veil_enclave::generate::{Generation, LocalModel};
 use veil_enclave::pipeline::entry::{Failure, GenerateEvent, GenerateWire};
 
 fn fixture_prompts() -> Vec<Vec<u32>> {
-    let v: serde_json::Value = serde_json::from_str(include_str!("../testdata/llamacpp_fixtures.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(include_str!("../../testdata/llamacpp_fixtures.json")).unwrap();
     v["cases"].as_array().unwrap().iter().map(|c| serde_json::from_value(c["prompt_ids"].clone()).unwrap()).collect()
 }
 

@@ -4,8 +4,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-#[path = "support/cluster.rs"]
-mod cluster;
+use crate::cluster;
 
 use serde_json::Value;
 use veil_enclave::entry::tokenizer::{ChatMessage, Tokenizer};

@@ -10,8 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-#[path = "support/cluster.rs"]
-mod cluster;
+use crate::cluster;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -439,8 +438,7 @@ fn losing_the_last_stage_mid_stream_keeps_sampled_and_speculating_streams_unchan
     assert!(log.contains("re-routed"), "no session was re-routed:\n{log}");
 }
 
-#[path = "support/big_vocab.rs"]
-mod big_vocab;
+use crate::big_vocab;
 
 /// A vocabulary of Qwen2/3's size (151,936 tokens) through a 2-stage
 /// pipeline: greedy and sampled (temperature 1, no top-k or top-p: the whole

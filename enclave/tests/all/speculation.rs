@@ -10,8 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-#[path = "support/cluster.rs"]
-mod cluster;
+use crate::cluster;
 
 use std::collections::BTreeMap;
 
@@ -22,7 +21,7 @@ use veil_enclave::pipeline::route::{DrafterKind, Speculation};
 use veil_enclave::speculate::SpecStats;
 
 fn fixture_prompts() -> Vec<Vec<u32>> {
-    let v: serde_json::Value = serde_json::from_str(include_str!("../testdata/llamacpp_fixtures.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(include_str!("../../testdata/llamacpp_fixtures.json")).unwrap();
     v["cases"].as_array().unwrap().iter().map(|c| serde_json::from_value(c["prompt_ids"].clone()).unwrap()).collect()
 }
 

@@ -49,7 +49,7 @@ struct Case {
 }
 
 fn fixtures() -> Fixtures {
-    serde_json::from_str(include_str!("../testdata/llamacpp_fixtures.json")).unwrap()
+    serde_json::from_str(include_str!("../../testdata/llamacpp_fixtures.json")).unwrap()
 }
 
 fn logits_rows(t: &Rows) -> Vec<Vec<f32>> {
@@ -410,7 +410,7 @@ fn sentencepiece_tokenizer_equals_llamacpp() {
         ids: Vec<u32>,
         decoded: String,
     }
-    let f: Spm = serde_json::from_str(include_str!("../testdata/spm_tokenizer_fixtures.json")).unwrap();
+    let f: Spm = serde_json::from_str(include_str!("../../testdata/spm_tokenizer_fixtures.json")).unwrap();
     let meta = [
         ("general.architecture", Value::String("llama".into())),
         ("tokenizer.ggml.model", Value::String("llama".into())),

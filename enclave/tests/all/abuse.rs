@@ -8,11 +8,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-#[path = "support/cluster.rs"]
-mod cluster;
+use crate::cluster;
 
-#[path = "support/abuse.rs"]
-mod abuse;
+use crate::abuse_support as abuse;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
