@@ -17,6 +17,13 @@
 //!                                         Ok(VerifiedEvidence) | Err(Rejected{check, expected, actual})
 //! ```
 //!
+//! Module graph (a DAG): [`check`] (check names, outcomes, the one check
+//! table) ← [`error`] (one [`Rejection`] shape for SNP, GPU and GPU-set
+//! failures) ← the SNP checker ([`verify`]'s checks over [`snp`]) and the GPU
+//! checker ([`gpu`]) ← [`verify::verify_composite`] / [`verify()`], the only
+//! place that combines them. [`measure`] reproduces expected launch
+//! measurements.
+//!
 //! * [`verify()`] is pure (no clock, no I/O): the caller passes `now`.
 //! * [`VerifiedEvidence`] can only be made by the verifier; RA-TLS links and
 //!   sealed requests take it (or a [`ratls::VerifiedPeer`]) as proof.

@@ -29,6 +29,7 @@ pub mod entry;
 pub mod gateway;
 pub mod generate;
 pub mod link;
+pub mod local_model;
 pub mod model;
 pub mod node;
 pub mod pipeline;

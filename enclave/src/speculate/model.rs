@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{Draft, DraftMode, Drafter};
 use crate::entry::sampler::{argmax, Sampler, SamplingParams};
 use crate::entry::tokenizer::Tokenizer;
-use crate::generate::{LocalModel, LocalSession};
+use crate::local_model::{LocalModel, LocalSession};
 use crate::model::error::{ModelError, Result};
 
 /// KV budget of one drafting session.
