@@ -6,32 +6,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::path::PathBuf;
-
 use veil_enclave::entry::sampler::argmax;
 use veil_enclave::entry::tokenizer::Tokenizer;
 use veil_enclave::generate::{LocalModel, DEFAULT_KV_BUDGET_BYTES};
 use veil_enclave::model::{GgufFile, LayerSlice, ModelError, Rows};
 
-fn model_path() -> Option<PathBuf> {
-    let path = match std::env::var_os("VEIL_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let dir = std::env::var_os("VEIL_MODELS").map(PathBuf::from).unwrap_or_else(|| {
-                PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/veil/models")
-            });
-            dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")
-        }
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    if std::env::var("VEIL_REQUIRE_MODEL").as_deref() == Ok("1") {
-        panic!("VEIL_REQUIRE_MODEL=1 but {} is missing (run scripts/fetch-model.sh)", path.display());
-    }
-    veil_tests::skip("reference model not found (run scripts/fetch-model.sh)");
-    None
-}
+use crate::cluster::model_path;
 
 #[derive(serde::Deserialize)]
 struct Fixtures {

@@ -35,12 +35,9 @@ pub struct ClusterArgs {
     /// The public API (relay to the entry's gateway).
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// Serve the public API over HTTPS with this PEM certificate chain (leaf first).
-    #[arg(long, requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
-    /// The PEM private key of `--tls-cert`.
-    #[arg(long, requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
+    /// HTTPS for the public API.
+    #[command(flatten)]
+    pub tls: super::TlsArgs,
 }
 
 /// First restart delay; doubles per crash up to [`MAX_BACKOFF`].
@@ -116,10 +113,7 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
     );
     // The public API, once the entry's gateway answers. A bad certificate or
     // key stops the cluster before any shard starts.
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(crate::relay::tls_server_config(cert, key)?),
-        _ => None,
-    };
+    let tls = args.tls.server_config()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     // This cluster's id, handed to its shards: the relay says it is ready only
     // when its own entry answers (not another cluster's on the same address).

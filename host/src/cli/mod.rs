@@ -5,7 +5,31 @@ pub mod cluster;
 pub mod relay;
 pub mod wan_shim;
 
-use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Args, Parser, Subcommand};
+
+/// `--tls-cert PEM --tls-key PEM`: HTTPS for the public API (`cluster`, `relay`).
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// Serve the public API over HTTPS with this PEM certificate chain (leaf first).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--tls-cert`.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// The server configuration, when both are given; a bad certificate or key is an error.
+    pub fn server_config(&self) -> anyhow::Result<Option<Arc<rustls::ServerConfig>>> {
+        match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Ok(Some(crate::relay::tls_server_config(cert, key)?)),
+            _ => Ok(None),
+        }
+    }
+}
 
 /// The untrusted Veil host.
 #[derive(Debug, Parser)]

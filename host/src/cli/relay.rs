@@ -4,12 +4,11 @@
 //! key that opens a prompt.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
 
-use crate::relay::{tls_server_config, Relay, RelayConfig};
+use crate::relay::{Relay, RelayConfig};
 
 /// `veil-host relay --entry ADDR --listen ADDR`
 #[derive(Debug, Args)]
@@ -20,12 +19,9 @@ pub struct RelayArgs {
     /// The public API.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub listen: SocketAddr,
-    /// Serve the public API over HTTPS with this PEM certificate chain (leaf first).
-    #[arg(long, requires = "tls_key")]
-    pub tls_cert: Option<PathBuf>,
-    /// The PEM private key of `--tls-cert`.
-    #[arg(long, requires = "tls_cert")]
-    pub tls_key: Option<PathBuf>,
+    /// HTTPS for the public API.
+    #[command(flatten)]
+    pub tls: super::TlsArgs,
     /// Sealed requests in flight at once; more get 503.
     #[arg(long, default_value_t = 64)]
     pub max_concurrent: usize,
@@ -33,10 +29,7 @@ pub struct RelayArgs {
 
 /// Runs the relay until SIGTERM or Ctrl-C.
 pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(tls_server_config(cert, key)?),
-        _ => None,
-    };
+    let tls = args.tls.server_config()?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
