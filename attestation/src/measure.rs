@@ -117,7 +117,8 @@ impl FirmwareLayout {
     }
 }
 
-fn guid_le(guid: &str) -> [u8; 16] {
+/// A GUID (`8-4-4-4-12` hex) as OVMF stores it: the first three fields little-endian.
+pub fn guid_le(guid: &str) -> [u8; 16] {
     let hex: String = guid.chars().filter(|c| *c != '-').collect();
     let mut b = [0u8; 16];
     for (i, out) in b.iter_mut().enumerate() {

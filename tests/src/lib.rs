@@ -178,7 +178,9 @@ pub fn ohttp_response_chunks(bytes: &[u8]) -> Vec<&[u8]> {
 /// boots from them; the measurement only hashes their bytes and layout.
 pub mod firmware {
     use sha2::{Digest, Sha256};
-    use veil_attestation::measure::{FOOTER_GUID, SEV_ES_RESET_BLOCK_GUID, SEV_HASH_TABLE_GUID, SEV_METADATA_GUID};
+    use veil_attestation::measure::{
+        guid_le, FOOTER_GUID, SEV_ES_RESET_BLOCK_GUID, SEV_HASH_TABLE_GUID, SEV_METADATA_GUID,
+    };
 
     /// Image size: 1 MiB, mapped just below 4 GiB.
     pub const IMAGE_BYTES: usize = 1 << 20;
@@ -195,15 +197,6 @@ pub mod firmware {
         }
         out.truncate(len);
         out
-    }
-
-    fn guid_le(guid: &str) -> [u8; 16] {
-        let hex: String = guid.chars().filter(|c| *c != '-').collect();
-        let mut b: [u8; 16] = hex::decode(hex).unwrap().try_into().unwrap();
-        b[..4].reverse();
-        b[4..6].reverse();
-        b[6..8].reverse();
-        b
     }
 
     /// An OVMF-shaped image with SNP metadata; with `kernel_hashes`, also an
