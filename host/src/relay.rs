@@ -164,21 +164,8 @@ impl Relay {
             }
         }));
         let acceptor = self.config.tls.clone().map(tokio_rustls::TlsAcceptor::from);
-        let mut backoff = std::time::Duration::from_millis(10);
         loop {
-            let tcp = match listener.accept().await {
-                Ok((tcp, _)) => {
-                    backoff = std::time::Duration::from_millis(10);
-                    tcp
-                }
-                // Out of descriptors, say: retry after a back-off, never spin.
-                Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?backoff, "accept failed");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
-                    continue;
-                }
-            };
+            let (tcp, _) = veil_wire::net::accept(&listener).await;
             let relay = self.clone();
             let acceptor = acceptor.clone();
             tokio::spawn(async move {

@@ -46,10 +46,6 @@ pub const MAX_IN_FLIGHT_BYTES: usize = 32 * 1024 * 1024;
 /// Chunks queued per direction (bounds the queue when chunks are small).
 const MAX_IN_FLIGHT_CHUNKS: usize = 8192;
 
-/// How long the accept loop waits after a failed `accept` (e.g. out of file
-/// descriptors) before trying again, so it does not spin.
-const ACCEPT_RETRY_DELAY: Duration = Duration::from_millis(50);
-
 /// The shape of a simulated link, applied to each direction on its own.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct LinkShape {
@@ -162,17 +158,11 @@ async fn accept_loop(listener: TcpListener, target: SocketAddr, shape: LinkShape
         tokio::select! {
             // A message or a dropped sender both mean stop.
             _ = &mut stopped => break,
-            accepted = listener.accept() => match accepted {
-                Ok((client, peer)) => {
-                    next_id += 1;
-                    let span = info_span!("conn", id = next_id, %peer);
-                    connections.spawn(relay(client, target, shape, fresh_seed()).instrument(span));
-                }
-                Err(e) => {
-                    warn!(error = %e, "accept failed");
-                    tokio::time::sleep(ACCEPT_RETRY_DELAY).await;
-                }
-            },
+            (client, peer) = veil_wire::net::accept(&listener) => {
+                next_id += 1;
+                let span = info_span!("conn", id = next_id, %peer);
+                connections.spawn(relay(client, target, shape, fresh_seed()).instrument(span));
+            }
             Some(joined) = connections.join_next(), if !connections.is_empty() => {
                 if let Err(e) = joined {
                     warn!(error = %e, "relay task failed");

@@ -4,6 +4,7 @@
 //! ```text
 //!  client (veil, SDK) ──HTTP──▶ host relay ──HTTP──▶ entry gateway
 //!        paths, media types, fields: [`http`]     errors → status: [`Blame`]
+//!  every listener's accept loop with back-off: [`net`] (feature `tokio`)
 //!  route file (TOML) ──▶ veil-shard (every shard) and veil-host cluster: [`route`]
 //! ```
 //!
@@ -15,6 +16,8 @@
 #![deny(missing_docs)]
 
 pub mod http;
+#[cfg(feature = "tokio")]
+pub mod net;
 pub mod route;
 
 /// Who is to blame for a failed request, and so the HTTP status it gets.

@@ -239,16 +239,7 @@ pub async fn serve_on(
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return Exit::Accepted,
-            accepted = listener.accept() => {
-                let tcp = match accepted {
-                    Ok((tcp, _)) => tcp,
-                    Err(e) => {
-                        // Out of descriptors, say: back off rather than spin.
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
+            (tcp, _) = veil_wire::net::accept(&listener) => {
                 let proxy = proxy.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {

@@ -104,11 +104,23 @@ pub struct SamplingSpec {
     pub history: Vec<u32>,
 }
 
+/// A session's id on every link: drawn at random by the entry (so one
+/// session's id tells nothing about another's), unique among its open
+/// sessions, and never meaningful to anyone but the entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SessionId(pub u64);
+
+impl std::fmt::Display for SessionId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:016x}", self.0)
+    }
+}
+
 /// Hidden states of `n` positions of one session, downstream.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Forward {
     /// Session id (chosen by the entry).
-    pub session: u64,
+    pub session: SessionId,
     /// Per-session sequence number, increasing; echoed in the verdict.
     pub seq: u64,
     /// Absolute position of the first row.
@@ -140,7 +152,7 @@ pub struct Forward {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Verdict {
     /// Session id.
-    pub session: u64,
+    pub session: SessionId,
     /// The forward frame's sequence number.
     pub seq: u64,
     /// One distribution per wanted position.
@@ -166,7 +178,7 @@ pub enum ErrorCode {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ErrorReport {
     /// The session it concerns, if any.
-    pub session: Option<u64>,
+    pub session: Option<SessionId>,
     /// The frame it answers, if any.
     pub seq: u64,
     /// Why.
@@ -185,7 +197,7 @@ pub enum Frame {
     /// Sampling verdict (last shard → entry).
     Verdict(Verdict),
     /// Free a session's state.
-    EndSession(u64),
+    EndSession(SessionId),
     /// Failure report.
     Error(ErrorReport),
     /// Heartbeat.
@@ -336,7 +348,7 @@ impl Frame {
             }
             Self::Forward(f) => {
                 w.u8(KIND_FORWARD);
-                w.u64(f.session);
+                w.u64(f.session.0);
                 w.u64(f.seq);
                 w.u32(f.start);
                 match f.truncate_to {
@@ -390,7 +402,7 @@ impl Frame {
             }
             Self::Verdict(v) => {
                 w.u8(KIND_VERDICT);
-                w.u64(v.session);
+                w.u64(v.session.0);
                 w.u64(v.seq);
                 w.len(v.positions.len());
                 for dist in &v.positions {
@@ -405,7 +417,7 @@ impl Frame {
             }
             Self::EndSession(s) => {
                 w.u8(KIND_END);
-                w.u64(*s);
+                w.u64(s.0);
             }
             Self::Error(e) => {
                 w.u8(KIND_ERROR);
@@ -413,7 +425,7 @@ impl Frame {
                     None => w.u8(0),
                     Some(s) => {
                         w.u8(1);
-                        w.u64(s);
+                        w.u64(s.0);
                     }
                 }
                 w.u64(e.seq);
@@ -470,7 +482,7 @@ impl Frame {
             }
             KIND_FORWARD => decode_forward(&mut r)?,
             KIND_VERDICT => {
-                let session = r.u64()?;
+                let session = SessionId(r.u64()?);
                 let seq = r.u64()?;
                 let n = r.count(4, 1 << 16, "positions")?;
                 let mut positions = Vec::with_capacity(n);
@@ -498,11 +510,11 @@ impl Frame {
                 let kv_lens = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
                 Self::Verdict(Verdict { session, seq, positions, kv_lens })
             }
-            KIND_END => Self::EndSession(r.u64()?),
+            KIND_END => Self::EndSession(SessionId(r.u64()?)),
             KIND_ERROR => {
                 let session = match r.u8()? {
                     0 => None,
-                    1 => Some(r.u64()?),
+                    1 => Some(SessionId(r.u64()?)),
                     other => return Err(r.bad(format!("session flag {other}"))),
                 };
                 let seq = r.u64()?;
@@ -526,7 +538,7 @@ impl Frame {
 }
 
 fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
-    let session = r.u64()?;
+    let session = SessionId(r.u64()?);
     let seq = r.u64()?;
     let start = r.u32()?;
     let truncate_to = match r.u8()? {
@@ -693,7 +705,7 @@ mod tests {
 
     fn forward(precision: Precision) -> Forward {
         Forward {
-            session: 7,
+            session: SessionId(7),
             seq: 3,
             start: 12,
             truncate_to: Some(12),
@@ -726,13 +738,13 @@ mod tests {
             Frame::Forward(forward(Precision::F16)),
             Frame::Forward(forward(Precision::Bf16)),
             Frame::Verdict(Verdict {
-                session: 7,
+                session: SessionId(7),
                 seq: 3,
                 positions: vec![vec![(5, 1.0)], vec![(1, 0.25), (2, 0.75)]],
                 kv_lens: vec![12, 12, 12],
             }),
-            Frame::EndSession(7),
-            Frame::Error(ErrorReport { session: Some(7), seq: 3, code: ErrorCode::KvFull, message: "full".into() }),
+            Frame::EndSession(SessionId(7)),
+            Frame::Error(ErrorReport { session: Some(SessionId(7)), seq: 3, code: ErrorCode::KvFull, message: "full".into() }),
             Frame::Ping(1),
             Frame::Pong(1),
         ]
@@ -764,7 +776,7 @@ mod tests {
         let p = 1.0 / vocab as f32;
         let dist: Vec<(u32, f32)> = (0..vocab).map(|i| (i, p)).collect();
         let v =
-            Frame::Verdict(Verdict { session: 1, seq: 2, positions: vec![dist.clone(), dist], kv_lens: vec![3, 3] });
+            Frame::Verdict(Verdict { session: SessionId(1), seq: 2, positions: vec![dist.clone(), dist], kv_lens: vec![3, 3] });
         let wire = v.encode();
         let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
         d.push(&wire);
@@ -793,7 +805,7 @@ mod tests {
         d.push(&Frame::Forward(f).encode());
         assert!(matches!(d.next_frame(), Err(FrameError::Malformed { frame: "forward", .. })));
         // A verdict whose probabilities do not sum to one.
-        let v = Verdict { session: 1, seq: 1, positions: vec![vec![(1, 0.5)]], kv_lens: vec![] };
+        let v = Verdict { session: SessionId(1), seq: 1, positions: vec![vec![(1, 0.5)]], kv_lens: vec![] };
         let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
         d.push(&Frame::Verdict(v).encode());
         assert!(matches!(d.next_frame(), Err(FrameError::Malformed { frame: "verdict", .. })));

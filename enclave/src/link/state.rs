@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use veil_attestation::{LayerRange, ManifestRoot};
 
-use super::frame::{Frame, Hello, LinkRole, PROTOCOL_VERSION};
+use super::frame::{Frame, Hello, LinkRole, SessionId, PROTOCOL_VERSION};
 
 /// Which end of the link we are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,9 +72,9 @@ pub struct LinkState {
     side: Side,
     require: PeerRequirement,
     peer: Option<Hello>,
-    last_seq: HashMap<u64, u64>,
+    last_seq: HashMap<SessionId, u64>,
     /// Sessions in `last_seq`, oldest first (bounded by [`MAX_TRACKED_SESSIONS`]).
-    order: std::collections::VecDeque<u64>,
+    order: std::collections::VecDeque<SessionId>,
 }
 
 /// Sessions whose sequence numbers one link tracks; the oldest are forgotten
@@ -175,7 +175,7 @@ mod tests {
 
     fn forward(session: u64, seq: u64) -> Frame {
         Frame::Forward(Forward {
-            session,
+            session: SessionId(session),
             seq,
             start: 0,
             truncate_to: None,
@@ -242,7 +242,7 @@ mod tests {
         let mut s = LinkState::new(Side::Acceptor, require());
         s.on_receive(&hello(LinkRole::Control, (0, 10), 1)).unwrap();
         let v = Frame::Verdict(super::super::frame::Verdict {
-            session: 1,
+            session: SessionId(1),
             seq: 1,
             positions: vec![vec![(0, 1.0)]],
             kv_lens: vec![],

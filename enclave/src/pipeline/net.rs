@@ -213,22 +213,7 @@ impl Trust {
     }
 }
 
-/// Accepts the next connection. An accept error (out of file descriptors,
-/// say) is logged and retried after a back-off (10 ms doubling to 1 s), so a
-/// listener never spins on a persistent error.
-pub async fn accept(listener: &TcpListener) -> (TcpStream, SocketAddr) {
-    let mut delay = Duration::from_millis(10);
-    loop {
-        match listener.accept().await {
-            Ok(c) => return c,
-            Err(e) => {
-                tracing::warn!(error = %e, retry_in = ?delay, "accept failed");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(Duration::from_secs(1));
-            }
-        }
-    }
-}
+pub use veil_wire::net::accept;
 
 /// Binds a listener, with a clear error.
 pub async fn listen(addr: SocketAddr) -> std::io::Result<TcpListener> {

@@ -11,6 +11,7 @@
 //! Synchronous and pure: the entry's control loops consult it under a lock.
 
 use std::collections::{HashMap, VecDeque};
+use crate::link::frame::SessionId;
 
 /// How many ended sessions are remembered (late frames from replicas that
 /// carried them are ignored rather than treated as violations).
@@ -49,8 +50,8 @@ struct Slot<T> {
 /// Live sessions with their routes, and recently ended ones.
 #[derive(Debug)]
 pub struct SessionTable<T> {
-    live: HashMap<u64, Slot<T>>,
-    ended: VecDeque<(u64, Vec<(usize, u8)>)>,
+    live: HashMap<SessionId, Slot<T>>,
+    ended: VecDeque<(SessionId, Vec<(usize, u8)>)>,
     last_stage: usize,
 }
 
@@ -62,10 +63,10 @@ impl<T> SessionTable<T> {
 
     /// Registers a session under a fresh id drawn from `random` (retried on
     /// the astronomically unlikely collision or zero).
-    pub fn open(&mut self, sink: T, mut random: impl FnMut() -> u64) -> u64 {
+    pub fn open(&mut self, sink: T, mut random: impl FnMut() -> u64) -> SessionId {
         loop {
-            let id = random();
-            if id != 0 && !self.live.contains_key(&id) && !self.ended.iter().any(|(e, _)| *e == id) {
+            let id = SessionId(random());
+            if id.0 != 0 && !self.live.contains_key(&id) && !self.ended.iter().any(|(e, _)| *e == id) {
                 self.live.insert(id, Slot { sink, route: Vec::new(), carried: Vec::new() });
                 return id;
             }
@@ -73,7 +74,7 @@ impl<T> SessionTable<T> {
     }
 
     /// Sets the session's (new) route: replica per stage after the entry.
-    pub fn route(&mut self, id: u64, route: &[u8]) {
+    pub fn route(&mut self, id: SessionId, route: &[u8]) {
         if let Some(slot) = self.live.get_mut(&id) {
             slot.route = route.to_vec();
             for (i, &r) in route.iter().enumerate() {
@@ -85,7 +86,7 @@ impl<T> SessionTable<T> {
     }
 
     /// Ends a session.
-    pub fn close(&mut self, id: u64) {
+    pub fn close(&mut self, id: SessionId) {
         if let Some(slot) = self.live.remove(&id) {
             if self.ended.len() >= ENDED_REMEMBERED {
                 self.ended.pop_front();
@@ -95,7 +96,7 @@ impl<T> SessionTable<T> {
     }
 
     /// The session's sink, for frames from the entry's own stage.
-    pub fn sink(&self, id: u64) -> Option<&T> {
+    pub fn sink(&self, id: SessionId) -> Option<&T> {
         self.live.get(&id).map(|s| &s.sink)
     }
 
@@ -106,7 +107,7 @@ impl<T> SessionTable<T> {
 
     /// Judges a frame about `session` that arrived on the control link of
     /// `replica` of `stage`; the sink to deliver to when admitted.
-    pub fn admit(&self, stage: usize, replica: u8, session: u64, said: Said) -> (Admit, Option<&T>) {
+    pub fn admit(&self, stage: usize, replica: u8, session: SessionId, said: Said) -> (Admit, Option<&T>) {
         if said == Said::Verdict && stage != self.last_stage {
             return (Admit::Violation("a verdict from a stage other than the last"), None);
         }
@@ -145,7 +146,7 @@ pub fn random_id() -> u64 {
 mod tests {
     use super::*;
 
-    fn table() -> (SessionTable<&'static str>, u64, u64) {
+    fn table() -> (SessionTable<&'static str>, SessionId, SessionId) {
         let mut t = SessionTable::new(2);
         let mut ids = [11u64, 22].into_iter();
         let a = t.open("a", || ids.next().unwrap_or(99));
@@ -178,7 +179,7 @@ mod tests {
     #[test]
     fn unknown_sessions_are_violations_and_old_routes_are_ignored() {
         let (mut t, a, _) = table();
-        assert!(matches!(t.admit(2, 0, 12345, Said::Verdict).0, Admit::Violation(_)));
+        assert!(matches!(t.admit(2, 0, SessionId(12345), Said::Verdict).0, Admit::Violation(_)));
         // Re-routed: the old middle replica's late frames are stale, not hostile.
         t.route(a, &[1, 0]);
         assert_eq!(t.admit(1, 0, a, Said::Error).0, Admit::Ignore);
@@ -196,7 +197,7 @@ mod tests {
         let mut draws = [0u64, 7, 7, 8].into_iter();
         let a = t.open((), || draws.next().unwrap_or(9));
         let b = t.open((), || draws.next().unwrap_or(9));
-        assert_eq!((a, b), (7, 8));
+        assert_eq!((a, b), (SessionId(7), SessionId(8)));
         let ids: std::collections::HashSet<u64> = (0..1000).map(|_| random_id()).collect();
         assert!(ids.len() > 990, "random ids repeat");
     }

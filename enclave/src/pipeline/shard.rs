@@ -193,7 +193,7 @@ pub async fn serve(
                     match sent {
                         Ok(()) => continue,
                         Err(e) => {
-                            tracing::warn!(session, error = %e, "cannot reach the next stage");
+                            tracing::warn!(%session, error = %e, "cannot reach the next stage");
                             Frame::Error(ErrorReport {
                                 session: Some(session),
                                 seq,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 use crate::entry::sampler::{Sampler, SamplingParams};
-use crate::link::frame::{ErrorCode, ErrorReport, Forward, Precision, SamplingSpec, Verdict, Want};
+use crate::link::frame::{ErrorCode, ErrorReport, Forward, Precision, SamplingSpec, SessionId, Verdict, Want};
 use crate::model::{BatchItem, LayerSlice, Logits, ModelError, Rows, SessionKv, SliceOutput};
 
 /// Positions one batch may carry (beyond its first job).
@@ -40,7 +40,7 @@ impl Input {
 #[derive(Clone, Debug)]
 pub struct Job {
     /// Session id.
-    pub session: u64,
+    pub session: SessionId,
     /// Per-session sequence number.
     pub seq: u64,
     /// Absolute position of the first input row.
@@ -86,7 +86,7 @@ pub enum Command {
     /// Run positions.
     Run(Job),
     /// Free a session.
-    End(u64),
+    End(SessionId),
 }
 
 /// What the worker produces.
@@ -112,7 +112,7 @@ pub struct StageWorker {
     /// This stage's index (0 = entry).
     stage: usize,
     budget_bytes: usize,
-    sessions: HashMap<u64, SessionKv>,
+    sessions: HashMap<SessionId, SessionKv>,
 }
 
 impl StageWorker {
@@ -255,7 +255,7 @@ impl StageWorker {
             Want::Last => Logits::Last,
             Want::All => Logits::All,
         };
-        let mut kvs: Vec<(u64, SessionKv)> = ready
+        let mut kvs: Vec<(SessionId, SessionKv)> = ready
             .iter()
             .map(|(j, _)| {
                 (
@@ -345,7 +345,7 @@ impl StageWorker {
     }
 
     /// The session's cached positions now (observed, not inferred).
-    fn kv_len(&self, session: u64) -> u32 {
+    fn kv_len(&self, session: SessionId) -> u32 {
         self.sessions.get(&session).map_or(0, |kv| kv.len() as u32)
     }
 

@@ -619,7 +619,7 @@ fn a_stage_holds_a_bounded_number_of_sessions() {
     // Jobs that claim a position no session holds: refused, but each
     // names a fresh session.
     let job = |session: u64| Job {
-        session,
+        session: veil_enclave::link::frame::SessionId(session),
         seq: 1,
         start: 7,
         truncate_to: None,
@@ -736,7 +736,7 @@ fn no_session_can_continue_from_another_sessions_cached_prefix() {
     let slice = Arc::new(LayerSlice::load(&path, 0..30).unwrap());
     let mut worker = StageWorker::new(slice, 0, DEFAULT_KV_BUDGET_BYTES);
     let job = |session: u64, start: usize, ids: Vec<u32>| Job {
-        session,
+        session: veil_enclave::link::frame::SessionId(session),
         seq: 0,
         start,
         truncate_to: None,
@@ -753,7 +753,7 @@ fn no_session_can_continue_from_another_sessions_cached_prefix() {
     // Session 2 claims session 1's prefix and sends only the next token.
     let reuse = worker.step(vec![job(2, prompt.len(), vec![42])]);
     match reuse.as_slice() {
-        [Output::Error(ErrorReport { session: Some(2), message, .. })] => {
+        [Output::Error(ErrorReport { session: Some(veil_enclave::link::frame::SessionId(2)), message, .. })] => {
             assert!(message.contains("0 positions are cached"), "{message}")
         }
         other => panic!("a session continued from another's cache: {other:?}"),

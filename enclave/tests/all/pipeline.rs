@@ -228,7 +228,7 @@ fn malformed_and_out_of_order_frames_drop_only_that_link() {
         [Frame::Ping(1).encode(), Frame::Ping(2).encode(), {
             // A forward frame, then the same sequence number again.
             let f = veil_enclave::link::frame::Forward {
-                session: 9,
+                session: veil_enclave::link::frame::SessionId(9),
                 seq: 1,
                 start: 0,
                 truncate_to: None,

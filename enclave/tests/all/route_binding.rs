@@ -285,11 +285,11 @@ async fn lying_middle_shard(
     route: veil_enclave::pipeline::route::Route,
     loaded: veil_enclave::pipeline::shard::Loaded,
 ) {
-    use veil_enclave::link::frame::{ErrorCode, ErrorReport, Frame, LinkRole, Verdict};
+    use veil_enclave::link::frame::{ErrorCode, ErrorReport, Frame, LinkRole, SessionId, Verdict};
     let addr = route.stages[1].replicas[1];
     let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
     let control: Arc<tokio::sync::Mutex<Option<tokio::sync::mpsc::Sender<Frame>>>> = Arc::default();
-    let lie = |session: u64, seq: u64| {
+    let lie = |session: SessionId, seq: u64| {
         [
             Frame::Verdict(Verdict { session, seq, positions: vec![vec![(42, 1.0)]], kv_lens: vec![0, 0, 0] }),
             Frame::Error(ErrorReport {
@@ -318,7 +318,7 @@ async fn lying_middle_shard(
                     Frame::Forward(f) => {
                         FORWARDS_SEEN.fetch_add(1, Ordering::SeqCst);
                         if let Some(c) = control.lock().await.clone() {
-                            let guessed = [f.session.wrapping_add(1), veil_enclave::pipeline::sessions::random_id(), 1];
+                            let guessed = [f.session.0.wrapping_add(1), veil_enclave::pipeline::sessions::random_id(), 1].map(SessionId);
                             let lies = lie(f.session, f.seq).into_iter().chain(guessed.iter().flat_map(|&g| lie(g, 1)));
                             for lie in lies {
                                 let _ = c.send(lie).await;

@@ -11,7 +11,7 @@ use veil_attestation::EvidenceBundle;
 
 use super::session::SessionEvent;
 use super::Entry;
-use crate::link::frame::{Frame, LinkRole};
+use crate::link::frame::{Frame, LinkRole, SessionId};
 use crate::pipeline::net::PeerInRole;
 use crate::pipeline::sessions::{Admit, Said};
 
@@ -24,7 +24,7 @@ pub(super) struct Replica {
 
 impl Entry {
     /// Hands an event from the entry's own stage to its session.
-    pub(super) async fn dispatch(&self, session: u64, event: SessionEvent) {
+    pub(super) async fn dispatch(&self, session: SessionId, event: SessionEvent) {
         if let Some(tx) = self.sessions.lock().await.sink(session) {
             let _ = tx.try_send(event);
         }
@@ -33,7 +33,7 @@ impl Entry {
     /// Hands a frame that arrived on the control link of (`stage`,
     /// `replica`) to its session if that link carries it; a violation (a
     /// frame for a session the link does not carry) drops the link.
-    async fn admit(&self, stage: usize, replica: u8, session: u64, event: SessionEvent) -> Result<(), &'static str> {
+    async fn admit(&self, stage: usize, replica: u8, session: SessionId, event: SessionEvent) -> Result<(), &'static str> {
         let said = if matches!(event, SessionEvent::Verdict(_)) { Said::Verdict } else { Said::Error };
         let sessions = self.sessions.lock().await;
         match sessions.admit(stage, replica, session, said) {

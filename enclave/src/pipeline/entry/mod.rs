@@ -23,7 +23,7 @@ use super::worker::{Command, Output, StageWorker};
 use crate::entry::sampler::Sampler;
 use crate::entry::tokenizer::Tokenizer;
 use crate::generate::{check_request, GenerateRequest, Generation};
-use crate::link::frame::{ErrorCode, ErrorReport, Frame};
+use crate::link::frame::{ErrorCode, ErrorReport, Frame, SessionId};
 use crate::model::LayerSlice;
 use crate::speculate::model::DraftModel;
 use crate::speculate::{AdaptiveK, DraftMode, DrafterSpec, SpecStats, MAX_K};
@@ -296,7 +296,7 @@ impl Entry {
             .join(",")
     }
 
-    async fn release(&self, session: u64, route: &[u8]) {
+    async fn release(&self, session: SessionId, route: &[u8]) {
         let controls: Vec<mpsc::Sender<Frame>> = {
             let mut reps = self.replicas.lock().await;
             route
@@ -433,7 +433,7 @@ impl Entry {
                     if let Some(tx) = routes {
                         let _ = tx.send(self.describe_route(&route).await);
                     }
-                    tracing::info!(session = id, "re-routed; rebuilding the session's KV on the new route");
+                    tracing::info!(session = %id, "re-routed; rebuilding the session's KV on the new route");
                     core.rerouted(route);
                 }
                 Some(Action::Finish(g)) => break Ok(g),
@@ -441,7 +441,7 @@ impl Entry {
                 None if core.awaits_event() => {
                     let event = match tokio::time::timeout(ROUND_TIMEOUT, events.recv()).await {
                         Err(_) => {
-                            tracing::warn!(session = id, "no verdict in time");
+                            tracing::warn!(session = %id, "no verdict in time");
                             SessionEvent::Timeout
                         }
                         Ok(None) => break Err(SessionError::ShuttingDown),

@@ -32,7 +32,7 @@ use super::metrics::SpecCounters;
 use crate::entry::sampler::{Sampler, SamplingParams};
 use crate::entry::tokenizer::Tokenizer;
 use crate::generate::{Generation, TextStream};
-use crate::link::frame::{ErrorCode, ErrorReport, Precision, SamplingSpec, Verdict, Want};
+use crate::link::frame::{ErrorCode, ErrorReport, Precision, SamplingSpec, SessionId, Verdict, Want};
 use crate::pipeline::worker::{Input, Job};
 use crate::speculate::{verify_round, AdaptiveK, Draft, SpecStats};
 
@@ -212,7 +212,7 @@ pub struct SpecState {
 #[derive(Debug)]
 pub struct SessionCore<'e> {
     cfg: SessionConfig,
-    id: u64,
+    id: SessionId,
     seq: u64,
     route: Vec<u8>,
     history: Vec<u32>,
@@ -238,7 +238,7 @@ pub struct SessionCore<'e> {
 #[derive(Debug)]
 pub struct SessionStart {
     /// Session id (random).
-    pub id: u64,
+    pub id: SessionId,
     /// Replica per stage after the entry.
     pub route: Vec<u8>,
     /// The prompt.

@@ -63,7 +63,7 @@ impl Harness {
         };
         let params = SamplingParams::default();
         let start = SessionStart {
-            id: 77,
+            id: SessionId(77),
             route: vec![0, 1],
             prompt_ids: prompt.to_vec(),
             sampler: Sampler::new(params.clone()).unwrap(),
@@ -103,7 +103,7 @@ fn tokens(job: &Job) -> &[u32] {
 /// The last stage's greedy verdict: one distribution per listed token.
 fn verdict(seq: u64, kv: u32, picks: &[u32]) -> SessionEvent {
     SessionEvent::Verdict(Verdict {
-        session: 77,
+        session: SessionId(77),
         seq,
         positions: picks.iter().map(|&t| vec![(t, 1.0)]).collect(),
         kv_lens: vec![kv; 3],
@@ -111,7 +111,7 @@ fn verdict(seq: u64, kv: u32, picks: &[u32]) -> SessionEvent {
 }
 
 fn link_error(seq: u64, code: ErrorCode) -> SessionEvent {
-    SessionEvent::Error(ErrorReport { session: Some(77), seq, code, message: "boom".into() })
+    SessionEvent::Error(ErrorReport { session: Some(SessionId(77)), seq, code, message: "boom".into() })
 }
 
 fn finished(actions: &[Action]) -> Option<&Generation> {
@@ -134,7 +134,7 @@ fn the_prompt_goes_in_chunks_then_one_token_per_round_until_max_tokens() {
     assert_eq!((j[1].seq, j[1].start, tokens(j[1])), (2, 4, &prompt[4..]));
     assert_eq!((j[0].want, j[1].want), (Want::Nothing, Want::Last));
     assert!(j[0].sampling.is_none() && j[1].sampling.is_some(), "only the last chunk is sampled");
-    assert!(j.iter().all(|j| j.truncate_to.is_none() && j.route == [0, 1] && j.session == 77));
+    assert!(j.iter().all(|j| j.truncate_to.is_none() && j.route == [0, 1] && j.session == SessionId(77)));
     assert!(core.awaits_event());
 
     // A verdict on an earlier frame is not this round's.
@@ -176,7 +176,7 @@ fn a_stage_that_did_not_roll_back_fails_the_session() {
     let mut core = h.session(&[A, B], 4, &[], None);
     drain(&mut core, h.env(0));
     core.handle(
-        SessionEvent::Verdict(Verdict { session: 77, seq: 1, positions: vec![vec![(C, 1.0)]], kv_lens: vec![2, 3, 2] }),
+        SessionEvent::Verdict(Verdict { session: SessionId(77), seq: 1, positions: vec![vec![(C, 1.0)]], kv_lens: vec![2, 3, 2] }),
         h.t0,
     );
     let a = drain(&mut core, h.env(0));
