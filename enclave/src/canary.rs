@@ -13,8 +13,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::entry::sampler::{Sampler, SamplingParams};
-use crate::entry::tokenizer::Tokenizer;
+use crate::text::sampler::{Sampler, SamplingParams};
+use crate::text::tokenizer::Tokenizer;
 use crate::generate::{generate, GenerateRequest, LocalModel};
 use crate::model::error::Result;
 

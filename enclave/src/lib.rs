@@ -2,10 +2,11 @@
 //!
 //! What runs inside a shard's confidential VM: evidence for the shard's
 //! claims ([`attest`]: simulated, or SEV-SNP with the `hw` feature), the
-//! model slice and its KV cache ([`model`]), the entry's tokenizer and
-//! sampler ([`entry`]), the link protocol between shards ([`link`]), the
-//! pipeline ([`pipeline`]), speculative decoding ([`speculate`]), the sealed
-//! OpenAI gateway ([`gateway`]) and canary prompts ([`canary`]).
+//! model slice and its KV cache ([`model`]), text in and out of the model
+//! on the entry shard — tokenizer, chat template, sampler ([`text`]) — the
+//! link protocol between shards ([`link`]), the pipeline ([`pipeline`]),
+//! speculative decoding ([`speculate`]), the sealed OpenAI gateway
+//! ([`gateway`]) and canary prompts ([`canary`]).
 //!
 //! ```text
 //!  sealed request ──▶ gateway (open, parse, tokenize)
@@ -25,7 +26,7 @@
 pub mod attest;
 pub mod canary;
 pub mod cli;
-pub mod entry;
+pub mod text;
 pub mod gateway;
 pub mod generate;
 pub mod link;

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::entry::tokenizer::Tokenizer;
+use crate::text::tokenizer::Tokenizer;
 use crate::model::error::{ModelError, Result};
 use crate::model::{GgufFile, LayerSlice, Logits, Rows, SessionKv, SliceOutput};
 

@@ -7,7 +7,7 @@ use std::sync::OnceLock;
 
 use candle_core::quantized::gguf_file::{write, Value};
 use libfuzzer_sys::fuzz_target;
-use veil_enclave::entry::tokenizer::Tokenizer;
+use veil_enclave::text::tokenizer::Tokenizer;
 use veil_enclave::gateway::openai::{self, Route};
 use veil_enclave::model::GgufFile;
 

@@ -6,7 +6,7 @@ use std::pin::Pin;
 
 use futures::io::{AsyncRead, Cursor};
 use veil_client::seal::{seal_unverified as seal, SealError as ClientError};
-use veil_enclave::gateway::seal::{SealError, SealKey};
+use veil_enclave::gateway::seal::{GatewaySealError, SealKey};
 
 fn request(body: &str) -> bhttp::Message {
     let mut m = bhttp::Message::request(
@@ -126,11 +126,11 @@ async fn the_entry_refuses_replays_foreign_keys_and_junk() {
     let key = SealKey::generate(3).unwrap();
     let (sealed, _) = seal(key.config(), request("{}")).await.unwrap();
     key.open(sealed.clone()).await.unwrap();
-    assert!(matches!(key.open(sealed).await, Err(SealError::Replay)));
+    assert!(matches!(key.open(sealed).await, Err(GatewaySealError::Replay)));
     // Sealed to a key a host swapped in: the entry cannot open it.
     let swapped = SealKey::generate(3).unwrap();
     let (sealed, _) = seal(swapped.config(), request("{}")).await.unwrap();
-    assert!(matches!(key.open(sealed).await, Err(SealError::Open(_))));
+    assert!(matches!(key.open(sealed).await, Err(GatewaySealError::Open(_))));
     assert!(seal(b"not a key config", request("{}")).await.is_err());
     // The entry keeps serving after all of that.
     let (sealed, opener) = seal(key.config(), request("{}")).await.unwrap();

@@ -5,7 +5,7 @@ use anyhow::Context;
 use super::GenerateArgs;
 
 pub(super) fn generate(args: GenerateArgs) -> anyhow::Result<()> {
-    use crate::entry::sampler::Sampler;
+    use crate::text::sampler::Sampler;
     use crate::generate::{generate, GenerateRequest, LocalModel};
     use std::io::Write;
 

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use veil_wire::http::openai::{CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, MODELS_PATH};
 
-use crate::entry::tokenizer::{ChatMessage, Tokenizer};
+use crate::text::tokenizer::{ChatMessage, Tokenizer};
 use crate::pipeline::entry::{GenerateWire, SpeculationRequest};
 
 /// Prompt bytes allowed per token of context, checked before tokenizing.

@@ -50,11 +50,13 @@ const HEADER_LEN: usize = 7;
 /// X25519 encapsulated key length.
 const ENC_LEN: usize = 32;
 
-/// Why a sealed request was refused. None of these reveal anything about
+/// Why the gateway refused a sealed request or could not seal its
+/// response (the client's side of the same exchange is
+/// `veil_client::seal::SealError`). None of these reveal anything about
 /// the plaintext.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum SealError {
+pub enum GatewaySealError {
     /// Larger than [`MAX_SEALED_REQUEST`].
     #[error("sealed request of {0} bytes exceeds the limit")]
     TooLarge(usize),
@@ -93,7 +95,7 @@ struct ReplayWindow {
 impl ReplayWindow {
     /// Forgets keys whose timestamps are out of the window, then records
     /// `enc` until `until`, unless it is there already.
-    fn record(&mut self, enc: [u8; ENC_LEN], until: u64, now: u64) -> Result<(), SealError> {
+    fn record(&mut self, enc: [u8; ENC_LEN], until: u64, now: u64) -> Result<(), GatewaySealError> {
         while let Some(&(old, t)) = self.order.front() {
             if t >= now {
                 break;
@@ -104,10 +106,10 @@ impl ReplayWindow {
             }
         }
         if self.expires.contains_key(&enc) {
-            return Err(SealError::Replay);
+            return Err(GatewaySealError::Replay);
         }
         if self.expires.len() >= REPLAY_CAPACITY {
-            return Err(SealError::Busy);
+            return Err(GatewaySealError::Busy);
         }
         self.expires.insert(enc, until);
         self.order.push_back((enc, until));
@@ -151,12 +153,12 @@ impl std::fmt::Debug for Opened {
 
 impl SealKey {
     /// A fresh key, generated inside the enclave and never exported.
-    pub fn generate(key_id: u8) -> Result<Self, SealError> {
+    pub fn generate(key_id: u8) -> Result<Self, GatewaySealError> {
         let suite = SymmetricSuite::new(Kdf::HkdfSha256, AEAD);
         let config =
-            KeyConfig::new(key_id, Kem::X25519Sha256, vec![suite]).map_err(|e| SealError::WrongKey(e.to_string()))?;
-        let server = Server::new(config).map_err(|e| SealError::WrongKey(e.to_string()))?;
-        let encoded = server.config().encode().map_err(|e| SealError::WrongKey(e.to_string()))?;
+            KeyConfig::new(key_id, Kem::X25519Sha256, vec![suite]).map_err(|e| GatewaySealError::WrongKey(e.to_string()))?;
+        let server = Server::new(config).map_err(|e| GatewaySealError::WrongKey(e.to_string()))?;
+        let encoded = server.config().encode().map_err(|e| GatewaySealError::WrongKey(e.to_string()))?;
         let config_hash = Sha256::digest(&encoded).into();
         Ok(Self { server, config: encoded, config_hash, key_id, seen: Mutex::new(Default::default()) })
     }
@@ -172,30 +174,30 @@ impl SealKey {
     }
 
     /// Opens a sealed (chunked) request at the entry's current time.
-    pub async fn open(&self, sealed: Vec<u8>) -> Result<Opened, SealError> {
+    pub async fn open(&self, sealed: Vec<u8>) -> Result<Opened, GatewaySealError> {
         self.open_at(sealed, SystemTime::now()).await
     }
 
     /// Opens a sealed (chunked) request as of `now`: size and key id before
     /// decryption; then, only for a request that authenticates, its sealed
     /// timestamp against `now` and its encapsulated key against the window.
-    pub async fn open_at(&self, sealed: Vec<u8>, now: SystemTime) -> Result<Opened, SealError> {
+    pub async fn open_at(&self, sealed: Vec<u8>, now: SystemTime) -> Result<Opened, GatewaySealError> {
         if sealed.len() > MAX_SEALED_REQUEST {
-            return Err(SealError::TooLarge(sealed.len()));
+            return Err(GatewaySealError::TooLarge(sealed.len()));
         }
         if sealed.len() < HEADER_LEN + ENC_LEN {
-            return Err(SealError::WrongKey("shorter than a request header".into()));
+            return Err(GatewaySealError::WrongKey("shorter than a request header".into()));
         }
         if sealed[0] != self.key_id {
-            return Err(SealError::WrongKey(format!("key id {} (this entry's is {})", sealed[0], self.key_id)));
+            return Err(GatewaySealError::WrongKey(format!("key id {} (this entry's is {})", sealed[0], self.key_id)));
         }
         let mut enc = [0u8; ENC_LEN];
         enc.copy_from_slice(&sealed[HEADER_LEN..HEADER_LEN + ENC_LEN]);
         let mut request = self.server.clone().decapsulate_stream(Cursor::new(sealed));
         let mut plain = Vec::new();
-        request.read_to_end(&mut plain).await.map_err(|e| SealError::Open(e.to_string()))?;
+        request.read_to_end(&mut plain).await.map_err(|e| GatewaySealError::Open(e.to_string()))?;
         let message = bhttp::Message::read_bhttp(&mut std::io::Cursor::new(&plain[..]))
-            .map_err(|e| SealError::Message(e.to_string()))?;
+            .map_err(|e| GatewaySealError::Message(e.to_string()))?;
         // Authenticated: now the timestamp, then the replay window.
         let sent = message
             .header()
@@ -203,23 +205,23 @@ impl SealKey {
             .and_then(|v| std::str::from_utf8(v).ok())
             .and_then(|v| v.trim().parse::<u64>().ok())
             .ok_or_else(|| {
-                SealError::Stale(format!("no {SENT_AT_FIELD} header (Unix seconds) in the sealed request"))
+                GatewaySealError::Stale(format!("no {SENT_AT_FIELD} header (Unix seconds) in the sealed request"))
             })?;
         let (now, skew) = (unix(now), REPLAY_SKEW.as_secs());
         if sent.abs_diff(now) > skew {
-            return Err(SealError::Stale(format!(
+            return Err(GatewaySealError::Stale(format!(
                 "sealed {}s from the entry's clock; the window is ±{skew}s",
                 i128::from(sent) - i128::from(now)
             )));
         }
         self.remember(enc, sent.saturating_add(skew), now)?;
         let (tx, rx) = mpsc::unbounded_channel();
-        let writer = request.response(ChannelWriter(tx)).map_err(|e| SealError::Open(e.to_string()))?;
+        let writer = request.response(ChannelWriter(tx)).map_err(|e| GatewaySealError::Open(e.to_string()))?;
         let writer: Pin<Box<dyn AsyncWrite + Send>> = Box::pin(writer);
         Ok(Opened { request: message, response: ResponseSealer { writer, out: Some(rx), state: State::Head } })
     }
 
-    fn remember(&self, enc: [u8; ENC_LEN], until: u64, now: u64) -> Result<(), SealError> {
+    fn remember(&self, enc: [u8; ENC_LEN], until: u64, now: u64) -> Result<(), GatewaySealError> {
         self.seen.lock().unwrap_or_else(|p| p.into_inner()).record(enc, until, now)
     }
 
@@ -283,15 +285,15 @@ impl ResponseSealer {
         self.out.take()
     }
 
-    async fn write(&mut self, bytes: &[u8]) -> Result<(), SealError> {
-        self.writer.write_all(bytes).await.map_err(|e| SealError::Response(e.to_string()))?;
-        self.writer.flush().await.map_err(|e| SealError::Response(e.to_string()))
+    async fn write(&mut self, bytes: &[u8]) -> Result<(), GatewaySealError> {
+        self.writer.write_all(bytes).await.map_err(|e| GatewaySealError::Response(e.to_string()))?;
+        self.writer.flush().await.map_err(|e| GatewaySealError::Response(e.to_string()))
     }
 
     /// The status and header fields (an indeterminate-length response head).
-    pub async fn head(&mut self, status: u16, fields: &[(&str, &str)]) -> Result<(), SealError> {
+    pub async fn head(&mut self, status: u16, fields: &[(&str, &str)]) -> Result<(), GatewaySealError> {
         if self.state != State::Head {
-            return Err(SealError::Response("head written twice".into()));
+            return Err(GatewaySealError::Response("head written twice".into()));
         }
         let mut b = Vec::with_capacity(64);
         varint(3, &mut b); // framing indicator: indeterminate-length response
@@ -308,9 +310,9 @@ impl ResponseSealer {
     }
 
     /// One piece of the body, sealed and sent at once.
-    pub async fn body(&mut self, piece: &[u8]) -> Result<(), SealError> {
+    pub async fn body(&mut self, piece: &[u8]) -> Result<(), GatewaySealError> {
         if self.state != State::Body {
-            return Err(SealError::Response("body before head or after finish".into()));
+            return Err(GatewaySealError::Response("body before head or after finish".into()));
         }
         if piece.is_empty() {
             return Ok(());
@@ -322,15 +324,15 @@ impl ResponseSealer {
     }
 
     /// Ends the body and trailers and closes the seal with the final chunk.
-    pub async fn finish(self) -> Result<(), SealError> {
+    pub async fn finish(self) -> Result<(), GatewaySealError> {
         self.finish_with_trailer(&[]).await
     }
 
     /// Ends the body, writes `trailer` fields (authenticated like the rest,
     /// e.g. what is known only at the end of a stream), and closes the seal.
-    pub async fn finish_with_trailer(mut self, trailer: &[(&str, &str)]) -> Result<(), SealError> {
+    pub async fn finish_with_trailer(mut self, trailer: &[(&str, &str)]) -> Result<(), GatewaySealError> {
         if self.state != State::Body {
-            return Err(SealError::Response("finish before head".into()));
+            return Err(GatewaySealError::Response("finish before head".into()));
         }
         self.state = State::Done;
         // Content terminator, then the trailer section and its end.
@@ -343,7 +345,7 @@ impl ResponseSealer {
         }
         varint(0, &mut b);
         self.write(&b).await?;
-        self.writer.close().await.map_err(|e| SealError::Response(e.to_string()))
+        self.writer.close().await.map_err(|e| GatewaySealError::Response(e.to_string()))
     }
 }
 
@@ -446,7 +448,7 @@ mod tests {
         assert!(!response.windows(7).any(|w| w == b"data: a"));
         assert_eq!(client_open(opener, response.clone()).await.unwrap(), (200, b"data: a\n\ndata: b\n\n".to_vec()));
         // Replay of the same sealed request.
-        assert!(matches!(key.open(sealed).await, Err(SealError::Replay)));
+        assert!(matches!(key.open(sealed).await, Err(GatewaySealError::Replay)));
         // Truncated: no final chunk.
         let (sealed, opener) = client_seal(key.config(), &request()).await;
         let (_, cut) = respond(&key, sealed, &["data: a\n\n"], false).await;
@@ -469,14 +471,14 @@ mod tests {
             let r = key.open_at(sealed, now).await;
             assert_eq!(r.is_ok(), ok, "sent {sent} vs now {t}: {r:?}");
             if !ok {
-                assert!(matches!(r, Err(SealError::Stale(_))));
+                assert!(matches!(r, Err(GatewaySealError::Stale(_))));
             }
         }
         // No timestamp at all.
         let mut bare = bhttp::Message::request(b"POST".to_vec(), b"https".to_vec(), b"e".to_vec(), b"/".to_vec());
         bare.write_content(b"{}");
         let (sealed, _) = client_seal(key.config(), &bare).await;
-        assert!(matches!(key.open_at(sealed, now).await, Err(SealError::Stale(_))));
+        assert!(matches!(key.open_at(sealed, now).await, Err(GatewaySealError::Stale(_))));
     }
 
     /// A captured request never opens twice: not after a flood of 200,000
@@ -503,10 +505,10 @@ mod tests {
             key.open_at(sealed, at).await.unwrap();
         }
         let later = now + Duration::from_secs(50);
-        assert!(matches!(key.open_at(captured.clone(), later).await, Err(SealError::Replay)));
+        assert!(matches!(key.open_at(captured.clone(), later).await, Err(GatewaySealError::Replay)));
         // Past its window: refused by the timestamp, and forgotten.
         let much_later = now + Duration::from_secs(200);
-        assert!(matches!(key.open_at(captured, much_later).await, Err(SealError::Stale(_))));
+        assert!(matches!(key.open_at(captured, much_later).await, Err(GatewaySealError::Stale(_))));
         let (fresh, _) = client_seal(key.config(), &request_sent_at(unix(much_later))).await;
         key.open_at(fresh, much_later).await.unwrap();
         assert_eq!(key.remembered(), 1, "expired keys were kept");
@@ -517,16 +519,16 @@ mod tests {
         let key = SealKey::generate(1).unwrap();
         let other = SealKey::generate(2).unwrap();
         let (sealed, _) = client_seal(other.config(), &request()).await;
-        assert!(matches!(key.open(sealed).await, Err(SealError::WrongKey(_))));
-        assert!(matches!(key.open(vec![1; 10]).await, Err(SealError::WrongKey(_))));
-        assert!(matches!(key.open(vec![1; MAX_SEALED_REQUEST + 1]).await, Err(SealError::TooLarge(_))));
+        assert!(matches!(key.open(sealed).await, Err(GatewaySealError::WrongKey(_))));
+        assert!(matches!(key.open(vec![1; 10]).await, Err(GatewaySealError::WrongKey(_))));
+        assert!(matches!(key.open(vec![1; MAX_SEALED_REQUEST + 1]).await, Err(GatewaySealError::TooLarge(_))));
         let (mut sealed, _) = client_seal(key.config(), &request()).await;
         let last = sealed.len() - 1;
         sealed[last] ^= 0x80;
-        assert!(matches!(key.open(sealed).await, Err(SealError::Open(_))));
+        assert!(matches!(key.open(sealed).await, Err(GatewaySealError::Open(_))));
         let other_same_id = SealKey::generate(1).unwrap();
         let (sealed, _) = client_seal(other_same_id.config(), &request()).await;
-        assert!(matches!(key.open(sealed).await, Err(SealError::Open(_))));
+        assert!(matches!(key.open(sealed).await, Err(GatewaySealError::Open(_))));
     }
 
     /// An attacker's own HPKE sender (RFC 9180 base mode, DHKEM(X25519,
@@ -603,7 +605,7 @@ mod tests {
             // What the entry's key would compute with this point: zero for every one of them.
             assert_eq!(x25519_dalek::x25519(*b"entry's private key, any value..", enc), [0; 32], "{point}");
             let sealed = attacker_seal(key.config(), enc, [0; 32], &plain_request());
-            assert!(matches!(key.open(sealed).await, Err(SealError::Open(_))), "{point} must not open");
+            assert!(matches!(key.open(sealed).await, Err(GatewaySealError::Open(_))), "{point} must not open");
         }
         assert_eq!(key.remembered(), 0, "nothing unauthenticated is remembered");
     }
@@ -620,7 +622,7 @@ mod tests {
             let mut edited = sealed.clone();
             edited[at..at + 2].copy_from_slice(&value.to_be_bytes());
             let err = key.open(edited).await.err().unwrap_or_else(|| panic!("byte {at} = {value:#06x} opened"));
-            assert!(matches!(err, SealError::Open(_) | SealError::WrongKey(_)), "{err:?}");
+            assert!(matches!(err, GatewaySealError::Open(_) | GatewaySealError::WrongKey(_)), "{err:?}");
         }
         key.open(sealed).await.unwrap();
     }

@@ -31,7 +31,7 @@ use veil_attestation::route::{links_commitment, AttestationDoc, LinkedShard, Rou
 use veil_attestation::{Attester, Claims, Nonce, Policy};
 
 use super::openai::{self, ApiError, Call, Ids, Kind, Route, Usage};
-use super::seal::{ResponseSealer, SealError, SealKey, MAX_SEALED_REQUEST};
+use super::seal::{ResponseSealer, GatewaySealError, SealKey, MAX_SEALED_REQUEST};
 use crate::pipeline::entry::{Entry, Failure, GenerateEvent};
 use veil_wire::Blame;
 
@@ -186,10 +186,10 @@ impl Gateway {
             Ok(o) => o,
             Err(e) => {
                 let status = match e {
-                    SealError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-                    SealError::Replay => StatusCode::CONFLICT,
-                    SealError::Busy => StatusCode::SERVICE_UNAVAILABLE,
-                    SealError::WrongKey(_) => StatusCode::UNPROCESSABLE_ENTITY,
+                    GatewaySealError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+                    GatewaySealError::Replay => StatusCode::CONFLICT,
+                    GatewaySealError::Busy => StatusCode::SERVICE_UNAVAILABLE,
+                    GatewaySealError::WrongKey(_) => StatusCode::UNPROCESSABLE_ENTITY,
                     _ => StatusCode::BAD_REQUEST,
                 };
                 return plain_error(status, &e.to_string());
@@ -242,7 +242,7 @@ impl Gateway {
         r
     }
 
-    async fn run(&self, call: Call, mut sealer: ResponseSealer) -> Result<(), SealError> {
+    async fn run(&self, call: Call, mut sealer: ResponseSealer) -> Result<(), GatewaySealError> {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (routes_tx, mut routes_rx) = mpsc::unbounded_channel();
         let prompt_tokens = call.request.prompt_ids.as_ref().map_or(0, Vec::len);
@@ -339,7 +339,7 @@ fn server_error(f: &Failure) -> ApiError {
     ApiError { status: f.blame.status(), kind, param: None, message: f.message.clone() }
 }
 
-async fn respond(mut sealer: ResponseSealer, status: u16, content_type: &str, body: &[u8]) -> Result<(), SealError> {
+async fn respond(mut sealer: ResponseSealer, status: u16, content_type: &str, body: &[u8]) -> Result<(), GatewaySealError> {
     sealer.head(status, &[("content-type", content_type)]).await?;
     // JSON bodies (answers, errors, model lists) are padded to a bucket.
     let body = if content_type == JSON_TYPE { openai::pad_body(body.to_vec()) } else { body.to_vec() };

@@ -32,7 +32,7 @@ pub struct Loaded {
     pub policy: Arc<Policy>,
     /// The entry's tokenizer, read from the very header the manifest root
     /// covers (stage 0 only).
-    pub tokenizer: Option<crate::entry::tokenizer::Tokenizer>,
+    pub tokenizer: Option<crate::text::tokenizer::Tokenizer>,
 }
 
 /// How this shard attests.
@@ -72,7 +72,7 @@ pub fn load(
         .map_err(|e| anyhow::anyhow!("cannot open the model {}: {e}", route.model.display()))?;
     let slice = LayerSlice::from_gguf(&mut gguf, s.layers.start() as usize..s.layers.end() as usize)?;
     let shape = route.shape(u32::try_from(slice.config().n_layer).unwrap_or(u32::MAX))?;
-    let tokenizer = (stage == 0).then(|| crate::entry::tokenizer::Tokenizer::from_gguf(&gguf)).transpose()?;
+    let tokenizer = (stage == 0).then(|| crate::text::tokenizer::Tokenizer::from_gguf(&gguf)).transpose()?;
     let root = ManifestRoot(slice.manifest().root());
     if Some(root) != s.manifest_root {
         anyhow::bail!(

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::entry::sampler::{Sampler, SamplingParams};
+use crate::text::sampler::{Sampler, SamplingParams};
 use crate::link::frame::{ErrorCode, ErrorReport, Forward, Precision, SamplingSpec, SessionId, Verdict, Want};
 use crate::model::{BatchItem, LayerSlice, Logits, ModelError, Rows, SessionKv, SliceOutput};
 

@@ -28,7 +28,7 @@ pub mod script;
 
 use std::time::Duration;
 
-use crate::entry::sampler::{Distribution, Sampler, SamplingParams};
+use crate::text::sampler::{Distribution, Sampler, SamplingParams};
 use crate::model::error::Result;
 
 /// Most tokens drafted per round.

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{Draft, DraftMode, Drafter};
-use crate::entry::sampler::{argmax, Sampler, SamplingParams};
-use crate::entry::tokenizer::Tokenizer;
+use crate::text::sampler::{argmax, Sampler, SamplingParams};
+use crate::text::tokenizer::Tokenizer;
 use crate::local_model::{LocalModel, LocalSession};
 use crate::model::error::{ModelError, Result};
 

@@ -6,8 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use veil_enclave::entry::sampler::argmax;
-use veil_enclave::entry::tokenizer::Tokenizer;
+use veil_enclave::text::sampler::argmax;
+use veil_enclave::text::tokenizer::Tokenizer;
 use veil_enclave::generate::{LocalModel, DEFAULT_KV_BUDGET_BYTES};
 use veil_enclave::model::{GgufFile, LayerSlice, ModelError, Rows};
 
@@ -59,7 +59,7 @@ fn chat_template_renders_like_the_reference() {
     for c in fixtures().cases.iter().filter(|c| c.kind == "chat") {
         let user = c.text.split("<|im_start|>user\n").nth(1).unwrap().split("<|im_end|>").next().unwrap();
         let rendered = tok
-            .render_chat(&[veil_enclave::entry::tokenizer::ChatMessage { role: "user".into(), content: user.into() }])
+            .render_chat(&[veil_enclave::text::tokenizer::ChatMessage { role: "user".into(), content: user.into() }])
             .unwrap();
         assert_eq!(rendered, c.text);
     }
@@ -145,7 +145,7 @@ fn free_running_greedy_matches_reported() {
     let Some(path) = model_path() else { return };
     let (model, tok) = whole(&path);
     for c in fixtures().cases {
-        let mut sampler = veil_enclave::entry::sampler::Sampler::new(Default::default()).unwrap();
+        let mut sampler = veil_enclave::text::sampler::Sampler::new(Default::default()).unwrap();
         let req = veil_enclave::generate::GenerateRequest {
             prompt_ids: c.prompt_ids.clone(),
             max_tokens: c.greedy_ids.len(),
@@ -284,7 +284,7 @@ fn bad_input_gets_typed_errors() {
     assert!(matches!(tok.encode("", false), Err(ModelError::Invalid(_))));
     let mut s = model.session(DEFAULT_KV_BUDGET_BYTES);
     assert!(matches!(model.step(&mut s, &[u32::MAX]), Err(ModelError::Invalid(_))));
-    let mut sampler = veil_enclave::entry::sampler::Sampler::new(Default::default()).unwrap();
+    let mut sampler = veil_enclave::text::sampler::Sampler::new(Default::default()).unwrap();
     let long = veil_enclave::generate::GenerateRequest { prompt_ids: vec![42; 8192], max_tokens: 4, stop: vec![] };
     assert!(matches!(
         veil_enclave::generate::generate(&model, &tok, &mut sampler, &long, |_| {}),
@@ -524,7 +524,7 @@ fn every_served_quant_type_matches_the_f32_model() {
 
 #[test]
 fn chat_encoding_equals_llamacpp_and_keeps_user_text_out_of_special_tokens() {
-    use veil_enclave::entry::tokenizer::ChatMessage;
+    use veil_enclave::text::tokenizer::ChatMessage;
     let Some(path) = model_path() else { return };
     let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
     let user = |content: &str| vec![ChatMessage { role: "user".into(), content: content.into() }];

@@ -311,7 +311,7 @@ fn a_full_kv_budget_is_a_clear_refusal_and_opt_in_f16_activations_still_serve() 
 #[test]
 fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
     use veil_client::sdk::{Client, ClientError};
-    use veil_enclave::entry::tokenizer::ChatMessage;
+    use veil_enclave::text::tokenizer::ChatMessage;
     let Some(path) = model_path() else { return };
     let (model, tok) = LocalModel::load(&path, &[]).unwrap();
     let mut c = Cluster::new("sealed", &path, &[10, 20], &[1, 1, 1]);

@@ -56,7 +56,7 @@ fn speculation_through_three_shards() {
 fn greedy_is_token_identical_for_every_drafter_and_k(
     c: &Cluster,
     model: &LocalModel,
-    tok: &veil_enclave::entry::tokenizer::Tokenizer,
+    tok: &veil_enclave::text::tokenizer::Tokenizer,
 ) {
     let mut prompts = fixture_prompts()[..3].to_vec();
     // A draftable prompt: the answer repeats the prompt's text.

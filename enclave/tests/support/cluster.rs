@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use veil_enclave::entry::sampler::Sampler;
+use veil_enclave::text::sampler::Sampler;
 use veil_enclave::generate::{generate, GenerateRequest, Generation, LocalModel};
 use veil_enclave::pipeline::entry::{GenerateEvent, GenerateWire};
 use veil_enclave::pipeline::route::{Route, Stage};
@@ -270,7 +270,7 @@ pub fn greedy(ids: &[u32], max_tokens: usize) -> GenerateWire {
     }
 }
 
-pub fn local(model: &LocalModel, tok: &veil_enclave::entry::tokenizer::Tokenizer, req: &GenerateWire) -> Generation {
+pub fn local(model: &LocalModel, tok: &veil_enclave::text::tokenizer::Tokenizer, req: &GenerateWire) -> Generation {
     let mut sampler = Sampler::new(req.sampling()).unwrap();
     let g = GenerateRequest {
         prompt_ids: req.prompt_ids.clone().unwrap(),

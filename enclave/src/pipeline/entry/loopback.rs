@@ -11,8 +11,8 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::Entry;
-use crate::entry::sampler::SamplingParams;
-use crate::entry::tokenizer::{ChatMessage, Tokenizer};
+use crate::text::sampler::SamplingParams;
+use crate::text::tokenizer::{ChatMessage, Tokenizer};
 use crate::generate::Generation;
 use crate::model::ModelError;
 

@@ -29,8 +29,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::metrics::SpecCounters;
-use crate::entry::sampler::{Sampler, SamplingParams};
-use crate::entry::tokenizer::Tokenizer;
+use crate::text::sampler::{Sampler, SamplingParams};
+use crate::text::tokenizer::Tokenizer;
 use crate::generate::{Generation, TextStream};
 use crate::link::frame::{ErrorCode, ErrorReport, Precision, SamplingSpec, SessionId, Verdict, Want};
 use crate::pipeline::worker::{Input, Job};
