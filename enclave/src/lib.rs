@@ -25,6 +25,7 @@
 
 pub mod attest;
 pub mod canary;
+pub mod error;
 pub mod cli;
 pub mod text;
 pub mod gateway;

@@ -16,9 +16,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::Context;
 use veil_attestation::Attester;
 
+use crate::error::{Error, Result};
 use crate::gateway::seal::SealKey;
 use crate::pipeline::route::Route;
 use crate::pipeline::shard::{self, Loaded};
@@ -43,15 +43,15 @@ pub enum Attestation {
 
 impl Attestation {
     /// The route's choice: its simulated root, or hardware when `hardware`.
-    pub fn for_route(route: &Route, hardware: bool, nvml_gpus: bool) -> anyhow::Result<Self> {
+    pub fn for_route(route: &Route, hardware: bool, nvml_gpus: bool) -> Result<Self> {
         match (&route.simulated_root, hardware) {
             (_, true) => Ok(Self::Hardware { nvml_gpus }),
             (Some(root), false) => Ok(Self::Simulated { root: root.clone(), gpus: route.simulated_gpus }),
-            (None, false) => anyhow::bail!("the route sets no simulated_root; use --hardware on SEV-SNP"),
+            (None, false) => Err(Error::Config("the route sets no simulated_root; use --hardware on SEV-SNP".into())),
         }
     }
 
-    fn attester(&self) -> anyhow::Result<Arc<dyn Attester>> {
+    fn attester(&self) -> Result<Arc<dyn Attester>> {
         use crate::attest::{self, Source};
         match self {
             Self::Hardware { nvml_gpus } => {
@@ -68,7 +68,7 @@ impl Attestation {
                     )))
                 }
                 #[cfg(not(feature = "hw"))]
-                anyhow::bail!("--nvml-gpus needs a veil-shard built with `--features hw`")
+                Err(Error::Config("--nvml-gpus needs a veil-shard built with `--features hw`".into()))
             }
             Self::Simulated { root, gpus } => {
                 let cpu = attest::attester(&Source::Simulated(root.clone()))?;
@@ -127,7 +127,7 @@ impl Node {
     /// Makes the attester, checks the configuration binding when asked,
     /// makes the entry's sealing key, and loads the stage's slice (refusing
     /// weights whose manifest root is not the route's).
-    pub fn load(route: Route, options: NodeOptions) -> anyhow::Result<Self> {
+    pub fn load(route: Route, options: NodeOptions) -> Result<Self> {
         let attester = options.attestation.attester()?;
         if options.bind_config {
             check_config_binding(&route, attester.as_ref())?;
@@ -154,9 +154,10 @@ impl Node {
     /// Re-hashes the resident weights every `weight_recheck_s` of the route
     /// and calls `on_change` (on its own thread) when they no longer hash as
     /// loaded; no watch when the route turns it off.
-    pub fn watch_weights(&self, on_change: impl FnOnce(String) + Send + 'static) -> anyhow::Result<()> {
+    pub fn watch_weights(&self, on_change: impl FnOnce(String) + Send + 'static) -> Result<()> {
         if let Some(every) = self.route.weight_recheck {
-            shard::watch_weights(self.loaded.slice.clone(), every, on_change)?;
+            shard::watch_weights(self.loaded.slice.clone(), every, on_change)
+                .map_err(Error::io("starting the weight watch"))?;
         }
         Ok(())
     }
@@ -168,23 +169,23 @@ impl Node {
 
     /// Serves until the process ends (or an error stops it): a shard's link
     /// server, or the entry's control links, gateway and loopback endpoint.
-    pub async fn serve(self) -> anyhow::Result<()> {
+    pub async fn serve(self) -> Result<()> {
         let Self { route, options, attester, seal_key, loaded } = self;
         if options.stage > 0 {
             return shard::serve(route, options.stage, options.replica, loaded, options.listen).await;
         }
-        let tokenizer = loaded.tokenizer.context("the entry's tokenizer was not loaded")?;
+        let tokenizer = loaded.tokenizer.ok_or_else(|| Error::Internal("the entry's tokenizer was not loaded".into()))?;
         let addr = route.stages[0].replicas[0];
         let gen_addr = route.generate_listen;
         let listener =
-            tokio::net::TcpListener::bind(gen_addr).await.with_context(|| format!("listening on {gen_addr}"))?;
+            tokio::net::TcpListener::bind(gen_addr).await.map_err(Error::io(format!("listening on {gen_addr}")))?;
         let sealed_addr = route.sealed_listen;
         let model_name = route.model.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         let draft_model = match &route.speculation.draft_model {
             None => None,
             Some(path) => {
                 let m = crate::speculate::model::DraftModel::load(path, &tokenizer)
-                    .with_context(|| format!("loading the draft model {}", path.display()))?;
+                    .map_err(|e| Error::Config(format!("the draft model {}: {e}", path.display())))?;
                 tracing::info!(draft = %m.name(), "draft model loaded for speculative decoding");
                 Some(Arc::new(m))
             }
@@ -193,7 +194,7 @@ impl Node {
         tracing::info!(%addr, generate = %gen_addr, "entry up; internal generate endpoint on loopback");
         if let (Some(sealed), Some(key)) = (sealed_addr, seal_key) {
             let listener =
-                tokio::net::TcpListener::bind(sealed).await.with_context(|| format!("listening on {sealed}"))?;
+                tokio::net::TcpListener::bind(sealed).await.map_err(Error::io(format!("listening on {sealed}")))?;
             let gw = crate::gateway::server::Gateway::new(
                 e.clone(),
                 key,
@@ -220,20 +221,20 @@ impl Node {
 
 /// `bind_config`: this node's own report must carry, in HOST_DATA, the
 /// digest of the route and peer policy it was handed.
-fn check_config_binding(route: &Route, attester: &dyn Attester) -> anyhow::Result<()> {
+fn check_config_binding(route: &Route, attester: &dyn Attester) -> Result<()> {
     let policy = shard::load_policy(&route.policy)?;
     let want = route.config_digest(&policy);
     let claims = veil_attestation::Claims { software_version: env!("CARGO_PKG_VERSION").into(), ..Default::default() };
-    let bundle = attester.evidence(&claims).context("reading this shard's own report")?;
+    let bundle = attester.evidence(&claims)?;
     let report = veil_attestation::snp::SnpReport::from_bytes(&bundle.report)
-        .map_err(|e| anyhow::anyhow!("this shard's own report: {e}"))?;
+        .map_err(|e| Error::Refused(format!("this shard's own report does not parse: {e}")))?;
     if report.host_data() != want {
-        anyhow::bail!(
+        return Err(Error::Refused(format!(
             "HOST_DATA {} does not commit to this route and peer policy (their digest is {}): \
              the configuration was not the one this guest was launched for",
             hex::encode(report.host_data()),
             hex::encode(want)
-        );
+        )));
     }
     tracing::info!(host_data = %hex::encode(want), "HOST_DATA commits to this route and its peer policy");
     Ok(())

@@ -30,5 +30,5 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         });
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    runtime.block_on(node.serve())
+    Ok(runtime.block_on(node.serve())?)
 }

@@ -8,15 +8,16 @@ use std::path::Path;
 
 use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
 
+use crate::error::{Error, Result};
 use super::route::Route;
 use crate::model::LayerSlice;
 
 /// Fills in what a development route may leave out; writes the simulated
 /// root and policy into their configured paths if they do not exist yet.
-pub fn prepare(mut route: Route) -> anyhow::Result<Route> {
+pub fn prepare(mut route: Route) -> Result<Route> {
     if let Some(dir) = &route.simulated_root {
         if !dir.join("ark.key.pem").exists() {
-            std::fs::create_dir_all(dir)?;
+            std::fs::create_dir_all(dir).map_err(Error::io(format!("creating {}", dir.display())))?;
             let seed = veil_attestation::Nonce::random().as_bytes().to_vec();
             let sim = SimulatedAttester::from_seed(
                 &seed,
@@ -38,7 +39,7 @@ pub fn prepare(mut route: Route) -> anyhow::Result<Route> {
                  # Simulated evidence proves nothing about hardware. Never use this policy in production.\n{}",
                 policy.to_toml()
             );
-            write_new(&route.policy, &text)?;
+            write_new(&route.policy, &text).map_err(Error::io(format!("writing {}", route.policy.display())))?;
             tracing::warn!(policy = %route.policy.display(), "wrote a development policy accepting the simulated root");
         }
     }

@@ -11,6 +11,7 @@ use veil_attestation::ratls::RaTlsIdentity;
 use veil_attestation::route::RouteShape;
 use veil_attestation::{Attester, ManifestRoot, Policy};
 
+use crate::error::{Error, Result};
 use super::net::{listen, Downstream, Trust};
 use super::route::Route;
 use super::worker::{Command, Job, Output, StageWorker};
@@ -56,30 +57,29 @@ pub fn load(
     attester: &dyn Attester,
     hpke_config_hash: Option<[u8; 32]>,
     evidence: Evidence,
-) -> anyhow::Result<Loaded> {
+) -> Result<Loaded> {
     route.fully_pinned()?;
-    let s = route.stages.get(stage).ok_or_else(|| anyhow::anyhow!("the route has no stage {stage}"))?;
+    let s = route.stages.get(stage).ok_or_else(|| Error::Config(format!("the route has no stage {stage}")))?;
     let policy = load_policy(&route.policy)?;
-    policy.fit_for_serving_path().map_err(|e| anyhow::anyhow!("policy {}: {e}", route.policy.display()))?;
+    policy.fit_for_serving_path().map_err(|e| Error::Refused(format!("policy {}: {e}", route.policy.display())))?;
     if evidence == Evidence::Hardware {
         policy
             .fit_for_hardware()
-            .map_err(|e| anyhow::anyhow!("policy {} refused for a hardware shard: {e}", route.policy.display()))?;
+            .map_err(|e| Error::Refused(format!("policy {} refused for a hardware shard: {e}", route.policy.display())))?;
     }
     // One read of the file: the slice, the configuration and (entry) the
     // tokenizer come from the same parsed header, which the root covers.
-    let mut gguf = GgufFile::open(&route.model)
-        .map_err(|e| anyhow::anyhow!("cannot open the model {}: {e}", route.model.display()))?;
+    let mut gguf = GgufFile::open(&route.model)?;
     let slice = LayerSlice::from_gguf(&mut gguf, s.layers.start() as usize..s.layers.end() as usize)?;
     let shape = route.shape(u32::try_from(slice.config().n_layer).unwrap_or(u32::MAX))?;
     let tokenizer = (stage == 0).then(|| crate::text::tokenizer::Tokenizer::from_gguf(&gguf)).transpose()?;
     let root = ManifestRoot(slice.manifest().root());
     if Some(root) != s.manifest_root {
-        anyhow::bail!(
+        return Err(Error::Refused(format!(
             "the weights loaded for layers {} have manifest root {root}, the route pins {}",
             s.layers,
             s.manifest_root.map(|r| r.to_string()).unwrap_or_default()
-        );
+        )));
     }
     let mut claims = crate::attest::claims(Some(s.layers), None);
     claims.manifest_root = Some(root);
@@ -96,10 +96,9 @@ pub fn load(
 }
 
 /// Reads a policy file.
-pub fn load_policy(path: &Path) -> anyhow::Result<Policy> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("cannot read policy {}: {e}", path.display()))?;
-    let policy = Policy::from_toml(&text).map_err(|e| anyhow::anyhow!("policy {}: {e}", path.display()))?;
+pub fn load_policy(path: &Path) -> Result<Policy> {
+    let text = std::fs::read_to_string(path).map_err(Error::io(format!("reading policy {}", path.display())))?;
+    let policy = Policy::from_toml(&text).map_err(|e| Error::Config(format!("policy {}: {e}", path.display())))?;
     if policy.allow_simulated {
         tracing::warn!("the cluster policy accepts SIMULATED attestation: development only");
     }
@@ -162,20 +161,23 @@ pub async fn serve(
     replica: usize,
     loaded: Loaded,
     bind: Option<std::net::SocketAddr>,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     if stage == 0 {
-        anyhow::bail!("stage 0 is the entry: serve it with the entry server");
+        return Err(Error::Config("stage 0 is the entry: serve it with the entry server".into()));
     }
     let advertised = *route.stages[stage]
         .replicas
         .get(replica)
-        .ok_or_else(|| anyhow::anyhow!("stage {stage} has no replica {replica}"))?;
+        .ok_or_else(|| Error::Config(format!("stage {stage} has no replica {replica}")))?;
     let addr = bind.unwrap_or(advertised);
-    let listener = listen(addr).await.map_err(|e| anyhow::anyhow!("cannot listen on {addr}: {e}"))?;
+    let listener = listen(addr).await.map_err(Error::io(format!("listening on {addr}")))?;
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
     let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
     let worker = StageWorker::new(loaded.slice.clone(), stage, route.kv_budget_bytes);
-    std::thread::Builder::new().name(format!("stage-{stage}")).spawn(move || worker.run(cmd_rx, out_tx))?;
+    std::thread::Builder::new()
+        .name(format!("stage-{stage}"))
+        .spawn(move || worker.run(cmd_rx, out_tx))
+        .map_err(Error::io("starting the stage worker"))?;
     let entry: EntrySink = Arc::new(Mutex::new(None));
     let downstream =
         route.stages.get(stage + 1).map(|next| Arc::new(Downstream::new(loaded.trust.clone(), next.clone())));
@@ -234,7 +236,7 @@ async fn serve_link(
     width: usize,
     cmd_tx: mpsc::Sender<Command>,
     entry: EntrySink,
-) -> anyhow::Result<()> {
+) -> Result<()> {
     // Only a peer proven to be the stage its role requires gets a link.
     let (tx, mut reader, hello, _proof) = trust.accept(tcp, route, stage).await?;
     if hello.role == LinkRole::Control {
@@ -257,11 +259,15 @@ async fn serve_link(
             }
             Frame::Forward(f) => {
                 if f.route.len() != stages_after_entry || f.width as usize != width {
-                    anyhow::bail!("forward frame with a route of {} stages or width {}", f.route.len(), f.width);
+                    return Err(Error::Peer(format!(
+                        "forward frame with a route of {} stages or width {}",
+                        f.route.len(),
+                        f.width
+                    )));
                 }
                 let (session, seq) = (f.session, f.seq);
                 match Job::from_forward(f) {
-                    Ok(job) => cmd_tx.send(Command::Run(job)).await.map_err(|_| anyhow::anyhow!("worker stopped"))?,
+                    Ok(job) => cmd_tx.send(Command::Run(job)).await.map_err(|_| Error::Internal("the stage worker stopped".into()))?,
                     Err(e) => {
                         let _ = tx
                             .send(Frame::Error(ErrorReport {
