@@ -13,10 +13,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::text::sampler::{Sampler, SamplingParams};
-use crate::text::tokenizer::Tokenizer;
 use crate::generate::{generate, GenerateRequest, LocalModel};
 use crate::model::error::Result;
+use crate::text::sampler::{Sampler, SamplingParams};
+use crate::text::tokenizer::Tokenizer;
 
 /// The file's `format`.
 pub const CANARY_FORMAT: &str = "veil-canary/v1";

@@ -1,10 +1,10 @@
 //! Single-process generation over a chain of layer slices: the reference
 //! path the sharded pipeline must reproduce token for token.
 
-use crate::text::sampler::Sampler;
-use crate::text::tokenizer::Tokenizer;
 pub use crate::local_model::{LocalModel, LocalSession, DEFAULT_KV_BUDGET_BYTES};
 use crate::model::error::{ModelError, Result};
+use crate::text::sampler::Sampler;
+use crate::text::tokenizer::Tokenizer;
 
 /// What to generate.
 #[derive(Debug, Clone)]

@@ -25,9 +25,8 @@
 
 pub mod attest;
 pub mod canary;
-pub mod error;
 pub mod cli;
-pub mod text;
+pub mod error;
 pub mod gateway;
 pub mod generate;
 pub mod link;
@@ -36,3 +35,4 @@ pub mod model;
 pub mod node;
 pub mod pipeline;
 pub mod speculate;
+pub mod text;

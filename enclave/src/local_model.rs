@@ -3,9 +3,9 @@
 
 use std::path::Path;
 
-use crate::text::tokenizer::Tokenizer;
 use crate::model::error::{ModelError, Result};
 use crate::model::{GgufFile, LayerSlice, Logits, Rows, SessionKv, SliceOutput};
+use crate::text::tokenizer::Tokenizer;
 
 /// Default KV budget per session and slice.
 pub const DEFAULT_KV_BUDGET_BYTES: usize = 256 << 20;
@@ -47,6 +47,16 @@ impl LocalModel {
 
     /// [`load`](Self::load) from an open GGUF file.
     pub fn from_gguf(gguf: &mut GgufFile, boundaries: &[usize]) -> Result<(Self, Tokenizer)> {
+        Self::from_gguf_on(gguf, boundaries, &[])
+    }
+
+    /// [`from_gguf`](Self::from_gguf) with slice `i` computing on
+    /// `devices[i]` (the CPU where `devices` is shorter).
+    pub fn from_gguf_on(
+        gguf: &mut GgufFile,
+        boundaries: &[usize],
+        devices: &[crate::model::ComputeDevice],
+    ) -> Result<(Self, Tokenizer)> {
         let tokenizer = Tokenizer::from_gguf(gguf)?;
         let n_layer = crate::model::Config::from_gguf(gguf)?.n_layer;
         let mut cuts = vec![0];
@@ -58,8 +68,9 @@ impl LocalModel {
             )));
         }
         let mut slices = Vec::new();
-        for w in cuts.windows(2) {
-            slices.push(LayerSlice::from_gguf(gguf, w[0]..w[1])?);
+        for (i, w) in cuts.windows(2).enumerate() {
+            let device = devices.get(i).copied().unwrap_or_default();
+            slices.push(LayerSlice::from_gguf_on(gguf, w[0]..w[1], device)?);
         }
         Ok((Self { slices }, tokenizer))
     }

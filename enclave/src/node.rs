@@ -174,7 +174,8 @@ impl Node {
         if options.stage > 0 {
             return shard::serve(route, options.stage, options.replica, loaded, options.listen).await;
         }
-        let tokenizer = loaded.tokenizer.ok_or_else(|| Error::Internal("the entry's tokenizer was not loaded".into()))?;
+        let tokenizer =
+            loaded.tokenizer.ok_or_else(|| Error::Internal("the entry's tokenizer was not loaded".into()))?;
         let addr = route.stages[0].replicas[0];
         let gen_addr = route.generate_listen;
         let listener =

@@ -5,8 +5,8 @@ use anyhow::Context;
 use super::GenerateArgs;
 
 pub(super) fn generate(args: GenerateArgs) -> anyhow::Result<()> {
-    use crate::text::sampler::Sampler;
     use crate::generate::{generate, GenerateRequest, LocalModel};
+    use crate::text::sampler::Sampler;
     use std::io::Write;
 
     let path = args.model.clone().context("--model is required")?;

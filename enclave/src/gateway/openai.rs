@@ -8,8 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use veil_wire::http::openai::{CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, MODELS_PATH};
 
-use crate::text::tokenizer::{ChatMessage, Tokenizer};
 use crate::pipeline::entry::{GenerateWire, SpeculationRequest};
+use crate::text::tokenizer::{ChatMessage, Tokenizer};
 
 /// Prompt bytes allowed per token of context, checked before tokenizing.
 pub const MAX_BYTES_PER_TOKEN: usize = 32;

@@ -155,8 +155,8 @@ impl SealKey {
     /// A fresh key, generated inside the enclave and never exported.
     pub fn generate(key_id: u8) -> Result<Self, GatewaySealError> {
         let suite = SymmetricSuite::new(Kdf::HkdfSha256, AEAD);
-        let config =
-            KeyConfig::new(key_id, Kem::X25519Sha256, vec![suite]).map_err(|e| GatewaySealError::WrongKey(e.to_string()))?;
+        let config = KeyConfig::new(key_id, Kem::X25519Sha256, vec![suite])
+            .map_err(|e| GatewaySealError::WrongKey(e.to_string()))?;
         let server = Server::new(config).map_err(|e| GatewaySealError::WrongKey(e.to_string()))?;
         let encoded = server.config().encode().map_err(|e| GatewaySealError::WrongKey(e.to_string()))?;
         let config_hash = Sha256::digest(&encoded).into();

@@ -31,7 +31,7 @@ use veil_attestation::route::{links_commitment, AttestationDoc, LinkedShard, Rou
 use veil_attestation::{Attester, Claims, Nonce, Policy};
 
 use super::openai::{self, ApiError, Call, Ids, Kind, Route, Usage};
-use super::seal::{ResponseSealer, GatewaySealError, SealKey, MAX_SEALED_REQUEST};
+use super::seal::{GatewaySealError, ResponseSealer, SealKey, MAX_SEALED_REQUEST};
 use crate::pipeline::entry::{Entry, Failure, GenerateEvent};
 use veil_wire::Blame;
 
@@ -339,7 +339,12 @@ fn server_error(f: &Failure) -> ApiError {
     ApiError { status: f.blame.status(), kind, param: None, message: f.message.clone() }
 }
 
-async fn respond(mut sealer: ResponseSealer, status: u16, content_type: &str, body: &[u8]) -> Result<(), GatewaySealError> {
+async fn respond(
+    mut sealer: ResponseSealer,
+    status: u16,
+    content_type: &str,
+    body: &[u8],
+) -> Result<(), GatewaySealError> {
     sealer.head(status, &[("content-type", content_type)]).await?;
     // JSON bodies (answers, errors, model lists) are padded to a bucket.
     let body = if content_type == JSON_TYPE { openai::pad_body(body.to_vec()) } else { body.to_vec() };

@@ -744,7 +744,12 @@ mod tests {
                 kv_lens: vec![12, 12, 12],
             }),
             Frame::EndSession(SessionId(7)),
-            Frame::Error(ErrorReport { session: Some(SessionId(7)), seq: 3, code: ErrorCode::KvFull, message: "full".into() }),
+            Frame::Error(ErrorReport {
+                session: Some(SessionId(7)),
+                seq: 3,
+                code: ErrorCode::KvFull,
+                message: "full".into(),
+            }),
             Frame::Ping(1),
             Frame::Pong(1),
         ]
@@ -775,8 +780,12 @@ mod tests {
         let vocab = 151_936u32;
         let p = 1.0 / vocab as f32;
         let dist: Vec<(u32, f32)> = (0..vocab).map(|i| (i, p)).collect();
-        let v =
-            Frame::Verdict(Verdict { session: SessionId(1), seq: 2, positions: vec![dist.clone(), dist], kv_lens: vec![3, 3] });
+        let v = Frame::Verdict(Verdict {
+            session: SessionId(1),
+            seq: 2,
+            positions: vec![dist.clone(), dist],
+            kv_lens: vec![3, 3],
+        });
         let wire = v.encode();
         let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
         d.push(&wire);

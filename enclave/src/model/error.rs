@@ -24,6 +24,10 @@ pub enum ModelError {
         /// The budget.
         budget_bytes: usize,
     },
+    /// The compute device cannot be used: a build without its feature, no
+    /// driver, no such GPU, or a GPU not in the confidential ready state.
+    #[error("compute device: {0}")]
+    Device(String),
     /// A tensor operation failed (a defect, or a device error).
     #[error("tensor operation failed: {0}")]
     Tensor(#[from] candle_core::Error),

@@ -27,7 +27,7 @@ pub const SUPPORTED_TYPES: [GgmlDType; 8] = [
 ];
 
 /// A tensor's bytes as read (and hashed), before decoding.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct RawTensor {
     /// The bytes.
     pub bytes: Vec<u8>,

@@ -4,7 +4,12 @@
 //! llama.cpp keeps by default), position-major per layer: position `t`,
 //! KV head `g` occupies `[(t·heads + g)·head_dim, +head_dim)`. Appending is
 //! an extend and rollback a truncate; attention reads f16 directly.
+//!
+//! A slice that computes on a device keeps its cache there instead: per
+//! layer one f16 tensor of keys and one of values, `(positions, KV heads,
+//! head_dim)`, grown by concatenation and rolled back by narrowing.
 
+use candle_core::Tensor;
 use half::f16;
 
 use super::error::{ModelError, Result};
@@ -14,6 +19,8 @@ use super::error::{ModelError, Result};
 pub struct SessionKv {
     keys: Vec<Vec<f16>>,
     values: Vec<Vec<f16>>,
+    /// On a device: per layer keys and values, `None` until the first append.
+    device: Option<Vec<Option<(Tensor, Tensor)>>>,
     /// Values per position per layer for keys (and for values): heads × head_dim.
     width: usize,
     len: usize,
@@ -24,7 +31,18 @@ impl SessionKv {
     /// An empty cache for `n_layers` layers of `width` key values per
     /// position (KV heads × head size); `budget_bytes` caps the total.
     pub fn new(n_layers: usize, width: usize, budget_bytes: usize) -> Self {
-        Self { keys: vec![Vec::new(); n_layers], values: vec![Vec::new(); n_layers], width, len: 0, budget_bytes }
+        let (keys, values) = (vec![Vec::new(); n_layers], vec![Vec::new(); n_layers]);
+        Self { keys, values, device: None, width, len: 0, budget_bytes }
+    }
+
+    /// An empty cache held in device memory (for a slice computing on a device).
+    pub(crate) fn new_on_device(n_layers: usize, width: usize, budget_bytes: usize) -> Self {
+        Self { device: Some(vec![None; n_layers]), ..Self::new(n_layers, width, budget_bytes) }
+    }
+
+    /// Whether the cache is held in device memory.
+    pub fn on_device(&self) -> bool {
+        self.device.is_some()
     }
 
     /// Positions held.
@@ -76,6 +94,34 @@ impl SessionKv {
         Ok(())
     }
 
+    /// Appends keys and values (`(n, KV heads, head_dim)` f16 tensors) for
+    /// `layer` of a device cache, at positions `[len, len + n)`.
+    pub(crate) fn append_device(&mut self, layer: usize, k: Tensor, v: Tensor) -> Result<()> {
+        let len = self.len;
+        let slot = self
+            .device
+            .as_mut()
+            .and_then(|d| d.get_mut(layer))
+            .ok_or_else(|| ModelError::Invalid(format!("no device KV slot for layer {layer}")))?;
+        let held = slot.as_ref().map(|(k, _)| k.dim(0)).transpose()?.unwrap_or(0);
+        if held != len || k.dims() != v.dims() {
+            return Err(ModelError::Invalid("KV rows do not match the cache layout".into()));
+        }
+        *slot = Some(match slot.take() {
+            None => (k, v),
+            Some((keys, values)) => (Tensor::cat(&[&keys, &k], 0)?, Tensor::cat(&[&values, &v], 0)?),
+        });
+        Ok(())
+    }
+
+    /// Keys and values of `layer` of a device cache, every position appended so far.
+    pub(crate) fn device_layer(&self, layer: usize) -> Result<(&Tensor, &Tensor)> {
+        match self.device.as_ref().and_then(|d| d.get(layer)) {
+            Some(Some((k, v))) => Ok((k, v)),
+            _ => Err(ModelError::Invalid(format!("no device KV for layer {layer}"))),
+        }
+    }
+
     /// Keys and values of `layer` for every position appended so far.
     pub(crate) fn layer(&self, layer: usize) -> (&[f16], &[f16]) {
         (&self.keys[layer], &self.values[layer])
@@ -93,6 +139,27 @@ impl SessionKv {
         for (k, v) in self.keys.iter_mut().zip(&mut self.values) {
             k.truncate(keep);
             v.truncate(keep);
+        }
+        let positions = len.min(self.len);
+        for slot in self.device.iter_mut().flatten() {
+            *slot = match slot.take() {
+                Some((k, v)) if positions == 0 => {
+                    drop((k, v));
+                    None
+                }
+                Some((k, v)) if k.dim(0).unwrap_or(0) > positions => {
+                    // A narrowed view would keep the whole allocation alive; copy.
+                    match (
+                        k.narrow(0, 0, positions).and_then(|k| k.copy()),
+                        v.narrow(0, 0, positions).and_then(|v| v.copy()),
+                    ) {
+                        (Ok(k), Ok(v)) => Some((k, v)),
+                        // A device that cannot copy has failed: drop the cache rather than keep stale rows.
+                        _ => None,
+                    }
+                }
+                other => other,
+            };
         }
         self.len = self.len.min(len);
     }

@@ -8,6 +8,11 @@
 //! for a small model a decode step is hundreds of tiny ops, and per-op
 //! allocation and dispatch cost more than the arithmetic. Several sessions'
 //! positions run as one batch, so every weight is read once per batch.
+//!
+//! On a device ([`ComputeDevice`]: a CUDA GPU) the same slice computes with
+//! candle's tensor ops instead (see `accel`): quantized weights and the KV
+//! cache in device memory, rows crossing to the host only at the slice's
+//! boundary.
 
 use std::ops::Range;
 use std::path::Path;
@@ -18,7 +23,10 @@ use candle_core::{DType, Device, Module, Tensor};
 use half::f16;
 use rayon::prelude::*;
 
+mod accel;
+
 use super::config::{Arch, Config, RopeStyle};
+use super::device::ComputeDevice;
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
 use super::kernels::{axpy_f16, dot_f16, Q41Matrix, Q80Matrix};
@@ -77,6 +85,10 @@ struct Loader<'a> {
     gguf: &'a mut GgufFile,
     records: Vec<TensorRecord>,
     progress: Option<indicatif::ProgressBar>,
+    /// Where matrices go: `None` for the fused CPU kernels, else a candle device.
+    device: Option<Device>,
+    /// The token embedding as read, kept for a tied LM head on a device.
+    tied: Option<super::gguf::RawTensor>,
 }
 
 impl Loader<'_> {
@@ -98,10 +110,19 @@ impl Loader<'_> {
     /// otherwise on candle's quantized matmul.
     fn weight(&mut self, name: &str) -> Result<Weight> {
         let raw = self.raw(name)?;
+        self.weight_from(name, raw)
+    }
+
+    fn weight_from(&mut self, name: &str, raw: super::gguf::RawTensor) -> Result<Weight> {
         let [rows, cols] = raw.dims[..] else {
             return Err(ModelError::Malformed(format!("{name} has shape {:?}, expected a matrix", raw.dims)));
         };
         let bad = |e: String| ModelError::Malformed(format!("{name}: {e}"));
+        if let Some(device) = &self.device {
+            // Quantized in device memory; candle's quantized matmul kernels read it as is.
+            let t = ggml_file::qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
+            return Ok(Weight::Candle { matmul: QMatMul::from_qtensor(t)?, rows, cols });
+        }
         Ok(match raw.dtype {
             GgmlDType::Q4_1 => Weight::Q41(Q41Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?),
             GgmlDType::Q8_0 => Weight::Q80(Arc::new(Q80Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?)),
@@ -382,6 +403,9 @@ enum Embedding {
 /// the final norm and LM head (last slice).
 pub struct LayerSlice {
     config: Config,
+    compute: ComputeDevice,
+    /// Norms and biases in device memory, when computing on a device.
+    accel: Option<accel::DeviceSlice>,
     range: Range<usize>,
     embedding: Option<Embedding>,
     layers: Vec<DecoderLayer>,
@@ -443,8 +467,16 @@ impl LayerSlice {
         Self::from_gguf(&mut gguf, range)
     }
 
-    /// Loads from an open file.
+    /// Loads from an open file, to compute on the CPU.
     pub fn from_gguf(gguf: &mut GgufFile, range: Range<usize>) -> Result<Self> {
+        Self::from_gguf_on(gguf, range, ComputeDevice::Cpu)
+    }
+
+    /// Loads from an open file, to compute on `compute`. The manifest is
+    /// the same whatever the device: the same tensors are read in the same
+    /// order.
+    pub fn from_gguf_on(gguf: &mut GgufFile, range: Range<usize>, compute: ComputeDevice) -> Result<Self> {
+        let device = compute.is_candle().then(|| compute.open()).transpose()?;
         let config = Config::from_gguf(gguf)?;
         if range.start >= range.end {
             return Err(ModelError::Invalid(format!(
@@ -466,7 +498,7 @@ impl LayerSlice {
             p.set_message(format!("loading and hashing layers {}..{}", range.start, range.end));
             p
         });
-        let mut l = Loader { gguf, records: Vec::new(), progress };
+        let mut l = Loader { gguf, records: Vec::new(), progress, device, tied: None };
         let (d, hd) = (config.n_embd, config.head_dim);
         let embedding = if first { Some(load_embedding(&mut l, &config)?) } else { None };
         let eps = config.rms_eps as f32;
@@ -525,8 +557,14 @@ impl LayerSlice {
         let head = if last {
             let norm = RmsNorm { weight: l.vector("output_norm.weight", d)?, eps };
             // Tied embeddings: without `output.weight` the LM head is the token embedding.
+            let tied = l.tied.take();
             let lm = match (&embedding, l.gguf.has_tensor("output.weight")) {
                 (_, true) => l.weight("output.weight")?,
+                // On a device: the embedding's bytes as read, quantized on the device.
+                (Some(_), false) if tied.is_some() => match tied {
+                    Some(raw) => l.weight_from("token_embd.weight", raw)?,
+                    None => return Err(ModelError::Invalid("tied embedding missing".into())),
+                },
                 // A whole-model slice shares the one copy it already loaded.
                 (Some(Embedding::Q80(m)), false) => Weight::Q80(m.clone()),
                 (Some(Embedding::Candle(t)), false) => {
@@ -552,12 +590,23 @@ impl LayerSlice {
         }
         let rope = Rope::new(&config, freq_factors)?;
         let manifest = Manifest { metadata: l.gguf.metadata_digest(), tensors: l.records };
-        Ok(Self { config, range, embedding, layers, head, rope, manifest })
+        let accel = match &l.device {
+            Some(device) => Some(accel::DeviceSlice::new(&layers, head.as_ref(), device.clone())?),
+            None => None,
+        };
+        if compute.is_candle() {
+            tracing::info!(device = %compute, layers = ?range, "slice computes on candle's ops");
+        }
+        Ok(Self { config, compute, accel, range, embedding, layers, head, rope, manifest })
     }
 
     /// The model configuration.
     pub fn config(&self) -> &Config {
         &self.config
+    }
+    /// Where this slice computes.
+    pub fn device(&self) -> ComputeDevice {
+        self.compute
     }
     /// Layers served.
     pub fn range(&self) -> Range<usize> {
@@ -611,7 +660,11 @@ impl LayerSlice {
     /// A fresh KV cache for this slice's layers with a memory budget
     /// (f16 keys and values; attention runs in f32).
     pub fn new_session(&self, budget_bytes: usize) -> SessionKv {
-        SessionKv::new(self.layers.len(), self.config.n_head_kv * self.config.head_dim, budget_bytes)
+        let width = self.config.n_head_kv * self.config.head_dim;
+        match self.accel {
+            Some(_) => SessionKv::new_on_device(self.layers.len(), width, budget_bytes),
+            None => SessionKv::new(self.layers.len(), width, budget_bytes),
+        }
     }
 
     /// Embeds token ids (first slice only): one row of `n_embd` per id.
@@ -681,13 +734,28 @@ impl LayerSlice {
                     c.context_length
                 )));
             }
-            if it.kv.bytes_per_position() != self.layers.len() * 2 * kv_width * 2 {
+            if it.kv.bytes_per_position() != self.layers.len() * 2 * kv_width * 2
+                || it.kv.on_device() != self.accel.is_some()
+            {
                 return Err(ModelError::Invalid("the KV cache was made for another slice".into()));
             }
             it.kv.reserve(n)?;
         }
         if items.is_empty() {
             return Ok(Vec::new());
+        }
+        if let Some(dev) = &self.accel {
+            let result = self.run_on_device(dev, items);
+            for it in items.iter_mut() {
+                match &result {
+                    Ok(_) => it.kv.advance(it.hidden.n()),
+                    Err(_) => {
+                        let len = it.kv.len();
+                        it.kv.truncate(len);
+                    }
+                }
+            }
+            return result;
         }
         // The whole forward runs on a pool thread, so with one thread the
         // parallel loops run inline instead of handing every matmul across.
@@ -825,6 +893,9 @@ fn load_embedding(l: &mut Loader<'_>, config: &Config) -> Result<Embedding> {
             "token_embd.weight has shape {:?}, expected [{}, {}]",
             raw.dims, config.vocab_size, config.n_embd
         )));
+    }
+    if l.device.is_some() && !l.gguf.has_tensor("output.weight") {
+        l.tied = Some(raw.clone());
     }
     if raw.dtype == GgmlDType::Q8_0 {
         let m = Q80Matrix::from_gguf_bytes(&raw.bytes, config.vocab_size, config.n_embd)

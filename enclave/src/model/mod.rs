@@ -2,6 +2,7 @@
 //! KV, and the manifest of what was loaded.
 
 pub mod config;
+pub mod device;
 pub mod error;
 pub mod gguf;
 pub mod kernels;
@@ -10,6 +11,7 @@ pub mod llama;
 pub mod manifest;
 
 pub use config::Config;
+pub use device::ComputeDevice;
 pub use error::{ModelError, Result};
 pub use gguf::GgufFile;
 pub use kv_cache::SessionKv;

@@ -8,8 +8,8 @@ use std::path::Path;
 
 use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
 
-use crate::error::{Error, Result};
 use super::route::Route;
+use crate::error::{Error, Result};
 use crate::model::LayerSlice;
 
 /// Fills in what a development route may leave out; writes the simulated

@@ -10,8 +10,8 @@
 //!
 //! Synchronous and pure: the entry's control loops consult it under a lock.
 
-use std::collections::{HashMap, VecDeque};
 use crate::link::frame::SessionId;
+use std::collections::{HashMap, VecDeque};
 
 /// How many ended sessions are remembered (late frames from replicas that
 /// carried them are ignored rather than treated as violations).

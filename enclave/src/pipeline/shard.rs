@@ -11,10 +11,10 @@ use veil_attestation::ratls::RaTlsIdentity;
 use veil_attestation::route::RouteShape;
 use veil_attestation::{Attester, ManifestRoot, Policy};
 
-use crate::error::{Error, Result};
 use super::net::{listen, Downstream, Trust};
 use super::route::Route;
 use super::worker::{Command, Job, Output, StageWorker};
+use crate::error::{Error, Result};
 use crate::link::frame::{ErrorCode, ErrorReport, Frame, Hello, LinkRole, PROTOCOL_VERSION};
 use crate::model::{GgufFile, LayerSlice};
 
@@ -63,9 +63,9 @@ pub fn load(
     let policy = load_policy(&route.policy)?;
     policy.fit_for_serving_path().map_err(|e| Error::Refused(format!("policy {}: {e}", route.policy.display())))?;
     if evidence == Evidence::Hardware {
-        policy
-            .fit_for_hardware()
-            .map_err(|e| Error::Refused(format!("policy {} refused for a hardware shard: {e}", route.policy.display())))?;
+        policy.fit_for_hardware().map_err(|e| {
+            Error::Refused(format!("policy {} refused for a hardware shard: {e}", route.policy.display()))
+        })?;
     }
     // One read of the file: the slice, the configuration and (entry) the
     // tokenizer come from the same parsed header, which the root covers.
@@ -267,7 +267,10 @@ async fn serve_link(
                 }
                 let (session, seq) = (f.session, f.seq);
                 match Job::from_forward(f) {
-                    Ok(job) => cmd_tx.send(Command::Run(job)).await.map_err(|_| Error::Internal("the stage worker stopped".into()))?,
+                    Ok(job) => cmd_tx
+                        .send(Command::Run(job))
+                        .await
+                        .map_err(|_| Error::Internal("the stage worker stopped".into()))?,
                     Err(e) => {
                         let _ = tx
                             .send(Frame::Error(ErrorReport {

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::text::sampler::{Sampler, SamplingParams};
 use crate::link::frame::{ErrorCode, ErrorReport, Forward, Precision, SamplingSpec, SessionId, Verdict, Want};
 use crate::model::{BatchItem, LayerSlice, Logits, ModelError, Rows, SessionKv, SliceOutput};
+use crate::text::sampler::{Sampler, SamplingParams};
 
 /// Positions one batch may carry (beyond its first job).
 pub const MAX_BATCH_POSITIONS: usize = 512;

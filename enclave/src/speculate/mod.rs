@@ -28,8 +28,8 @@ pub mod script;
 
 use std::time::Duration;
 
-use crate::text::sampler::{Distribution, Sampler, SamplingParams};
 use crate::model::error::Result;
+use crate::text::sampler::{Distribution, Sampler, SamplingParams};
 
 /// Most tokens drafted per round.
 pub const MAX_K: usize = 16;

@@ -7,10 +7,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::{Draft, DraftMode, Drafter};
-use crate::text::sampler::{argmax, Sampler, SamplingParams};
-use crate::text::tokenizer::Tokenizer;
 use crate::local_model::{LocalModel, LocalSession};
 use crate::model::error::{ModelError, Result};
+use crate::text::sampler::{argmax, Sampler, SamplingParams};
+use crate::text::tokenizer::Tokenizer;
 
 /// KV budget of one drafting session.
 const DRAFT_KV_BUDGET: usize = 64 << 20;

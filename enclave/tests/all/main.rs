@@ -14,6 +14,7 @@ mod cluster;
 
 mod abuse;
 mod cli;
+mod device;
 mod model;
 mod openai;
 mod pipeline;

@@ -6,10 +6,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use veil_enclave::text::sampler::argmax;
-use veil_enclave::text::tokenizer::Tokenizer;
 use veil_enclave::generate::{LocalModel, DEFAULT_KV_BUDGET_BYTES};
 use veil_enclave::model::{GgufFile, LayerSlice, ModelError, Rows};
+use veil_enclave::text::sampler::argmax;
+use veil_enclave::text::tokenizer::Tokenizer;
 
 use crate::cluster::model_path;
 

@@ -7,9 +7,9 @@
 use crate::cluster;
 
 use serde_json::Value;
-use veil_enclave::text::tokenizer::{ChatMessage, Tokenizer};
 use veil_enclave::gateway::openai::{self, ApiError, Ids, Kind, Route, Usage};
 use veil_enclave::model::GgufFile;
+use veil_enclave::text::tokenizer::{ChatMessage, Tokenizer};
 
 const CTX: usize = 8192;
 

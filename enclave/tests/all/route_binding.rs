@@ -318,7 +318,9 @@ async fn lying_middle_shard(
                     Frame::Forward(f) => {
                         FORWARDS_SEEN.fetch_add(1, Ordering::SeqCst);
                         if let Some(c) = control.lock().await.clone() {
-                            let guessed = [f.session.0.wrapping_add(1), veil_enclave::pipeline::sessions::random_id(), 1].map(SessionId);
+                            let guessed =
+                                [f.session.0.wrapping_add(1), veil_enclave::pipeline::sessions::random_id(), 1]
+                                    .map(SessionId);
                             let lies = lie(f.session, f.seq).into_iter().chain(guessed.iter().flat_map(|&g| lie(g, 1)));
                             for lie in lies {
                                 let _ = c.send(lie).await;

@@ -9,10 +9,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use veil_enclave::text::sampler::Sampler;
 use veil_enclave::generate::{generate, GenerateRequest, Generation, LocalModel};
 use veil_enclave::pipeline::entry::{GenerateEvent, GenerateWire};
 use veil_enclave::pipeline::route::{Route, Stage};
+use veil_enclave::text::sampler::Sampler;
 
 pub fn model_path() -> Option<PathBuf> {
     let path = match std::env::var_os("VEIL_MODEL") {

@@ -33,7 +33,13 @@ impl Entry {
     /// Hands a frame that arrived on the control link of (`stage`,
     /// `replica`) to its session if that link carries it; a violation (a
     /// frame for a session the link does not carry) drops the link.
-    async fn admit(&self, stage: usize, replica: u8, session: SessionId, event: SessionEvent) -> Result<(), &'static str> {
+    async fn admit(
+        &self,
+        stage: usize,
+        replica: u8,
+        session: SessionId,
+        event: SessionEvent,
+    ) -> Result<(), &'static str> {
         let said = if matches!(event, SessionEvent::Verdict(_)) { Said::Verdict } else { Said::Error };
         let sessions = self.sessions.lock().await;
         match sessions.admit(stage, replica, session, said) {

@@ -11,10 +11,10 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
 use super::Entry;
-use crate::text::sampler::SamplingParams;
-use crate::text::tokenizer::{ChatMessage, Tokenizer};
 use crate::generate::Generation;
 use crate::model::ModelError;
+use crate::text::sampler::SamplingParams;
+use crate::text::tokenizer::{ChatMessage, Tokenizer};
 
 /// Longest request line accepted on the internal endpoint.
 pub const MAX_REQUEST_BYTES: usize = 1 << 20;

@@ -20,13 +20,13 @@ use super::net::{Downstream, PeerInRole, Trust};
 use super::route::{DrafterKind, Route};
 use super::sessions::{random_id, SessionTable};
 use super::worker::{Command, Output, StageWorker};
-use crate::text::sampler::Sampler;
-use crate::text::tokenizer::Tokenizer;
 use crate::generate::{check_request, GenerateRequest, Generation};
 use crate::link::frame::{ErrorCode, ErrorReport, Frame, SessionId};
 use crate::model::LayerSlice;
 use crate::speculate::model::DraftModel;
 use crate::speculate::{AdaptiveK, DraftMode, DrafterSpec, SpecStats, MAX_K};
+use crate::text::sampler::Sampler;
+use crate::text::tokenizer::Tokenizer;
 
 mod control;
 mod loopback;

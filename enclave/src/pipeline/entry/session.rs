@@ -29,12 +29,12 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::metrics::SpecCounters;
-use crate::text::sampler::{Sampler, SamplingParams};
-use crate::text::tokenizer::Tokenizer;
 use crate::generate::{Generation, TextStream};
 use crate::link::frame::{ErrorCode, ErrorReport, Precision, SamplingSpec, SessionId, Verdict, Want};
 use crate::pipeline::worker::{Input, Job};
 use crate::speculate::{verify_round, AdaptiveK, Draft, SpecStats};
+use crate::text::sampler::{Sampler, SamplingParams};
+use crate::text::tokenizer::Tokenizer;
 
 /// What the session hears from the pipeline while it waits for a round.
 #[derive(Debug)]

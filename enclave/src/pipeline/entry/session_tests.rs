@@ -176,7 +176,12 @@ fn a_stage_that_did_not_roll_back_fails_the_session() {
     let mut core = h.session(&[A, B], 4, &[], None);
     drain(&mut core, h.env(0));
     core.handle(
-        SessionEvent::Verdict(Verdict { session: SessionId(77), seq: 1, positions: vec![vec![(C, 1.0)]], kv_lens: vec![2, 3, 2] }),
+        SessionEvent::Verdict(Verdict {
+            session: SessionId(77),
+            seq: 1,
+            positions: vec![vec![(C, 1.0)]],
+            kv_lens: vec![2, 3, 2],
+        }),
         h.t0,
     );
     let a = drain(&mut core, h.env(0));

@@ -1,0 +1,249 @@
+//! The slice's forward on a candle device (a CUDA GPU; or candle's CPU
+//! backend, to check this path where no GPU is).
+//!
+//! The same computation as the fused CPU path, as tensor ops: RMS norm,
+//! quantized projections (candle's GGUF matmul kernels, weights quantized in
+//! device memory), RoPE at each row's own position, attention per session
+//! over its f16 KV cache in device memory, SwiGLU, and the LM head. Every
+//! session in the batch shares each matmul; attention stays per session.
+//! Rows move host → device once on entry and device → host once on exit.
+
+use candle_core::{DType, Device, Module, Tensor};
+
+use super::{BatchItem, Config, DecoderLayer, Logits, ModelError, Result, RmsNorm, Rows, SliceOutput, Weight};
+use super::{LayerSlice, Projections, RopeStyle};
+
+/// Norms and biases of a slice, in device memory (the matrices are the
+/// slice's own [`Weight::Candle`]s, loaded onto the device).
+#[derive(Debug)]
+pub(super) struct DeviceSlice {
+    device: Device,
+    layers: Vec<DeviceLayer>,
+    head_norm: Option<Tensor>,
+}
+
+#[derive(Debug)]
+struct DeviceLayer {
+    attn_norm: Tensor,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    ffn_norm: Tensor,
+    /// q, k, v.
+    biases: Vec<Option<Tensor>>,
+}
+
+fn vector(v: &[f32], device: &Device) -> Result<Tensor> {
+    Ok(Tensor::from_slice(v, v.len(), device)?)
+}
+
+impl DeviceSlice {
+    pub(super) fn new(layers: &[DecoderLayer], head: Option<&(RmsNorm, Weight)>, device: Device) -> Result<Self> {
+        let norm = |n: &RmsNorm| vector(&n.weight, &device);
+        let layers = layers
+            .iter()
+            .map(|l| {
+                Ok(DeviceLayer {
+                    attn_norm: norm(&l.attn_norm)?,
+                    q_norm: l.q_norm.as_ref().map(norm).transpose()?,
+                    k_norm: l.k_norm.as_ref().map(norm).transpose()?,
+                    ffn_norm: norm(&l.ffn_norm)?,
+                    biases: l
+                        .qkv
+                        .biases
+                        .iter()
+                        .map(|b| b.as_deref().map(|b| vector(b, &device)).transpose())
+                        .collect::<Result<_>>()?,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let head_norm = head.map(|(n, _)| norm(n)).transpose()?;
+        Ok(Self { device, layers, head_norm })
+    }
+}
+
+/// `x (m × cols) → (m × rows)` with a weight in device memory.
+fn project(w: &Weight, x: &Tensor) -> Result<Tensor> {
+    match w {
+        Weight::Candle { matmul, .. } => Ok(matmul.forward(x)?.to_dtype(DType::F32)?),
+        _ => Err(ModelError::Invalid("a host weight in a device slice".into())),
+    }
+}
+
+fn parts(p: &Projections) -> Result<&[Weight]> {
+    if p.stacked.is_some() {
+        return Err(ModelError::Invalid("stacked host projections in a device slice".into()));
+    }
+    Ok(&p.parts)
+}
+
+fn rms(x: &Tensor, w: &Tensor, eps: f32) -> Result<Tensor> {
+    Ok(candle_nn::ops::rms_norm(&x.contiguous()?, w, eps)?)
+}
+
+/// Rotates `x (m, heads, head_dim)`, row `r` by the angles in row `r` of
+/// `cos`/`sin` (`(m, 1, head_dim / 2)`).
+fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> Result<Tensor> {
+    let (m, h, hd) = x.dims3()?;
+    let half = hd / 2;
+    Ok(match style {
+        RopeStyle::Neox => {
+            let (a, b) = (x.narrow(2, 0, half)?, x.narrow(2, half, half)?);
+            let lo = (a.broadcast_mul(cos)? - b.broadcast_mul(sin)?)?;
+            let hi = (a.broadcast_mul(sin)? + b.broadcast_mul(cos)?)?;
+            Tensor::cat(&[&lo, &hi], 2)?
+        }
+        RopeStyle::Interleaved => {
+            let pairs = x.reshape((m, h, half, 2))?;
+            let (a, b) = (pairs.narrow(3, 0, 1)?.squeeze(3)?, pairs.narrow(3, 1, 1)?.squeeze(3)?);
+            let even = (a.broadcast_mul(cos)? - b.broadcast_mul(sin)?)?;
+            let odd = (a.broadcast_mul(sin)? + b.broadcast_mul(cos)?)?;
+            Tensor::stack(&[&even, &odd], 3)?.reshape((m, h, hd))?
+        }
+    })
+}
+
+/// Causal attention of one session's `n` new queries `(n, heads, hd)`, at
+/// positions `start..start + n`, over its cached keys and values
+/// `(T, kv_heads, hd)` (f16; `T = start + n`). Returns `(n, heads · hd)`.
+fn attend(q: &Tensor, keys: &Tensor, values: &Tensor, start: usize, scale: f64) -> Result<Tensor> {
+    let (n, heads, hd) = q.dims3()?;
+    let (t, kv_heads, _) = keys.dims3()?;
+    let group = heads / kv_heads;
+    // Query head h reads KV head h / group: repeat each KV head `group` times.
+    let expand = |x: &Tensor| -> Result<Tensor> {
+        Ok(x.to_dtype(DType::F32)?
+            .unsqueeze(2)?
+            .broadcast_as((t, kv_heads, group, hd))?
+            .reshape((t, heads, hd))?
+            .transpose(0, 1)?
+            .contiguous()?)
+    };
+    let (k, v) = (expand(keys)?, expand(values)?);
+    let q = q.transpose(0, 1)?.contiguous()?;
+    let mut scores = (q.matmul(&k.t()?.contiguous()?)? * scale)?;
+    if n > 1 {
+        // Query i (position start + i) sees keys 0..=start + i.
+        let mask: Vec<f32> =
+            (0..n).flat_map(|i| (0..t).map(move |j| if j <= start + i { 0.0 } else { f32::NEG_INFINITY })).collect();
+        scores = scores.broadcast_add(&Tensor::from_vec(mask, (1, n, t), q.device())?)?;
+    }
+    let p = candle_nn::ops::softmax_last_dim(&scores)?;
+    Ok(p.matmul(&v)?.transpose(0, 1)?.reshape((n, heads * hd))?)
+}
+
+impl LayerSlice {
+    /// The batch's forward on the device: KV appended per item (committed by
+    /// the caller), outputs per item.
+    pub(super) fn run_on_device(&self, dev: &DeviceSlice, items: &mut [BatchItem<'_>]) -> Result<Vec<SliceOutput>> {
+        let c: &Config = &self.config;
+        let (d, hd) = (c.n_embd, c.head_dim);
+        let eps = c.rms_eps as f32;
+        let host: Vec<f32> = items.iter().flat_map(|it| it.hidden.as_slice().iter().copied()).collect();
+        let m = host.len() / d;
+        let mut x = Tensor::from_vec(host, (m, d), &dev.device)?;
+        let mut positions = Vec::with_capacity(m);
+        let mut offsets = Vec::with_capacity(items.len());
+        for it in items.iter() {
+            offsets.push(positions.len());
+            positions.extend(it.start..it.start + it.hidden.n());
+        }
+        let (cos, sin) = self.rope.tables(&positions);
+        let half = hd / 2;
+        let cos = Tensor::from_vec(cos, (m, 1, half), &dev.device)?;
+        let sin = Tensor::from_vec(sin, (m, 1, half), &dev.device)?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        for (l, (layer, dl)) in self.layers.iter().zip(&dev.layers).enumerate() {
+            let _enter = layer.span.enter();
+            let h = rms(&x, &dl.attn_norm, eps)?;
+            let [wq, wk, wv] = parts(&layer.qkv)? else {
+                return Err(ModelError::Invalid("attention projections are incomplete".into()));
+            };
+            let mut qkv = Vec::with_capacity(3);
+            for (w, bias) in [wq, wk, wv].into_iter().zip(&dl.biases) {
+                let y = project(w, &h)?;
+                qkv.push(match bias {
+                    Some(b) => y.broadcast_add(b)?,
+                    None => y,
+                });
+            }
+            let mut q = qkv[0].reshape((m, c.n_head, hd))?;
+            let mut k = qkv[1].reshape((m, c.n_head_kv, hd))?;
+            let v = qkv[2].reshape((m, c.n_head_kv, hd))?;
+            if let (Some(qn), Some(kn)) = (&dl.q_norm, &dl.k_norm) {
+                q = rms(&q, qn, eps)?;
+                k = rms(&k, kn, eps)?;
+            }
+            let q = rope(&q, &cos, &sin, self.rope.style)?;
+            let k = rope(&k, &cos, &sin, self.rope.style)?;
+            let mut ys = Vec::with_capacity(items.len());
+            for (b, it) in items.iter_mut().enumerate() {
+                let (off, n) = (offsets[b], it.hidden.n());
+                let kb = k.narrow(0, off, n)?.to_dtype(DType::F16)?;
+                let vb = v.narrow(0, off, n)?.to_dtype(DType::F16)?;
+                it.kv.append_device(l, kb, vb)?;
+                let (keys, values) = it.kv.device_layer(l)?;
+                ys.push(attend(&q.narrow(0, off, n)?, keys, values, it.start, scale)?);
+            }
+            let y = Tensor::cat(&ys, 0)?;
+            x = (x + project(&layer.o, &y)?)?;
+            let h = rms(&x, &dl.ffn_norm, eps)?;
+            let [gate, up] = parts(&layer.gate_up)? else {
+                return Err(ModelError::Invalid("feed-forward projections are incomplete".into()));
+            };
+            let act = (project(gate, &h)?.silu()? * project(up, &h)?)?;
+            x = (x + project(&layer.down, &act)?)?;
+        }
+        self.finish_on_device(dev, items, x)
+    }
+
+    fn finish_on_device(&self, dev: &DeviceSlice, items: &[BatchItem<'_>], x: Tensor) -> Result<Vec<SliceOutput>> {
+        let d = self.config.n_embd;
+        let (Some((_, lm)), Some(norm)) = (&self.head, &dev.head_norm) else {
+            // Not the last slice: hidden states back to the host, for the link.
+            let host = x.flatten_all()?.to_vec1::<f32>()?;
+            let mut at = 0;
+            return items
+                .iter()
+                .map(|it| {
+                    let n = it.hidden.n();
+                    let rows = Rows::new(host[at * d..(at + n) * d].to_vec(), d);
+                    at += n;
+                    Ok(SliceOutput::Hidden(rows?))
+                })
+                .collect();
+        };
+        let mut wanted = Vec::with_capacity(items.len());
+        let mut at = 0;
+        for it in items {
+            let n = it.hidden.n();
+            wanted.push(match it.logits {
+                Logits::All => at..at + n,
+                Logits::Last => at + n - 1..at + n,
+                Logits::None => at + n..at + n,
+            });
+            at += n;
+        }
+        if wanted.iter().all(|r| r.is_empty()) {
+            return Ok(items.iter().map(|_| SliceOutput::CacheOnly).collect());
+        }
+        let rows: Vec<Tensor> = wanted
+            .iter()
+            .filter(|r| !r.is_empty())
+            .map(|r| x.narrow(0, r.start, r.len()))
+            .collect::<std::result::Result<_, _>>()?;
+        let h = rms(&Tensor::cat(&rows, 0)?, norm, self.config.rms_eps as f32)?;
+        let logits = project(lm, &h)?.flatten_all()?.to_vec1::<f32>()?;
+        let vocab = lm.rows();
+        let mut out = Vec::with_capacity(items.len());
+        let mut at = 0;
+        for r in wanted {
+            if r.is_empty() {
+                out.push(SliceOutput::CacheOnly);
+                continue;
+            }
+            out.push(SliceOutput::Logits(Rows::new(logits[at * vocab..(at + r.len()) * vocab].to_vec(), vocab)?));
+            at += r.len();
+        }
+        Ok(out)
+    }
+}
