@@ -106,6 +106,8 @@ pub struct NodeOptions {
     pub bind_config: bool,
     /// Listen here instead of on the replica's address (stages after the entry).
     pub listen: Option<SocketAddr>,
+    /// Compute here instead of on the route stage's device.
+    pub device: Option<crate::model::ComputeDevice>,
 }
 
 /// A node with its slice loaded and verified, ready to serve.
@@ -141,9 +143,14 @@ impl Node {
             Attestation::Hardware { .. } => shard::Evidence::Hardware,
             Attestation::Simulated { .. } => shard::Evidence::Simulated,
         };
+        let device = options.device.unwrap_or(route.stages.get(options.stage).map(|s| s.device).unwrap_or_default());
+        if device.is_gpu() {
+            gpu_gate(device, &options.attestation)?;
+        }
         let loaded = shard::load(
             &route,
             options.stage,
+            device,
             attester.as_ref(),
             seal_key.as_ref().map(|k| k.config_hash()),
             evidence,
@@ -217,6 +224,46 @@ impl Node {
         });
         entry::serve_generate(e, listener).await;
         Ok(())
+    }
+}
+
+/// SECURITY-CASES F8: before any weight reaches a GPU, the GPU must be one
+/// this node's evidence names, in confidential-computing mode (not
+/// devtools) and in the ready state. With simulated attestation there is no
+/// hardware to ask; that is said loudly.
+fn gpu_gate(device: crate::model::ComputeDevice, attestation: &Attestation) -> Result<()> {
+    let crate::model::ComputeDevice::Cuda(index) = device else { return Ok(()) };
+    match attestation {
+        Attestation::Simulated { .. } => {
+            tracing::warn!(%device, "SIMULATED attestation: the GPU ready-state gate is not checked (development only)");
+            Ok(())
+        }
+        #[cfg(feature = "hw")]
+        Attestation::Hardware { nvml_gpus } => {
+            if !nvml_gpus {
+                return Err(Error::Config(format!(
+                    "{device}: computing on a GPU needs its evidence in every report (--nvml-gpus)"
+                )));
+            }
+            // CUDA numbers GPUs fastest-first unless told otherwise; the
+            // evidence numbers them in PCI order (NVML). Make them the same,
+            // and refuse a remapping the evidence would not show.
+            if std::env::var_os("CUDA_VISIBLE_DEVICES").is_some() {
+                return Err(Error::Refused(
+                    "CUDA_VISIBLE_DEVICES is set: CUDA's GPU numbers would differ from the evidence's".into(),
+                ));
+            }
+            std::env::set_var("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
+            let uuid = veil_attestation::gpu::hw::ready_gate(index as u32)
+                .map_err(|e| Error::Refused(format!("{device}: {e}")))?;
+            tracing::info!(%device, %uuid, "GPU gate: named by the evidence, CC mode on, ready state set");
+            Ok(())
+        }
+        #[cfg(not(feature = "hw"))]
+        Attestation::Hardware { .. } => Err(Error::Config(format!(
+            "GPU {index} ({device}) with hardware attestation needs a veil-shard built with \
+             `--features hw`: the GPU ready-state gate reads NVML"
+        ))),
     }
 }
 

@@ -127,6 +127,9 @@ pub struct StageFile {
     pub manifest_root: Option<String>,
     /// Shard addresses; any one serves the stage.
     pub replicas: Vec<SocketAddr>,
+    /// Where the stage's shards compute: `cpu` (the default) or `cuda:N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 impl RouteFile {

@@ -22,6 +22,31 @@ fn nvml_error(e: impl std::fmt::Display) -> Error {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct NvmlGpuAttester;
 
+/// SECURITY-CASES F8, the GPU "ready state" gate: before a shard puts any
+/// weight on GPU `index`, that GPU must be one its evidence names (NVML index
+/// `index` of the GPUs [`NvmlGpuAttester::collect`] attests), have
+/// confidential-computing mode on and devtools mode off, and the system's CC
+/// GPUs must be in the ready state (accepting client work). Returns the GPU's
+/// UUID for the log. Any other answer, or NVML failing, refuses.
+pub fn ready_gate(index: u32) -> Result<String, Error> {
+    let nvml = Nvml::init().map_err(nvml_error)?;
+    let count = nvml.device_count().map_err(nvml_error)?;
+    if index >= count || usize::try_from(count).map_or(true, |c| c > MAX_GPUS) {
+        return Err(nvml_error(format!("GPU {index} is not among the {count} GPUs this CVM's evidence names")));
+    }
+    let device = nvml.device_by_index(index).map_err(nvml_error)?;
+    if !device.is_cc_enabled().map_err(nvml_error)? {
+        return Err(nvml_error(format!("confidential-computing mode is off on GPU {index}")));
+    }
+    if device.is_cc_dev_mode_enabled().map_err(nvml_error)? {
+        return Err(nvml_error(format!("GPU {index} is in CC devtools mode (its memory is readable by tools)")));
+    }
+    if !device.get_confidential_compute_state().map_err(nvml_error)? {
+        return Err(nvml_error("the GPUs are not in the confidential-computing ready state"));
+    }
+    device.uuid().map_err(nvml_error)
+}
+
 /// Splits NVML's attestation certificate chain (PEM text or concatenated DER) into DER certificates.
 fn split_chain(bytes: &[u8]) -> Result<Vec<Vec<u8>>, Error> {
     if bytes.windows(10).any(|w| w == b"-----BEGIN") {

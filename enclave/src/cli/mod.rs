@@ -144,6 +144,10 @@ struct ServeArgs {
     /// that address here: a Kubernetes Service IP, a NAT). Stages after the entry only.
     #[arg(long, value_name = "ADDR")]
     listen: Option<std::net::SocketAddr>,
+    /// Compute on this device instead of the route stage's: `cpu`, or `cuda:N` (a build with
+    /// `--features cuda`; with `--hardware`, GPU N must be in CC mode and the ready state).
+    #[arg(long, value_name = "DEVICE")]
+    device: Option<crate::model::ComputeDevice>,
 }
 
 #[derive(Debug, clap::Args)]

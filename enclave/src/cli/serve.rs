@@ -14,6 +14,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         attestation: Attestation::for_route(&route, args.hardware, args.nvml_gpus)?,
         bind_config: args.bind_config,
         listen: args.listen,
+        device: args.device,
     };
     let node = Node::load(route, options)?;
     node.watch_weights(|why| {

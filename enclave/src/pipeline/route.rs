@@ -99,6 +99,8 @@ pub struct Stage {
     pub manifest_root: Option<ManifestRoot>,
     /// Shard addresses; any one of them serves the stage.
     pub replicas: Vec<SocketAddr>,
+    /// Where its shards compute (`veil-shard serve --device` overrides).
+    pub device: crate::model::ComputeDevice,
 }
 
 /// A parsed, checked route.
@@ -219,7 +221,14 @@ impl Route {
                 .transpose()
                 .map_err(|e| RouteError::Invalid(format!("stage {i} manifest_root: {e}")))?;
             let layers = LayerRange::new(a, b).map_err(RouteError::Invalid)?;
-            stages.push(Stage { layers, manifest_root, replicas: s.replicas.clone() });
+            let device = s
+                .device
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|e| RouteError::Invalid(format!("stage {i} device: {e}")))?
+                .unwrap_or_default();
+            stages.push(Stage { layers, manifest_root, replicas: s.replicas.clone(), device });
         }
         let all: Vec<_> = stages
             .iter()
@@ -371,6 +380,7 @@ impl From<&Route> for RouteFile {
                     layers: [s.layers.start(), s.layers.end()],
                     manifest_root: s.manifest_root.map(|r| r.to_string()),
                     replicas: s.replicas.clone(),
+                    device: (s.device != crate::model::ComputeDevice::Cpu).then(|| s.device.to_string()),
                 })
                 .collect(),
         }

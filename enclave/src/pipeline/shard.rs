@@ -54,6 +54,7 @@ pub enum Evidence {
 pub fn load(
     route: &Route,
     stage: usize,
+    device: crate::model::ComputeDevice,
     attester: &dyn Attester,
     hpke_config_hash: Option<[u8; 32]>,
     evidence: Evidence,
@@ -70,7 +71,7 @@ pub fn load(
     // One read of the file: the slice, the configuration and (entry) the
     // tokenizer come from the same parsed header, which the root covers.
     let mut gguf = GgufFile::open(&route.model)?;
-    let slice = LayerSlice::from_gguf(&mut gguf, s.layers.start() as usize..s.layers.end() as usize)?;
+    let slice = LayerSlice::from_gguf_on(&mut gguf, s.layers.start() as usize..s.layers.end() as usize, device)?;
     let shape = route.shape(u32::try_from(slice.config().n_layer).unwrap_or(u32::MAX))?;
     let tokenizer = (stage == 0).then(|| crate::text::tokenizer::Tokenizer::from_gguf(&gguf)).transpose()?;
     let root = ManifestRoot(slice.manifest().root());

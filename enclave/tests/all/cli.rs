@@ -55,6 +55,28 @@ fn manifest_roots_are_stable_and_per_slice() {
     );
 }
 
+/// A GPU asked of a build without CUDA (or, on a CUDA build, of a machine
+/// without a usable driver) is one clear error at start, not a panic; an
+/// unknown device name is refused by the argument parser.
+#[test]
+fn a_device_this_build_cannot_use_is_a_clear_error() {
+    let Some(m) = model() else { return };
+    let c = crate::cluster::Cluster::new("cli-device", &m, &[10, 20], &[1, 1, 1]);
+    let route = c.route_path.to_str().unwrap();
+    let o = shard(&["serve", "--config", route, "--stage", "1", "--device", "cuda:0"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    if cfg!(feature = "cuda") {
+        assert!(err.contains("cannot open CUDA device 0"), "{err}");
+    } else {
+        assert!(err.contains("built without CUDA support") && err.contains("--features cuda"), "{err}");
+    }
+    let o = shard(&["serve", "--config", route, "--stage", "1", "--device", "gpu"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("expected cpu, cuda or cuda:N"));
+}
+
 #[test]
 fn bad_input_is_a_clear_error_not_a_panic() {
     let missing = shard(&["generate", "--model", "/nonexistent/model.gguf", "--prompt", "hi"]);

@@ -56,6 +56,30 @@ fn an_in_process_route_of_nodes_equals_one_process() {
     }
 }
 
+/// A route whose middle stage computes on the device path (what a CUDA
+/// shard runs; candle's CPU backend here) equals one process with the same
+/// slice on the same path: the link, sessions and speculation-free decode
+/// loop are the same code whatever the device.
+#[test]
+fn a_route_with_a_device_stage_equals_one_process_with_the_same_devices() {
+    use veil_enclave::model::{ComputeDevice, GgufFile};
+    let Some(path) = model_path() else { return };
+    let devices = [ComputeDevice::Cpu, ComputeDevice::CandleCpu, ComputeDevice::Cpu];
+    let (model, tok) = LocalModel::from_gguf_on(&mut GgufFile::open(&path).unwrap(), &[10, 20], &devices).unwrap();
+    let mut c = Cluster::new("device-stage", &path, &[10, 20], &[1, 1, 1]);
+    c.route.stages[1].device = ComputeDevice::CandleCpu;
+    // The device is not part of what the route pins: the same manifest roots.
+    assert_eq!(
+        c.route.stages[1].manifest_root,
+        Cluster::new("device-stage-2", &path, &[10, 20], &[1, 1, 1]).route.stages[1].manifest_root
+    );
+    let _rt = c.start_in_process();
+    for prompt in fixture_prompts().iter().take(2) {
+        let req = greedy(prompt, 16);
+        assert_eq!(c.generate(&req).unwrap(), local(&model, &tok, &req));
+    }
+}
+
 #[test]
 fn sixteen_concurrent_sessions_each_equal_running_alone() {
     let Some(path) = model_path() else { return };

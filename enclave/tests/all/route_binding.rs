@@ -341,7 +341,7 @@ fn a_lying_middle_shard_changes_no_output_and_fails_no_other_session() {
     let (model, tok) = veil_enclave::generate::LocalModel::load(&path, &[]).unwrap();
     let mut c = Cluster::new("liar", &path, &[10, 20], &[1, 2, 1]);
     let sim = SimulatedAttester::load(c.route.simulated_root.as_ref().unwrap()).unwrap();
-    let loaded = shard::load(&c.route, 1, &sim, None, Evidence::Simulated).unwrap();
+    let loaded = shard::load(&c.route, 1, Default::default(), &sim, None, Evidence::Simulated).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     rt.spawn(lying_middle_shard(c.route.clone(), loaded));
     c.spawn(2, 0);

@@ -66,6 +66,7 @@ impl Cluster {
             .map(|(w, &n)| Stage {
                 layers: veil_attestation::LayerRange::new(w[0], w[1]).unwrap(),
                 manifest_root: None,
+                device: Default::default(),
                 replicas: (0..n).map(|_| free_port()).collect(),
             })
             .collect();
@@ -147,6 +148,7 @@ impl Cluster {
                     attestation: Attestation::for_route(&self.route, false, false).unwrap(),
                     bind_config: false,
                     listen: None,
+                    device: None,
                 };
                 let node = Node::load(self.route.clone(), options).unwrap();
                 node.watch_weights(|why| panic!("resident weights changed: {why}")).unwrap();
