@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use veil_attestation::{LayerRange, Nonce};
 
+mod device_check;
 mod generate;
 mod serve;
 
@@ -60,6 +61,9 @@ enum Command {
     /// Generate text with the model in this process, or through a running
     /// pipeline's entry (`--entry`).
     Generate(GenerateArgs),
+    /// Check a compute device against the fused CPU kernels and llama.cpp's fixtures
+    /// (the reference model), then measure it: one table; exit 1 when a check fails.
+    DeviceCheck(DeviceCheckArgs),
     /// Serve one stage of a route (the entry for stage 0).
     Serve(ServeArgs),
     /// Print the digest a shard's SEV-SNP HOST_DATA must hold for `serve --bind-config`:
@@ -148,6 +152,22 @@ struct ServeArgs {
     /// `--features cuda`; with `--hardware`, GPU N must be in CC mode and the ready state).
     #[arg(long, value_name = "DEVICE")]
     device: Option<crate::model::ComputeDevice>,
+}
+
+#[derive(Debug, clap::Args)]
+struct DeviceCheckArgs {
+    /// The reference model (SmolLM2-135M-Instruct Q4_1: the fixtures are its).
+    #[arg(long)]
+    model: std::path::PathBuf,
+    /// `cuda:N`, or `candle-cpu` to run the device path's checks where no GPU is.
+    #[arg(long, default_value = "cuda:0")]
+    device: crate::model::ComputeDevice,
+    /// Prompt length for the prefill row.
+    #[arg(long, default_value_t = 512)]
+    prefill: usize,
+    /// Decode steps per decode row.
+    #[arg(long, default_value_t = 32)]
+    decode: usize,
 }
 
 #[derive(Debug, clap::Args)]
@@ -298,6 +318,11 @@ fn run() -> anyhow::Result<()> {
                 println!("{}", base64::engine::general_purpose::STANDARD.encode(digest));
             } else {
                 println!("{}", hex::encode(digest));
+            }
+        }
+        Command::DeviceCheck(args) => {
+            if !device_check::device_check(args)? {
+                std::process::exit(1);
             }
         }
         Command::Generate(args) => match args.entry {
