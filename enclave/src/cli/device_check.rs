@@ -1,9 +1,7 @@
 //! `veil-shard device-check`: the device path against the fused CPU kernels
-//! and llama.cpp's greedy fixtures, and its speed, as one table. What
+//! and llama.cpp's greedy fixtures, as one table (speed: `device-bench`). What
 //! `scripts/gpu-check.sh` runs on a GPU machine (`--device cuda:0`); with
 //! `--device candle-cpu` the same checks run where no GPU is.
-
-use std::time::Instant;
 
 use super::DeviceCheckArgs;
 use crate::local_model::LocalModel;
@@ -37,17 +35,6 @@ fn ok(pass: bool) -> &'static str {
     } else {
         "FAIL"
     }
-}
-
-/// Tokens per second of `n` positions in `f`, best of `reps`.
-fn rate(n: usize, reps: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<f64> {
-    let mut best = f64::MAX;
-    for _ in 0..reps {
-        let t = Instant::now();
-        f()?;
-        best = best.min(t.elapsed().as_secs_f64());
-    }
-    Ok(n as f64 / best)
 }
 
 pub(super) fn device_check(args: DeviceCheckArgs) -> anyhow::Result<bool> {
@@ -117,36 +104,6 @@ pub(super) fn device_check(args: DeviceCheckArgs) -> anyhow::Result<bool> {
     row("two sessions batched equal each alone, bit for bit", batch_equal, ok(batch_equal));
     all_pass &= split_equal && mixed_tokens && batch_equal;
 
-    // Speed, device and CPU side by side (same run).
-    println!("\n| tokens/s | {device} | cpu (fused) |\n|---|---|---|");
-    let long: Vec<u32> = (0..args.prefill as u32).map(|i| 1 + (i * 7919) % 40_000).collect();
-    let prefill =
-        |m: &LocalModel| rate(long.len(), 3, || Ok(m.step_last(&mut m.session(budget), &long).map(|_| ())?));
-    println!("| prefill {} | {:.1} | {:.1} |", long.len(), prefill(&dev)?, prefill(&cpu)?);
-    let decode = |m: &LocalModel, batch: usize| -> anyhow::Result<f64> {
-        let slice = &m.slices()[0];
-        let mut kvs: Vec<_> = (0..batch).map(|_| slice.new_session(budget)).collect();
-        for kv in &mut kvs {
-            slice.forward(slice.embed(prompt)?, kv, 0, Logits::Last)?;
-        }
-        let steps = args.decode;
-        rate(steps * batch, 1, || {
-            for s in 0..steps {
-                let mut items: Vec<BatchItem<'_>> = kvs
-                    .iter_mut()
-                    .map(|kv| {
-                        let start = kv.len();
-                        Ok(BatchItem { hidden: slice.embed(&[42 + s as u32])?, kv, start, logits: Logits::Last })
-                    })
-                    .collect::<anyhow::Result<_>>()?;
-                slice.forward_batch(&mut items)?;
-            }
-            Ok(())
-        })
-    };
-    for batch in [1usize, 16] {
-        println!("| decode, batch {batch} (aggregate) | {:.1} | {:.1} |", decode(&dev, batch)?, decode(&cpu, batch)?);
-    }
     println!("\n{}", if all_pass { "device check: PASS" } else { "device check: FAIL" });
     Ok(all_pass)
 }

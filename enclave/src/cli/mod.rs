@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use veil_attestation::{LayerRange, Nonce};
 
+mod device_bench;
 mod device_check;
 mod generate;
 mod serve;
@@ -64,6 +65,25 @@ enum Command {
     /// Check a compute device against the fused CPU kernels and llama.cpp's fixtures
     /// (the reference model), then measure it: one table; exit 1 when a check fails.
     DeviceCheck(DeviceCheckArgs),
+    /// Prefill and decode speed of a whole model on a device, beside the device's
+    /// memory-bandwidth bound measured in the same run (any Llama-family GGUF).
+    DeviceBench(DeviceBenchArgs),
+    /// Write a Llama-family GGUF of a real shape with random weights (for speed
+    /// measurements where no large weights can be downloaded).
+    SynthModel {
+        /// `llama3-8b`, or `smoke` (tiny, for checking the tooling).
+        #[arg(long, default_value = "llama3-8b")]
+        shape: String,
+        /// Quantization of the matrices: `q4_0` or `q8_0`.
+        #[arg(long, default_value = "q4_0")]
+        dtype: String,
+        /// Keep only this many layers (fewer bytes to write; per-layer speed is unchanged).
+        #[arg(long)]
+        layers: Option<usize>,
+        /// Where to write it.
+        #[arg(long)]
+        out: std::path::PathBuf,
+    },
     /// Serve one stage of a route (the entry for stage 0).
     Serve(ServeArgs),
     /// Print the digest a shard's SEV-SNP HOST_DATA must hold for `serve --bind-config`:
@@ -155,11 +175,11 @@ struct ServeArgs {
 }
 
 #[derive(Debug, clap::Args)]
-struct DeviceCheckArgs {
-    /// The reference model (SmolLM2-135M-Instruct Q4_1: the fixtures are its).
+struct DeviceBenchArgs {
+    /// GGUF file (the whole model is loaded on the device).
     #[arg(long)]
     model: std::path::PathBuf,
-    /// `cuda:N`, or `candle-cpu` to run the device path's checks where no GPU is.
+    /// `cpu`, `candle-cpu` or `cuda:N`.
     #[arg(long, default_value = "cuda:0")]
     device: crate::model::ComputeDevice,
     /// Prompt length for the prefill row.
@@ -168,6 +188,19 @@ struct DeviceCheckArgs {
     /// Decode steps per decode row.
     #[arg(long, default_value_t = 32)]
     decode: usize,
+    /// Sessions decoding together, one row each.
+    #[arg(long, value_delimiter = ',', default_value = "1,16")]
+    batch: Vec<usize>,
+}
+
+#[derive(Debug, clap::Args)]
+struct DeviceCheckArgs {
+    /// The reference model (SmolLM2-135M-Instruct Q4_1: the fixtures are its).
+    #[arg(long)]
+    model: std::path::PathBuf,
+    /// `cuda:N`, or `candle-cpu` to run the device path's checks where no GPU is.
+    #[arg(long, default_value = "cuda:0")]
+    device: crate::model::ComputeDevice,
 }
 
 #[derive(Debug, clap::Args)]
@@ -319,6 +352,19 @@ fn run() -> anyhow::Result<()> {
             } else {
                 println!("{}", hex::encode(digest));
             }
+        }
+        Command::DeviceBench(args) => device_bench::device_bench(args)?,
+        Command::SynthModel { shape, dtype, layers, out } => {
+            let mut s = crate::model::synth::Shape::named(&shape)
+                .ok_or_else(|| anyhow::anyhow!("unknown shape {shape:?}: llama3-8b or smoke"))?;
+            s.n_layer = layers.unwrap_or(s.n_layer).clamp(1, s.n_layer);
+            let dt = match dtype.as_str() {
+                "q4_0" => candle_core::quantized::GgmlDType::Q4_0,
+                "q8_0" => candle_core::quantized::GgmlDType::Q8_0,
+                other => anyhow::bail!("unknown dtype {other:?}: q4_0 or q8_0"),
+            };
+            crate::model::synth::write_random(&out, s, dt, 0x5eed)?;
+            eprintln!("wrote {} ({shape}, {} layers, {dtype}, random weights)", out.display(), s.n_layer);
         }
         Command::DeviceCheck(args) => {
             if !device_check::device_check(args)? {

@@ -265,6 +265,13 @@ impl GgufFile {
         names.into_iter().map(|(n, _)| n.clone()).collect()
     }
 
+    /// Bytes tensor `name` occupies in the file (what a forward reads of it).
+    pub fn tensor_bytes(&self, name: &str) -> Option<u64> {
+        let info = self.content.tensor_infos.get(name)?;
+        let (elems, dtype) = (info.shape.elem_count(), info.ggml_dtype);
+        Some((elems / dtype.block_size() * dtype.type_size()) as u64)
+    }
+
     /// Whether a tensor exists.
     pub fn has_tensor(&self, name: &str) -> bool {
         self.content.tensor_infos.contains_key(name)
