@@ -60,7 +60,7 @@ fuzz_target!(|data: &[u8]| {
     let body = data.get(1..).unwrap_or_default();
     match openai::parse(method, path, body, tokenizer(), "smollm2", CONTEXT) {
         Ok(Route::Generate(call)) => {
-            let prompt = call.request.prompt_ids.as_ref().map_or(0, Vec::len);
+            let prompt = call.request.prompt_ids.len();
             assert!(prompt < CONTEXT && call.request.max_tokens >= 1);
             assert!(prompt + call.request.max_tokens <= CONTEXT);
         }

@@ -12,7 +12,7 @@ pub(super) fn generate(args: GenerateArgs) -> anyhow::Result<()> {
     let path = args.model.clone().context("--model is required")?;
     let (model, tokenizer) = LocalModel::load(&path, &args.split)?;
     let prompt_ids = wire(&args).prompt_ids(&tokenizer)?;
-    let mut sampler = Sampler::new(wire(&args).sampling())?;
+    let mut sampler = Sampler::new(wire(&args).sampling)?;
     let req = GenerateRequest { prompt_ids, max_tokens: args.max_tokens, stop: args.stop.clone() };
     let stream = !args.json;
     let mut out = std::io::stdout();
@@ -82,12 +82,15 @@ fn wire(args: &GenerateArgs) -> crate::pipeline::entry::GenerateWire {
         prompt_ids: args.prompt_ids.clone(),
         chat: args.chat,
         max_tokens: args.max_tokens,
-        temperature: args.temperature,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
-        seed: args.seed,
+        sampling: crate::text::sampler::SamplingParams {
+            temperature: args.temperature,
+            top_k: args.top_k,
+            top_p: args.top_p,
+            min_p: args.min_p,
+            repetition_penalty: args.repeat_penalty,
+            seed: args.seed,
+            ..Default::default()
+        },
         stop: args.stop.clone(),
         speculation: crate::pipeline::entry::SpeculationRequest {
             enabled: args.drafter.map(|d| d != veil_wire::route::Drafter::None),

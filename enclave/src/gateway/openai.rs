@@ -8,7 +8,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use veil_wire::http::openai::{CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, MODELS_PATH};
 
-use crate::pipeline::entry::{GenerateWire, SpeculationRequest};
+use crate::pipeline::entry::{PipelineRequest, SpeculationRequest};
+use crate::text::sampler::SamplingParams;
 use crate::text::tokenizer::{ChatMessage, Tokenizer};
 
 /// Prompt bytes allowed per token of context, checked before tokenizing.
@@ -174,7 +175,7 @@ pub struct Call {
     /// Response shape.
     pub kind: Kind,
     /// What to generate (prompt ids filled in).
-    pub request: GenerateWire,
+    pub request: PipelineRequest,
     /// Stream as server-sent events.
     pub stream: bool,
     /// Add a usage chunk before `[DONE]`.
@@ -357,19 +358,17 @@ pub fn parse(
             format!("{} prompt tokens + max_tokens {max_tokens} exceed the context of {context}", prompt_ids.len()),
         ));
     }
-    let request = GenerateWire {
-        prompt: None,
-        prompt_ids: Some(prompt_ids),
-        chat: false,
+    let request = PipelineRequest {
+        prompt_ids,
         max_tokens,
-        temperature,
-        top_k: 0,
-        top_p,
-        min_p: 0.0,
-        repeat_penalty: 1.0,
-        // Unseeded requests draw a seed from the OS: two identical unseeded
-        // prompts do not get the same sampled answer.
-        seed: common.seed.unwrap_or_else(crate::pipeline::sessions::random_id),
+        sampling: SamplingParams {
+            temperature,
+            top_p,
+            // Unseeded requests draw a seed from the OS: two identical unseeded
+            // prompts do not get the same sampled answer.
+            seed: common.seed.unwrap_or_else(crate::pipeline::sessions::random_id),
+            ..SamplingParams::default()
+        },
         stop,
         speculation: SpeculationRequest { enabled: common.speculate, ..SpeculationRequest::default() },
     };

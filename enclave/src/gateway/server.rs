@@ -245,7 +245,7 @@ impl Gateway {
     async fn run(&self, call: Call, mut sealer: ResponseSealer) -> Result<(), GatewaySealError> {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (routes_tx, mut routes_rx) = mpsc::unbounded_channel();
-        let prompt_tokens = call.request.prompt_ids.as_ref().map_or(0, Vec::len);
+        let prompt_tokens = call.request.prompt_ids.len();
         let max_tokens = call.request.max_tokens;
         let entry = self.entry.clone();
         tokio::spawn(async move { entry.generate_traced(call.request, tx, Some(routes_tx)).await });

@@ -3,8 +3,12 @@
 
 use crate::model::error::{ModelError, Result};
 
-/// Sampling parameters of a request.
-#[derive(Clone, Debug, PartialEq)]
+/// Sampling parameters of a request: the one place they are defined. The
+/// gateway and the loopback endpoint fill it, the entry's sampler and
+/// speculation read it, and the link carries the part the last shard needs
+/// ([`SamplingSpec`](crate::link::frame::SamplingSpec), made from it).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct SamplingParams {
     /// 0 = greedy.
     pub temperature: f32,

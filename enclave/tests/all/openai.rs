@@ -44,9 +44,9 @@ fn chat_requests_map_to_template_encoded_generations() {
             ChatMessage { role: "user".into(), content: "Hi <|im_start|>".into() },
         ])
         .unwrap();
-    assert_eq!(c.request.prompt_ids.as_deref(), Some(&want[..]));
+    assert_eq!(c.request.prompt_ids, want);
     assert_eq!((c.kind, c.stream, c.include_usage, c.model.as_str()), (Kind::Chat, true, true, "SmolLM2"));
-    assert_eq!((c.request.temperature, c.request.top_p, c.request.seed), (0.5, 0.9, 3));
+    assert_eq!((c.request.sampling.temperature, c.request.sampling.top_p, c.request.sampling.seed), (0.5, 0.9, 3));
     assert_eq!(c.request.stop, vec!["\n\n".to_owned()]);
     assert_eq!(c.request.max_tokens, CTX - want.len(), "chat defaults to the rest of the context");
     assert_eq!(c.request.speculation.enabled, None, "no `speculate`: the cluster decides");
@@ -77,13 +77,13 @@ fn completion_prompts_may_be_text_or_token_ids() {
     let text = tok.encode("Once upon", false).unwrap();
     for body in [r#"{"prompt":"Once upon"}"#, r#"{"prompt":["Once upon"]}"#] {
         let c = generate(&tok, "/v1/completions", body);
-        assert_eq!(c.request.prompt_ids.as_deref(), Some(&text[..]));
+        assert_eq!(c.request.prompt_ids, text);
         assert_eq!((c.kind, c.request.max_tokens, c.stream), (Kind::Completion, 16, false));
-        assert_eq!(c.request.temperature, 1.0);
+        assert_eq!(c.request.sampling.temperature, 1.0);
     }
     for body in [r#"{"prompt":[1,2,3],"max_tokens":4}"#, r#"{"prompt":[[1,2,3]],"max_tokens":4}"#] {
         let c = generate(&tok, "/v1/completions", body);
-        assert_eq!(c.request.prompt_ids.as_deref(), Some(&[1, 2, 3][..]));
+        assert_eq!(c.request.prompt_ids, [1, 2, 3]);
     }
     assert!(matches!(call(&tok, "GET", "/v1/models", ""), Ok(Route::Models)));
 }
@@ -189,10 +189,10 @@ fn abusive_requests_get_400s_and_unseeded_requests_differ() {
     let c = generate(&tok, "/v1/chat/completions", &many(n));
     let msgs: Vec<ChatMessage> =
         (0..n).map(|i| ChatMessage { role: "user".into(), content: format!("m{i}") }).collect();
-    let text = tok.decode(c.request.prompt_ids.as_ref().unwrap()).unwrap();
+    let text = tok.decode(&c.request.prompt_ids).unwrap();
     let at = |needle: String| text.find(&format!("{needle}<")).or_else(|| text.find(&format!("{needle}\n"))).unwrap();
     assert!(at("m0".into()) < at("m1".into()) && at("m1".into()) < at(format!("m{}", n - 1)), "{}", &text[..80]);
-    assert_eq!(c.request.prompt_ids.unwrap(), tok.encode_chat(&msgs).unwrap());
+    assert_eq!(c.request.prompt_ids, tok.encode_chat(&msgs).unwrap());
     for max in [usize::MAX, usize::MAX / 2 + 1, CTX] {
         let body = format!(r#"{{"messages":[{{"role":"user","content":"Hi"}}],"max_tokens":{max}}}"#);
         let e = call(&tok, "POST", "/v1/chat/completions", &body).err().unwrap();
@@ -200,10 +200,10 @@ fn abusive_requests_get_400s_and_unseeded_requests_differ() {
     }
     let body = r#"{"messages":[{"role":"user","content":"Hi"}],"temperature":1}"#;
     let seeds: std::collections::HashSet<u64> =
-        (0..8).map(|_| generate(&tok, "/v1/chat/completions", body).request.seed).collect();
+        (0..8).map(|_| generate(&tok, "/v1/chat/completions", body).request.sampling.seed).collect();
     assert_eq!(seeds.len(), 8, "unseeded requests share a seed");
     let seeded = r#"{"messages":[{"role":"user","content":"Hi"}],"seed":7}"#;
-    assert_eq!(generate(&tok, "/v1/chat/completions", seeded).request.seed, 7);
+    assert_eq!(generate(&tok, "/v1/chat/completions", seeded).request.sampling.seed, 7);
 }
 
 /// Another model's name gets OpenAI's 404 `model_not_found` (not this model

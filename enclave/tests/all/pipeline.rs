@@ -28,7 +28,13 @@ fn three_and_five_shard_clusters_equal_one_process() {
     let (model, tok) = LocalModel::load(&path, &[]).unwrap();
     let mut requests: Vec<GenerateWire> = fixture_prompts().iter().map(|p| greedy(p, 48)).collect();
     let mut sampled = greedy(&fixture_prompts()[2], 48);
-    (sampled.temperature, sampled.top_p, sampled.top_k, sampled.repeat_penalty, sampled.seed) = (0.8, 0.95, 40, 1.1, 7);
+    (
+        sampled.sampling.temperature,
+        sampled.sampling.top_p,
+        sampled.sampling.top_k,
+        sampled.sampling.repetition_penalty,
+        sampled.sampling.seed,
+    ) = (0.8, 0.95, 40, 1.1, 7);
     requests.push(sampled);
     let expected: Vec<Generation> = requests.iter().map(|r| local(&model, &tok, r)).collect();
     for (name, cuts) in [("three", vec![10, 20]), ("five", vec![6, 12, 18, 24])] {
@@ -89,7 +95,7 @@ fn sixteen_concurrent_sessions_each_equal_running_alone() {
         .map(|i| {
             let mut r = greedy(&prompts[i % prompts.len()], 24 + i);
             if i % 2 == 1 {
-                (r.temperature, r.top_p, r.seed) = (0.9, 0.9, i as u64);
+                (r.sampling.temperature, r.sampling.top_p, r.sampling.seed) = (0.9, 0.9, i as u64);
             }
             r
         })

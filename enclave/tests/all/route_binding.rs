@@ -393,7 +393,8 @@ fn losing_the_last_stage_mid_stream_keeps_sampled_and_speculating_streams_unchan
     c.wait_log(0, 0, "ready", 1);
     let prompt = vec![1, 9690, 314, 2, 504, 3458, 282];
     // Long enough that the streams outlast starting the replica on a loaded machine.
-    let sampled = GenerateWire { temperature: 0.8, top_k: 40, seed: 1234, ..cluster::greedy(&prompt, 320) };
+    let mut sampled = cluster::greedy(&prompt, 320);
+    (sampled.sampling.temperature, sampled.sampling.top_k, sampled.sampling.seed) = (0.8, 40, 1234);
     let speculating = GenerateWire {
         speculation: SpeculationRequest {
             enabled: Some(true),
@@ -462,7 +463,8 @@ fn a_large_vocabulary_serves_greedy_and_sampled_plain_and_speculative() {
     c.start_all();
     let prompt = vec![1, 300, 70_000, 151_000, 12];
     let greedy = cluster::greedy(&prompt, 12);
-    let sampled = GenerateWire { temperature: 1.0, seed: 99, ..greedy.clone() };
+    let mut sampled = greedy.clone();
+    (sampled.sampling.temperature, sampled.sampling.seed) = (1.0, 99);
     let spec = |r: &GenerateWire| GenerateWire {
         speculation: SpeculationRequest {
             enabled: Some(true),

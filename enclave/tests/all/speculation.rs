@@ -165,7 +165,7 @@ fn sampling_keeps_the_target_distribution(c: &Cluster) {
     for i in 0..n {
         for (side, spec) in [(0usize, false), (1, true)] {
             let mut req = greedy(&prompt, 3);
-            (req.temperature, req.top_k, req.seed) = (1.0, 4, (i * 2 + side) as u64);
+            (req.sampling.temperature, req.sampling.top_k, req.sampling.seed) = (1.0, 4, (i * 2 + side) as u64);
             let req = if spec {
                 with(&req, "script", Some(2), Some(greedy_ids.clone()))
             } else {

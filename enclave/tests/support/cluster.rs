@@ -261,19 +261,14 @@ pub fn greedy(ids: &[u32], max_tokens: usize) -> GenerateWire {
         prompt_ids: Some(ids.to_vec()),
         chat: false,
         max_tokens,
-        temperature: 0.0,
-        top_k: 0,
-        top_p: 1.0,
-        min_p: 0.0,
-        repeat_penalty: 1.0,
-        seed: 0,
+        sampling: Default::default(),
         stop: vec![],
         speculation: Default::default(),
     }
 }
 
 pub fn local(model: &LocalModel, tok: &veil_enclave::text::tokenizer::Tokenizer, req: &GenerateWire) -> Generation {
-    let mut sampler = Sampler::new(req.sampling()).unwrap();
+    let mut sampler = Sampler::new(req.sampling.clone()).unwrap();
     let g = GenerateRequest {
         prompt_ids: req.prompt_ids.clone().unwrap(),
         max_tokens: req.max_tokens,

@@ -10,7 +10,7 @@ use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use super::Entry;
+use super::{Entry, PipelineRequest};
 use crate::generate::Generation;
 use crate::model::ModelError;
 use crate::text::sampler::SamplingParams;
@@ -33,24 +33,9 @@ pub struct GenerateWire {
     pub chat: bool,
     /// Most new tokens.
     pub max_tokens: usize,
-    /// Sampling temperature (0 = greedy).
+    /// Sampling (unset fields: greedy, no penalty, seed 0).
     #[serde(default)]
-    pub temperature: f32,
-    /// Top-k (0 = off).
-    #[serde(default)]
-    pub top_k: usize,
-    /// Top-p (1 = off).
-    #[serde(default = "one")]
-    pub top_p: f32,
-    /// Min-p (0 = off).
-    #[serde(default)]
-    pub min_p: f32,
-    /// Repetition penalty (1 = off).
-    #[serde(default = "one")]
-    pub repeat_penalty: f32,
-    /// Seed.
-    #[serde(default)]
-    pub seed: u64,
+    pub sampling: SamplingParams,
     /// Stop strings.
     #[serde(default)]
     pub stop: Vec<String>,
@@ -78,10 +63,6 @@ pub struct SpeculationRequest {
     pub script: Option<Vec<u32>>,
 }
 
-fn one() -> f32 {
-    1.0
-}
-
 impl GenerateWire {
     /// The prompt as ids: text tokenized as text, or (`chat`) one user turn
     /// through the chat template with the text kept out of special tokens.
@@ -99,17 +80,15 @@ impl GenerateWire {
         }
     }
 
-    /// The request's sampling parameters.
-    pub fn sampling(&self) -> SamplingParams {
-        SamplingParams {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            min_p: self.min_p,
-            repetition_penalty: self.repeat_penalty,
-            seed: self.seed,
-            ..SamplingParams::default()
-        }
+    /// The typed request: the prompt as ids, the rest as given.
+    pub fn into_request(self, tokenizer: &Tokenizer) -> Result<PipelineRequest, ModelError> {
+        Ok(PipelineRequest {
+            prompt_ids: self.prompt_ids(tokenizer)?,
+            max_tokens: self.max_tokens,
+            sampling: self.sampling,
+            stop: self.stop,
+            speculation: self.speculation,
+        })
     }
 }
 
@@ -167,10 +146,16 @@ async fn handle_generate(entry: Arc<Entry>, tcp: TcpStream) -> std::io::Result<(
             let _ = tx.send(GenerateEvent::Refused(format!("bad request: {e}")));
             drop(tx);
         }
-        Ok(req) => {
-            let entry = entry.clone();
-            tokio::spawn(async move { entry.generate(req, tx).await });
-        }
+        Ok(req) => match req.into_request(entry.tokenizer()) {
+            Err(e) => {
+                let _ = tx.send(GenerateEvent::Refused(e.to_string()));
+                drop(tx);
+            }
+            Ok(req) => {
+                let entry = entry.clone();
+                tokio::spawn(async move { entry.generate(req, tx).await });
+            }
+        },
     }
     while let Some(ev) = rx.recv().await {
         let mut text = serde_json::to_string(&ev).unwrap_or_else(|_| "{\"error\":\"encoding\"}".into());

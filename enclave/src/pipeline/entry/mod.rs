@@ -25,7 +25,7 @@ use crate::link::frame::{ErrorCode, ErrorReport, Frame, SessionId};
 use crate::model::LayerSlice;
 use crate::speculate::model::DraftModel;
 use crate::speculate::{AdaptiveK, DraftMode, DrafterSpec, SpecStats, MAX_K};
-use crate::text::sampler::Sampler;
+use crate::text::sampler::{Sampler, SamplingParams};
 use crate::text::tokenizer::Tokenizer;
 
 mod control;
@@ -39,6 +39,25 @@ pub use loopback::{serve_generate, Failure, GenerateEvent, GenerateWire, Specula
 pub use metrics::SpecCounters;
 use session::{Action, Env, SessionConfig, SessionCore, SessionError, SessionEvent, SessionStart, SpecState};
 use speculation::Drafting;
+
+/// What a caller asks of the pipeline: the one typed request at the
+/// gateway→pipeline boundary (the OpenAI gateway builds it from a sealed
+/// request; the loopback endpoint from a [`GenerateWire`]). The prompt is
+/// already ids; everything else is checked by the entry before any
+/// pipeline work ([`GenerateEvent::Refused`] when it is the caller's fault).
+#[derive(Clone, Debug, PartialEq)]
+pub struct PipelineRequest {
+    /// Prompt token ids.
+    pub prompt_ids: Vec<u32>,
+    /// Most new tokens.
+    pub max_tokens: usize,
+    /// Sampling.
+    pub sampling: SamplingParams,
+    /// Strings that end generation (not included in the text).
+    pub stop: Vec<String>,
+    /// Speculative decoding for this request.
+    pub speculation: SpeculationRequest,
+}
 
 /// How long a session waits for a stage to have a live replica.
 pub const REROUTE_WAIT: Duration = Duration::from_secs(3);
@@ -193,7 +212,11 @@ impl Entry {
     }
 
     /// The session's speculation, from the request and the route.
-    fn speculation_for(&self, req: &GenerateWire, prompt_len: usize) -> Result<Option<(Drafting, SpecState)>, String> {
+    fn speculation_for(
+        &self,
+        req: &PipelineRequest,
+        prompt_len: usize,
+    ) -> Result<Option<(Drafting, SpecState)>, String> {
         let r = &req.speculation;
         let route = &self.route.speculation;
         if r.enabled == Some(false) {
@@ -223,13 +246,14 @@ impl Entry {
         if r.k.is_some_and(|k| k > MAX_K) {
             return Err(format!("speculation k must be at most {MAX_K}"));
         }
-        if req.repeat_penalty != 1.0 {
+        if req.sampling.repetition_penalty != 1.0 {
             // The last shard would need each drafted token in the penalty's
             // history to verify losslessly; plain decoding instead.
             return Ok(None);
         }
         let Some(drafter) = spec.instantiate() else { return Ok(None) };
-        let mode = if req.temperature == 0.0 { DraftMode::Greedy } else { DraftMode::Sample(req.sampling()) };
+        let mode =
+            if req.sampling.temperature == 0.0 { DraftMode::Greedy } else { DraftMode::Sample(req.sampling.clone()) };
         let stats = SpecStats { drafter: drafter.name().to_owned(), ..SpecStats::default() };
         let k = AdaptiveK::new(route.k_max, r.k.or(route.k));
         Ok(Some((Drafting::new(drafter, mode), SpecState { k, stats })))
@@ -315,7 +339,7 @@ impl Entry {
     }
 
     /// Runs one request through the pipeline, sending events to `out`.
-    pub async fn generate(self: &Arc<Self>, req: GenerateWire, out: mpsc::UnboundedSender<GenerateEvent>) {
+    pub async fn generate(self: &Arc<Self>, req: PipelineRequest, out: mpsc::UnboundedSender<GenerateEvent>) {
         self.generate_traced(req, out, None).await
     }
 
@@ -324,7 +348,7 @@ impl Entry {
     /// [`describe_route`](Self::describe_route) writes it.
     pub async fn generate_traced(
         self: &Arc<Self>,
-        req: GenerateWire,
+        req: PipelineRequest,
         out: mpsc::UnboundedSender<GenerateEvent>,
         routes: Option<mpsc::UnboundedSender<String>>,
     ) {
@@ -340,21 +364,23 @@ impl Entry {
 
     /// Everything about a request that is the caller's to get right, checked
     /// before any pipeline work: its prompt, sampling, length and speculation.
-    fn admit_request(&self, req: &GenerateWire) -> Result<Admitted, String> {
-        let prompt_ids = req.prompt_ids(&self.tokenizer).map_err(|e| e.to_string())?;
-        let sampler = Sampler::new(req.sampling()).map_err(|e| e.to_string())?;
+    fn admit_request(&self, req: &PipelineRequest) -> Result<Admitted, String> {
+        if let Some(bad) = req.prompt_ids.iter().find(|&&i| i as usize >= self.tokenizer.vocab_size()) {
+            return Err(format!("token id {bad} is outside the vocabulary"));
+        }
+        let sampler = Sampler::new(req.sampling.clone()).map_err(|e| e.to_string())?;
         let gen =
-            GenerateRequest { prompt_ids: prompt_ids.clone(), max_tokens: req.max_tokens, stop: req.stop.clone() };
+            GenerateRequest { prompt_ids: req.prompt_ids.clone(), max_tokens: req.max_tokens, stop: req.stop.clone() };
         let max_tokens = check_request(&gen, self.context).map_err(|e| e.to_string())?;
-        let spec = self.speculation_for(req, prompt_ids.len())?;
-        Ok(Admitted { prompt_ids, sampler, max_tokens, spec })
+        let spec = self.speculation_for(req, req.prompt_ids.len())?;
+        Ok(Admitted { prompt_ids: req.prompt_ids.clone(), sampler, max_tokens, spec })
     }
 
     /// Drives one session: performs what its [`SessionCore`] asks (send to
     /// the stage worker, draft, emit, re-route) and feeds it what happened.
     async fn run_session(
         self: &Arc<Self>,
-        req: GenerateWire,
+        req: PipelineRequest,
         admitted: Admitted,
         out: &mpsc::UnboundedSender<GenerateEvent>,
         routes: Option<&mpsc::UnboundedSender<String>>,
@@ -385,16 +411,8 @@ impl Entry {
             deadline: SESSION_DEADLINE,
             max_reroutes: MAX_REROUTES,
         };
-        let start = SessionStart {
-            id,
-            route,
-            prompt_ids,
-            params: req.sampling(),
-            sampler,
-            max_tokens,
-            stop: req.stop.clone(),
-            spec,
-        };
+        let start =
+            SessionStart { id, route, prompt_ids, params: req.sampling, sampler, max_tokens, stop: req.stop, spec };
         let mut core = SessionCore::new(cfg, start, &self.tokenizer, &self.counters, Instant::now());
         let result = loop {
             let env = Env {
