@@ -4,7 +4,8 @@
 # (CUDA 13.0, the version the GPU machines' driver 580 loads PTX from), in a
 # virtual environment under the cache, plus link stubs for the driver and the
 # libraries cudarc links (libcuda.so.1, libnvrtc.so.13, libcublas.so.13,
-# libcublasLt.so.13, libcurand.so.10), which no wheel ships. The stubs carry
+# libcublasLt.so.13, libcurand.so.10), which no wheel ships, and a link name
+# for the wheel's libcudart.so.13. The stubs carry
 # the real sonames, so a binary linked against them loads the real libraries
 # on a GPU machine; every stub function fails (CUDA_ERROR_STUB_LIBRARY), so a
 # binary that finds a stub at run time reports "no driver" instead of running.
@@ -71,6 +72,8 @@ if [ ! -f "$stamp" ]; then
   make_stub cublas libcublas.so.13 cublas
   make_stub cublasLt libcublasLt.so.13 cublaslt
   make_stub curand libcurand.so.10 curand
+  # candle-kernels links the CUDA runtime, which the runtime wheel ships under its soname only.
+  ln -sf ../libcudart.so.13 "$stubs/libcudart.so"
   touch "$stamp"
 fi
 

@@ -53,8 +53,11 @@ impl ComputeDevice {
 #[cfg(feature = "cuda")]
 fn open_cuda(n: usize) -> Result<Device> {
     Device::new_cuda(n).map_err(|e| {
+        // candle appends a backtrace to some errors; the first line is the cause.
+        let e = e.to_string();
+        let cause = e.lines().next().unwrap_or_default();
         ModelError::Device(format!(
-            "cannot open CUDA device {n}: {e} (is the NVIDIA driver installed and GPU {n} visible to this VM?)"
+            "cannot open CUDA device {n}: {cause} (is the NVIDIA driver installed and GPU {n} visible to this VM?)"
         ))
     })
 }
