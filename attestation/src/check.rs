@@ -1,6 +1,6 @@
 //! The leaf of the crate's module graph: the names of the checks (SNP and
-//! GPU), what happened to each ([`Outcome`]), and the one check table both
-//! verifiers fill ([`CheckTable`]). Errors, the SNP and GPU checkers and the
+//! GPU), what happened to each ([`Outcome`]), and the one check table every
+//! verifier fills ([`CheckTable`]: SNP, each GPU, the route). Errors, the SNP and GPU checkers and the
 //! composite verifier build on these; nothing here depends on them.
 //!
 //! ```text

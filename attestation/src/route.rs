@@ -293,48 +293,56 @@ impl fmt::Display for RouteCheckId {
     }
 }
 
-/// The route checks with their outcomes, and the peer policy's gaps.
+impl crate::check::CheckName for RouteCheckId {
+    fn check_name(self) -> &'static str {
+        self.name()
+    }
+    const COLUMN: usize = 20;
+    const NOT_RUN_NOTE: &'static str = "";
+}
+
+/// The route checks with their outcomes (the crate's one check table type),
+/// and the peer policy's gaps.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct RouteReport {
-    /// Rows in order.
-    pub results: Vec<(RouteCheckId, Outcome)>,
+    /// Every route check's outcome, in order.
+    pub table: crate::check::CheckTable<RouteCheckId>,
     /// Where the peer policy is weaker than the client's, line by line.
     pub gaps: Vec<PolicyGap>,
 }
 
 impl RouteReport {
     fn record(&mut self, check: RouteCheckId, outcome: Outcome) {
-        self.results.push((check, outcome));
+        self.table.record(check, outcome);
     }
 
     /// The first failed check.
     pub fn first_failure(&self) -> Option<(RouteCheckId, &str, &str)> {
-        self.results.iter().find_map(|(c, o)| match o {
-            Outcome::Failed { expected, actual } => Some((*c, expected.as_str(), actual.as_str())),
-            _ => None,
-        })
+        self.table.first_failure()
     }
 
     /// Outcome of `check`.
     pub fn outcome(&self, check: RouteCheckId) -> Option<&Outcome> {
-        self.results.iter().find(|(c, _)| *c == check).map(|(_, o)| o)
+        self.table.outcome(check)
     }
 }
 
 impl fmt::Display for RouteReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f, "{:<3} {:<20} {:<8} detail", "#", "route check", "result")?;
-        for (i, (check, outcome)) in self.results.iter().enumerate() {
-            let (label, detail) = match outcome {
-                Outcome::Passed { detail } => ("PASS", detail.clone()),
-                Outcome::Failed { expected, actual } => ("FAIL", format!("expected {expected}; got {actual}")),
-                Outcome::Skipped { reason } => ("SKIP", reason.clone()),
-                Outcome::NotRun { reason } => ("NOT RUN", reason.clone()),
+        for (i, row) in self.table.results.iter().enumerate() {
+            let detail = match &row.outcome {
+                Outcome::Passed { detail } => detail.clone(),
+                Outcome::Failed { expected, actual } => format!("expected {expected}; got {actual}"),
+                Outcome::Skipped { reason } | Outcome::NotRun { reason } => reason.clone(),
             };
-            writeln!(f, "{:<3} {:<20} {:<8} {}", i + 1, check.name(), label, detail)?;
-            if *check == RouteCheckId::PeerPolicy && !self.gaps.is_empty() {
-                let how =
-                    if matches!(outcome, Outcome::Passed { .. }) { "weaker (accepted by your pin)" } else { "weaker" };
+            writeln!(f, "{:<3} {:<20} {:<8} {}", i + 1, row.check.name(), row.outcome.label(), detail)?;
+            if row.check == RouteCheckId::PeerPolicy && !self.gaps.is_empty() {
+                let how = if matches!(row.outcome, Outcome::Passed { .. }) {
+                    "weaker (accepted by your pin)"
+                } else {
+                    "weaker"
+                };
                 for g in &self.gaps {
                     writeln!(f, "{:<33}  {how}: {g}", "")?;
                 }
