@@ -5,25 +5,9 @@
 
 use super::DeviceCheckArgs;
 use crate::local_model::LocalModel;
+use crate::model::reference::{self, NEAR_TIE};
 use crate::model::{BatchItem, ComputeDevice, GgufFile, LayerSlice, Logits, SliceOutput};
 use crate::text::sampler::argmax;
-
-/// llama.cpp's greedy continuations of the reference model (the fixtures the tests use).
-const FIXTURES: &str = include_str!("../../testdata/llamacpp_fixtures.json");
-/// Below this llama.cpp top-2 gap a differing token is a near-tie.
-const NEAR_TIE: f32 = 0.5;
-
-#[derive(serde::Deserialize)]
-struct Fixtures {
-    cases: Vec<Case>,
-}
-
-#[derive(serde::Deserialize)]
-struct Case {
-    prompt_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
-    top2_gaps: Vec<f32>,
-}
 
 fn row(label: &str, value: impl std::fmt::Display, verdict: &str) {
     println!("| {label} | {value} | {verdict} |");
@@ -55,7 +39,8 @@ pub(super) fn device_check(args: DeviceCheckArgs) -> anyhow::Result<bool> {
     all_pass &= same_root;
 
     // Correctness: teacher-forced over llama.cpp's fixtures.
-    let fixtures: Fixtures = serde_json::from_str(FIXTURES)?;
+    let fixtures = reference::llamacpp()?;
+    anyhow::ensure!(fixtures.cases.len() >= 2, "the compiled-in fixtures hold fewer than two cases");
     let (mut agree, mut with_cpu, mut total, mut non_tie, mut max_diff) = (0, 0, 0, 0, 0f32);
     for c in &fixtures.cases {
         let mut seq = c.prompt_ids.clone();

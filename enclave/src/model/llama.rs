@@ -843,47 +843,66 @@ impl LayerSlice {
     /// norm and LM head over the rows that need logits.
     fn finish(&self, items: &[BatchItem<'_>], x: Vec<f32>) -> Result<Vec<SliceOutput>> {
         let d = self.config.n_embd;
-        let mut rows_of = Vec::with_capacity(items.len());
-        let mut at = 0;
-        for it in items {
-            rows_of.push(at..at + it.hidden.n());
-            at += it.hidden.n();
-        }
         let Some((norm, lm)) = &self.head else {
-            return rows_of
-                .into_iter()
-                .map(|r| Ok(SliceOutput::Hidden(Rows::new(x[r.start * d..r.end * d].to_vec(), d)?)))
-                .collect();
+            return hidden_outputs(items, &x, d);
         };
-        let wanted: Vec<Range<usize>> = items
-            .iter()
-            .zip(rows_of)
-            .map(|(it, r)| match it.logits {
-                Logits::All => r,
-                Logits::Last => r.end - 1..r.end,
-                Logits::None => r.end..r.end,
-            })
-            .collect();
+        let wanted = wanted_rows(items);
         if wanted.iter().all(|r| r.is_empty()) {
             return Ok(items.iter().map(|_| SliceOutput::CacheOnly).collect());
         }
         let h: Vec<f32> = wanted.iter().flat_map(|r| x[r.start * d..r.end * d].iter().copied()).collect();
         let h = norm.forward(&h);
-        let m = h.len() / d;
-        let logits = lm.matmul(&h, m)?;
-        let vocab = lm.rows();
-        let mut out = Vec::with_capacity(items.len());
-        let mut at = 0;
-        for r in wanted {
-            if r.is_empty() {
-                out.push(SliceOutput::CacheOnly);
-                continue;
-            }
-            out.push(SliceOutput::Logits(Rows::new(logits[at * vocab..(at + r.len()) * vocab].to_vec(), vocab)?));
-            at += r.len();
-        }
-        Ok(out)
+        let logits = lm.matmul(&h, h.len() / d)?;
+        logit_outputs(&wanted, &logits, lm.rows())
     }
+}
+
+/// Each item's rows of the batch's hidden states `x` (rows of `d`).
+fn hidden_outputs(items: &[BatchItem<'_>], x: &[f32], d: usize) -> Result<Vec<SliceOutput>> {
+    let mut at = 0;
+    items
+        .iter()
+        .map(|it| {
+            let n = it.hidden.n();
+            let rows = Rows::new(x[at * d..(at + n) * d].to_vec(), d);
+            at += n;
+            Ok(SliceOutput::Hidden(rows?))
+        })
+        .collect()
+}
+
+/// Per item, the batch rows that need logits (empty: none).
+fn wanted_rows(items: &[BatchItem<'_>]) -> Vec<Range<usize>> {
+    let mut at = 0;
+    items
+        .iter()
+        .map(|it| {
+            let n = it.hidden.n();
+            let r = match it.logits {
+                Logits::All => at..at + n,
+                Logits::Last => at + n - 1..at + n,
+                Logits::None => at + n..at + n,
+            };
+            at += n;
+            r
+        })
+        .collect()
+}
+
+/// Splits `logits` (the wanted rows, in order, of `vocab` each) per item.
+fn logit_outputs(wanted: &[Range<usize>], logits: &[f32], vocab: usize) -> Result<Vec<SliceOutput>> {
+    let mut at = 0;
+    wanted
+        .iter()
+        .map(|r| {
+            if r.is_empty() {
+                return Ok(SliceOutput::CacheOnly);
+            }
+            let rows = Rows::new(logits[at * vocab..(at + r.len()) * vocab].to_vec(), vocab)?;
+            at += r.len();
+            Ok(SliceOutput::Logits(rows))
+        })
+        .collect()
 }
 
 fn load_embedding(l: &mut Loader<'_>, config: &Config) -> Result<Embedding> {

@@ -9,6 +9,7 @@ pub mod kernels;
 pub mod kv_cache;
 pub mod llama;
 pub mod manifest;
+pub mod reference;
 pub mod synth;
 
 pub use config::Config;

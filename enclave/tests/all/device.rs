@@ -6,6 +6,7 @@
 //! having gone further), which is what the GPU must show too.
 
 use veil_enclave::generate::{LocalModel, DEFAULT_KV_BUDGET_BYTES};
+use veil_enclave::model::reference::NEAR_TIE;
 use veil_enclave::model::{BatchItem, ComputeDevice, GgufFile, LayerSlice, Logits, Rows, SliceOutput};
 use veil_enclave::text::sampler::argmax;
 
@@ -23,8 +24,6 @@ const VOCAB_TOLERANCE: f32 = 2.5;
 /// fused path agrees with llama.cpp on 97.4%, the device path on 96.6%;
 /// every difference must also sit at a near-tie, checked separately).
 const MIN_AGREEMENT: f64 = 0.95;
-/// Below this top-2 gap a differing greedy token is a near-tie, not a fault.
-const NEAR_TIE: f32 = 0.5;
 
 fn load(path: &std::path::Path, cuts: &[usize], devices: &[ComputeDevice]) -> LocalModel {
     LocalModel::from_gguf_on(&mut GgufFile::open(path).unwrap(), cuts, devices).unwrap().0
@@ -35,19 +34,6 @@ fn rows(r: &Rows) -> Vec<Vec<f32>> {
 }
 
 const PROMPT: [u32; 12] = [1, 9690, 198, 2683, 359, 253, 5356, 5646, 11173, 30, 2, 198];
-
-#[derive(serde::Deserialize)]
-struct Fixtures {
-    cases: Vec<Case>,
-}
-
-#[derive(serde::Deserialize)]
-struct Case {
-    prompt_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
-    top2_gaps: Vec<f32>,
-    first_top5: Vec<(u32, f32)>,
-}
 
 #[test]
 fn the_device_path_agrees_with_llamacpp_and_the_fused_kernels() {
@@ -65,7 +51,8 @@ fn the_device_path_agrees_with_llamacpp_and_the_fused_kernels() {
     // Teacher-forced over llama.cpp's greedy continuations (the fixtures the
     // fused path is held to): agreement with llama.cpp's tokens, logits of
     // its first-position top 5, and agreement with the fused kernels.
-    let fixtures: Fixtures = serde_json::from_str(include_str!("../../testdata/llamacpp_fixtures.json")).unwrap();
+    let fixtures = veil_enclave::model::reference::llamacpp().unwrap();
+    assert!(!fixtures.cases.is_empty());
     let (mut agree, mut with_fused, mut total) = (0usize, 0usize, 0usize);
     let (mut vs_llamacpp, mut vs_fused) = (0f32, 0f32);
     for c in fixtures.cases {

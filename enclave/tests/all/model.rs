@@ -13,23 +13,10 @@ use veil_enclave::text::tokenizer::Tokenizer;
 
 use crate::cluster::model_path;
 
-#[derive(serde::Deserialize)]
-struct Fixtures {
-    cases: Vec<Case>,
-}
-
-#[derive(serde::Deserialize)]
-struct Case {
-    kind: String,
-    text: String,
-    prompt_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
-    top2_gaps: Vec<f32>,
-    first_top5: Vec<(u32, f32)>,
-}
+use veil_enclave::model::reference::Fixtures;
 
 fn fixtures() -> Fixtures {
-    serde_json::from_str(include_str!("../../testdata/llamacpp_fixtures.json")).unwrap()
+    veil_enclave::model::reference::llamacpp().unwrap()
 }
 
 fn logits_rows(t: &Rows) -> Vec<Vec<f32>> {

@@ -10,7 +10,8 @@
 
 use candle_core::{DType, Device, Module, Tensor};
 
-use super::{BatchItem, Config, DecoderLayer, Logits, ModelError, Result, RmsNorm, Rows, SliceOutput, Weight};
+use super::{hidden_outputs, logit_outputs, wanted_rows};
+use super::{BatchItem, Config, DecoderLayer, ModelError, Result, RmsNorm, SliceOutput, Weight};
 use super::{LayerSlice, Projections, RopeStyle};
 
 /// Norms and biases of a slice, in device memory (the matrices are the
@@ -197,32 +198,11 @@ impl LayerSlice {
     }
 
     fn finish_on_device(&self, dev: &DeviceSlice, items: &[BatchItem<'_>], x: Tensor) -> Result<Vec<SliceOutput>> {
-        let d = self.config.n_embd;
         let (Some((_, lm)), Some(norm)) = (&self.head, &dev.head_norm) else {
             // Not the last slice: hidden states back to the host, for the link.
-            let host = x.flatten_all()?.to_vec1::<f32>()?;
-            let mut at = 0;
-            return items
-                .iter()
-                .map(|it| {
-                    let n = it.hidden.n();
-                    let rows = Rows::new(host[at * d..(at + n) * d].to_vec(), d);
-                    at += n;
-                    Ok(SliceOutput::Hidden(rows?))
-                })
-                .collect();
+            return hidden_outputs(items, &x.flatten_all()?.to_vec1::<f32>()?, self.config.n_embd);
         };
-        let mut wanted = Vec::with_capacity(items.len());
-        let mut at = 0;
-        for it in items {
-            let n = it.hidden.n();
-            wanted.push(match it.logits {
-                Logits::All => at..at + n,
-                Logits::Last => at + n - 1..at + n,
-                Logits::None => at + n..at + n,
-            });
-            at += n;
-        }
+        let wanted = wanted_rows(items);
         if wanted.iter().all(|r| r.is_empty()) {
             return Ok(items.iter().map(|_| SliceOutput::CacheOnly).collect());
         }
@@ -233,17 +213,6 @@ impl LayerSlice {
             .collect::<std::result::Result<_, _>>()?;
         let h = rms(&Tensor::cat(&rows, 0)?, norm, self.config.rms_eps as f32)?;
         let logits = project(lm, &h)?.flatten_all()?.to_vec1::<f32>()?;
-        let vocab = lm.rows();
-        let mut out = Vec::with_capacity(items.len());
-        let mut at = 0;
-        for r in wanted {
-            if r.is_empty() {
-                out.push(SliceOutput::CacheOnly);
-                continue;
-            }
-            out.push(SliceOutput::Logits(Rows::new(logits[at * vocab..(at + r.len()) * vocab].to_vec(), vocab)?));
-            at += r.len();
-        }
-        Ok(out)
+        logit_outputs(&wanted, &logits, lm.rows())
     }
 }
