@@ -231,6 +231,12 @@ pub struct AdaptiveK {
 const DECAY: f64 = 0.9;
 /// Rounds at k = 0 between probes.
 const PROBE_EVERY: u32 = 16;
+/// Least cost of each verified position beyond the first, as a share of a
+/// plain round. Measured round times are noisy (on a loaded machine a k = 1
+/// round is sometimes timed faster than a k = 0 one); a round that verifies
+/// more positions is never cheaper, and without a floor that noise keeps a
+/// useless drafter drafting.
+const MIN_POSITION_COST: f64 = 0.01;
 
 impl AdaptiveK {
     /// Adaptive up to `k_max`, or always `fixed`.
@@ -284,8 +290,16 @@ impl AdaptiveK {
         let limit = limit.min(self.k_max);
         let a = self.acceptance();
         let mut best = (0, 0.0);
+        let (mut plain, mut previous) = (0.0, 0.0);
         for k in 0..=limit {
             let Some(t) = self.round_time(k) else { return 1.min(limit) };
+            if k == 0 {
+                plain = t;
+            }
+            // Never cheaper than a round verifying fewer positions, nor than
+            // a plain round plus the least cost per extra position.
+            let t = t.max(previous).max(plain * (1.0 + MIN_POSITION_COST * k as f64));
+            previous = t;
             let rate = expected_tokens(a, k) / (t + k as f64 * self.draft_per_token).max(1e-9);
             if rate > best.1 * 1.000_001 {
                 best = (k, rate);
@@ -483,5 +497,19 @@ mod tests {
         assert!(ks[32..].iter().all(|&k| k >= 6), "{ks:?}");
         assert_eq!(AdaptiveK::new(8, Some(3)).next_k(100), 3);
         assert_eq!(AdaptiveK::new(8, Some(3)).next_k(2), 2);
+    }
+
+    /// On a loaded machine a drafting round is sometimes timed faster than
+    /// a plain one; that noise must not keep a useless drafter drafting.
+    #[test]
+    fn timing_noise_does_not_keep_a_useless_drafter_drafting() {
+        let mut a = AdaptiveK::new(8, None);
+        for _ in 0..32 {
+            a.observe(0, 0, Duration::from_millis(10), Duration::ZERO);
+            a.observe(1, 0, Duration::from_millis(9), Duration::from_micros(10));
+        }
+        let ks: Vec<usize> = (0..64).map(|_| a.next_k(100)).collect();
+        let drafting = ks.iter().filter(|&&k| k > 0).count();
+        assert!(drafting <= 64 / PROBE_EVERY as usize, "drafted in {drafting} of 64 rounds: {ks:?}");
     }
 }
