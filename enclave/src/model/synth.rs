@@ -74,12 +74,13 @@ impl Shape {
     }
 }
 
-/// Uniform values in `[-scale, scale)` from a 64-bit LCG (reproducible per seed).
-fn random(n: usize, scale: f32, seed: &mut u64) -> Vec<f32> {
+/// `n` values uniform in `[-width/2, width/2)` from a 64-bit LCG, advancing
+/// `seed` (reproducible; the test models use it too).
+pub fn uniform(n: usize, width: f32, seed: &mut u64) -> Vec<f32> {
     (0..n)
         .map(|_| {
             *seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-            ((*seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            ((*seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * width
         })
         .collect()
 }
@@ -99,7 +100,7 @@ pub fn write_random(path: &Path, shape: Shape, dtype: GgmlDType, seed: u64) -> R
     let mut tensors: Vec<(String, QTensor)> = Vec::new();
     let matrix = |name: String, rows: usize, cols: usize, seed: &mut u64| -> Result<(String, QTensor)> {
         // Weights of a trained model's scale, so activations stay finite through every layer.
-        let t = Tensor::from_vec(random(rows * cols, 0.5 / (cols as f32).sqrt(), seed), (rows, cols), &Device::Cpu)?;
+        let t = Tensor::from_vec(uniform(rows * cols, 1.0 / (cols as f32).sqrt(), seed), (rows, cols), &Device::Cpu)?;
         Ok((name, QTensor::quantize(&t, dtype)?))
     };
     let ones = |n: usize| -> Result<QTensor> {

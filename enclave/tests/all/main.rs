@@ -11,6 +11,8 @@ mod abuse_support;
 mod big_vocab;
 #[path = "../support/cluster.rs"]
 mod cluster;
+#[path = "../support/relay.rs"]
+mod relay;
 
 mod abuse;
 mod cli;

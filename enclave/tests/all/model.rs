@@ -415,14 +415,7 @@ fn every_served_quant_type_matches_the_f32_model() {
     let (d, ff, heads, kv_heads, vocab, layers) = (256usize, 512usize, 4u32, 2u32, 64usize, 2u32);
     let hd = d / heads as usize;
     let mut seed = 7u64;
-    let mut rand = |n: usize, scale: f32| -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-                ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
-            })
-            .collect()
-    };
+    let mut rand = |n: usize, scale: f32| veil_enclave::model::synth::uniform(n, scale, &mut seed);
     let mut mats: Vec<(String, Vec<f32>, (usize, usize))> =
         vec![("token_embd.weight".into(), rand(vocab * d, 2.0), (vocab, d))];
     let mut norms: Vec<(String, Vec<f32>)> = vec![("output_norm.weight".into(), vec![1.0; d])];

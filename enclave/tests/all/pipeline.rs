@@ -436,75 +436,46 @@ enum Tamper {
 /// A relay between client and entry gateway that tampers with the
 /// ciphertext it carries (an in-process test double of a malicious host).
 async fn malicious_host(gateway: std::net::SocketAddr, mode: Tamper) -> std::net::SocketAddr {
-    use bytes::Bytes;
-    use http_body_util::{BodyExt, Full};
-    use std::sync::{Arc, Mutex};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let client =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
-    let last_response: Arc<Mutex<Option<Bytes>>> = Arc::default();
-    tokio::spawn(async move {
-        loop {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let (client, last_response) = (client.clone(), last_response.clone());
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let (client, last_response) = (client.clone(), last_response.clone());
-                    async move {
-                        let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
-                        let method = req.method().clone();
-                        let body = req.into_body().collect().await.unwrap().to_bytes();
-                        let forward = |body: Bytes| {
-                            hyper::Request::builder()
-                                .method(method.clone())
-                                .uri(format!("http://{gateway}{path}"))
-                                .body(Full::new(body))
-                                .unwrap()
-                        };
-                        if mode == Tamper::ReplayRequest && path == "/v1/sealed" {
-                            // The entry already answered this request once.
-                            let first = client.request(forward(body.clone())).await.unwrap();
-                            let _ = first.into_body().collect().await;
-                        }
-                        let resp = client.request(forward(body)).await.unwrap();
-                        let status = resp.status();
-                        let mut bytes = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
-                        if path.starts_with("/v1/attestation") && mode == Tamper::SwapKey {
-                            let mut doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-                            let other = veil_enclave::gateway::seal::SealKey::generate(1).unwrap();
-                            use base64::Engine as _;
-                            doc["key_config"] = base64::engine::general_purpose::STANDARD.encode(other.config()).into();
-                            bytes = serde_json::to_vec(&doc).unwrap();
-                        }
-                        if path == "/v1/sealed" && status.is_success() {
-                            let n = bytes.len();
-                            match mode {
-                                Tamper::FlipBit => bytes[n / 2] ^= 0x01,
-                                Tamper::Truncate => bytes.truncate(n - 20),
-                                Tamper::SwapHalves => bytes.rotate_left(n / 2),
-                                Tamper::ReplayOldResponse => {
-                                    let mut last = last_response.lock().unwrap();
-                                    let old = last.replace(Bytes::from(bytes.clone()));
-                                    if let Some(old) = old {
-                                        bytes = old.to_vec();
-                                    }
-                                }
-                                _ => {}
-                            }
-                        }
-                        let mut r = hyper::Response::new(Full::new(Bytes::from(bytes)));
-                        *r.status_mut() = status;
-                        Ok::<_, std::convert::Infallible>(r)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
-                    .await;
-            });
+    struct Malicious {
+        mode: Tamper,
+        last_response: std::sync::Mutex<Option<Vec<u8>>>,
+    }
+    impl crate::relay::Tamper for Malicious {
+        fn sends(&self, path: &str) -> usize {
+            // The entry already answered this request once.
+            if self.mode == Tamper::ReplayRequest && path == "/v1/sealed" {
+                2
+            } else {
+                1
+            }
         }
-    });
-    addr
+        fn answer(&self, path: &str, status: hyper::StatusCode, bytes: &mut Vec<u8>) {
+            if path.starts_with("/v1/attestation") && self.mode == Tamper::SwapKey {
+                let mut doc: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+                let other = veil_enclave::gateway::seal::SealKey::generate(1).unwrap();
+                use base64::Engine as _;
+                doc["key_config"] = base64::engine::general_purpose::STANDARD.encode(other.config()).into();
+                *bytes = serde_json::to_vec(&doc).unwrap();
+            }
+            if path == "/v1/sealed" && status.is_success() {
+                let n = bytes.len();
+                match self.mode {
+                    Tamper::FlipBit => bytes[n / 2] ^= 0x01,
+                    Tamper::Truncate => bytes.truncate(n - 20),
+                    Tamper::SwapHalves => bytes.rotate_left(n / 2),
+                    Tamper::ReplayOldResponse => {
+                        let mut last = self.last_response.lock().unwrap();
+                        if let Some(old) = last.replace(bytes.clone()) {
+                            *bytes = old;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    let tamper = Malicious { mode, last_response: Default::default() };
+    crate::relay::tampering_host(gateway, std::sync::Arc::new(tamper)).await
 }
 
 #[test]

@@ -26,51 +26,26 @@ type Edit = Arc<dyn Fn(&mut AttestationDoc) + Send + Sync>;
 /// A host relay (test double) that rewrites every attestation document
 /// with `edit` and counts the sealed requests it carries.
 async fn editing_host(gateway: std::net::SocketAddr, edit: Edit, sealed: Arc<AtomicUsize>) -> std::net::SocketAddr {
-    use bytes::Bytes;
-    use http_body_util::{BodyExt, Full};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let client =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
-    tokio::spawn(async move {
-        loop {
-            let (tcp, _) = listener.accept().await.unwrap();
-            let (client, edit, sealed) = (client.clone(), edit.clone(), sealed.clone());
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let (client, edit, sealed) = (client.clone(), edit.clone(), sealed.clone());
-                    async move {
-                        let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
-                        if path.starts_with("/v1/sealed") {
-                            sealed.fetch_add(1, Ordering::SeqCst);
-                        }
-                        let method = req.method().clone();
-                        let body = req.into_body().collect().await.unwrap().to_bytes();
-                        let fwd = hyper::Request::builder()
-                            .method(method)
-                            .uri(format!("http://{gateway}{path}"))
-                            .body(Full::new(body))
-                            .unwrap();
-                        let resp = client.request(fwd).await.unwrap();
-                        let status = resp.status();
-                        let mut bytes = resp.into_body().collect().await.unwrap().to_bytes().to_vec();
-                        if path.starts_with("/v1/attestation") && status.is_success() {
-                            let mut doc = AttestationDoc::from_json(&bytes).unwrap();
-                            edit(&mut doc);
-                            bytes = serde_json::to_vec(&doc).unwrap();
-                        }
-                        let mut r = hyper::Response::new(Full::new(Bytes::from(bytes)));
-                        *r.status_mut() = status;
-                        Ok::<_, std::convert::Infallible>(r)
-                    }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(hyper_util::rt::TokioIo::new(tcp), service)
-                    .await;
-            });
+    struct Editing {
+        edit: Edit,
+        sealed: Arc<AtomicUsize>,
+    }
+    impl crate::relay::Tamper for Editing {
+        fn sends(&self, path: &str) -> usize {
+            if path.starts_with("/v1/sealed") {
+                self.sealed.fetch_add(1, Ordering::SeqCst);
+            }
+            1
         }
-    });
-    addr
+        fn answer(&self, path: &str, status: hyper::StatusCode, bytes: &mut Vec<u8>) {
+            if path.starts_with("/v1/attestation") && status.is_success() {
+                let mut doc = AttestationDoc::from_json(bytes).unwrap();
+                (self.edit)(&mut doc);
+                *bytes = serde_json::to_vec(&doc).unwrap();
+            }
+        }
+    }
+    crate::relay::tampering_host(gateway, Arc::new(Editing { edit, sealed })).await
 }
 
 fn route_check(err: &ClientError) -> Option<RouteCheckId> {

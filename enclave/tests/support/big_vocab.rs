@@ -15,14 +15,7 @@ use candle_core::{Device, Tensor};
 pub fn write_big_vocab_model(path: &Path, vocab: usize, layers: u32, d: usize) {
     let ff = 2 * d;
     let mut seed = 0x5eed_u64;
-    let mut rand = |n: usize, scale: f32| -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
-                ((seed >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
-            })
-            .collect()
-    };
+    let mut rand = |n: usize, scale: f32| veil_enclave::model::synth::uniform(n, scale, &mut seed);
     let q = |data: Vec<f32>, shape: (usize, usize)| {
         QTensor::quantize(&Tensor::from_vec(data, shape, &Device::Cpu).unwrap(), GgmlDType::Q8_0).unwrap()
     };
