@@ -103,10 +103,23 @@ fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> Result<Tens
     })
 }
 
-/// Causal attention of one session's `n` new queries `(n, heads, hd)`, at
-/// positions `start..start + n`, over its cached keys and values
-/// `(T, kv_heads, hd)` (f16; `T = start + n`). Returns `(n, heads · hd)`.
-fn attend(q: &Tensor, keys: &Tensor, values: &Tensor, start: usize, scale: f64) -> Result<Tensor> {
+/// The causal mask of `n` new positions after `start` cached ones,
+/// `(1, n, start + n)`: query i (position start + i) sees keys 0..=start + i.
+/// `None` for one position, which sees every key.
+fn causal_mask(n: usize, start: usize, device: &Device) -> Result<Option<Tensor>> {
+    if n == 1 {
+        return Ok(None);
+    }
+    let t = start + n;
+    let mask: Vec<f32> =
+        (0..n).flat_map(|i| (0..t).map(move |j| if j <= start + i { 0.0 } else { f32::NEG_INFINITY })).collect();
+    Ok(Some(Tensor::from_vec(mask, (1, n, t), device)?))
+}
+
+/// Causal attention of one session's `n` new queries `(n, heads, hd)` over
+/// its cached keys and values `(T, kv_heads, hd)` (f16), with its
+/// [`causal_mask`]. Returns `(n, heads · hd)`.
+fn attend(q: &Tensor, keys: &Tensor, values: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor> {
     let (n, heads, hd) = q.dims3()?;
     let (t, kv_heads, _) = keys.dims3()?;
     let group = heads / kv_heads;
@@ -122,11 +135,8 @@ fn attend(q: &Tensor, keys: &Tensor, values: &Tensor, start: usize, scale: f64) 
     let (k, v) = (expand(keys)?, expand(values)?);
     let q = q.transpose(0, 1)?.contiguous()?;
     let mut scores = (q.matmul(&k.t()?.contiguous()?)? * scale)?;
-    if n > 1 {
-        // Query i (position start + i) sees keys 0..=start + i.
-        let mask: Vec<f32> =
-            (0..n).flat_map(|i| (0..t).map(move |j| if j <= start + i { 0.0 } else { f32::NEG_INFINITY })).collect();
-        scores = scores.broadcast_add(&Tensor::from_vec(mask, (1, n, t), q.device())?)?;
+    if let Some(mask) = mask {
+        scores = scores.broadcast_add(mask)?;
     }
     let p = candle_nn::ops::softmax_last_dim(&scores)?;
     Ok(p.matmul(&v)?.transpose(0, 1)?.reshape((n, heads * hd))?)
@@ -153,6 +163,9 @@ impl LayerSlice {
         let cos = Tensor::from_vec(cos, (m, 1, half), &dev.device)?;
         let sin = Tensor::from_vec(sin, (m, 1, half), &dev.device)?;
         let scale = 1.0 / (hd as f64).sqrt();
+        // One mask per session for every layer.
+        let masks: Vec<Option<Tensor>> =
+            items.iter().map(|it| causal_mask(it.hidden.n(), it.start, &dev.device)).collect::<Result<_>>()?;
         for (l, (layer, dl)) in self.layers.iter().zip(&dev.layers).enumerate() {
             let _enter = layer.span.enter();
             let h = rms(&x, &dl.attn_norm, eps)?;
@@ -183,7 +196,7 @@ impl LayerSlice {
                 let vb = v.narrow(0, off, n)?.to_dtype(DType::F16)?;
                 it.kv.append_device(l, kb, vb)?;
                 let (keys, values) = it.kv.device_layer(l)?;
-                ys.push(attend(&q.narrow(0, off, n)?, keys, values, it.start, scale)?);
+                ys.push(attend(&q.narrow(0, off, n)?, keys, values, masks[b].as_ref(), scale)?);
             }
             let y = Tensor::cat(&ys, 0)?;
             x = (x + project(&layer.o, &y)?)?;
