@@ -414,9 +414,10 @@ replicas = ["127.0.0.1:7720", "127.0.0.1:7721"]
         // Other directories and file names: the same digest.
         let moved = OK.replace("m.gguf", "/elsewhere/model.gguf").replace("/etc/veil/policy.toml", "p.toml");
         assert_eq!(Route::parse(&moved, Path::new("/other")).unwrap().config_digest(&p), d);
-        // A replica, a manifest pin, a setting, or the policy: another digest.
+        // A replica, a manifest pin, a setting, a stage's device, or the policy: another digest.
         for changed in [
             OK.replace("127.0.0.1:7721", "127.0.0.1:7722"),
+            OK.replace("\"127.0.0.1:7721\"]", "\"127.0.0.1:7721\"]\ndevice = \"cuda:0\""),
             OK.replace("0101010101", "0202020202"),
             format!("prefill_chunk = 32\n{OK}"),
         ] {
