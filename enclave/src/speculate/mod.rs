@@ -233,10 +233,13 @@ const DECAY: f64 = 0.9;
 const PROBE_EVERY: u32 = 16;
 /// Least cost of each verified position beyond the first, as a share of a
 /// plain round. Measured round times are noisy (on a loaded machine a k = 1
-/// round is sometimes timed faster than a k = 0 one); a round that verifies
-/// more positions is never cheaper, and without a floor that noise keeps a
-/// useless drafter drafting.
-const MIN_POSITION_COST: f64 = 0.01;
+/// round is sometimes timed faster than a k = 0 one, and the k = 1 time goes
+/// stale once k = 0 wins); a round that verifies more positions is never
+/// cheaper, and without a floor that noise keeps a useless drafter drafting.
+/// At 5%, drafting one token needs an acceptance above 5% to pay (a drafter
+/// that is always wrong gets there after six rounds); on a WAN a position
+/// costs a few percent of a round, so a useful drafter is not held back.
+const MIN_POSITION_COST: f64 = 0.05;
 
 impl AdaptiveK {
     /// Adaptive up to `k_max`, or always `fixed`.
