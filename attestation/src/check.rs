@@ -233,6 +233,15 @@ pub enum Outcome {
         /// What the evidence showed.
         actual: String,
     },
+    /// The check ran and passed, with something a reviewer must see: a
+    /// value this verifier cannot judge (an unknown `PLATFORM_INFO` bit), or
+    /// a comparison accepted only because of a pin (a weaker peer policy).
+    Warned {
+        /// What was established.
+        detail: String,
+        /// What the reviewer must know.
+        warning: String,
+    },
     /// The policy chose not to check this.
     Skipped {
         /// Why (which policy setting).
@@ -251,6 +260,7 @@ impl Outcome {
         match self {
             Self::Passed { .. } => "PASS",
             Self::Failed { .. } => "FAIL",
+            Self::Warned { .. } => "WARN",
             Self::Skipped { .. } => "SKIP",
             Self::NotRun { .. } => "NOT RUN",
         }
@@ -296,6 +306,22 @@ pub struct CheckRow<C: CheckName, E: fmt::Display = Infallible> {
     /// The typed reason, when the check failed.
     #[serde(skip_serializing_if = "Option::is_none", serialize_with = "display_opt")]
     pub error: Option<E>,
+    /// The values this row judged were chosen by a simulated root (software
+    /// keys, not hardware): the row says nothing about real hardware.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub simulated: bool,
+}
+
+impl<C: CheckName, E: fmt::Display> CheckRow<C, E> {
+    /// The table's word for the row: the outcome's, marked `(SIM)` where a
+    /// simulated root chose the values.
+    pub fn label(&self) -> String {
+        if self.simulated {
+            format!("{}(SIM)", self.outcome.label())
+        } else {
+            self.outcome.label().to_owned()
+        }
+    }
 }
 
 fn display_opt<E: fmt::Display, S: serde::Serializer>(e: &Option<E>, s: S) -> Result<S::Ok, S::Error> {
@@ -324,11 +350,40 @@ impl<C: CheckName, E: fmt::Display> Default for CheckTable<C, E> {
 
 impl<C: CheckName, E: fmt::Display> CheckTable<C, E> {
     pub(crate) fn record(&mut self, check: C, outcome: Outcome) {
-        self.results.push(CheckRow { check, outcome, error: None });
+        self.results.push(CheckRow { check, outcome, error: None, simulated: false });
     }
 
     pub(crate) fn record_failure(&mut self, check: C, error: E, expected: String, actual: String) {
-        self.results.push(CheckRow { check, outcome: Outcome::Failed { expected, actual }, error: Some(error) });
+        self.results.push(CheckRow {
+            check,
+            outcome: Outcome::Failed { expected, actual },
+            error: Some(error),
+            simulated: false,
+        });
+    }
+
+    /// Marks every row but `except` as judging values a simulated root chose.
+    pub(crate) fn mark_simulated(&mut self, except: &[C]) {
+        for r in &mut self.results {
+            r.simulated = !except.contains(&r.check);
+        }
+    }
+
+    /// Marks `check`'s row as judging values a simulated root chose.
+    pub(crate) fn mark_row_simulated(&mut self, check: C) {
+        if let Some(r) = self.results.iter_mut().find(|r| r.check == check) {
+            r.simulated = true;
+        }
+    }
+
+    /// Whether any row judged values a simulated root chose.
+    pub fn any_simulated(&self) -> bool {
+        self.results.iter().any(|r| r.simulated)
+    }
+
+    /// Rows that passed with a warning.
+    pub fn warned(&self) -> Vec<C> {
+        self.results.iter().filter(|r| matches!(r.outcome, Outcome::Warned { .. })).map(|r| r.check).collect()
     }
 
     /// Replaces the outcome of `check` (or records it).
@@ -377,10 +432,15 @@ impl<C: CheckName, E: fmt::Display> CheckTable<C, E> {
         self.results.iter().filter(|r| matches!(r.outcome, Outcome::NotRun { .. })).map(|r| r.check).collect()
     }
 
-    /// One-line verdict.
+    /// One-line verdict: every failure counted, the first named; what did
+    /// not run; warnings; and SIMULATED when a simulated root chose values.
     pub fn verdict(&self) -> String {
-        match self.first_failure() {
-            Some((check, _, _)) => format!("REJECTED (first failed check: {check})"),
+        let mut v = match self.first_failure() {
+            Some((check, _, _)) => {
+                let n = self.failures().len();
+                let more = if n > 1 { format!(", {} failed in all", n) } else { String::new() };
+                format!("REJECTED (first failed check: {check}{more})")
+            }
             None => {
                 let missing = self.not_run();
                 let mut v = String::from("ACCEPTED");
@@ -388,12 +448,21 @@ impl<C: CheckName, E: fmt::Display> CheckTable<C, E> {
                     let names: Vec<_> = missing.iter().map(|c| c.check_name()).collect();
                     v.push_str(&format!(" — not run: {}{}", names.join(", "), C::NOT_RUN_NOTE));
                 }
+                let warned = self.warned();
+                if !warned.is_empty() {
+                    let names: Vec<_> = warned.iter().map(|c| c.check_name()).collect();
+                    v.push_str(&format!(" — WARN: {}", names.join(", ")));
+                }
                 if !self.warnings.is_empty() {
                     v.push_str(" — WITH WARNINGS");
                 }
                 v
             }
+        };
+        if self.any_simulated() {
+            v.push_str(" — SIMULATED (software root, no hardware guarantee)");
         }
+        v
     }
 }
 
@@ -403,14 +472,15 @@ impl<C: CheckName, E: fmt::Display> fmt::Display for CheckTable<C, E> {
             writeln!(f, "WARNING: {w}")?;
         }
         let width = C::COLUMN;
-        writeln!(f, "{:<3} {:<width$} {:<8} detail", "#", "check", "result")?;
+        writeln!(f, "{:<3} {:<width$} {:<9} detail", "#", "check", "result")?;
         for (i, r) in self.results.iter().enumerate() {
             let detail = match &r.outcome {
                 Outcome::Passed { detail } => detail.clone(),
                 Outcome::Failed { expected, actual } => format!("expected {expected}; got {actual}"),
+                Outcome::Warned { detail, warning } => format!("{detail}; WARNING: {warning}"),
                 Outcome::Skipped { reason } | Outcome::NotRun { reason } => reason.clone(),
             };
-            writeln!(f, "{:<3} {:<width$} {:<8} {}", i + 1, r.check.check_name(), r.outcome.label(), detail)?;
+            writeln!(f, "{:<3} {:<width$} {:<9} {}", i + 1, r.check.check_name(), r.label(), detail)?;
         }
         write!(f, "verdict: {}", self.verdict())
     }

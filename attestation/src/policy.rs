@@ -29,6 +29,7 @@
 //! allow_cxl = false                    # refuse guests that allow CXL-attached memory (the default)
 //! min_guest_abi = "1.55"               # lowest ABI the guest required of the firmware
 //! require_platform = ["tsme", "alias_check_complete"]  # PLATFORM_INFO bits the host must report
+//! refuse_unknown_platform_bits = false # true: PLATFORM_INFO bits this verifier cannot name fail (default: WARN)
 //! required_mitigations = [0]           # bit numbers set in both mitigation vectors (report v5+)
 //!
 //! # NVIDIA GPU evidence (see `GpuPolicy`; every key optional, defaults shown commented).
@@ -209,12 +210,23 @@ pub enum PlatformFlag {
     CiphertextHiding,
     /// Bit 5: the memory alias check completed (BadRAM mitigation, AMD-SB-3015).
     AliasCheckComplete,
+    /// Bit 6: device writes are checked against the RMP (`IOMMU_WRITE_SAFE`, Turin).
+    IommuWriteSafe,
+    /// Bit 7: SEV-TIO (trusted I/O) enabled.
+    TioEnabled,
 }
 
 impl PlatformFlag {
     /// Every flag.
-    pub const ALL: [Self; 5] =
-        [Self::Tsme, Self::Ecc, Self::RaplDisabled, Self::CiphertextHiding, Self::AliasCheckComplete];
+    pub const ALL: [Self; 7] = [
+        Self::Tsme,
+        Self::Ecc,
+        Self::RaplDisabled,
+        Self::CiphertextHiding,
+        Self::AliasCheckComplete,
+        Self::IommuWriteSafe,
+        Self::TioEnabled,
+    ];
 
     /// The bit in `PLATFORM_INFO`.
     pub fn mask(self) -> u64 {
@@ -225,6 +237,8 @@ impl PlatformFlag {
             Self::RaplDisabled => P::RAPL_DIS,
             Self::CiphertextHiding => P::CIPHERTEXT_HIDING_EN,
             Self::AliasCheckComplete => P::ALIAS_CHECK_COMPLETE,
+            Self::IommuWriteSafe => P::IOMMU_WRITE_SAFE,
+            Self::TioEnabled => P::TIO_EN,
         }
     }
 
@@ -236,6 +250,8 @@ impl PlatformFlag {
             Self::RaplDisabled => "RAPL_DIS",
             Self::CiphertextHiding => "CIPHERTEXT_HIDING_DRAM_EN",
             Self::AliasCheckComplete => "ALIAS_CHECK_COMPLETE",
+            Self::IommuWriteSafe => "IOMMU_WRITE_SAFE",
+            Self::TioEnabled => "TIO_EN",
         }
     }
 }
@@ -278,8 +294,8 @@ impl<'de> Deserialize<'de> for AbiVersion {
 
 /// Platform hardening (`[platform]`): guest-policy bits, `PLATFORM_INFO`
 /// and mitigation vectors (SECURITY-CASES C4, C10, C11). Every key is
-/// optional; the default requires nothing beyond refusing CXL memory and
-/// unknown `PLATFORM_INFO` bits.
+/// optional; the default requires nothing beyond refusing CXL memory, and
+/// shows unknown `PLATFORM_INFO` bits as a warning.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlatformPolicy {
@@ -296,6 +312,11 @@ pub struct PlatformPolicy {
     /// `PLATFORM_INFO` bits the platform must report.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub require_platform: Vec<PlatformFlag>,
+    /// Refuse `PLATFORM_INFO` bits the firmware ABI this verifier knows does
+    /// not define. Off by default: newer firmware sets new bits, and they are
+    /// shown as a warning.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub refuse_unknown_platform_bits: bool,
     /// Mitigation-vector bit numbers (report version 5 and later) that must be
     /// set in both `LAUNCH_MIT_VECTOR` and `CURRENT_MIT_VECTOR`. Compared as bit
     /// sets, never as numbers.
@@ -357,6 +378,9 @@ impl PlatformPolicy {
             self.require_platform.iter().filter(|f| !peer.require_platform.contains(f)).map(|f| f.abi_name()).collect();
         if !missing.is_empty() {
             gap("platform.require_platform", missing.join(", "), "not required".into());
+        }
+        if self.refuse_unknown_platform_bits && !peer.refuse_unknown_platform_bits {
+            gap("platform.refuse_unknown_platform_bits", "true".into(), "false".into());
         }
         let missing = self.mitigation_mask() & !peer.mitigation_mask();
         if missing != 0 {

@@ -329,16 +329,17 @@ impl RouteReport {
 
 impl fmt::Display for RouteReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{:<3} {:<20} {:<8} detail", "#", "route check", "result")?;
+        writeln!(f, "{:<3} {:<20} {:<9} detail", "#", "route check", "result")?;
         for (i, row) in self.table.results.iter().enumerate() {
             let detail = match &row.outcome {
                 Outcome::Passed { detail } => detail.clone(),
                 Outcome::Failed { expected, actual } => format!("expected {expected}; got {actual}"),
+                Outcome::Warned { detail, warning } => format!("{detail}; WARNING: {warning}"),
                 Outcome::Skipped { reason } | Outcome::NotRun { reason } => reason.clone(),
             };
-            writeln!(f, "{:<3} {:<20} {:<8} {}", i + 1, row.check.name(), row.outcome.label(), detail)?;
+            writeln!(f, "{:<3} {:<20} {:<9} {}", i + 1, row.check.name(), row.label(), detail)?;
             if row.check == RouteCheckId::PeerPolicy && !self.gaps.is_empty() {
-                let how = if matches!(row.outcome, Outcome::Passed { .. }) {
+                let how = if matches!(row.outcome, Outcome::Warned { .. }) {
                     "weaker (accepted by your pin)"
                 } else {
                     "weaker"
@@ -348,10 +349,7 @@ impl fmt::Display for RouteReport {
                 }
             }
         }
-        match self.first_failure() {
-            Some((c, _, _)) => write!(f, "route verdict: REJECTED (first failed check: {c})"),
-            None => write!(f, "route verdict: ACCEPTED"),
-        }
+        write!(f, "route verdict: {}", self.table.verdict())
     }
 }
 
@@ -485,6 +483,22 @@ impl VerifiedRoute {
     pub fn checks(&self) -> &RouteReport {
         &self.checks
     }
+    /// How many of the route's shard processes (the entry included) were
+    /// accepted on SIMULATED evidence: software keys, no hardware guarantee.
+    pub fn simulated_count(&self) -> usize {
+        std::iter::once(&self.entry).chain(&self.shards).filter(|s| s.evidence.is_simulated()).count()
+    }
+    /// One line a banner or a verdict carries when any shard is simulated
+    /// (`None` when every shard's evidence chains to AMD hardware).
+    pub fn simulated_notice(&self) -> Option<String> {
+        let n = self.simulated_count();
+        (n > 0).then(|| {
+            format!(
+                "SIMULATED: {n} of {} shard process(es) attested by a software root; no hardware guarantee",
+                1 + self.shards.len()
+            )
+        })
+    }
 }
 
 fn pass(detail: impl Into<String>) -> Outcome {
@@ -573,6 +587,9 @@ pub fn verify_route(
     let entry = verify(&doc.entry, policy, &entry_expected, now)
         .map_err(|source| RouteError::Evidence { who: "the entry".into(), source })?;
     t.record(RouteCheckId::EntryEvidence, pass("fresh (nonce), bound to the sealing key and to stage 0"));
+    if entry.is_simulated() {
+        t.table.mark_row_simulated(RouteCheckId::EntryEvidence);
+    }
     let claims = entry.claims().cloned().unwrap_or_default();
 
     // 4–6. What the entry's signed claims commit to.
@@ -616,7 +633,11 @@ pub fn verify_route(
     t.record(
         RouteCheckId::PeerPolicy,
         match (t.gaps.len(), pinned) {
-            (_, true) => pass(format!("digest {policy_digest} pinned in your policy")),
+            (0, true) => pass(format!("digest {policy_digest} pinned in your policy")),
+            (n, true) => Outcome::Warned {
+                detail: format!("digest {policy_digest} pinned in your policy"),
+                warning: format!("weaker than your policy on {n} setting(s), accepted only because you pinned it"),
+            },
             (0, false) => pass("at least as strict as your policy on every check"),
             (n, false) => failed(
                 "a peer policy at least as strict as yours, or its digest in peer_policies",
@@ -670,6 +691,9 @@ pub fn verify_route(
         RouteCheckId::ShardEvidence,
         pass(format!("{} shard(s) pass your policy with the route's pins", shards.len())),
     );
+    if shards.iter().any(|s| s.evidence.is_simulated()) {
+        t.table.mark_row_simulated(RouteCheckId::ShardEvidence);
+    }
 
     // 9. Coverage: every stage after the entry is served.
     let missing: Vec<String> = (1..stages.len())

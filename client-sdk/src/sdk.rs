@@ -21,7 +21,7 @@ use veil_wire::http::{ATTESTATION_PATH, SEALED_PATH, SEALED_REQUEST_TYPE};
 
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
-use http_body_util::{BodyExt, BodyStream, Full, Limited};
+use http_body_util::{BodyExt, BodyStream, Full};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -172,6 +172,9 @@ pub struct ConnectOptions {
     pub extra_roots: Vec<rustls_pki_types::CertificateDer<'static>>,
     /// How long to wait at each stage.
     pub timeouts: Timeouts,
+    /// The local address to connect from (a multi-homed client; tests
+    /// playing several clients on one machine). `None`: the system's choice.
+    pub local_address: Option<std::net::IpAddr>,
 }
 
 impl ConnectOptions {
@@ -217,8 +220,14 @@ impl ConnectOptions {
         } else {
             builder.with_root_certificates(roots).with_no_client_auth()
         };
-        let connector =
-            hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(tls).https_or_http().enable_http1().build();
+        let mut http = HttpConnector::new();
+        http.enforce_http(false);
+        http.set_local_address(self.local_address);
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .wrap_connector(http);
         Ok(hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build(connector))
     }
 }
@@ -287,6 +296,53 @@ fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
 
 type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
+/// Most bytes of an unsealed error body read (the host wrote them; only the
+/// first KiB is kept as the error's message).
+pub const MAX_ERROR_BODY: usize = 64 << 10;
+/// First back-off before asking a busy attestation endpoint again.
+const ATTEST_BACKOFF_FIRST: std::time::Duration = std::time::Duration::from_millis(50);
+/// Longest back-off between attestation tries.
+const ATTEST_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// A uniform draw in [0, 1) for back-off jitter.
+fn jitter() -> f64 {
+    let b = Nonce::random();
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b.as_bytes()[..8]);
+    (u64::from_le_bytes(x) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Reads a body the host wrote: at most `limit` bytes (the rest is left
+/// unread, and the connection dropped), each piece within `idle` of the last
+/// and the whole by `deadline`. A host that streams forever or stalls gets a
+/// typed error (or a truncated body), never unbounded memory or time.
+async fn read_bounded(
+    body: hyper::body::Incoming,
+    limit: usize,
+    idle: std::time::Duration,
+    (deadline, total): (tokio::time::Instant, std::time::Duration),
+) -> Result<Vec<u8>, ClientError> {
+    let mut body = body;
+    let mut out = Vec::new();
+    while out.len() < limit {
+        let next = tokio::time::timeout_at(deadline.min(tokio::time::Instant::now() + idle), body.frame()).await;
+        let frame = match next {
+            Err(_) if tokio::time::Instant::now() >= deadline => {
+                return Err(ClientError::Timeout { stage: TimeoutStage::FirstByte, after: total })
+            }
+            Err(_) => return Err(ClientError::Timeout { stage: TimeoutStage::BetweenChunks, after: idle }),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => return Err(ClientError::Unreachable(with_causes(&e))),
+            Ok(Some(Ok(f))) => f,
+        };
+        if let Ok(data) = frame.into_data() {
+            let room = limit - out.len();
+            out.extend_from_slice(&data[..data.len().min(room)]);
+        }
+    }
+    Ok(out)
+}
+
 /// A connection to a verified route.
 #[derive(Debug)]
 pub struct Client {
@@ -318,9 +374,17 @@ impl Client {
         }
         let http = options.http_client(https)?;
         let limit = options.timeouts.attest;
-        let (doc, nonce) = tokio::time::timeout(limit, Self::fetch_doc(&http, &base, https))
+        let deadline = tokio::time::Instant::now() + limit;
+        let fetch = Self::fetch_doc_retrying(&http, &base, https, &options.timeouts, deadline);
+        let (doc, nonce) = tokio::time::timeout_at(deadline, fetch)
             .await
-            .map_err(|_| ClientError::Timeout { stage: TimeoutStage::Attest, after: limit })??;
+            .map_err(|_| ClientError::Timeout { stage: TimeoutStage::Attest, after: limit })?
+            .map_err(|e| match e {
+                ClientError::Timeout { stage: TimeoutStage::FirstByte, .. } => {
+                    ClientError::Timeout { stage: TimeoutStage::Attest, after: limit }
+                }
+                other => other,
+            })?;
         let route = verify_route(&doc, policy, &nonce, SystemTime::now()).map_err(|e| match e {
             RouteError::Evidence { who, source } => ClientError::Attestation { who, source },
             RouteError::Rejected(r) => ClientError::RouteRejected(r),
@@ -329,7 +393,13 @@ impl Client {
         Ok(Self { base, http, route, timeouts: options.timeouts })
     }
 
-    async fn fetch_doc(http: &HttpClient, base: &str, https: bool) -> Result<(AttestationDoc, Nonce), ClientError> {
+    async fn fetch_doc(
+        http: &HttpClient,
+        base: &str,
+        https: bool,
+        idle: std::time::Duration,
+        deadline: tokio::time::Instant,
+    ) -> Result<(AttestationDoc, Nonce), ClientError> {
         let nonce = Nonce::random();
         let uri = format!("{base}{ATTESTATION_PATH}?nonce={}", hex::encode(nonce.as_bytes()));
         let resp =
@@ -341,16 +411,49 @@ impl Client {
                 }
                 ClientError::Unreachable(why)
             })?;
-        if !resp.status().is_success() {
-            return Err(ClientError::Protocol(format!("attestation endpoint answered {}", resp.status())));
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(ClientError::Refused {
+                status: status.as_u16(),
+                message: format!("attestation endpoint answered {status}"),
+            });
         }
-        let body = Limited::new(resp.into_body(), MAX_DOC_BYTES)
-            .collect()
-            .await
-            .map_err(|e| ClientError::Protocol(format!("attestation document: {e}")))?
-            .to_bytes();
+        let body = read_bounded(resp.into_body(), MAX_DOC_BYTES + 1, idle, (deadline, idle)).await?;
+        if body.len() > MAX_DOC_BYTES {
+            return Err(ClientError::Protocol(format!("attestation document over {MAX_DOC_BYTES} bytes")));
+        }
         let doc = AttestationDoc::from_json(&body).map_err(ClientError::Protocol)?;
         Ok((doc, nonce))
+    }
+
+    /// [`fetch_doc`](Self::fetch_doc), retried while the host answers 503 or
+    /// 429 (the entry builds few evidences at once; a crowd of verifiers
+    /// must queue, not fail), with exponential back-off and full jitter,
+    /// until `deadline`. Each try asks with a fresh nonce.
+    async fn fetch_doc_retrying(
+        http: &HttpClient,
+        base: &str,
+        https: bool,
+        timeouts: &Timeouts,
+        deadline: tokio::time::Instant,
+    ) -> Result<(AttestationDoc, Nonce), ClientError> {
+        let mut backoff = ATTEST_BACKOFF_FIRST;
+        loop {
+            match Self::fetch_doc(http, base, https, timeouts.between_chunks, deadline).await {
+                Err(ClientError::Refused { status: 429 | 503, .. })
+                    if tokio::time::Instant::now() + backoff < deadline =>
+                {
+                    let wait = backoff.mul_f64(jitter());
+                    tracing::debug!(?wait, "attestation busy; retrying");
+                    tokio::time::sleep(wait).await;
+                    backoff = (backoff * 2).min(ATTEST_BACKOFF_MAX);
+                }
+                Err(ClientError::Refused { status, message }) => {
+                    return Err(ClientError::Protocol(format!("{message} ({status})")));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// The verified route.
@@ -477,8 +580,12 @@ impl Client {
             .map_err(|_| late())?
             .map_err(|e| ClientError::Unreachable(with_causes(&e)))?;
         if !resp.status().is_success() {
+            // The host's bytes, unauthenticated: read at most
+            // MAX_ERROR_BODY of them, within the same deadlines as an answer.
             let status = resp.status();
-            let body = resp.into_body().collect().await.map(|b| b.to_bytes()).unwrap_or_default();
+            let body =
+                read_bounded(resp.into_body(), MAX_ERROR_BODY, self.timeouts.between_chunks, (deadline, first_byte))
+                    .await?;
             return Err(ClientError::Refused {
                 status: status.as_u16(),
                 message: String::from_utf8_lossy(&body[..body.len().min(1024)]).into_owned(),

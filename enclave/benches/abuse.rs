@@ -23,6 +23,8 @@ use cluster::{model_path, Cluster};
 const SESSIONS: usize = 64;
 const PER_SESSION: usize = 4;
 const TOKENS: usize = 8;
+/// Route verifications (`veil verify`'s work) per row.
+const VERIFICATIONS: usize = 20;
 
 fn main() {
     let Some(path) = model_path() else { return };
@@ -32,11 +34,20 @@ fn main() {
     let host = abuse::relay(&rt, c.route.sealed_listen.unwrap());
     let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
     let client = Arc::new(rt.block_on(veil_client::sdk::Client::connect(&format!("http://{host}"), &policy)).unwrap());
+    let url = format!("http://{host}");
     let alone = rt.block_on(abuse::honest_load(client.clone(), SESSIONS, PER_SESSION, TOKENS));
+    let verified_alone = rt.block_on(abuse::honest_verifications(&url, &policy, VERIFICATIONS));
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(abuse::Abuse::default());
-    let attacker = rt.spawn(abuse::abuser(client.clone(), host, stop.clone(), counts.clone()));
+    let bad = Arc::new(rt.block_on(abuse::abuser_client(&url, &policy)));
+    let attacker = rt.spawn(abuse::abuser(bad, host, stop.clone(), counts.clone()));
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let verifier = {
+        let (url, policy) = (url.clone(), policy.clone());
+        rt.spawn(async move { abuse::honest_verifications(&url, &policy, VERIFICATIONS).await })
+    };
     let abused = rt.block_on(abuse::honest_load(client, SESSIONS, PER_SESSION, TOKENS));
+    let verified_abused = rt.block_on(verifier).unwrap();
     stop.store(true, Ordering::Relaxed);
     rt.block_on(attacker).unwrap();
     let entry = std::fs::read_to_string(c.log(0, 0)).unwrap();
@@ -45,7 +56,12 @@ fn main() {
     );
     println!("| | honest ok / failed | p50 ms | p99 ms |");
     println!("|---|---|---|---|");
-    for (name, h) in [("alone", &alone), ("next to the abuser", &abused)] {
+    for (name, h) in [
+        ("chat, alone", &alone),
+        ("chat, next to the abuser", &abused),
+        ("route verification, alone", &verified_alone),
+        ("route verification, next to the abuser", &verified_abused),
+    ] {
         println!(
             "| {name} | {} / {} | {:.0} | {:.0} |",
             h.latencies_ms.len(),
@@ -55,17 +71,18 @@ fn main() {
         );
     }
     println!(
-        "abuser sent: {} oversized chats, {} absurd max_tokens, {} tiny requests, {} attestation fetches, {} slow-loris \
-         uploads; {} refused",
+        "abuser sent: {} oversized chats, {} absurd max_tokens, {} tiny requests, {} attestation fetches (64 \
+         keep-alive clients), {} abandoned non-streamed requests, {} slow-loris uploads; {} refused",
         counts.many_messages.load(Ordering::Relaxed),
         counts.huge_max_tokens.load(Ordering::Relaxed),
         counts.tiny.load(Ordering::Relaxed),
         counts.attestations.load(Ordering::Relaxed),
+        counts.abandoned.load(Ordering::Relaxed),
         counts.slow_loris.load(Ordering::Relaxed),
         counts.refused.load(Ordering::Relaxed)
     );
     println!("shards dropped during the run: {}", entry.matches("shard lost").count());
-    for f in alone.failures.iter().chain(&abused.failures).take(10) {
+    for f in alone.failures.iter().chain(&abused.failures).chain(&verified_abused.failures).take(10) {
         println!("FAILED: {f}");
     }
 }

@@ -1,8 +1,12 @@
 //! The host's public API: an untrusted relay in front of the entry's
 //! gateway. It forwards ciphertext and evidence, holds no key that opens a
 //! request, and bounds what a client can make it do: body size, concurrent
-//! sealed requests, header and body read timeouts (slowloris). Metrics count
-//! requests, bytes and latency, never content.
+//! sealed requests (in all, and per client address, so one client cannot
+//! hold every slot), attestation fetches per client address, header and
+//! body read timeouts (slowloris). A sealed request's slot is released when
+//! its client disconnects, and the relay then drops its connection to the
+//! entry, which ends the session there. Metrics count requests, bytes and
+//! latency, never content.
 //!
 //! - `GET /v1/attestation[?nonce=HEX]` → the entry's evidence document
 //! - `POST /v1/sealed` → a sealed request; the sealed response streams back
@@ -15,8 +19,9 @@
 //! which endpoint a client calls and the sizes of its messages' headers from
 //! the network between the client and the host.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -41,6 +46,13 @@ pub struct RelayConfig {
     pub max_body: usize,
     /// Sealed requests in flight at once; more get 503.
     pub max_concurrent: usize,
+    /// Sealed requests in flight at once from one client address; more get
+    /// 429. Keeps one client from holding every slot.
+    pub max_per_client: usize,
+    /// Attestation fetches in flight at once from one client address; more
+    /// get 429 (the entry builds few evidences at once; a flood from one
+    /// address must leave room for everyone else).
+    pub max_attestation_per_client: usize,
     /// Time allowed to send the request head.
     pub header_timeout: Duration,
     /// Time allowed to send the request body.
@@ -56,6 +68,8 @@ impl RelayConfig {
             entry,
             max_body: 1 << 20,
             max_concurrent: 64,
+            max_per_client: 16,
+            max_attestation_per_client: 2,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             tls: None,
@@ -129,12 +143,57 @@ impl Metrics {
     }
 }
 
+/// Slots held per client address, with a ceiling each.
+#[derive(Debug, Default)]
+struct PerClient {
+    held: std::sync::Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One slot of one client address; released when dropped.
+#[derive(Debug)]
+struct ClientSlot {
+    table: Arc<PerClient>,
+    ip: IpAddr,
+}
+
+impl PerClient {
+    /// A slot for `ip`, unless it holds `max` already.
+    fn acquire(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<ClientSlot> {
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let n = held.entry(ip).or_insert(0);
+        if *n >= max {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot { table: self.clone(), ip })
+    }
+
+    /// Slots `ip` holds now.
+    fn held(&self, ip: IpAddr) -> usize {
+        self.held.lock().unwrap_or_else(|p| p.into_inner()).get(&ip).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut held = self.table.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = held.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.ip);
+            }
+        }
+    }
+}
+
 /// A running relay.
 #[derive(Debug)]
 pub struct Relay {
     config: RelayConfig,
     client: hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>,
     permits: Arc<Semaphore>,
+    sealed_per_client: Arc<PerClient>,
+    attestation_per_client: Arc<PerClient>,
     metrics: Metrics,
 }
 
@@ -150,7 +209,24 @@ impl Relay {
     pub fn new(config: RelayConfig) -> Arc<Self> {
         let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http();
         let permits = Arc::new(Semaphore::new(config.max_concurrent));
-        Arc::new(Self { config, client, permits, metrics: Metrics::default() })
+        Arc::new(Self {
+            config,
+            client,
+            permits,
+            sealed_per_client: Arc::default(),
+            attestation_per_client: Arc::default(),
+            metrics: Metrics::default(),
+        })
+    }
+
+    /// Sealed requests in flight for every client together.
+    pub fn sealed_in_flight(&self) -> usize {
+        self.config.max_concurrent - self.permits.available_permits()
+    }
+
+    /// Sealed requests in flight from client address `ip`.
+    pub fn sealed_in_flight_from(&self, ip: IpAddr) -> usize {
+        self.sealed_per_client.held(ip)
     }
 
     /// Serves on `listener` until the task is dropped.
@@ -165,16 +241,16 @@ impl Relay {
         }));
         let acceptor = self.config.tls.clone().map(tokio_rustls::TlsAcceptor::from);
         loop {
-            let (tcp, _) = veil_wire::net::accept(&listener).await;
+            let (tcp, peer) = veil_wire::net::accept(&listener).await;
             let relay = self.clone();
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
-                let Some(acceptor) = acceptor else { return relay.serve_connection(tcp).await };
+                let Some(acceptor) = acceptor else { return relay.serve_connection(tcp, peer.ip()).await };
                 // The handshake counts against the header timeout: a client
                 // that stalls it holds a connection no longer than one that
                 // stalls its request head.
                 match tokio::time::timeout(relay.config.header_timeout, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => relay.serve_connection(tls).await,
+                    Ok(Ok(tls)) => relay.serve_connection(tls, peer.ip()).await,
                     Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
                     Err(_) => tracing::debug!("TLS handshake timed out"),
                 }
@@ -182,7 +258,7 @@ impl Relay {
         }
     }
 
-    async fn serve_connection<I>(self: Arc<Self>, io: I)
+    async fn serve_connection<I>(self: Arc<Self>, io: I, client: IpAddr)
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
@@ -190,7 +266,7 @@ impl Relay {
         let relay = self;
         let service = hyper::service::service_fn(move |req| {
             let relay = relay.clone();
-            async move { Ok::<_, Infallible>(relay.handle(req).await) }
+            async move { Ok::<_, Infallible>(relay.handle(req, client).await) }
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
@@ -199,12 +275,12 @@ impl Relay {
         }
     }
 
-    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+    async fn handle(self: Arc<Self>, req: Request<Incoming>, client: IpAddr) -> Response<Body> {
         match (req.method().as_str(), req.uri().path()) {
             ("GET", HEALTH_PATH) => self.health().await,
             ("GET", METRICS_PATH) => text(StatusCode::OK, self.metrics.render() + &self.entry_metrics().await),
-            ("GET", ATTESTATION_PATH) => self.attestation(req.uri().query().map(str::to_owned)).await,
-            ("POST", SEALED_PATH) => self.sealed(req).await,
+            ("GET", ATTESTATION_PATH) => self.attestation(req.uri().query().map(str::to_owned), client).await,
+            ("POST", SEALED_PATH) => self.sealed(req, client).await,
             _ => text(StatusCode::NOT_FOUND, "unknown endpoint\n"),
         }
     }
@@ -242,7 +318,11 @@ impl Relay {
         }
     }
 
-    async fn attestation(&self, query: Option<String>) -> Response<Body> {
+    async fn attestation(&self, query: Option<String>, client: IpAddr) -> Response<Body> {
+        let Some(slot) = self.attestation_per_client.acquire(client, self.config.max_attestation_per_client) else {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return text(StatusCode::TOO_MANY_REQUESTS, "too many attestation requests from this client\n");
+        };
         let q = query.map(|q| format!("?{q}")).unwrap_or_default();
         if q.len() > 256 {
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
@@ -255,14 +335,23 @@ impl Relay {
             Ok(resp) => {
                 self.metrics.attestation.fetch_add(1, Ordering::Relaxed);
                 let (parts, body) = resp.into_parts();
+                // The slot is held until the document has been sent.
+                let body = body.map_frame(move |f| {
+                    let _held = &slot;
+                    f
+                });
                 Response::from_parts(parts, body.boxed())
             }
             Err(e) => text(StatusCode::BAD_GATEWAY, format!("entry unreachable: {e}\n")),
         }
     }
 
-    async fn sealed(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+    async fn sealed(self: Arc<Self>, req: Request<Incoming>, client: IpAddr) -> Response<Body> {
         let started = Instant::now();
+        let Some(slot) = self.sealed_per_client.acquire(client, self.config.max_per_client) else {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return text(StatusCode::TOO_MANY_REQUESTS, "too many requests in flight from this client\n");
+        };
         let Ok(permit) = self.permits.clone().try_acquire_owned() else {
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
             return text(StatusCode::SERVICE_UNAVAILABLE, "too many requests in flight\n");
@@ -303,11 +392,19 @@ impl Relay {
         let ok = resp.status().is_success();
         let (parts, mut body) = resp.into_parts();
         // Stream the sealed chunks back as they come, counting bytes; the
-        // permit is held until the response ends.
+        // permit is held until the response ends or the client leaves. A
+        // client that leaves (its connection closed, so the body was
+        // dropped) ends the loop at once: the upstream body is dropped, which
+        // closes the connection to the entry and ends the session there.
         let relay = self.clone();
         let stream = async_stream(move |tx| async move {
-            let _permit = permit;
-            while let Some(frame) = body.frame().await {
+            let _permit = (permit, slot);
+            loop {
+                let frame = tokio::select! {
+                    frame = body.frame() => frame,
+                    () = tx.closed() => break,
+                };
+                let Some(frame) = frame else { break };
                 match frame {
                     Ok(f) => {
                         if let Some(d) = f.data_ref() {

@@ -389,6 +389,54 @@ fn rejects_signature_with_nonzero_padding() {
     assert_fails(&b, &sim_policy(), CheckId::ReportSignature);
 }
 
+/// The order n of P-384, big-endian.
+const P384_N: &str = "ffffffffffffffffffffffffffffffffffffffffffffffffc7634d81f4372ddf581a0db248b0a77aecec196accc52973";
+
+/// Writes a 48-byte big-endian integer into a little-endian 72-byte
+/// signature component at `at` (the SNP layout), zeroing its padding.
+fn put_component(report: &mut [u8], at: usize, big_endian: &[u8]) {
+    let mut le = big_endian.to_vec();
+    le.reverse();
+    report[at..at + 72].fill(0);
+    report[at..at + le.len()].copy_from_slice(&le);
+}
+
+/// A2: every out-of-range or malformed component the catalogue names — R or
+/// S equal to n, above n, all ones; nonzero padding in R or S — fails the
+/// signature check by name, each with the other component left valid.
+#[test]
+fn rejects_signature_components_out_of_range_or_padded() {
+    let n = hex::decode(P384_N).unwrap();
+    let mut n_plus_1 = n.clone();
+    *n_plus_1.last_mut().unwrap() += 1;
+    let ones = vec![0xffu8; 48];
+    for (name, at) in [("R", field::SIGNATURE_R), ("S", field::SIGNATURE_R + 72)] {
+        for (what, value) in [("n", &n), ("n + 1", &n_plus_1), ("2^384 - 1", &ones)] {
+            let mut b = good();
+            put_component(&mut b.report, at, value);
+            let err = verify(&b, &sim_policy(), &ExpectedClaims::default(), test_now()).unwrap_err();
+            assert_eq!(err.check(), Some(CheckId::ReportSignature), "{name} = {what}: {err}");
+        }
+        for pad in [48, 60, 71] {
+            let mut b = good();
+            b.report[at + pad] = 1;
+            let err = verify(&b, &sim_policy(), &ExpectedClaims::default(), test_now()).unwrap_err();
+            assert_eq!(err.check(), Some(CheckId::ReportSignature), "padding byte {pad} of {name}: {err}");
+        }
+    }
+}
+
+/// A7: signature algorithms 0 (invalid), 2 and 0xFFFF are refused at the
+/// format check before any signature is looked at.
+#[test]
+fn rejects_every_signature_algorithm_but_ecdsa_p384() {
+    for algo in [0u32, 2, 0xFFFF, u32::MAX] {
+        let b = edited(&genoa(), |r| put_u32(r, field::SIGNATURE_ALGO, algo));
+        let err = verify(&b, &sim_policy(), &ExpectedClaims::default(), test_now()).unwrap_err();
+        assert_eq!(err.check(), Some(CheckId::ReportFormat), "algorithm {algo}: {err}");
+    }
+}
+
 #[test]
 fn rejects_signature_of_zero() {
     let mut b = good();
@@ -788,7 +836,12 @@ fn one_mutation_per_check() -> Vec<Case> {
             none(),
         ),
         (CheckId::Smt, good(), Policy { allow_smt: false, ..p() }, none()),
-        (CheckId::PlatformInfo, edited(&s, |r| put_u64(r, field::PLATFORM_INFO, 1 << 40)), p(), none()),
+        (
+            CheckId::PlatformInfo,
+            edited(&s, |r| put_u64(r, field::PLATFORM_INFO, 1 << 40)),
+            platform_of(p(), |pl| pl.refuse_unknown_platform_bits = true),
+            none(),
+        ),
         (CheckId::Vmpl, edited(&s, |r| put_u32(r, field::VMPL, 3)), p(), none()),
         (
             CheckId::TcbMinimum,
@@ -903,14 +956,42 @@ fn each_required_platform_info_bit_is_enforced_by_name() {
     }
 }
 
+/// Issue 23: a real Turin report has PLATFORM_INFO 0x64 (ECC_EN,
+/// ALIAS_CHECK_COMPLETE, IOMMU_WRITE_SAFE). Every bit the ABI names passes
+/// the default policy by name; a bit it does not name is a WARN row by
+/// default and a failure only where the policy refuses unknown bits.
 #[test]
-fn unknown_platform_info_bits_are_refused_known_ones_pass() {
-    // Bit 6 is reserved; bits 0–5 and 7 are known (0x27 is Trustee's VLEK vector's value).
-    assert_fails(&edited(&genoa(), |r| put_u64(r, field::PLATFORM_INFO, 1 << 6)), &sim_policy(), CheckId::PlatformInfo);
-    for known in [0x27u64, 0xBF] {
+fn platform_info_bits_are_named_and_unknown_ones_warn_unless_refused() {
+    let lenient = Policy { allow_smt: true, ..sim_policy() };
+    for known in [0x64u64, 0x27, 0xFF] {
         let b = edited(&genoa(), |r| put_u64(r, field::PLATFORM_INFO, known));
-        verify(&b, &Policy { allow_smt: true, ..sim_policy() }, &ExpectedClaims::default(), test_now()).unwrap();
+        let ok = verify(&b, &lenient, &ExpectedClaims::default(), test_now()).unwrap();
+        match ok.checks().outcome(CheckId::PlatformInfo) {
+            Some(Outcome::Passed { detail }) => {
+                if known == 0x64 {
+                    assert!(detail.contains("ECC_EN, ALIAS_CHECK_COMPLETE, IOMMU_WRITE_SAFE"), "{detail}");
+                }
+            }
+            other => panic!("{known:#x}: {other:?}"),
+        }
     }
+    let unknown = edited(&genoa(), |r| put_u64(r, field::PLATFORM_INFO, 0x64 | 1 << 40));
+    let ok = verify(&unknown, &lenient, &ExpectedClaims::default(), test_now()).unwrap();
+    match ok.checks().outcome(CheckId::PlatformInfo) {
+        Some(Outcome::Warned { warning, .. }) => assert!(warning.contains("0x10000000000"), "{warning}"),
+        other => panic!("an unknown bit must warn: {other:?}"),
+    }
+    assert!(ok.checks().verdict().contains("WARN: platform_info"), "{}", ok.checks().verdict());
+    let strict = platform_of(lenient.clone(), |pl| pl.refuse_unknown_platform_bits = true);
+    assert_fails(&unknown, &strict, CheckId::PlatformInfo);
+    // Known bits stay fine under the strict policy.
+    let b = edited(&genoa(), |r| put_u64(r, field::PLATFORM_INFO, 0x64));
+    verify(&b, &strict, &ExpectedClaims::default(), test_now()).unwrap();
+}
+
+fn platform_of(mut p: Policy, f: impl FnOnce(&mut veil_attestation::policy::PlatformPolicy)) -> Policy {
+    f(&mut p.platform);
+    p
 }
 
 #[test]

@@ -259,3 +259,73 @@ async fn a_peer_that_withholds_or_swaps_its_gpu_evidence_is_refused() {
     let (client, _) = pair(server_id, verifier(sim_policy()), client_id, verifier(gpu_policy(2))).await;
     client.unwrap();
 }
+
+/// A client that completes a real RA-TLS handshake and then sends, as its
+/// channel binding, `binding(exporter of this connection)`; returns what the
+/// server's `accept` concluded and this connection's exporter value.
+async fn client_sending(
+    addr: std::net::SocketAddr,
+    id: &RaTlsIdentity,
+    binding: impl FnOnce(&[u8; 32]) -> Vec<u8>,
+) -> [u8; 32] {
+    let config = ratls::client_config(id, verifier(sim_policy())).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("veil-shard.invalid").unwrap();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await.unwrap();
+    let mut ekm = [0u8; 32];
+    let ekm_vec = tls.get_ref().1.export_keying_material([0u8; 32], ratls::EXPORTER_LABEL, None).unwrap();
+    ekm.copy_from_slice(&ekm_vec);
+    let sig = binding(&ekm);
+    let mut out = (sig.len() as u16).to_be_bytes().to_vec();
+    out.extend_from_slice(&sig);
+    out.extend_from_slice(&0u32.to_be_bytes());
+    tls.write_all(&out).await.unwrap();
+    tls.flush().await.unwrap();
+    // Keep the connection open until the server has judged it.
+    let mut buf = [0u8; 1];
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), tls.read(&mut buf)).await;
+    ekm
+}
+
+/// D6 on a live connection: a binding signature that was valid on one
+/// connection, replayed on another, is refused by the server's handshake;
+/// the honest binding on each connection is accepted. Fails if
+/// `VerifiedPeer::establish` skips the binding, or if the binding signs a
+/// constant instead of the connection's exporter value.
+#[tokio::test]
+async fn a_binding_signature_replayed_on_a_live_connection_is_refused() {
+    let server_id = RaTlsIdentity::new(&sim(Product::Genoa), claims((10, 20))).unwrap();
+    let client_id = RaTlsIdentity::new(&sim(Product::Genoa), claims((0, 10))).unwrap();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (verdicts_tx, mut verdicts) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let server_id = Arc::new(server_id);
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let (server_id, tx) = (server_id.clone(), verdicts_tx.clone());
+            tokio::spawn(async move {
+                let r = ratls_tokio::accept(tcp, &server_id, verifier(sim_policy())).await;
+                let _ = tx.send(r.map(|_| ()));
+            });
+        }
+    });
+    // Connection A: honest binding, accepted; its signature is captured.
+    let mut captured = Vec::new();
+    let ekm_a = client_sending(addr, &client_id, |ekm| {
+        captured = client_id.sign_binding(Role::Client, ekm);
+        captured.clone()
+    })
+    .await;
+    verdicts.recv().await.unwrap().expect("an honest binding was refused");
+    // Connection B: A's signature replayed.
+    let ekm_b = client_sending(addr, &client_id, |_| captured.clone()).await;
+    assert_ne!(ekm_a, ekm_b, "two connections shared an exporter value");
+    match verdicts.recv().await.unwrap() {
+        Err(Error::PeerMisbehaved(why)) => assert!(why.contains("binding"), "{why}"),
+        other => panic!("a binding replayed from another connection was accepted: {other:?}"),
+    }
+    // Connection C: honest again (the server keeps serving).
+    client_sending(addr, &client_id, |ekm| client_id.sign_binding(Role::Client, ekm)).await;
+    verdicts.recv().await.unwrap().expect("an honest binding was refused after a replay");
+}

@@ -8,8 +8,9 @@ use veil_attestation::{appraise, verify, CheckId, ExpectedClaims, Outcome, Polic
 use veil_tests::{test_now, Vector};
 
 /// Every real SEV-SNP set in the vectors directory.
-const SNP_SETS: [&str; 6] = [
+const SNP_SETS: [&str; 7] = [
     "snp-milan-virtee",
+    "snp-turin-tinfoil",
     "snp-genoa-azure-trustee",
     "snp-milan-trustee",
     "snp-milan-dstack",
@@ -34,6 +35,60 @@ fn milan_virtee_accepts() {
         assert!(matches!(ok.checks().outcome(CheckId::ReportDataBinding), Some(Outcome::NotRun { .. })));
         let tcb = ok.reported_tcb();
         assert_eq!((tcb.bootloader, tcb.tee, tcb.snp, tcb.microcode), (3, 0, 8, 115));
+    }
+}
+
+/// Issue 23: a genuine Turin v5 report (Tinfoil's production box, firmware
+/// 1.58), signed by its VCEK, with PLATFORM_INFO 0x64: accepted by a policy
+/// that pins only its measurement, with bit 6 named IOMMU_WRITE_SAFE and no
+/// warning; the Turin TCB layout and 8-byte chip id decoded; its
+/// REPORT_DATA pinned; one flipped bit in the measurement or a Genoa chain
+/// refused by the named check.
+#[test]
+fn turin_tinfoil_accepts_with_a_default_policy() {
+    let Some(v) = Vector::load("snp-turin-tinfoil") else { return };
+    let policy = Policy { allow_smt: true, ..v.pinned_policy() };
+    for chain in [None, Some("ask_ark_turin.pem")] {
+        let ok = verify(&v.bundle(chain), &policy, &ExpectedClaims::default(), test_now())
+            .unwrap_or_else(|e| panic!("the real Turin report was refused: {e}\n{}", table_of(&e)));
+        assert_eq!(ok.product(), Product::Turin);
+        assert_eq!(ok.signer(), SigningKey::Vcek);
+        assert!(!ok.is_simulated());
+        assert_eq!(ok.report().version(), 5);
+        assert_eq!(ok.report().platform_info().0, 0x64);
+        match ok.checks().outcome(CheckId::PlatformInfo) {
+            Some(Outcome::Passed { detail }) => {
+                assert!(detail.contains("IOMMU_WRITE_SAFE"), "{detail}");
+            }
+            other => panic!("platform_info on real Turin: {other:?}"),
+        }
+        assert!(ok.checks().warned().is_empty(), "{}", ok.checks());
+        assert!(!ok.checks().any_simulated());
+        let tcb = ok.reported_tcb();
+        assert_eq!((tcb.fmc, tcb.bootloader, tcb.tee, tcb.snp, tcb.microcode), (Some(1), 1, 1, 4, 82));
+    }
+    // Also under a policy that refuses unknown PLATFORM_INFO bits: 0x64 has none.
+    let mut strict = policy.clone();
+    strict.platform.refuse_unknown_platform_bits = true;
+    verify(&v.bundle(None), &strict, &ExpectedClaims::default(), test_now()).unwrap();
+    let rd = ReportData::from_hex_padded(v.expected["report_data_hex"].as_str().unwrap()).unwrap();
+    let exp = ExpectedClaims { report_data: Some(rd), ..Default::default() };
+    verify(&v.bundle(None), &policy, &exp, test_now()).unwrap();
+    let mut bad = v.bundle(None);
+    bad.report[0x90] ^= 1;
+    let err = verify(&bad, &policy, &ExpectedClaims::default(), test_now()).unwrap_err();
+    assert_eq!(err.check(), Some(CheckId::ReportSignature), "{err}");
+    let genoa = Vector::load("snp-genoa-azure-trustee").unwrap();
+    let mut wrong_chain = v.bundle(None);
+    wrong_chain.chain = genoa.chain_der("ask_ark_genoa.pem");
+    let err = verify(&wrong_chain, &policy, &ExpectedClaims::default(), test_now()).unwrap_err();
+    assert_eq!(err.check(), Some(CheckId::EndorsementChain), "{err}");
+}
+
+fn table_of(e: &veil_attestation::Error) -> String {
+    match e {
+        veil_attestation::Error::Rejected(r) => r.report.to_string(),
+        other => other.to_string(),
     }
 }
 

@@ -482,8 +482,45 @@ impl PlatformInfo {
     pub const CIPHERTEXT_HIDING_EN: u64 = 1 << 4;
     /// Bit 5: alias check complete (v3+).
     pub const ALIAS_CHECK_COMPLETE: u64 = 1 << 5;
+    /// Bit 6: the IOMMU only lets devices write where the RMP allows
+    /// (`IOMMU_WRITE_SAFE`; reported by Turin firmware, e.g. 1.58).
+    pub const IOMMU_WRITE_SAFE: u64 = 1 << 6;
     /// Bit 7: SEV-TIO enabled (v5+).
     pub const TIO_EN: u64 = 1 << 7;
+
+    /// Every bit the current firmware ABI defines, with its ABI name, in bit
+    /// order. Any other bit is unknown to this verifier.
+    pub const NAMED: [(u64, &'static str); 8] = [
+        (Self::SMT_EN, "SMT_EN"),
+        (Self::TSME_EN, "TSME_EN"),
+        (Self::ECC_EN, "ECC_EN"),
+        (Self::RAPL_DIS, "RAPL_DIS"),
+        (Self::CIPHERTEXT_HIDING_EN, "CIPHERTEXT_HIDING_DRAM_EN"),
+        (Self::ALIAS_CHECK_COMPLETE, "ALIAS_CHECK_COMPLETE"),
+        (Self::IOMMU_WRITE_SAFE, "IOMMU_WRITE_SAFE"),
+        (Self::TIO_EN, "TIO_EN"),
+    ];
+
+    /// The mask of every named bit.
+    pub const KNOWN: u64 = {
+        let mut mask = 0;
+        let mut i = 0;
+        while i < Self::NAMED.len() {
+            mask |= Self::NAMED[i].0;
+            i += 1;
+        }
+        mask
+    };
+
+    /// The ABI names of the bits set, in bit order.
+    pub fn set_names(self) -> Vec<&'static str> {
+        Self::NAMED.iter().filter(|(m, _)| self.0 & m != 0).map(|(_, n)| *n).collect()
+    }
+
+    /// The bits set that the ABI this verifier knows does not define.
+    pub fn unknown_bits(self) -> u64 {
+        self.0 & !Self::KNOWN
+    }
 
     fn bit(self, mask: u64) -> bool {
         self.0 & mask != 0
@@ -511,6 +548,10 @@ impl PlatformInfo {
     /// Alias check complete.
     pub fn alias_check_complete(self) -> bool {
         self.bit(Self::ALIAS_CHECK_COMPLETE)
+    }
+    /// IOMMU write-safe (bit 6).
+    pub fn iommu_write_safe(self) -> bool {
+        self.bit(Self::IOMMU_WRITE_SAFE)
     }
     /// SEV-TIO enabled.
     pub fn tio_enabled(self) -> bool {

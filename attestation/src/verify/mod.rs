@@ -17,7 +17,7 @@ use crate::claims::{
 };
 use crate::error::{Error, Rejection};
 use crate::evidence::EvidenceBundle;
-use crate::policy::{AbiVersion, GuestPolicyFlag, PlatformFlag, PlatformPolicy, Policy};
+use crate::policy::{AbiVersion, GuestPolicyFlag, PlatformPolicy, Policy};
 use crate::simulated;
 use crate::snp::report::KNOWN_VERSIONS;
 use crate::snp::{Endorsement, Product, SigningKey, SnpReport, Tcb};
@@ -296,6 +296,7 @@ pub fn appraise(bundle: &EvidenceBundle, policy: &Policy, expected: &ExpectedCla
         (_, Err(e)) => Err(fail("a parsable VCEK/VLEK certificate", e.clone())),
         (None, Ok(_)) => Err(fail("a readable report (KEY_INFO)", "report unreadable")),
     };
+    let mut simulated = false;
     match &chain {
         Ok(c) => {
             let root = match c.root {
@@ -315,6 +316,7 @@ pub fn appraise(bundle: &EvidenceBundle, policy: &Policy, expected: &ExpectedCla
                 },
             );
             if matches!(c.root, RootKind::Simulated(_)) {
+                simulated = true;
                 t.warnings.push(
                     "SIMULATED evidence: signed by Veil's software root, not by AMD hardware. \
                      Accepted only because the policy sets allow_simulated = true. It proves nothing about confidentiality."
@@ -389,6 +391,11 @@ pub fn appraise(bundle: &EvidenceBundle, policy: &Policy, expected: &ExpectedCla
         }
     }
 
+    // Under a simulated root, every value after the report's format was
+    // chosen by software keys: each row says so.
+    if simulated {
+        t.mark_simulated(&[CheckId::ReportFormat]);
+    }
     let signer = endorsement.as_ref().ok().map(Endorsement::kind);
     let root = chain.as_ref().ok().map(|c| c.root);
     Appraisal { checks: t, report, product, signer, root }
@@ -712,25 +719,56 @@ fn check_guest_policy(r: &SnpReport, p: &PlatformPolicy) -> Result<String, Fail>
     ))
 }
 
-/// `PLATFORM_INFO` bits this verifier knows (ABI Table 24: 0–5, 7).
-const PLATFORM_INFO_KNOWN: u64 = 0b1011_1111;
-
-/// `PLATFORM_INFO` against `[platform]`: no unknown bits (a bit this verifier
-/// cannot name is a platform state it cannot judge), every required bit set.
-fn check_platform_info(r: &SnpReport, p: &PlatformPolicy) -> Result<String, Fail> {
-    let info = r.platform_info().0;
-    if info & !PLATFORM_INFO_KNOWN != 0 {
-        return Err(fail(
-            format!("PLATFORM_INFO bits within {PLATFORM_INFO_KNOWN:#x} (the bits this verifier knows)"),
-            format!("{info:#x}: unknown bits {:#x}", info & !PLATFORM_INFO_KNOWN),
-        ));
-    }
+/// `PLATFORM_INFO` against `[platform]`: every required bit set; every bit
+/// shown by its ABI name. A bit the ABI this verifier knows does not define
+/// is a platform state it cannot judge: a warning by default (firmware adds
+/// bits, as Turin's did with `IOMMU_WRITE_SAFE`, and real hardware must not
+/// fail for it), a failure when the policy sets
+/// `refuse_unknown_platform_bits`.
+fn check_platform_info(r: &SnpReport, p: &PlatformPolicy) -> Outcome {
+    let pi = r.platform_info();
+    let info = pi.0;
     let missing: Vec<&str> = p.require_platform.iter().filter(|f| info & f.mask() == 0).map(|f| f.abi_name()).collect();
     if !missing.is_empty() {
-        return Err(fail(format!("PLATFORM_INFO with {} set", missing.join(", ")), format!("{info:#x}")));
+        return Outcome::Failed {
+            expected: format!("PLATFORM_INFO with {} set", missing.join(", ")),
+            actual: format!("{info:#x} ({})", named_platform_bits(pi)),
+        };
     }
-    let set: Vec<&str> = PlatformFlag::ALL.iter().filter(|f| info & f.mask() != 0).map(|f| f.abi_name()).collect();
-    Ok(format!("PLATFORM_INFO {info:#x} ({})", if set.is_empty() { "none".to_owned() } else { set.join(", ") }))
+    let unknown = pi.unknown_bits();
+    if unknown != 0 && p.refuse_unknown_platform_bits {
+        return Outcome::Failed {
+            expected: format!(
+                "no PLATFORM_INFO bits outside {:#x} (policy: refuse_unknown_platform_bits)",
+                crate::snp::PlatformInfo::KNOWN
+            ),
+            actual: format!("{info:#x}: unknown bits {unknown:#x}"),
+        };
+    }
+    let detail = format!("PLATFORM_INFO {info:#x} ({})", named_platform_bits(pi));
+    if unknown != 0 {
+        return Outcome::Warned {
+            detail,
+            warning: format!(
+                "unknown bits {unknown:#x}: firmware newer than this verifier; set \
+                 platform.refuse_unknown_platform_bits to refuse them"
+            ),
+        };
+    }
+    Outcome::Passed { detail }
+}
+
+/// The set bits by name, then any unknown ones.
+fn named_platform_bits(pi: crate::snp::PlatformInfo) -> String {
+    let mut names: Vec<String> = pi.set_names().into_iter().map(str::to_owned).collect();
+    if pi.unknown_bits() != 0 {
+        names.push(format!("unknown {:#x}", pi.unknown_bits()));
+    }
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
 }
 
 /// The required mitigation bits must be a subset of both the launch and the
@@ -797,7 +835,7 @@ fn record_policy_checks(t: &mut CheckReport, r: &SnpReport, product: Option<Prod
             Outcome::Passed { detail: "SMT disabled on the platform".into() }
         },
     );
-    t.record(CheckId::PlatformInfo, outcome(check_platform_info(r, &policy.platform)));
+    t.record(CheckId::PlatformInfo, check_platform_info(r, &policy.platform));
     t.record(
         CheckId::Vmpl,
         if r.vmpl() == policy.vmpl {

@@ -309,6 +309,9 @@ pub struct RouteVerifyArgs {
     /// Also trust these PEM certificate authorities for the host's https:// URL.
     #[arg(long)]
     pub ca: Option<PathBuf>,
+    /// Print the whole verdict as JSON (every table, simulated flags) for scripts.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// `veil chat URL`

@@ -47,7 +47,18 @@ pub fn run(args: &PolicyCheckArgs) -> Exit {
                     .iter()
                     .map(|(k, m)| {
                         let v = |c: Option<u8>| c.map_or("-".to_owned(), |c| c.to_string());
-                        format!("{k}: snp {} microcode {}", v(m.snp), v(m.microcode))
+                        let fmc = if *k == veil_attestation::snp::Product::Turin {
+                            format!("fmc {} ", v(m.fmc))
+                        } else {
+                            String::new()
+                        };
+                        format!(
+                            "{k}: {fmc}bootloader {} tee {} snp {} microcode {}",
+                            v(m.bootloader),
+                            v(m.tee),
+                            v(m.snp),
+                            v(m.microcode)
+                        )
                     })
                     .collect(),
             ),
@@ -92,6 +103,11 @@ pub fn run(args: &PolicyCheckArgs) -> Exit {
                 list(v)
             },
             "guest-policy, PLATFORM_INFO and mitigation bits required",
+        ),
+        (
+            "unknown PLATFORM_INFO",
+            if p.platform.refuse_unknown_platform_bits { "refused".into() } else { "warned".into() },
+            "bits the firmware ABI this verifier knows does not name (platform.refuse_unknown_platform_bits)",
         ),
         ("gpu.required", yes(p.gpu.required).into(), "every shard must present NVIDIA GPU evidence"),
         ("gpu.count", p.gpu.count.map_or("any".into(), |c| c.to_string()), "GPUs per shard"),

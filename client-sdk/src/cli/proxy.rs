@@ -234,6 +234,9 @@ pub async fn serve_on(
         client.route().shape().stages().len(),
         1 + client.route().shards().len()
     );
+    if let Some(notice) = client.route().simulated_notice() {
+        eprintln!("veil proxy: WARNING: {notice}");
+    }
     println!("listening on http://{listen}/v1");
     let proxy = Arc::new(Proxy { policy, options, client: RwLock::new(Arc::new(client)) });
     loop {

@@ -41,9 +41,94 @@ fn show_shard(out: &mut String, name: &str, s: &VerifiedShard) {
     }
 }
 
+fn shard_json(role: &str, s: &VerifiedShard) -> serde_json::Value {
+    let e = s.evidence();
+    serde_json::json!({
+        "role": role,
+        "stage": s.stage(),
+        "replica": s.replica(),
+        "layers": s.layers().to_string(),
+        "simulated": e.is_simulated(),
+        "verdict": e.checks().verdict(),
+        "checks": e.checks(),
+        "gpus": e.gpus().map(|g| g.appraisal().gpus.iter().map(|t| serde_json::json!({
+            "gpu_index": t.gpu_index,
+            "verdict": t.verdict(),
+            "checks": t.results,
+        })).collect::<Vec<_>>()),
+    })
+}
+
+/// `veil verify URL --policy P --json`: the whole verdict for scripts.
+fn verify_json(args: &RouteVerifyArgs) -> Exit {
+    let policy = match policy(&args.policy) {
+        Ok(p) => p,
+        Err((exit, message)) => {
+            eprintln!("{message}");
+            return exit;
+        }
+    };
+    let options = match super::connect_options(args.ca.as_deref()) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("{e}");
+            return Exit::Unreadable;
+        }
+    };
+    let rt = match runtime() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("{e}");
+            return Exit::Unreadable;
+        }
+    };
+    let (out, exit) = match rt.block_on(Client::connect_with(&args.url, &policy, &options)) {
+        Ok(client) => {
+            let route = client.route();
+            let mut shards = vec![shard_json("entry", route.entry())];
+            shards.extend(route.shards().iter().map(|s| shard_json("shard", s)));
+            let json = serde_json::json!({
+                "accepted": true,
+                "simulated": route.simulated_count() > 0,
+                "simulated_shards": route.simulated_count(),
+                "verdict": format!("ACCEPTED{}", route.simulated_notice().map(|n| format!(" — {n}")).unwrap_or_default()),
+                "model": route.model(),
+                "peer_policy": route.peer_policy_digest().to_string(),
+                "route_shape": route.shape().digest().to_string(),
+                "route_checks": route.checks().table,
+                "policy_gaps": route.checks().gaps.iter().map(ToString::to_string).collect::<Vec<_>>(),
+                "shards": shards,
+            });
+            (json, Exit::Accepted)
+        }
+        Err(e) => {
+            let (who, checks) = match &e {
+                ClientError::Attestation { who, source: veil_attestation::Error::Rejected(r) } => {
+                    (Some(who.clone()), serde_json::json!(r.report))
+                }
+                ClientError::RouteRejected(r) => (None, serde_json::json!(r.report.table)),
+                _ => (None, serde_json::Value::Null),
+            };
+            let exit = if checks.is_null() { Exit::Unreadable } else { Exit::Rejected };
+            let json = serde_json::json!({
+                "accepted": false,
+                "error": e.to_string(),
+                "who": who,
+                "checks": checks,
+            });
+            (json, exit)
+        }
+    };
+    println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
+    exit
+}
+
 /// `veil verify URL --policy P`: a check table per shard; exit 0/1/2.
 pub fn verify(args: &RouteVerifyArgs) -> Exit {
     use std::fmt::Write as _;
+    if args.json {
+        return verify_json(args);
+    }
     let connected = policy(&args.policy).and_then(|policy| connect(&args.url, &policy, args.ca.as_deref()));
     match connected {
         Err((exit, message)) => {
@@ -62,7 +147,8 @@ pub fn verify(args: &RouteVerifyArgs) -> Exit {
             let _ = writeln!(out, "{}", route.checks());
             let _ = writeln!(
                 out,
-                "ACCEPTED: {} stage(s), {} shard process(es) on the route of {:?} verified against {}",
+                "ACCEPTED{}: {} stage(s), {} shard process(es) on the route of {:?} verified against {}",
+                route.simulated_notice().map(|n| format!(" ({n})")).unwrap_or_default(),
                 route.shape().stages().len(),
                 1 + route.shards().len(),
                 route.model(),
@@ -102,6 +188,9 @@ pub fn chat(args: &ChatArgs) -> Exit {
         client.route().shape().stages().len(),
         1 + client.route().shards().len()
     );
+    if let Some(notice) = client.route().simulated_notice() {
+        eprintln!("WARNING: {notice}");
+    }
     let mut editor = if std::io::stdin().is_terminal() {
         match rustyline::DefaultEditor::new() {
             Ok(e) => Some(e),

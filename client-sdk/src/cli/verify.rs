@@ -175,7 +175,8 @@ pub fn run(args: &VerifyArgs) -> Exit {
     }
     let accepted = snp.as_ref().is_none_or(|c| c.accepted()) && gpu.as_ref().is_none_or(GpuAppraisal::accepted);
     if args.json {
-        let mut out = serde_json::json!({ "accepted": accepted, "warnings": warnings });
+        let simulated = snp.as_ref().is_some_and(|c| c.any_simulated());
+        let mut out = serde_json::json!({ "accepted": accepted, "simulated": simulated, "warnings": warnings });
         if let Some(checks) = &snp {
             out["verdict"] = serde_json::json!(checks.verdict());
             out["checks"] = serde_json::json!(checks.results);
@@ -208,7 +209,8 @@ pub fn run(args: &VerifyArgs) -> Exit {
             }
         }
         if snp.is_some() && gpu.is_some() {
-            println!("overall: {}", if accepted { "ACCEPTED" } else { "REJECTED" });
+            let simulated = if snp.as_ref().is_some_and(|c| c.any_simulated()) { " — SIMULATED" } else { "" };
+            println!("overall: {}{simulated}", if accepted { "ACCEPTED" } else { "REJECTED" });
         }
     }
     if accepted {

@@ -18,6 +18,15 @@
 //! authenticates is recorded, so junk cannot flush the window; the window
 //! holds at most [`REPLAY_CAPACITY`] keys and refuses new requests (busy)
 //! rather than forget one early.
+//!
+//! The entry's clock is the host's to set (SEV-SNP guests read time the
+//! hypervisor provides). So the window is measured from a high-water mark:
+//! the latest time the entry has ever read. Keys are forgotten only when
+//! their timestamp is older than the mark minus the skew, and any request
+//! sealed before that is refused, whatever the clock says now. Moving the
+//! clock forward, letting the window forget, then moving it back opens
+//! nothing; moving it forward only makes honest requests stale (a denial of
+//! service the host has anyway).
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
@@ -90,14 +99,40 @@ pub enum GatewaySealError {
 struct ReplayWindow {
     expires: HashMap<[u8; ENC_LEN], u64>,
     order: VecDeque<([u8; ENC_LEN], u64)>,
+    /// The latest entry time seen (Unix seconds): never goes back.
+    high_water: u64,
 }
 
 impl ReplayWindow {
-    /// Forgets keys whose timestamps are out of the window, then records
+    /// Raises the high-water mark to `now` and returns it.
+    fn advance(&mut self, now: u64) -> u64 {
+        self.high_water = self.high_water.max(now);
+        self.high_water
+    }
+
+    /// Refuses a request sealed at `sent` before the window that ends at the
+    /// high-water mark (its key may have been forgotten).
+    fn check_not_before(&mut self, sent: u64, now: u64) -> Result<(), GatewaySealError> {
+        let mark = self.advance(now);
+        let floor = mark.saturating_sub(REPLAY_SKEW.as_secs());
+        if sent < floor {
+            return Err(GatewaySealError::Stale(format!(
+                "sealed {}s before the latest time this entry has seen; the window is {}s",
+                floor - sent + REPLAY_SKEW.as_secs(),
+                REPLAY_SKEW.as_secs()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Forgets keys whose timestamps are out of the window (measured from
+    /// the high-water mark, never from a clock that went back), then records
     /// `enc` until `until`, unless it is there already.
-    fn record(&mut self, enc: [u8; ENC_LEN], until: u64, now: u64) -> Result<(), GatewaySealError> {
+    fn record(&mut self, enc: [u8; ENC_LEN], sent: u64, until: u64, now: u64) -> Result<(), GatewaySealError> {
+        self.check_not_before(sent, now)?;
+        let mark = self.high_water;
         while let Some(&(old, t)) = self.order.front() {
-            if t >= now {
+            if t >= mark {
                 break;
             }
             self.order.pop_front();
@@ -214,15 +249,16 @@ impl SealKey {
                 i128::from(sent) - i128::from(now)
             )));
         }
-        self.remember(enc, sent.saturating_add(skew), now)?;
+        self.remember(enc, sent, sent.saturating_add(skew), now)?;
         let (tx, rx) = mpsc::unbounded_channel();
+        let probe = tx.clone();
         let writer = request.response(ChannelWriter(tx)).map_err(|e| GatewaySealError::Open(e.to_string()))?;
         let writer: Pin<Box<dyn AsyncWrite + Send>> = Box::pin(writer);
-        Ok(Opened { request: message, response: ResponseSealer { writer, out: Some(rx), state: State::Head } })
+        Ok(Opened { request: message, response: ResponseSealer { writer, out: Some(rx), probe, state: State::Head } })
     }
 
-    fn remember(&self, enc: [u8; ENC_LEN], until: u64, now: u64) -> Result<(), GatewaySealError> {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).record(enc, until, now)
+    fn remember(&self, enc: [u8; ENC_LEN], sent: u64, until: u64, now: u64) -> Result<(), GatewaySealError> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).record(enc, sent, until, now)
     }
 
     /// Encapsulated keys remembered now (for tests and metrics).
@@ -261,6 +297,9 @@ enum State {
 pub struct ResponseSealer {
     writer: Pin<Box<dyn AsyncWrite + Send>>,
     out: Option<mpsc::UnboundedReceiver<Vec<u8>>>,
+    /// A handle on the output channel that writes nothing: it tells when the
+    /// reader (the connection to the client, through the host) is gone.
+    probe: mpsc::UnboundedSender<Vec<u8>>,
     state: State,
 }
 
@@ -283,6 +322,14 @@ impl ResponseSealer {
     /// The sealed bytes, in order, as they are produced (take once).
     pub fn take_output(&mut self) -> Option<mpsc::UnboundedReceiver<Vec<u8>>> {
         self.out.take()
+    }
+
+    /// Resolves when nobody reads the sealed output any more: the client's
+    /// connection closed (or the host dropped it). A response still being
+    /// computed is then for nobody, and its work should stop.
+    pub fn reader_gone(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let probe = self.probe.clone();
+        async move { probe.closed().await }
     }
 
     async fn write(&mut self, bytes: &[u8]) -> Result<(), GatewaySealError> {
@@ -512,6 +559,33 @@ mod tests {
         let (fresh, _) = client_seal(key.config(), &request_sent_at(unix(much_later))).await;
         key.open_at(fresh, much_later).await.unwrap();
         assert_eq!(key.remembered(), 1, "expired keys were kept");
+    }
+
+    /// The host controls the entry's clock. Captured request (a replay is
+    /// 409); clock +130 s and one genuine request (which purged the window
+    /// when it was measured from the clock); clock back to +5 s: the captured
+    /// request is still refused, by the high-water mark, and runs nothing.
+    #[tokio::test]
+    async fn a_clock_rollback_does_not_reopen_a_captured_request() {
+        let key = SealKey::generate(6).unwrap();
+        let t0 = SystemTime::now();
+        let (captured, _) = client_seal(key.config(), &request_sent_at(unix(t0))).await;
+        key.open_at(captured.clone(), t0).await.unwrap();
+        assert!(matches!(key.open_at(captured.clone(), t0).await, Err(GatewaySealError::Replay)));
+        let ahead = t0 + Duration::from_secs(130);
+        let (genuine, _) = client_seal(key.config(), &request_sent_at(unix(ahead))).await;
+        key.open_at(genuine, ahead).await.unwrap();
+        assert_eq!(key.remembered(), 1, "the captured key is forgotten once out of the window");
+        let back = t0 + Duration::from_secs(5);
+        match key.open_at(captured, back).await {
+            Err(GatewaySealError::Stale(why)) => assert!(why.contains("latest time"), "{why}"),
+            other => panic!("a captured request opened after a clock rollback: {:?}", other.map(|_| ())),
+        }
+        // Honest clients whose clocks follow the rolled-back entry are
+        // refused too until time catches up: the rollback buys the host a
+        // denial of service, never a replay.
+        let (honest, _) = client_seal(key.config(), &request_sent_at(unix(back))).await;
+        assert!(matches!(key.open_at(honest, back).await, Err(GatewaySealError::Stale(_))));
     }
 
     #[tokio::test]

@@ -267,7 +267,17 @@ impl Gateway {
         let finish = |n: usize| if n >= max_tokens { "length" } else { "stop" };
         if !call.stream {
             let mut text = String::new();
-            while let Some(ev) = rx.recv().await {
+            loop {
+                // The client may leave before the answer is whole: then the
+                // session ends (dropping `rx` stops the generation) and its
+                // slot is free, as for a stream.
+                let ev = tokio::select! {
+                    ev = rx.recv() => ev,
+                    () = sealer.reader_gone() => {
+                        return Err(GatewaySealError::Response("the client left before the answer".into()));
+                    }
+                };
+                let Some(ev) = ev else { break };
                 match ev {
                     GenerateEvent::Text(t) => text.push_str(&t),
                     GenerateEvent::Done(g) => {
@@ -297,7 +307,14 @@ impl Gateway {
         }
         sealer.head(200, &[("content-type", EVENT_STREAM_TYPE), ("cache-control", "no-cache")]).await?;
         let mut first = true;
-        while let Some(ev) = rx.recv().await {
+        loop {
+            let ev = tokio::select! {
+                ev = rx.recv() => ev,
+                () = sealer.reader_gone() => {
+                    return Err(GatewaySealError::Response("the client left during the stream".into()));
+                }
+            };
+            let Some(ev) = ev else { break };
             match ev {
                 GenerateEvent::Text(t) => {
                     sealer.body(&openai::sse_chunk(call.kind, &ids, Some(&t), None, first)).await?;

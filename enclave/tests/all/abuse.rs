@@ -27,22 +27,107 @@ fn an_abusive_client_fails_no_honest_request_and_drops_no_shard() {
     let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
     let url = format!("http://{host}");
     let client = Arc::new(rt.block_on(veil_client::sdk::Client::connect(&url, &policy)).unwrap());
+    let bad = Arc::new(rt.block_on(abuse::abuser_client(&url, &policy)));
     let stop = Arc::new(AtomicBool::new(false));
     let counts = Arc::new(abuse::Abuse::default());
-    let attacker = rt.spawn(abuse::abuser(client.clone(), host, stop.clone(), counts.clone()));
+    let attacker = rt.spawn(abuse::abuser(bad, host, stop.clone(), counts.clone()));
+    // Let the floods start before the honest clients do.
+    std::thread::sleep(std::time::Duration::from_secs(1));
+    let verifier = {
+        let (url, policy) = (url.clone(), policy.clone());
+        rt.spawn(async move { abuse::honest_verifications(&url, &policy, 20).await })
+    };
     let honest = rt.block_on(abuse::honest_load(client, 16, 2, 6));
+    let verified = rt.block_on(verifier).unwrap();
     stop.store(true, Ordering::Relaxed);
     rt.block_on(attacker).unwrap();
     println!(
-        "honest: {} ok, p50 {:.0} ms, p99 {:.0} ms; abuser: {counts:?}",
+        "honest: {} ok, p50 {:.0} ms, p99 {:.0} ms; verifications: {} ok, p50 {:.0} ms, p99 {:.0} ms; abuser: {counts:?}",
         honest.latencies_ms.len(),
         honest.quantile(0.5),
-        honest.quantile(0.99)
+        honest.quantile(0.99),
+        verified.latencies_ms.len(),
+        verified.quantile(0.5),
+        verified.quantile(0.99)
     );
     assert!(honest.failures.is_empty(), "honest requests failed: {:#?}", honest.failures);
     assert_eq!(honest.latencies_ms.len(), 32);
+    assert!(verified.failures.is_empty(), "honest verifications failed: {:#?}", verified.failures);
+    assert_eq!(verified.latencies_ms.len(), 20);
     assert!(counts.many_messages.load(Ordering::Relaxed) > 0 && counts.slow_loris.load(Ordering::Relaxed) > 0);
+    assert!(counts.attestations.load(Ordering::Relaxed) > 64, "the attestation flood did not run");
+    assert!(counts.abandoned.load(Ordering::Relaxed) > 0, "no request was abandoned");
     assert!(counts.refused.load(Ordering::Relaxed) > 0, "the abuser's bad requests were not refused");
     let entry = std::fs::read_to_string(c.log(0, 0)).unwrap();
     assert!(!entry.contains("shard lost"), "a shard was dropped under abuse:\n{entry}");
+}
+
+/// Issue 23: a client sends 64 non-streamed sealed requests with
+/// `max_tokens` 2000 and disconnects. The relay holds at most its
+/// per-client share of slots for it (16 of 64), releases each slot when the
+/// client's connection closes, and the entry stops generating for requests
+/// nobody reads; honest requests from another address then complete.
+#[test]
+fn abandoned_non_streamed_requests_end_and_free_their_slots() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("abandon", &path, &[15], &[1, 1]);
+    c.start_all();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let gateway = c.route.sealed_listen.unwrap();
+    let relay = veil_host::relay::Relay::new(veil_host::relay::RelayConfig::new(gateway));
+    let host = cluster::free_port();
+    let listener = rt.block_on(tokio::net::TcpListener::bind(host)).unwrap();
+    rt.spawn(relay.clone().serve(listener));
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let client = Arc::new(rt.block_on(veil_client::sdk::Client::connect(&format!("http://{host}"), &policy)).unwrap());
+    let committed = || {
+        let body = rt.block_on(async {
+            let mut tcp = tokio::net::TcpStream::connect(gateway).await.unwrap();
+            tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+            let mut out = String::new();
+            tcp.read_to_string(&mut out).await.unwrap();
+            out
+        });
+        body.lines()
+            .find_map(|l| l.strip_prefix("veil_entry_committed_tokens_total "))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("no committed-token count in the entry's metrics:\n{body}"))
+    };
+    let abuser = abuse::ABUSER_IP;
+    let bad = rt.block_on(abuse::abuser_client(&format!("http://{host}"), &policy));
+    let (statuses, conns) = rt.block_on(abuse::abandon(&bad, host, 64));
+    let relayed = statuses.iter().filter(|s| **s == 200).count();
+    let limited = statuses.iter().filter(|s| **s == 429).count();
+    assert_eq!((relayed, limited), (16, 48), "the relay's per-client share: {statuses:?}");
+    assert_eq!(relay.sealed_in_flight_from(abuser), 16);
+    let before = committed();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(committed() > before, "the abandoned requests were not running");
+    // The client goes away.
+    drop(conns);
+    let left = Instant::now();
+    while relay.sealed_in_flight() > 0 && left.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(relay.sealed_in_flight(), 0, "the relay kept slots of a client that left");
+    println!("relay released the abandoned slots {:?} after the client left", left.elapsed());
+    // The entry stops: give a round in flight time to land, then no more tokens.
+    std::thread::sleep(Duration::from_secs(2));
+    let a = committed();
+    std::thread::sleep(Duration::from_secs(2));
+    let b = committed();
+    assert_eq!(a, b, "the entry kept generating for requests nobody reads");
+    // Honest requests from another address complete, within a stated time.
+    let started = Instant::now();
+    let honest = rt.block_on(abuse::honest_load(client, 4, 2, 8));
+    assert!(honest.failures.is_empty(), "honest requests failed: {:#?}", honest.failures);
+    println!(
+        "honest after abandonment: {} ok in {:?}, p99 {:.0} ms",
+        honest.latencies_ms.len(),
+        started.elapsed(),
+        honest.quantile(0.99)
+    );
+    assert!(started.elapsed() < Duration::from_secs(60), "honest requests took {:?}", started.elapsed());
 }

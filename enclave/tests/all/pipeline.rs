@@ -648,13 +648,28 @@ enum Delay {
     StallBody,
     /// Answers every sealed request 409 without relaying it (as if the key had rotated).
     Refuse,
+    /// Answers every sealed request 400 with an endless chunked body (issue 23).
+    ErrorBomb,
+    /// Answers every sealed request 400, sends a little body, then stalls.
+    ErrorStall,
+    /// Answers the first three attestation requests 503 (busy), then relays.
+    BusyAttestation,
 }
 
 /// A relay that relays honestly except for the one delay it was made for;
-/// counts the sealed requests it received.
+/// counts the sealed requests it received (and, for [`Delay::ErrorBomb`],
+/// the bytes of error body it managed to send, in [`BOMB_BYTES`]).
 async fn delaying_host(
     gateway: std::net::SocketAddr,
     mode: Delay,
+) -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    delaying_host_counting(gateway, mode, std::sync::Arc::default()).await
+}
+
+async fn delaying_host_counting(
+    gateway: std::net::SocketAddr,
+    mode: Delay,
+    bomb_bytes: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 ) -> (std::net::SocketAddr, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
     use bytes::Bytes;
     use futures::StreamExt as _;
@@ -666,18 +681,53 @@ async fn delaying_host(
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
     let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = seen.clone();
+    let busy_left = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(3));
     tokio::spawn(async move {
         loop {
             let (tcp, _) = listener.accept().await.unwrap();
             let (client, counter) = (client.clone(), counter.clone());
+            let (bomb_bytes, busy_left) = (bomb_bytes.clone(), busy_left.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let (client, counter) = (client.clone(), counter.clone());
+                    let (bomb_bytes, busy_left) = (bomb_bytes.clone(), busy_left.clone());
                     async move {
+                        use std::sync::atomic::Ordering::SeqCst;
                         let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
                         let sealed = path == "/v1/sealed";
                         if sealed {
-                            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            counter.fetch_add(1, SeqCst);
+                        }
+                        if mode == Delay::BusyAttestation
+                            && !sealed
+                            && busy_left.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok()
+                        {
+                            let frames: Frames = futures::stream::once(async {
+                                Ok(hyper::body::Frame::data(Bytes::from_static(b"busy")))
+                            })
+                            .boxed();
+                            let mut r = hyper::Response::new(StreamBody::new(frames));
+                            *r.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+                            return Ok::<_, std::convert::Infallible>(r);
+                        }
+                        if matches!(mode, Delay::ErrorBomb | Delay::ErrorStall) && sealed {
+                            let frames: Frames = if mode == Delay::ErrorBomb {
+                                let piece = Bytes::from(vec![b'x'; 16 << 10]);
+                                futures::stream::repeat_with(move || {
+                                    bomb_bytes.fetch_add(piece.len(), SeqCst);
+                                    Ok(hyper::body::Frame::data(piece.clone()))
+                                })
+                                .boxed()
+                            } else {
+                                futures::stream::once(async {
+                                    Ok(hyper::body::Frame::data(Bytes::from_static(b"bad ")))
+                                })
+                                .chain(futures::stream::pending())
+                                .boxed()
+                            };
+                            let mut r = hyper::Response::new(StreamBody::new(frames));
+                            *r.status_mut() = hyper::StatusCode::BAD_REQUEST;
+                            return Ok::<_, std::convert::Infallible>(r);
                         }
                         if (mode == Delay::Attestation && !sealed) || (mode == Delay::DropRequest && sealed) {
                             std::future::pending::<()>().await;
@@ -778,6 +828,41 @@ fn a_host_that_drops_or_delays_is_timed_out_by_stage() {
         };
         assert!(matches!(err, ClientError::Refused { status: 409, .. }), "{err}");
         assert_eq!(sealed_seen.load(std::sync::atomic::Ordering::SeqCst), 1, "the prompt was sent again");
+        // Issue 23, error-body bomb: a host that refuses with an endless
+        // error body gets a typed refusal at once, after at most 64 KiB of
+        // it were read (what it could push is bounded by the socket buffers,
+        // not by the client's memory); one that stalls its error body is
+        // timed out between chunks.
+        let bomb_bytes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (host, _) = delaying_host_counting(gateway, Delay::ErrorBomb, bomb_bytes.clone()).await;
+        let client = Client::connect_with(&format!("http://{host}"), &policy, &options).await.unwrap();
+        let started = Instant::now();
+        let err = tokio::time::timeout(short * 2, client.call("POST", "/v1/chat/completions", &body))
+            .await
+            .expect("the client hung on an endless error body")
+            .unwrap_err();
+        match &err {
+            ClientError::Refused { status: 400, message } => assert!(message.len() <= 1024, "{}", message.len()),
+            other => panic!("an endless error body must be a typed refusal: {other}"),
+        }
+        assert!(started.elapsed() < short, "{:?}", started.elapsed());
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let sent = bomb_bytes.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(sent < 32 << 20, "the client kept reading an endless error body: {sent} bytes");
+        let (host, _) = delaying_host(gateway, Delay::ErrorStall).await;
+        let client = Client::connect_with(&format!("http://{host}"), &policy, &options).await.unwrap();
+        let started = Instant::now();
+        let err = client.call("POST", "/v1/chat/completions", &body).await.unwrap_err();
+        assert!(matches!(err, ClientError::Timeout { stage: TimeoutStage::BetweenChunks, .. }), "{err}");
+        assert!(started.elapsed() < short * 3, "{:?}", started.elapsed());
+        // Issue 23, attestation at scale: a busy attestation endpoint (503)
+        // is asked again with back-off, within the attestation limit.
+        let (host, _) = delaying_host(gateway, Delay::BusyAttestation).await;
+        let patient = ConnectOptions {
+            timeouts: Timeouts { attest: Duration::from_secs(20), ..options.timeouts },
+            ..options.clone()
+        };
+        Client::connect_with(&format!("http://{host}"), &policy, &patient).await.unwrap();
         // The honest relay still serves: the stalls held nothing on the entry.
         let client = Client::connect(&format!("http://{gateway}"), &policy).await.unwrap();
         assert_eq!(client.call("POST", "/v1/chat/completions", &body).await.unwrap().status, 200);

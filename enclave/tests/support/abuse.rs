@@ -93,21 +93,130 @@ pub struct Abuse {
     pub slow_loris: AtomicUsize,
     /// Attestation documents requested.
     pub attestations: AtomicUsize,
+    /// Non-streamed requests relayed and then abandoned.
+    pub abandoned: AtomicUsize,
     /// Refusals it got (4xx/5xx), all fine.
     pub refused: AtomicUsize,
 }
 
-/// One abusive client, until `stop`: oversized chats, absurd max_tokens,
-/// floods of tiny requests and attestation fetches, and slow-loris uploads
-/// that trickle a body to the relay.
+/// The abuser's own address on loopback: the relay tells clients apart by
+/// address, so the honest clients (127.0.0.1) and the abuser must not share one.
+pub const ABUSER_IP: std::net::IpAddr = std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 2));
+
+/// A TCP connection to `to` from [`ABUSER_IP`].
+pub async fn connect_as_abuser(to: SocketAddr) -> std::io::Result<tokio::net::TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(ABUSER_IP, 0))?;
+    socket.connect(to).await
+}
+
+/// The abuser's SDK client (it verifies the route like anyone, from [`ABUSER_IP`]).
+pub async fn abuser_client(url: &str, policy: &veil_attestation::Policy) -> Client {
+    let options = veil_client::sdk::ConnectOptions { local_address: Some(ABUSER_IP), ..Default::default() };
+    Client::connect_with(url, policy, &options).await.unwrap()
+}
+
+/// `n` valid sealed, non-streamed requests asking for `max_tokens` 2000,
+/// sent from [`ABUSER_IP`], each read up to the relay's answer head. Returns
+/// the relay's statuses and the open connections: dropping them is the
+/// client walking away.
+pub async fn abandon(client: &Client, relay: SocketAddr, n: usize) -> (Vec<u16>, Vec<tokio::net::TcpStream>) {
+    use tokio::io::AsyncReadExt;
+    let mut conns = Vec::new();
+    let mut statuses = Vec::new();
+    for i in 0..n {
+        let body = serde_json::json!({
+            "messages": [{"role": "user", "content": format!("Count from {i} to 100000, one number per line.")}],
+            "max_tokens": 2000, "temperature": 0,
+        });
+        let mut message = bhttp::Message::request(
+            b"POST".to_vec(),
+            b"https".to_vec(),
+            b"veil-entry".to_vec(),
+            b"/v1/chat/completions".to_vec(),
+        );
+        message.put_header("content-type", "application/json");
+        message.write_content(serde_json::to_vec(&body).unwrap());
+        let Ok((sealed, _)) = veil_client::seal::seal(client.route(), message).await else { continue };
+        let Ok(mut tcp) = connect_as_abuser(relay).await else { continue };
+        let head = format!(
+            "POST /v1/sealed HTTP/1.1\r\nHost: x\r\nContent-Type: message/ohttp-chunked-req\r\nContent-Length: {}\r\n\r\n",
+            sealed.len()
+        );
+        if tcp.write_all(head.as_bytes()).await.is_err() || tcp.write_all(&sealed).await.is_err() {
+            continue;
+        }
+        let mut buf = [0u8; 12];
+        if tcp.read_exact(&mut buf).await.is_ok() {
+            statuses.push(std::str::from_utf8(&buf[9..12]).ok().and_then(|s| s.parse().ok()).unwrap_or(0));
+        }
+        conns.push(tcp);
+    }
+    (statuses, conns)
+}
+
+/// `n` verifications of the route (`Client::connect`, default timeouts),
+/// one after another, from the honest address.
+pub async fn honest_verifications(url: &str, policy: &veil_attestation::Policy, n: usize) -> Honest {
+    let mut out = Honest::default();
+    for i in 0..n {
+        let start = Instant::now();
+        match Client::connect(url, policy).await {
+            Ok(_) => out.latencies_ms.push(start.elapsed().as_secs_f64() * 1000.0),
+            Err(e) => out.failures.push(format!("verification {i}: {e}")),
+        }
+    }
+    out
+}
+
+/// One abusive client from [`ABUSER_IP`], until `stop`: oversized chats,
+/// absurd max_tokens, floods of tiny requests, 64 keep-alive clients
+/// fetching attestation documents without pause, non-streamed requests it
+/// abandons, and slow-loris uploads that trickle a body to the relay.
 pub async fn abuser(client: Arc<Client>, relay: SocketAddr, stop: Arc<AtomicBool>, counts: Arc<Abuse>) {
+    let flooders: Vec<_> = (0..64)
+        .map(|_| {
+            let (stop, counts) = (stop.clone(), counts.clone());
+            tokio::spawn(async move {
+                let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+                connector.set_local_address(Some(ABUSER_IP));
+                let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .build::<_, http_body_util::Full<bytes::Bytes>>(connector);
+                while !stop.load(Ordering::Relaxed) {
+                    let uri = format!("http://{relay}/v1/attestation?nonce={}", veil_attestation::Nonce::random());
+                    match http.get(uri.parse().unwrap()).await {
+                        Ok(r) => {
+                            if r.status() != 200 {
+                                counts.refused.fetch_add(1, Ordering::Relaxed);
+                            }
+                            let _ = http_body_util::BodyExt::collect(r.into_body()).await;
+                        }
+                        Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+                    }
+                    counts.attestations.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let abandoner = {
+        let (stop, counts, client) = (stop.clone(), counts.clone(), client.clone());
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let (statuses, conns) = abandon(&client, relay, 32).await;
+                drop(conns);
+                counts.abandoned.fetch_add(statuses.iter().filter(|s| **s == 200).count(), Ordering::Relaxed);
+                counts.refused.fetch_add(statuses.iter().filter(|s| **s != 200).count(), Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
     let loris = {
         let (stop, counts) = (stop.clone(), counts.clone());
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
                 let mut conns = Vec::new();
                 for _ in 0..4 {
-                    if let Ok(mut tcp) = tokio::net::TcpStream::connect(relay).await {
+                    if let Ok(mut tcp) = connect_as_abuser(relay).await {
                         let head = "POST /v1/sealed HTTP/1.1\r\nHost: x\r\nContent-Type: message/ohttp-chunked-req\r\nContent-Length: 100000\r\n\r\n";
                         let _ = tcp.write_all(head.as_bytes()).await;
                         counts.slow_loris.fetch_add(1, Ordering::Relaxed);
@@ -126,8 +235,6 @@ pub async fn abuser(client: Arc<Client>, relay: SocketAddr, stop: Arc<AtomicBool
             }
         })
     };
-    let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-        .build_http::<http_body_util::Full<bytes::Bytes>>();
     let refused = |counts: &Abuse, r: Result<veil_client::seal::OpenedResponse, veil_client::sdk::ClientError>| {
         if r.map(|o| o.status != 200).unwrap_or(true) {
             counts.refused.fetch_add(1, Ordering::Relaxed);
@@ -155,15 +262,12 @@ pub async fn abuser(client: Arc<Client>, relay: SocketAddr, stop: Arc<AtomicBool
             }
             counts.tiny.fetch_add(1, Ordering::Relaxed);
         }
-        for _ in 0..5 {
-            let uri = format!("http://{relay}/v1/attestation?nonce={}", veil_attestation::Nonce::random());
-            if let Ok(r) = http.get(uri.parse().unwrap()).await {
-                let _ = http_body_util::BodyExt::collect(r.into_body()).await;
-            }
-            counts.attestations.fetch_add(1, Ordering::Relaxed);
-        }
     }
     loris.abort();
+    abandoner.abort();
+    for f in flooders {
+        let _ = f.await;
+    }
 }
 
 /// Starts an in-process relay in front of the cluster's gateway.
