@@ -15,8 +15,10 @@
 //! enforces on its links), 9 route_shape (digest of the route's layer ranges,
 //! manifest pins and the model's layer count), 10 route_links (the entry's
 //! commitment to the shards it has verified and linked, in nonce-bound
-//! evidence). Every field has a fixed id and a length, so two different claim
-//! sets never encode to the same bytes.
+//! evidence), 11 drafter (the entry's digest of the drafter it speculates
+//! with: kind, draft model manifest root, k settings; see
+//! `route::DrafterInfo`). Every field has a fixed id and a length, so two
+//! different claim sets never encode to the same bytes.
 
 use std::fmt;
 
@@ -138,6 +140,11 @@ digest_newtype!(
     /// SHA-256 commitment to the set of shards an entry has verified and
     /// linked (`route::links_commitment`).
     LinksCommitment,
+    32
+);
+digest_newtype!(
+    /// SHA-256 of the entry's drafter description (`route::DrafterInfo::digest`).
+    DrafterDigest,
     32
 );
 digest_newtype!(
@@ -289,6 +296,9 @@ pub struct Claims {
     /// The entry's commitment to the shards it has linked (fresh evidence only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub route_links: Option<LinksCommitment>,
+    /// The entry's drafter (what it speculates with), by digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drafter: Option<DrafterDigest>,
 }
 
 impl Claims {
@@ -306,7 +316,7 @@ impl Claims {
             b[4..].copy_from_slice(&r.end.to_be_bytes());
             b
         });
-        let fields: [(u8, Option<&[u8]>); 10] = [
+        let fields: [(u8, Option<&[u8]>); 11] = [
             (1, self.tls_key_hash.as_ref().map(|h| &h.0[..])),
             (2, self.hpke_config_hash.as_ref().map(|h| &h.0[..])),
             (3, self.manifest_root.as_ref().map(|h| &h.0[..])),
@@ -317,6 +327,7 @@ impl Claims {
             (8, self.peer_policy.as_ref().map(|h| &h.0[..])),
             (9, self.route_shape.as_ref().map(|h| &h.0[..])),
             (10, self.route_links.as_ref().map(|h| &h.0[..])),
+            (11, self.drafter.as_ref().map(|h| &h.0[..])),
         ];
         let mut out = Vec::with_capacity(256);
         out.extend_from_slice(CLAIMS_DOMAIN);
@@ -376,6 +387,7 @@ mod tests {
             peer_policy: Some(PolicyDigest([4; 32])),
             route_shape: Some(RouteDigest([5; 32])),
             route_links: None,
+            drafter: Some(DrafterDigest([8; 32])),
         }
     }
 
@@ -407,6 +419,12 @@ mod tests {
         let mut c = sample();
         c.route_links = Some(LinksCommitment([7; 32]));
         variants.push(c);
+        let mut c = sample();
+        c.drafter = Some(DrafterDigest([9; 32]));
+        variants.push(c);
+        let mut c = sample();
+        c.drafter = None;
+        variants.push(c);
         for v in variants {
             assert_ne!(v.report_data().unwrap(), base, "{v:?}");
         }
@@ -421,6 +439,9 @@ mod tests {
         let c = Claims { peer_policy: Some(PolicyDigest([7; 32])), ..Default::default() };
         let d = Claims { route_links: Some(LinksCommitment([7; 32])), ..Default::default() };
         assert_ne!(c.encode().unwrap(), d.encode().unwrap());
+        let e = Claims { drafter: Some(DrafterDigest([7; 32])), ..Default::default() };
+        assert_ne!(d.encode().unwrap(), e.encode().unwrap());
+        assert_ne!(e.encode().unwrap(), Claims::default().encode().unwrap());
         assert_ne!(a.encode().unwrap(), c.encode().unwrap());
     }
 

@@ -64,8 +64,8 @@ pub mod x509;
 pub use attester::Attester;
 pub use check::{CheckId, CheckReport, GpuCheckId, Outcome};
 pub use claims::{
-    Claims, KeyHash, LayerRange, LinksCommitment, ManifestRoot, Measurement, Nonce, PolicyDigest, ReportData,
-    RouteDigest,
+    Claims, DrafterDigest, KeyHash, LayerRange, LinksCommitment, ManifestRoot, Measurement, Nonce, PolicyDigest,
+    ReportData, RouteDigest,
 };
 pub use error::{Error, GpuFailure, Malformed, Rejection};
 pub use evidence::EvidenceBundle;

@@ -472,6 +472,12 @@ pub struct Policy {
     /// The model's layer count the route must cover, from layer 0, when pinned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_layers: Option<u32>,
+    /// Drafters the entry may speculate with, by digest (relying party; the
+    /// `drafter` route check). Empty: any drafter the entry commits to.
+    /// Greedy output and the sampled distribution never depend on the
+    /// drafter; a seeded sampled request's text does.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub drafters: Vec<crate::claims::DrafterDigest>,
 }
 
 /// Domain separator of a policy's canonical encoding.
@@ -546,6 +552,7 @@ impl Default for Policy {
             gpu: GpuPolicy::default(),
             peer_policies: Vec::new(),
             model_layers: None,
+            drafters: Vec::new(),
         }
     }
 }
@@ -625,6 +632,7 @@ impl Policy {
         norm(&mut p.measurements);
         norm(&mut p.simulated_roots);
         norm(&mut p.peer_policies);
+        norm(&mut p.drafters);
         p.platform.normalize();
         for roots in p.manifest_roots.values_mut() {
             norm(roots);

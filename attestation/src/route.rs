@@ -29,7 +29,9 @@ use std::time::SystemTime;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::claims::{KeyHash, LayerRange, LinksCommitment, ManifestRoot, Nonce, PolicyDigest, RouteDigest};
+use crate::claims::{
+    DrafterDigest, KeyHash, LayerRange, LinksCommitment, ManifestRoot, Nonce, PolicyDigest, RouteDigest,
+};
 use crate::error::Error;
 use crate::evidence::EvidenceBundle;
 use crate::policy::{Policy, PolicyGap};
@@ -199,6 +201,70 @@ pub struct AttestationDoc {
     pub entry: EvidenceBundle,
     /// Every shard the entry has verified and linked.
     pub shards: Vec<LinkedShard>,
+    /// What the entry speculates with; its digest is in the entry's claims.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drafter: Option<DrafterInfo>,
+}
+
+/// Domain separator of [`DrafterInfo::digest`].
+pub const DRAFTER_DOMAIN: &[u8] = b"veil/drafter/v1\0";
+
+/// The entry's drafter, as it commits to it (claims field 11): which kind,
+/// the draft model's manifest root when it is a model, and the k settings.
+/// Greedy output and the sampled distribution do not depend on it; a seeded
+/// sampled request's text does, and so does speed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrafterInfo {
+    /// `none`, `ngram` (prompt lookup) or `model`.
+    pub kind: String,
+    /// The draft model's manifest root (kind `model`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub draft_manifest: Option<ManifestRoot>,
+    /// Most tokens drafted per round.
+    pub k_max: u32,
+    /// A fixed k, when not adaptive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<u32>,
+}
+
+impl DrafterInfo {
+    /// SHA-256 over a domain-separated, length-prefixed encoding.
+    pub fn digest(&self) -> DrafterDigest {
+        let mut h = Sha256::new();
+        h.update(DRAFTER_DOMAIN);
+        h.update((self.kind.len() as u32).to_be_bytes());
+        h.update(self.kind.as_bytes());
+        match &self.draft_manifest {
+            Some(m) => {
+                h.update([1]);
+                h.update(m.0);
+            }
+            None => h.update([0]),
+        }
+        h.update(self.k_max.to_be_bytes());
+        match self.k {
+            Some(k) => {
+                h.update([1]);
+                h.update(k.to_be_bytes());
+            }
+            None => h.update([0]),
+        }
+        DrafterDigest(h.finalize().into())
+    }
+}
+
+impl fmt::Display for DrafterInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.kind)?;
+        if let Some(m) = &self.draft_manifest {
+            write!(f, " (draft manifest {m})")?;
+        }
+        match self.k {
+            Some(k) => write!(f, ", k = {k}"),
+            None => write!(f, ", adaptive k ≤ {}", self.k_max),
+        }
+    }
 }
 
 mod b64 {
@@ -255,11 +321,14 @@ pub enum RouteCheckId {
     ShardEvidence,
     /// Every stage after the entry has a linked, verified shard.
     Coverage,
+    /// The published drafter is the one the entry's claims commit to, and the
+    /// policy allows it.
+    Drafter,
 }
 
 impl RouteCheckId {
     /// Every route check, in order.
-    pub const ALL: [RouteCheckId; 9] = [
+    pub const ALL: [RouteCheckId; 10] = [
         Self::RouteShape,
         Self::RouteManifests,
         Self::EntryEvidence,
@@ -269,6 +338,7 @@ impl RouteCheckId {
         Self::PeerPolicy,
         Self::ShardEvidence,
         Self::Coverage,
+        Self::Drafter,
     ];
 
     /// Stable snake_case name.
@@ -283,6 +353,7 @@ impl RouteCheckId {
             Self::PeerPolicy => "peer_policy",
             Self::ShardEvidence => "shard_evidence",
             Self::Coverage => "coverage",
+            Self::Drafter => "drafter",
         }
     }
 }
@@ -442,10 +513,15 @@ pub struct VerifiedRoute {
     entry: VerifiedShard,
     shards: Vec<VerifiedShard>,
     checks: RouteReport,
+    drafter: Option<DrafterInfo>,
     _private: (),
 }
 
 impl VerifiedRoute {
+    /// The drafter the entry committed to (`None`: it committed to none).
+    pub fn drafter(&self) -> Option<&DrafterInfo> {
+        self.drafter.as_ref()
+    }
     /// The model's name as the entry gives it.
     pub fn model(&self) -> &str {
         &self.model
@@ -708,6 +784,33 @@ pub fn verify_route(
             failed("a linked, verified shard for every stage", format!("none for {}", missing.join(", ")))
         },
     );
+    // 10. The drafter: published as committed, and allowed.
+    let drafter = doc.drafter.clone();
+    t.record(
+        RouteCheckId::Drafter,
+        match (&drafter, claims.drafter) {
+            (Some(d), Some(c)) if d.digest() != c => {
+                failed(format!("the published drafter's digest {}", d.digest()), format!("the entry committed to {c}"))
+            }
+            (Some(d), Some(c)) if !policy.drafters.is_empty() && !policy.drafters.contains(&c) => {
+                failed("a drafter your policy's `drafters` allows", format!("{d} (digest {c})"))
+            }
+            (Some(d), Some(c)) => pass(format!(
+                "{d} (digest {c}){}",
+                if policy.drafters.is_empty() { "" } else { ", allowed by your policy" }
+            )),
+            (None, Some(c)) => {
+                failed("the drafter the entry committed to, published", format!("digest {c}, not published"))
+            }
+            (Some(d), None) => {
+                failed(format!("a commitment to the published drafter {d}"), "none in the entry's claims")
+            }
+            (None, None) if !policy.drafters.is_empty() => {
+                failed("a drafter your policy's `drafters` allows", "the entry commits to no drafter")
+            }
+            (None, None) => Outcome::Skipped { reason: "the entry commits to no drafter".into() },
+        },
+    );
     if t.first_failure().is_some() {
         return Err(reject(t));
     }
@@ -721,6 +824,7 @@ pub fn verify_route(
         entry: VerifiedShard { stage: 0, replica: 0, layers: entry_stage.layers, evidence: entry },
         shards,
         checks: t,
+        drafter,
         _private: (),
     })
 }

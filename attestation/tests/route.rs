@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 use std::time::SystemTime;
 
 use veil_attestation::route::{
-    links_commitment, verify_route, AttestationDoc, LinkedShard, RouteCheckId as R, RouteError, RouteShape, StageShape,
-    DOC_VERSION,
+    links_commitment, verify_route, AttestationDoc, DrafterInfo, LinkedShard, RouteCheckId as R, RouteError,
+    RouteShape, StageShape, DOC_VERSION,
 };
 use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
 use veil_attestation::snp::Product;
@@ -66,6 +66,23 @@ fn doc_with(nonce: &Nonce, peer: &Policy, shape: &RouteShape, shards: Vec<Linked
 }
 
 fn doc_keyed(key: &[u8], nonce: &Nonce, peer: &Policy, shape: &RouteShape, shards: Vec<LinkedShard>) -> AttestationDoc {
+    doc_drafting(key, nonce, peer, shape, shards, Some(ngram()))
+}
+
+/// The prompt-lookup drafter an honest test entry speculates with.
+fn ngram() -> DrafterInfo {
+    DrafterInfo { kind: "ngram".into(), draft_manifest: None, k_max: 6, k: None }
+}
+
+/// [`doc_keyed`] whose entry commits to (and publishes) `drafter`.
+fn doc_drafting(
+    key: &[u8],
+    nonce: &Nonce,
+    peer: &Policy,
+    shape: &RouteShape,
+    shards: Vec<LinkedShard>,
+    drafter: Option<DrafterInfo>,
+) -> AttestationDoc {
     let s0 = shape.stages()[0];
     let claims = Claims {
         hpke_config_hash: Some(KeyHash::of(key)),
@@ -76,6 +93,7 @@ fn doc_keyed(key: &[u8], nonce: &Nonce, peer: &Policy, shape: &RouteShape, shard
         route_shape: Some(shape.digest()),
         route_links: Some(links_commitment(&shards)),
         software_version: "veil-shard test".into(),
+        drafter: drafter.as_ref().map(DrafterInfo::digest),
         ..Claims::default()
     };
     AttestationDoc {
@@ -86,6 +104,7 @@ fn doc_keyed(key: &[u8], nonce: &Nonce, peer: &Policy, shape: &RouteShape, shard
         route: shape.clone(),
         entry: root_a().evidence(&claims).unwrap(),
         shards,
+        drafter,
     }
 }
 
@@ -369,4 +388,44 @@ fn two_genuine_entries_with_different_keys_both_verify_a_stated_limit() {
     let r2 = verify_route(&for_client_2, &client_policy(), &nonce(), SystemTime::now()).unwrap();
     assert_ne!(r1.key_config(), r2.key_config(), "each client learns the key it was given");
     assert_eq!(r1.key_config(), b"key configuration A");
+}
+
+/// Issue 23: the drafter is part of what the route attests. The entry's
+/// nonce-fresh claims commit to the drafter it publishes; a host that edits
+/// or strips the published drafter is refused at `drafter`; a policy can pin
+/// the drafters it accepts (for instance only `none`, to require that no
+/// speculation runs), and a route whose entry commits to another is refused.
+#[test]
+fn the_drafter_is_bound_into_the_route_and_pinnable() {
+    let peer = client_policy();
+    let route = verify_route(&honest(&nonce()), &peer, &nonce(), SystemTime::now()).unwrap();
+    assert_eq!(route.drafter(), Some(&ngram()));
+    assert!(matches!(route.checks().outcome(R::Drafter), Some(Outcome::Passed { .. })));
+    // The host rewrites what the entry published.
+    let mut edited = honest(&nonce());
+    edited.drafter = Some(DrafterInfo { kind: "none".into(), ..ngram() });
+    assert_eq!(rejected_by(&edited, &peer), R::Drafter);
+    let mut stripped = honest(&nonce());
+    stripped.drafter = None;
+    assert_eq!(rejected_by(&stripped, &peer), R::Drafter);
+    // A policy that accepts only "no drafter".
+    let none = DrafterInfo { kind: "none".into(), draft_manifest: None, k_max: 6, k: None };
+    let only_none = Policy { drafters: vec![none.digest()], ..peer.clone() };
+    assert_eq!(rejected_by(&honest(&nonce()), &only_none), R::Drafter);
+    let plain = doc_drafting(KEY_CONFIG, &nonce(), &peer, &shape(), honest_shards(&peer), Some(none.clone()));
+    let route = verify_route(&plain, &only_none, &nonce(), SystemTime::now()).unwrap();
+    assert_eq!(route.drafter().map(|d| d.kind.as_str()), Some("none"));
+    // A pinned draft model: another manifest is another drafter.
+    let model = DrafterInfo { kind: "model".into(), draft_manifest: Some(ManifestRoot([9; 32])), k_max: 6, k: None };
+    let pinned = Policy { drafters: vec![model.digest()], ..peer.clone() };
+    let other = DrafterInfo { draft_manifest: Some(ManifestRoot([8; 32])), ..model.clone() };
+    let doc = doc_drafting(KEY_CONFIG, &nonce(), &peer, &shape(), honest_shards(&peer), Some(other));
+    assert_eq!(rejected_by(&doc, &pinned), R::Drafter);
+    let doc = doc_drafting(KEY_CONFIG, &nonce(), &peer, &shape(), honest_shards(&peer), Some(model));
+    verify_route(&doc, &pinned, &nonce(), SystemTime::now()).unwrap();
+    // An entry that commits to no drafter passes only a policy that pins none.
+    let silent = doc_drafting(KEY_CONFIG, &nonce(), &peer, &shape(), honest_shards(&peer), None);
+    let route = verify_route(&silent, &peer, &nonce(), SystemTime::now()).unwrap();
+    assert!(matches!(route.checks().outcome(R::Drafter), Some(Outcome::Skipped { .. })));
+    assert_eq!(rejected_by(&silent, &only_none), R::Drafter);
 }

@@ -198,6 +198,7 @@ impl Node {
                 Some(Arc::new(m))
             }
         };
+        let drafter = drafter_info(&route.speculation, draft_model.as_deref());
         let e = entry::Entry::start(route, loaded.slice, tokenizer, loaded.trust, draft_model);
         tracing::info!(%addr, generate = %gen_addr, "entry up; internal generate endpoint on loopback");
         if let (Some(sealed), Some(key)) = (sealed_addr, seal_key) {
@@ -211,6 +212,7 @@ impl Node {
                 model_name,
                 loaded.policy,
                 loaded.shape,
+                drafter,
             );
             tracing::info!(%sealed, "gateway: sealed requests and evidence (ciphertext only)");
             tokio::spawn(Arc::new(gw).serve(listener));
@@ -224,6 +226,20 @@ impl Node {
         });
         entry::serve_generate(e, listener).await;
         Ok(())
+    }
+}
+
+/// What the entry commits to about its drafter: the route's default kind,
+/// the draft model's manifest root, and the k settings.
+fn drafter_info(
+    spec: &crate::pipeline::route::Speculation,
+    model: Option<&crate::speculate::model::DraftModel>,
+) -> veil_attestation::route::DrafterInfo {
+    veil_attestation::route::DrafterInfo {
+        kind: spec.drafter.name().to_owned(),
+        draft_manifest: model.map(|m| veil_attestation::ManifestRoot(m.manifest_root())),
+        k_max: u32::try_from(spec.k_max).unwrap_or(u32::MAX),
+        k: spec.k.map(|k| u32::try_from(k).unwrap_or(u32::MAX)),
     }
 }
 

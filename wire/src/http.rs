@@ -33,6 +33,10 @@ pub const EVENT_STREAM_TYPE: &str = "text/event-stream";
 /// the entry `s{stage}r{replica}:{first 8 bytes of the shard's attested TLS
 /// key hash, hex}`, comma-separated.
 pub const ROUTE_FIELD: &str = "veil-route";
+/// Inside the sealed answer: the drafter that ran for this request (`none`
+/// when the session did not speculate, else its name and how many rounds
+/// carried drafts). What it may be is the attested `drafter` of the route.
+pub const DRAFTER_FIELD: &str = "veil-drafter";
 /// Inside the sealed request: when it was sealed (Unix seconds), for the
 /// entry's replay window.
 pub const SENT_AT_FIELD: &str = "veil-sent-at";

@@ -27,7 +27,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 use tokio::sync::mpsc;
-use veil_attestation::route::{links_commitment, AttestationDoc, LinkedShard, RouteShape, DOC_VERSION};
+use veil_attestation::route::{links_commitment, AttestationDoc, DrafterInfo, LinkedShard, RouteShape, DOC_VERSION};
 use veil_attestation::{Attester, Claims, Nonce, Policy};
 
 use super::openai::{self, ApiError, Call, Ids, Kind, Route, Usage};
@@ -36,7 +36,7 @@ use crate::pipeline::entry::{Entry, Failure, GenerateEvent};
 use veil_wire::Blame;
 
 use veil_wire::http::{ATTESTATION_PATH, EVENT_STREAM_TYPE, HEALTH_PATH, JSON_TYPE, METRICS_PATH, SEALED_PATH};
-pub use veil_wire::http::{ROUTE_FIELD, SEALED_REQUEST_TYPE, SEALED_RESPONSE_TYPE};
+pub use veil_wire::http::{DRAFTER_FIELD, ROUTE_FIELD, SEALED_REQUEST_TYPE, SEALED_RESPONSE_TYPE};
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
@@ -49,6 +49,8 @@ pub struct Gateway {
     model_name: String,
     peer_policy: Arc<Policy>,
     shape: RouteShape,
+    /// The drafter this entry speculates with (its digest is in `claims`).
+    drafter: DrafterInfo,
     /// Evidence generations in flight: more get 503, so the attestation
     /// endpoint cannot be used to burn the entry's CPU.
     evidence_permits: Arc<tokio::sync::Semaphore>,
@@ -83,7 +85,9 @@ fn now() -> u64 {
 impl Gateway {
     /// A gateway for `entry`, sealing with `key`; fresh evidence comes from
     /// `attester` over `claims` (the entry's, including the key's hash and
-    /// the digests of `peer_policy` and `shape`, which the document publishes).
+    /// the digests of `peer_policy` and `shape`, which the document
+    /// publishes) and the digest of `drafter`, which it publishes too.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         entry: Arc<Entry>,
         key: SealKey,
@@ -92,9 +96,11 @@ impl Gateway {
         model_name: String,
         peer_policy: Arc<Policy>,
         shape: RouteShape,
+        drafter: DrafterInfo,
     ) -> Self {
         let evidence_permits = Arc::new(tokio::sync::Semaphore::new(MAX_EVIDENCE_IN_FLIGHT));
-        Self { entry, key, attester, claims, model_name, peer_policy, shape, evidence_permits }
+        let claims = Claims { drafter: Some(drafter.digest()), ..claims };
+        Self { entry, key, attester, claims, model_name, peer_policy, shape, drafter, evidence_permits }
     }
 
     /// Serves the gateway until the listener fails.
@@ -170,6 +176,7 @@ impl Gateway {
             route: self.shape.clone(),
             entry: evidence,
             shards,
+            drafter: Some(self.drafter.clone()),
         };
         match serde_json::to_vec(&doc) {
             Ok(body) => full(StatusCode::OK, JSON_TYPE, body),
@@ -289,7 +296,13 @@ impl Gateway {
                             Usage::new(prompt_tokens, g.ids.len()),
                         );
                         let route = routes_used();
-                        sealer.head(200, &[("content-type", JSON_TYPE), (ROUTE_FIELD, route.as_str())]).await?;
+                        let drafter = drafter_ran(&g);
+                        let fields = [
+                            ("content-type", JSON_TYPE),
+                            (ROUTE_FIELD, route.as_str()),
+                            (DRAFTER_FIELD, drafter.as_str()),
+                        ];
+                        sealer.head(200, &fields).await?;
                         sealer.body(&openai::pad_body(body)).await?;
                         return sealer.finish().await;
                     }
@@ -329,7 +342,10 @@ impl Gateway {
                     }
                     sealer.body(&openai::sse_done()).await?;
                     let route = routes_used();
-                    return sealer.finish_with_trailer(&[(ROUTE_FIELD, route.as_str())]).await;
+                    let drafter = drafter_ran(&g);
+                    return sealer
+                        .finish_with_trailer(&[(ROUTE_FIELD, route.as_str()), (DRAFTER_FIELD, drafter.as_str())])
+                        .await;
                 }
                 GenerateEvent::Error(f) => {
                     sealer.body(&openai::sse_error(&server_error(&f))).await?;
@@ -342,6 +358,16 @@ impl Gateway {
             }
         }
         sealer.finish().await
+    }
+}
+
+/// The drafter that ran for a generation, as the sealed answer names it:
+/// `none` when the session did not speculate, else the drafter's name and
+/// how many rounds carried drafts.
+fn drafter_ran(g: &crate::generate::Generation) -> String {
+    match &g.speculation {
+        None => "none".to_owned(),
+        Some(s) => format!("{}; {} of {} rounds drafted", s.drafter, s.spec_rounds, s.rounds),
     }
 }
 

@@ -51,6 +51,11 @@ impl DraftModel {
     pub fn name(&self) -> &str {
         &self.name
     }
+
+    /// The root of its manifest (every tensor and the GGUF metadata it read).
+    pub fn manifest_root(&self) -> [u8; 32] {
+        self.model.slices()[0].manifest().root()
+    }
 }
 
 /// One session's drafting state on a [`DraftModel`].
