@@ -1,0 +1,349 @@
+//! Each frame kind's encoding and decoding ([`Frame::encode`], [`Frame::decode`]).
+
+use half::{bf16, f16};
+use veil_attestation::{LayerRange, ManifestRoot};
+
+use super::wire::{Reader, Writer};
+use super::{
+    ErrorCode, ErrorReport, Forward, Frame, FrameError, Hello, LinkRole, Precision, SamplingSpec, SessionId, Verdict,
+    Want, MAX_DISTRIBUTION, MAX_HISTORY, MAX_MESSAGE, PAD_HISTORY, PAD_ROWS,
+};
+
+const KIND_HELLO: u8 = 1;
+const KIND_FORWARD: u8 = 2;
+const KIND_VERDICT: u8 = 3;
+const KIND_END: u8 = 4;
+const KIND_ERROR: u8 = 5;
+const KIND_PING: u8 = 6;
+const KIND_PONG: u8 = 7;
+
+impl Frame {
+    /// The frame's name, for logs and errors.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Hello(_) => "hello",
+            Self::Forward(_) => "forward",
+            Self::Verdict(_) => "verdict",
+            Self::EndSession(_) => "end-session",
+            Self::Error(_) => "error",
+            Self::Ping(_) => "ping",
+            Self::Pong(_) => "pong",
+        }
+    }
+
+    /// Wire bytes: length prefix, kind, body.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut w = Writer(vec![0, 0, 0, 0]);
+        match self {
+            Self::Hello(h) => {
+                w.u8(KIND_HELLO);
+                w.u16(h.version);
+                w.u8(match h.role {
+                    LinkRole::Data => 1,
+                    LinkRole::Control => 2,
+                });
+                w.u32(h.layers.start());
+                w.u32(h.layers.end());
+                w.0.extend_from_slice(&h.manifest_root.0);
+            }
+            Self::Forward(f) => {
+                w.u8(KIND_FORWARD);
+                w.u64(f.session.0);
+                w.u64(f.seq);
+                w.u32(f.start);
+                match f.truncate_to {
+                    None => w.u8(0),
+                    Some(t) => {
+                        w.u8(1);
+                        w.u32(t);
+                    }
+                }
+                w.u8(match f.want {
+                    Want::Nothing => 0,
+                    Want::Last => 1,
+                    Want::All => 2,
+                });
+                w.len(f.route.len());
+                w.0.extend_from_slice(&f.route);
+                w.len(f.kv_lens.len());
+                f.kv_lens.iter().for_each(|&l| w.u32(l));
+                match &f.sampling {
+                    None => w.u8(0),
+                    Some(s) => {
+                        w.u8(1);
+                        w.f32(s.temperature);
+                        w.u32(s.top_k);
+                        w.f32(s.top_p);
+                        w.f32(s.min_p);
+                        w.f32(s.repetition_penalty);
+                        w.len(s.history.len());
+                        let padded = s.history.len().div_ceil(PAD_HISTORY) * PAD_HISTORY;
+                        w.len(padded);
+                        s.history.iter().for_each(|&t| w.u32(t));
+                        (s.history.len()..padded).for_each(|_| w.u32(0));
+                    }
+                }
+                w.u8(match f.precision {
+                    Precision::F32 => 0,
+                    Precision::F16 => 1,
+                    Precision::Bf16 => 2,
+                });
+                w.u32(f.width);
+                w.len(f.hidden.len());
+                let padded = padded_values(f.hidden.len(), f.width as usize);
+                w.len(padded);
+                let zeros = padded - f.hidden.len();
+                match f.precision {
+                    Precision::F32 => f.hidden.iter().for_each(|&v| w.f32(v)),
+                    Precision::F16 => f.hidden.iter().for_each(|&v| w.u16(f16::from_f32(v).to_bits())),
+                    Precision::Bf16 => f.hidden.iter().for_each(|&v| w.u16(bf16::from_f32(v).to_bits())),
+                }
+                w.0.resize(w.0.len() + zeros * f.precision.bytes(), 0);
+            }
+            Self::Verdict(v) => {
+                w.u8(KIND_VERDICT);
+                w.u64(v.session.0);
+                w.u64(v.seq);
+                w.len(v.positions.len());
+                for dist in &v.positions {
+                    w.len(dist.len());
+                    for &(t, p) in dist {
+                        w.u32(t);
+                        w.f32(p);
+                    }
+                }
+                w.len(v.kv_lens.len());
+                v.kv_lens.iter().for_each(|&l| w.u32(l));
+            }
+            Self::EndSession(s) => {
+                w.u8(KIND_END);
+                w.u64(s.0);
+            }
+            Self::Error(e) => {
+                w.u8(KIND_ERROR);
+                match e.session {
+                    None => w.u8(0),
+                    Some(s) => {
+                        w.u8(1);
+                        w.u64(s.0);
+                    }
+                }
+                w.u64(e.seq);
+                w.u8(match e.code {
+                    ErrorCode::KvFull => 1,
+                    ErrorCode::Invalid => 2,
+                    ErrorCode::Unavailable => 3,
+                    ErrorCode::Internal => 4,
+                });
+                let msg = truncate_utf8(&e.message, MAX_MESSAGE);
+                w.len(msg.len());
+                w.0.extend_from_slice(msg.as_bytes());
+            }
+            Self::Ping(n) => {
+                w.u8(KIND_PING);
+                w.u64(*n);
+            }
+            Self::Pong(n) => {
+                w.u8(KIND_PONG);
+                w.u64(*n);
+            }
+        }
+        let len = (w.0.len() - 4) as u32;
+        w.0[..4].copy_from_slice(&len.to_be_bytes());
+        w.0
+    }
+
+    /// Decodes one frame's kind and body (without the length prefix).
+    pub fn decode(kind: u8, body: &[u8]) -> Result<Self, FrameError> {
+        let name = match kind {
+            KIND_HELLO => "hello",
+            KIND_FORWARD => "forward",
+            KIND_VERDICT => "verdict",
+            KIND_END => "end-session",
+            KIND_ERROR => "error",
+            KIND_PING => "ping",
+            KIND_PONG => "pong",
+            other => return Err(FrameError::UnknownKind(other)),
+        };
+        let mut r = Reader { buf: body, frame: name };
+        let frame = match kind {
+            KIND_HELLO => {
+                let version = r.u16()?;
+                let role = match r.u8()? {
+                    1 => LinkRole::Data,
+                    2 => LinkRole::Control,
+                    other => return Err(r.bad(format!("link role {other}"))),
+                };
+                let (start, end) = (r.u32()?, r.u32()?);
+                let layers = LayerRange::new(start, end).map_err(|_| r.bad("empty layer range"))?;
+                let mut manifest_root = ManifestRoot([0u8; 32]);
+                manifest_root.0.copy_from_slice(r.take(32)?);
+                Self::Hello(Hello { version, role, layers, manifest_root })
+            }
+            KIND_FORWARD => decode_forward(&mut r)?,
+            KIND_VERDICT => {
+                let session = SessionId(r.u64()?);
+                let seq = r.u64()?;
+                let n = r.count(4, 1 << 16, "positions")?;
+                let mut positions = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let k = r.count(8, MAX_DISTRIBUTION, "distribution")?;
+                    if k == 0 {
+                        return Err(r.bad("empty distribution"));
+                    }
+                    let mut dist = Vec::with_capacity(k);
+                    let mut total = 0f64;
+                    for _ in 0..k {
+                        let (t, p) = (r.u32()?, r.f32()?);
+                        if !(p.is_finite() && (0.0..=1.0).contains(&p)) {
+                            return Err(r.bad("probability outside [0, 1]"));
+                        }
+                        total += f64::from(p);
+                        dist.push((t, p));
+                    }
+                    if (total - 1.0).abs() > 1e-3 {
+                        return Err(r.bad(format!("probabilities sum to {total}")));
+                    }
+                    positions.push(dist);
+                }
+                let n = r.count(4, 256, "KV lengths")?;
+                let kv_lens = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
+                Self::Verdict(Verdict { session, seq, positions, kv_lens })
+            }
+            KIND_END => Self::EndSession(SessionId(r.u64()?)),
+            KIND_ERROR => {
+                let session = match r.u8()? {
+                    0 => None,
+                    1 => Some(SessionId(r.u64()?)),
+                    other => return Err(r.bad(format!("session flag {other}"))),
+                };
+                let seq = r.u64()?;
+                let code = match r.u8()? {
+                    1 => ErrorCode::KvFull,
+                    2 => ErrorCode::Invalid,
+                    3 => ErrorCode::Unavailable,
+                    4 => ErrorCode::Internal,
+                    other => return Err(r.bad(format!("error code {other}"))),
+                };
+                let n = r.count(1, MAX_MESSAGE, "message")?;
+                let message = std::str::from_utf8(r.take(n)?).map_err(|_| r.bad("message is not UTF-8"))?.to_owned();
+                Self::Error(ErrorReport { session, seq, code, message })
+            }
+            KIND_PING => Self::Ping(r.u64()?),
+            _ => Self::Pong(r.u64()?),
+        };
+        r.done()?;
+        Ok(frame)
+    }
+}
+
+fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
+    let session = SessionId(r.u64()?);
+    let seq = r.u64()?;
+    let start = r.u32()?;
+    let truncate_to = match r.u8()? {
+        0 => None,
+        1 => Some(r.u32()?),
+        other => return Err(r.bad(format!("truncate flag {other}"))),
+    };
+    let want = match r.u8()? {
+        0 => Want::Nothing,
+        1 => Want::Last,
+        2 => Want::All,
+        other => return Err(r.bad(format!("want {other}"))),
+    };
+    let n = r.count(1, 255, "route")?;
+    let route = r.take(n)?.to_vec();
+    let n = r.count(4, 256, "KV lengths")?;
+    let kv_lens = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
+    let sampling = match r.u8()? {
+        0 => None,
+        1 => {
+            let temperature = r.f32()?;
+            let top_k = r.u32()?;
+            let top_p = r.f32()?;
+            let min_p = r.f32()?;
+            let repetition_penalty = r.f32()?;
+            let n = r.u32()? as usize;
+            let padded = r.count(4, MAX_HISTORY + PAD_HISTORY, "history")?;
+            if n > MAX_HISTORY || padded != n.div_ceil(PAD_HISTORY) * PAD_HISTORY {
+                return Err(r.bad(format!("history of {n} entries padded to {padded}")));
+            }
+            let history = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
+            if r.take((padded - n) * 4)?.iter().any(|b| *b != 0) {
+                return Err(r.bad("non-zero history padding"));
+            }
+            Some(SamplingSpec { temperature, top_k, top_p, min_p, repetition_penalty, history })
+        }
+        other => return Err(r.bad(format!("sampling flag {other}"))),
+    };
+    if want != Want::Nothing && sampling.is_none() {
+        return Err(r.bad("a verdict is wanted but no sampling transform given"));
+    }
+    let precision = match r.u8()? {
+        0 => Precision::F32,
+        1 => Precision::F16,
+        2 => Precision::Bf16,
+        other => return Err(r.bad(format!("precision {other}"))),
+    };
+    let width = r.u32()? as usize;
+    let count = r.u32()? as usize;
+    let padded = r.count(precision.bytes(), usize::MAX, "hidden states")?;
+    if width == 0 || count == 0 || !count.is_multiple_of(width) {
+        return Err(r.bad(format!("{count} values are not whole positions of width {width}")));
+    }
+    if padded != padded_values(count, width) {
+        return Err(r.bad(format!("{count} values padded to {padded}, not to whole {PAD_ROWS}-row buckets")));
+    }
+    let raw = r.take(count * precision.bytes())?;
+    if r.take((padded - count) * precision.bytes())?.iter().any(|b| *b != 0) {
+        return Err(r.bad("non-zero padding rows"));
+    }
+    let hidden: Vec<f32> = match precision {
+        Precision::F32 => raw.chunks_exact(4).map(|b| f32::from_be_bytes([b[0], b[1], b[2], b[3]])).collect(),
+        Precision::F16 => {
+            raw.chunks_exact(2).map(|b| f16::from_bits(u16::from_be_bytes([b[0], b[1]])).to_f32()).collect()
+        }
+        Precision::Bf16 => {
+            raw.chunks_exact(2).map(|b| bf16::from_bits(u16::from_be_bytes([b[0], b[1]])).to_f32()).collect()
+        }
+    };
+    if hidden.iter().any(|v| !v.is_finite()) {
+        return Err(r.bad("non-finite hidden state"));
+    }
+    Ok(Frame::Forward(Forward {
+        session,
+        seq,
+        start,
+        truncate_to,
+        want,
+        route,
+        kv_lens,
+        sampling,
+        precision,
+        width: width as u32,
+        hidden,
+    }))
+}
+
+/// Values on the wire for `count` values of rows of `width`: one row as is,
+/// more rows rounded up to a multiple of [`PAD_ROWS`].
+fn padded_values(count: usize, width: usize) -> usize {
+    let rows = count / width.max(1);
+    if rows <= 1 {
+        count
+    } else {
+        rows.div_ceil(PAD_ROWS) * PAD_ROWS * width
+    }
+}
+
+fn truncate_utf8(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
