@@ -3,7 +3,8 @@
 use std::fmt;
 
 use crate::check::{CheckId, CheckReport};
-use crate::gpu::{GpuAppraisal, GpuError};
+use crate::gpu::error::GpuError;
+use crate::gpu::report::GpuAppraisal;
 
 /// Errors of `veil-attestation`.
 #[derive(Debug, thiserror::Error)]

@@ -8,11 +8,11 @@
 //! [`LinkFailure`], …) stay what their modules return; this one wraps them
 //! with the blame they carry at a node's level.
 
-use crate::gateway::seal::GatewaySealError;
+use crate::gateway::seal_error::GatewaySealError;
 use crate::link::LinkFailure;
 use crate::model::ModelError;
-use crate::pipeline::net::DialError;
-use crate::pipeline::route::RouteError;
+use crate::pipeline::net_error::DialError;
+use crate::pipeline::route_error::RouteError;
 
 /// Why a node did not start, or stopped.
 #[derive(Debug, thiserror::Error)]

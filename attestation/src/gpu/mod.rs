@@ -19,12 +19,12 @@
 //! host cannot swap in another GPU's evidence).
 
 pub mod chain;
-mod error;
+pub(crate) mod error;
 pub mod evidence;
 #[cfg(feature = "hw")]
 pub mod hw;
 pub mod ocsp;
-mod report;
+pub(crate) mod report;
 pub mod rim;
 pub mod simulated;
 pub mod spdm;

@@ -6,7 +6,7 @@ use std::ops::{Deref, DerefMut};
 
 use serde::Serialize;
 
-use super::GpuError;
+use super::error::GpuError;
 use crate::check::{CheckRow, CheckTable, GpuCheckId};
 
 /// One row of a GPU table.

@@ -7,4 +7,5 @@
 
 pub mod openai;
 pub mod seal;
+pub(crate) mod seal_error;
 pub mod server;

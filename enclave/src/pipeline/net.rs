@@ -14,7 +14,7 @@ use veil_attestation::{EvidenceBundle, ExpectedClaims, LayerRange, Policy, Polic
 use super::route::Stage;
 use crate::link::frame::{Frame, Hello, LinkRole, DEFAULT_MAX_FRAME, PROTOCOL_VERSION};
 use crate::link::state::{PeerRequirement, Side};
-use crate::link::{open, LinkFailure, LinkReader};
+use crate::link::{open, LinkReader};
 
 /// How long dialling a peer (TCP and attested handshake) may take.
 pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -22,49 +22,7 @@ pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Reader half of an attested link.
 pub type Reader<S> = LinkReader<tokio::io::ReadHalf<S>>;
 
-/// Why a peer could not be linked.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum DialError {
-    /// TCP failed.
-    #[error("cannot reach {addr}: {source}")]
-    Connect {
-        /// Where.
-        addr: SocketAddr,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Attestation or the TLS handshake failed (names the failed check).
-    #[error("attestation of {addr} failed: {source}")]
-    Attestation {
-        /// Where.
-        addr: SocketAddr,
-        /// Why.
-        source: veil_attestation::Error,
-    },
-    /// The peer's evidence or hello does not match the route.
-    #[error("{addr}: {reason}")]
-    WrongPeer {
-        /// Where.
-        addr: SocketAddr,
-        /// What differs.
-        reason: String,
-    },
-    /// The link protocol failed while opening.
-    #[error("link to {addr}: {source}")]
-    Link {
-        /// Where.
-        addr: SocketAddr,
-        /// Why.
-        source: LinkFailure,
-    },
-    /// Took too long.
-    #[error("{addr} timed out")]
-    Timeout {
-        /// Where.
-        addr: SocketAddr,
-    },
-}
+pub use super::net_error::DialError;
 
 /// This shard's attested identity and the cluster policy.
 #[derive(Debug)]

@@ -42,30 +42,7 @@ use veil_wire::route::{default_k_max, EntryFile, RouteFile, SpeculationFile, Sta
 
 use crate::link::frame::Precision;
 
-/// Why a route file is unusable.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum RouteError {
-    /// The file could not be read.
-    #[error("cannot read route {path}: {source}")]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// Not valid TOML for a route.
-    #[error("route {path}: {message}")]
-    Parse {
-        /// The file.
-        path: PathBuf,
-        /// The parser's message.
-        message: String,
-    },
-    /// Parsed, but inconsistent.
-    #[error("route: {0}")]
-    Invalid(String),
-}
+pub use super::route_error::RouteError;
 
 /// Which drafter the entry uses when a request does not choose (the route
 /// never names `script`).
