@@ -204,6 +204,11 @@ pub struct AttestationDoc {
     /// What the entry speculates with; its digest is in the entry's claims.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drafter: Option<DrafterInfo>,
+    /// When the entry answered several verifiers with one evidence: this
+    /// verifier's nonce's inclusion path to the root the evidence claims as
+    /// its nonce ([`crate::nonce_batch`]). Absent: the claims carry the nonce.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nonce_path: Option<crate::nonce_batch::NoncePath>,
 }
 
 /// Domain separator of [`DrafterInfo::digest`].
@@ -612,6 +617,10 @@ pub fn verify_route(
     let shape = &doc.route;
     let stages = shape.stages();
 
+    // Every route check runs; a failed one does not stop the table (the
+    // verdict names the first). Evidence that fails the policy stops it
+    // (its own table says why) unless a route check failed before.
+
     // 1. Shape (contiguity is enforced when parsing; the layer count may be pinned).
     t.record(
         RouteCheckId::RouteShape,
@@ -647,22 +656,50 @@ pub fn verify_route(
             }
         },
     );
-    if t.first_failure().is_some() {
-        return Err(reject(t));
-    }
 
-    // 3. The entry, fresh and bound to the key this client will seal to.
+    // 3. The entry, fresh and bound to the key this client will seal to:
+    // its claims carry our nonce, or the root of a batch of nonces ours is
+    // proven to be in.
     let entry_stage = stages[0];
+    let claimed_nonce = match &doc.nonce_path {
+        None => nonce.clone(),
+        Some(p) => match p.claimed_nonce(nonce) {
+            Ok(root) => root,
+            Err(why) => {
+                t.record(RouteCheckId::EntryEvidence, failed("a well-formed inclusion path for your nonce", why));
+                return Err(reject(t));
+            }
+        },
+    };
     let entry_expected = ExpectedClaims {
-        nonce: Some(nonce.clone()),
+        nonce: Some(claimed_nonce),
         hpke_config_hash: Some(KeyHash::of(&doc.key_config)),
         layer_range: Some(entry_stage.layers),
         manifest_root: Some(entry_stage.manifest_root),
         ..ExpectedClaims::default()
     };
-    let entry = verify(&doc.entry, policy, &entry_expected, now)
-        .map_err(|source| RouteError::Evidence { who: "the entry".into(), source })?;
-    t.record(RouteCheckId::EntryEvidence, pass("fresh (nonce), bound to the sealing key and to stage 0"));
+    let entry = match verify(&doc.entry, policy, &entry_expected, now) {
+        Ok(e) => e,
+        Err(source) if t.first_failure().is_some() => {
+            t.record(
+                RouteCheckId::EntryEvidence,
+                failed("the entry's evidence passes your policy", source.to_string()),
+            );
+            return Err(reject(t));
+        }
+        Err(source) => return Err(RouteError::Evidence { who: "the entry".into(), source }),
+    };
+    t.record(
+        RouteCheckId::EntryEvidence,
+        pass(match &doc.nonce_path {
+            None => "fresh (nonce), bound to the sealing key and to stage 0".to_owned(),
+            Some(p) => format!(
+                "fresh (your nonce, leaf {} of a batch of {} the evidence's claimed nonce is the root of), bound to \
+                 the sealing key and to stage 0",
+                p.index, p.size
+            ),
+        }),
+    );
     if entry.is_simulated() {
         t.table.mark_row_simulated(RouteCheckId::EntryEvidence);
     }
@@ -699,9 +736,6 @@ pub fn verify_route(
             )
         },
     );
-    if t.first_failure().is_some() {
-        return Err(reject(t));
-    }
 
     // 7. The peer policy: at least as strict as ours, or pinned.
     t.gaps = policy.gaps_in(&doc.peer_policy);
@@ -724,9 +758,6 @@ pub fn verify_route(
             ),
         },
     );
-    if t.first_failure().is_some() {
-        return Err(reject(t));
-    }
 
     // 8. Every listed shard, pinned to its stage, the shape and the peer policy.
     let mut shards: Vec<VerifiedShard> = Vec::with_capacity(doc.shards.len());
@@ -753,10 +784,21 @@ pub fn verify_route(
             route_shape: Some(shape_digest),
             ..ExpectedClaims::default()
         };
-        let mut evidence = verify(&s.evidence, policy, &expected, now).map_err(|source| RouteError::Evidence {
-            who: format!("the shard for layers {} (stage {} replica {})", want.layers, s.stage, s.replica),
-            source,
-        })?;
+        let who = format!("the shard for layers {} (stage {} replica {})", want.layers, s.stage, s.replica);
+        let mut evidence = match verify(&s.evidence, policy, &expected, now) {
+            Ok(e) => e,
+            // With a route check already failed, the table goes on to the
+            // end and names that first failure; a shard's own table is the
+            // answer only when everything before it passed.
+            Err(source) if t.first_failure().is_some() => {
+                t.record(
+                    RouteCheckId::ShardEvidence,
+                    failed("every listed shard passes your policy", format!("{who}: {source}")),
+                );
+                return Err(reject(t));
+            }
+            Err(source) => return Err(RouteError::Evidence { who, source }),
+        };
         evidence.vouch_freshness(format!(
             "live link: the entry's nonce-bound route_links commit to this evidence (stage {} replica {})",
             s.stage, s.replica

@@ -105,6 +105,7 @@ fn doc_drafting(
         entry: root_a().evidence(&claims).unwrap(),
         shards,
         drafter,
+        nonce_path: None,
     }
 }
 
@@ -428,4 +429,75 @@ fn the_drafter_is_bound_into_the_route_and_pinnable() {
     let route = verify_route(&silent, &peer, &nonce(), SystemTime::now()).unwrap();
     assert!(matches!(route.checks().outcome(R::Drafter), Some(Outcome::Skipped { .. })));
     assert_eq!(rejected_by(&silent, &only_none), R::Drafter);
+}
+
+/// Issue 23: every route check is evaluated; the verdict names the first
+/// failure and counts the others, and each failed row stays in the table.
+#[test]
+fn every_route_check_runs_and_the_verdict_names_the_first_failure() {
+    let mut doc = honest(&nonce());
+    doc.drafter = None; // fails `drafter`
+    doc.shards.pop(); // fails `route_links` and `coverage`
+    match verify_route(&doc, &client_policy(), &nonce(), SystemTime::now()) {
+        Err(RouteError::Rejected(r)) => {
+            assert_eq!(r.check, R::RouteLinks);
+            let failures = r.report.table.failures();
+            assert_eq!(failures, vec![R::RouteLinks, R::Coverage, R::Drafter], "{}", r.report);
+            let text = r.report.to_string();
+            assert!(text.contains("REJECTED (first failed check: route_links, 3 failed in all)"), "{text}");
+        }
+        other => panic!("expected a rejection, got {:?}", other.map(|_| ())),
+    }
+}
+
+/// Issue 23, attestation at scale: one evidence answers a batch of
+/// verifiers. Its claimed nonce is the Merkle root of their nonces; each gets
+/// its inclusion path. A path for our nonce verifies; our nonce with another
+/// verifier's path, or an evidence for a batch we were not in, fails
+/// `freshness`; a malformed path is refused at `entry_evidence`.
+#[test]
+fn one_evidence_answers_a_batch_of_nonces_by_inclusion_path() {
+    use veil_attestation::nonce_batch::{leaf, root, NoncePath};
+    let peer = client_policy();
+    let batch: Vec<Nonce> = (0..5u8).map(|i| Nonce::new(vec![i; 32]).unwrap()).collect();
+    let mut all = batch.clone();
+    all[3] = nonce();
+    let leaves: Vec<[u8; 32]> = all.iter().map(leaf).collect();
+    let batch_root = Nonce::new(root(&leaves).to_vec()).unwrap();
+    let mut doc = doc_with(&batch_root, &peer, &shape(), honest_shards(&peer));
+    doc.nonce_path = Some(NoncePath::of(3, &leaves));
+    let route = verify_route(&doc, &peer, &nonce(), SystemTime::now()).unwrap();
+    match route.checks().outcome(R::EntryEvidence) {
+        Some(Outcome::Passed { detail }) => assert!(detail.contains("leaf 3 of a batch of 5"), "{detail}"),
+        other => panic!("{other:?}"),
+    }
+    // Another verifier's path: not our nonce's.
+    let mut theirs = doc.clone();
+    theirs.nonce_path = Some(NoncePath::of(1, &leaves));
+    match verify_route(&theirs, &peer, &nonce(), SystemTime::now()) {
+        Err(RouteError::Evidence { source, .. }) => assert_eq!(source.check(), Some(CheckId::Freshness), "{source}"),
+        other => panic!("another verifier's path was accepted: {:?}", other.map(|_| ())),
+    }
+    // A batch we were not in, with a path the host made up for us.
+    let mut without = batch.clone();
+    without[3] = Nonce::new(vec![0xEE; 32]).unwrap();
+    let other_leaves: Vec<[u8; 32]> = without.iter().map(leaf).collect();
+    let other_root = Nonce::new(root(&other_leaves).to_vec()).unwrap();
+    let mut stale = doc_with(&other_root, &peer, &shape(), honest_shards(&peer));
+    stale.nonce_path = Some(NoncePath::of(3, &leaves));
+    match verify_route(&stale, &peer, &nonce(), SystemTime::now()) {
+        Err(RouteError::Evidence { source, .. }) => assert_eq!(source.check(), Some(CheckId::Freshness), "{source}"),
+        other => panic!("evidence for another batch was accepted: {:?}", other.map(|_| ())),
+    }
+    // Malformed: an index outside the batch.
+    let mut bad = doc.clone();
+    bad.nonce_path = Some(NoncePath { index: 9, ..NoncePath::of(3, &leaves) });
+    assert_eq!(rejected_by(&bad, &peer), R::EntryEvidence);
+    // Stripping the path: the claims carry the root, not our nonce.
+    let mut stripped = doc;
+    stripped.nonce_path = None;
+    assert!(matches!(
+        verify_route(&stripped, &peer, &nonce(), SystemTime::now()),
+        Err(RouteError::Evidence { source, .. }) if source.check() == Some(CheckId::Freshness)
+    ));
 }

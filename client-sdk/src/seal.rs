@@ -12,7 +12,7 @@
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use veil_wire::http::ROUTE_FIELD;
+use veil_wire::http::{DRAFTER_FIELD, ROUTE_FIELD};
 
 use bhttp::stream::AsyncReadMessage;
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -213,6 +213,13 @@ impl OpenedResponse {
     /// end), authenticated by the seal. See the gateway for its format.
     pub fn route_used(&self) -> Option<&str> {
         self.fields.iter().chain(&self.trailer).find(|(n, _)| n == ROUTE_FIELD).map(|(_, v)| v.as_str())
+    }
+
+    /// The drafter the entry reports ran for this generation (`veil-drafter`:
+    /// `none`, or its name and how many rounds carried drafts), authenticated
+    /// by the seal; what it may be is the route's attested drafter.
+    pub fn drafter_used(&self) -> Option<&str> {
+        self.fields.iter().chain(&self.trailer).find(|(n, _)| n == DRAFTER_FIELD).map(|(_, v)| v.as_str())
     }
 
     /// The whole remaining body.

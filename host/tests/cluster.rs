@@ -312,6 +312,26 @@ fn policy_init_pins_what_it_saw(host: &std::path::Path, dir: &std::path::Path, p
     }
     assert!(table.contains("pinned in your policy") && table.contains("layer count pinned"), "{table}");
     assert_eq!(table.matches("live link").count(), 1, "shard freshness not established:\n{table}");
+    // Issue 23: a reviewer sees what was simulated — in the verdict line and
+    // row by row — and scripts get the whole table as JSON.
+    let last = table.lines().last().unwrap_or_default();
+    assert!(last.starts_with("ACCEPTED (SIMULATED: 2 of 2 shard process(es)"), "{last}");
+    assert!(table.lines().any(|l| l.contains("measurement") && l.contains("PASS(SIM)")), "{table}");
+    let json = Command::new(&veil).args(["verify", &url, "--json", "--policy"]).arg(&pinned).output().unwrap();
+    assert!(json.status.success(), "{}", String::from_utf8_lossy(&json.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!((v["accepted"].as_bool(), v["simulated"].as_bool()), (Some(true), Some(true)), "{v}");
+    assert!(v["verdict"].as_str().unwrap_or_default().contains("SIMULATED"), "{v}");
+    let shards = v["shards"].as_array().unwrap();
+    assert_eq!(shards.len(), 2, "{v}");
+    for s in shards {
+        assert_eq!(s["simulated"], true, "{s}");
+        let rows = s["checks"]["results"].as_array().unwrap();
+        assert_eq!(rows.len(), 20, "every SNP check is in the JSON: {s}");
+        assert!(rows.iter().any(|r| r["check"] == "measurement" && r["simulated"] == true), "{s}");
+    }
+    assert_eq!(v["route_checks"]["results"].as_array().map(Vec::len), Some(10), "{v}");
+    assert_eq!(v["drafter"]["digest"].as_str().map(str::len), Some(64), "{v}");
     // Without the pin, the cluster's development policy is weaker than the
     // pinned one (no TCB minimums): refused, the gaps listed line by line.
     let unpinned = dir.join("unpinned.toml");

@@ -33,6 +33,14 @@ pub fn run(args: &MeasureArgs) -> Exit {
         }
     };
     println!("{m}");
+    if args.kernel.is_none() {
+        // A reviewer must not read this as "the guest's code is pinned".
+        eprintln!(
+            "veil measure: NOTE: this measurement covers the firmware alone (no --kernel): it says nothing about \
+             the kernel, initrd or command line the firmware boots, which a host can choose freely. Pin a measured \
+             direct boot (--kernel, --initrd, --append) for a guest whose code the measurement fixes."
+        );
+    }
     if let Some(policy) = &args.add_to {
         return policy_edit::edit(policy, "measure", |p| {
             if !p.measurements.contains(&m) {

@@ -123,6 +123,13 @@ pub fn run(args: &PolicyCheckArgs) -> Exit {
     for (setting, value, meaning) in &lines {
         println!("  {setting:<22} {value:<24} {meaning}");
     }
+    if !p.measurements.is_empty() {
+        println!(
+            "NOTE: a measurement fixes the guest's code only when it covers a measured direct boot (`veil measure \
+             --kernel --initrd --append`); one of the firmware alone says nothing about what the firmware boots. \
+             A digest does not show which it is: reproduce each with `veil measure`."
+        );
+    }
     let weak = p.weaknesses();
     for (setting, why) in &weak {
         println!("WARNING: {setting}: {why}");

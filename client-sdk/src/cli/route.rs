@@ -95,6 +95,13 @@ fn verify_json(args: &RouteVerifyArgs) -> Exit {
                 "model": route.model(),
                 "peer_policy": route.peer_policy_digest().to_string(),
                 "route_shape": route.shape().digest().to_string(),
+                "drafter": route.drafter().map(|d| serde_json::json!({
+                    "kind": d.kind,
+                    "draft_manifest": d.draft_manifest.map(|m| m.to_string()),
+                    "k_max": d.k_max,
+                    "k": d.k,
+                    "digest": d.digest().to_string(),
+                })),
                 "route_checks": route.checks().table,
                 "policy_gaps": route.checks().gaps.iter().map(ToString::to_string).collect::<Vec<_>>(),
                 "shards": shards,

@@ -4,9 +4,12 @@
 //! - `GET /v1/attestation[?nonce=HEX]`: the attestation document
 //!   ([`AttestationDoc`]): the sealing key configuration, the peer policy
 //!   every shard enforces on its links, the route's shape, the entry's
-//!   evidence (freshly bound to the nonce when one is given; its claims carry
-//!   the key configuration's hash, the peer policy's and the shape's digests
-//!   and a commitment to the listed shards) and the evidence of every shard
+//!   evidence (freshly bound to the nonce when one is given: the nonces that
+//!   arrive while one evidence is being built are batched, the claims carry
+//!   their Merkle root and each document the inclusion path of its nonce,
+//!   `veil_attestation::nonce_batch`; the claims also carry the key
+//!   configuration's hash, the peer policy's, the shape's and the drafter's
+//!   digests and a commitment to the listed shards) and the evidence of every shard
 //!   the entry has verified and holds a live link to, which each client
 //!   verifies again against its own policy
 //!   (`veil_attestation::route::verify_route`).
@@ -51,13 +54,33 @@ pub struct Gateway {
     shape: RouteShape,
     /// The drafter this entry speculates with (its digest is in `claims`).
     drafter: DrafterInfo,
-    /// Evidence generations in flight: more get 503, so the attestation
-    /// endpoint cannot be used to burn the entry's CPU.
+    /// Evidence generations in flight for requests without a nonce: more
+    /// get 503, so the attestation endpoint cannot be used to burn the
+    /// entry's CPU.
     evidence_permits: Arc<tokio::sync::Semaphore>,
+    /// Nonce-bound requests waiting for the next batch's evidence.
+    batch_tx: mpsc::Sender<Waiting>,
+    batch_rx: std::sync::Mutex<Option<mpsc::Receiver<Waiting>>>,
 }
 
-/// Attestation documents generated at once; more are refused with 503.
+/// A verifier waiting for evidence over its nonce.
+struct Waiting {
+    nonce: Nonce,
+    reply: tokio::sync::oneshot::Sender<Result<Batched, String>>,
+}
+
+/// What one batch's evidence gives each of its verifiers.
+struct Batched {
+    evidence: veil_attestation::EvidenceBundle,
+    shards: Vec<LinkedShard>,
+    path: veil_attestation::nonce_batch::NoncePath,
+}
+
+/// Attestation documents without a nonce generated at once; more are
+/// refused with 503.
 pub const MAX_EVIDENCE_IN_FLIGHT: usize = 4;
+/// Nonce-bound attestation requests waiting for a batch; more get 503.
+pub const MAX_ATTESTATION_QUEUE: usize = 4096;
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -100,11 +123,83 @@ impl Gateway {
     ) -> Self {
         let evidence_permits = Arc::new(tokio::sync::Semaphore::new(MAX_EVIDENCE_IN_FLIGHT));
         let claims = Claims { drafter: Some(drafter.digest()), ..claims };
-        Self { entry, key, attester, claims, model_name, peer_policy, shape, drafter, evidence_permits }
+        let (batch_tx, batch_rx) = mpsc::channel(MAX_ATTESTATION_QUEUE);
+        Self {
+            entry,
+            key,
+            attester,
+            claims,
+            model_name,
+            peer_policy,
+            shape,
+            drafter,
+            evidence_permits,
+            batch_tx,
+            batch_rx: std::sync::Mutex::new(Some(batch_rx)),
+        }
+    }
+
+    /// Builds evidence for waiting verifiers, a batch at a time: every nonce
+    /// waiting when a build starts goes into it (up to
+    /// [`veil_attestation::nonce_batch::MAX_BATCH`]), so a lone verifier
+    /// waits for no one and a crowd costs one evidence per build, not one
+    /// per nonce.
+    async fn batch_evidence(self: Arc<Self>, mut waiting: mpsc::Receiver<Waiting>) {
+        use veil_attestation::nonce_batch::{batch as tree, leaf, MAX_BATCH};
+        while let Some(first) = waiting.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match waiting.try_recv() {
+                    Ok(w) => batch.push(w),
+                    Err(_) => break,
+                }
+            }
+            // A verifier that left is not worth a leaf.
+            batch.retain(|w| !w.reply.is_closed());
+            if batch.is_empty() {
+                continue;
+            }
+            let leaves: Vec<[u8; 32]> = batch.iter().map(|w| leaf(&w.nonce)).collect();
+            let (root, paths) = tree(&leaves);
+            let built = match Nonce::new(root.to_vec()) {
+                Ok(claimed) => self.build_evidence(Some(claimed)).await,
+                Err(e) => Err(e),
+            };
+            for (w, path) in batch.into_iter().zip(paths) {
+                let answer = built.clone().map(|(evidence, shards)| Batched { evidence, shards, path });
+                let _ = w.reply.send(answer);
+            }
+        }
+    }
+
+    /// Fresh evidence over `nonce` committing to the shards linked now.
+    async fn build_evidence(
+        &self,
+        nonce: Option<Nonce>,
+    ) -> Result<(veil_attestation::EvidenceBundle, Vec<LinkedShard>), String> {
+        // The shards listed are exactly those this fresh evidence commits to.
+        let shards: Vec<LinkedShard> = self
+            .entry
+            .verified_shards()
+            .await
+            .into_iter()
+            .map(|s| LinkedShard { stage: s.stage as u32, replica: s.replica as u32, evidence: s.bundle })
+            .collect();
+        let claims = Claims { nonce, route_links: Some(links_commitment(&shards)), ..self.claims.clone() };
+        let attester = self.attester.clone();
+        match tokio::task::spawn_blocking(move || attester.evidence(&claims)).await {
+            Ok(Ok(b)) => Ok((b, shards)),
+            Ok(Err(e)) => Err(format!("evidence: {e}")),
+            Err(_) => Err("evidence task failed".into()),
+        }
     }
 
     /// Serves the gateway until the listener fails.
     pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener) {
+        let waiting = self.batch_rx.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(waiting) = waiting {
+            tokio::spawn(self.clone().batch_evidence(waiting));
+        }
         loop {
             let (tcp, _) = crate::pipeline::net::accept(&listener).await;
             let gw = self.clone();
@@ -150,23 +245,27 @@ impl Gateway {
             Ok(n) => n,
             Err(e) => return plain_error(StatusCode::BAD_REQUEST, &format!("bad nonce: {e}")),
         };
-        let Ok(_permit) = self.evidence_permits.clone().try_acquire_owned() else {
-            return plain_error(StatusCode::SERVICE_UNAVAILABLE, "attestation busy; retry shortly");
-        };
-        // The shards listed are exactly those this fresh evidence commits to.
-        let shards: Vec<LinkedShard> = self
-            .entry
-            .verified_shards()
-            .await
-            .into_iter()
-            .map(|s| LinkedShard { stage: s.stage as u32, replica: s.replica as u32, evidence: s.bundle })
-            .collect();
-        let claims = Claims { nonce, route_links: Some(links_commitment(&shards)), ..self.claims.clone() };
-        let attester = self.attester.clone();
-        let evidence = match tokio::task::spawn_blocking(move || attester.evidence(&claims)).await {
-            Ok(Ok(b)) => b,
-            Ok(Err(e)) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, &format!("evidence: {e}")),
-            Err(_) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "evidence task failed"),
+        let (evidence, shards, nonce_path) = match nonce {
+            Some(nonce) => {
+                let (reply, answer) = tokio::sync::oneshot::channel();
+                if self.batch_tx.try_send(Waiting { nonce, reply }).is_err() {
+                    return plain_error(StatusCode::SERVICE_UNAVAILABLE, "attestation busy; retry shortly");
+                }
+                match answer.await {
+                    Ok(Ok(b)) => (b.evidence, b.shards, Some(b.path)),
+                    Ok(Err(e)) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, &e),
+                    Err(_) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "evidence batch failed"),
+                }
+            }
+            None => {
+                let Ok(_permit) = self.evidence_permits.clone().try_acquire_owned() else {
+                    return plain_error(StatusCode::SERVICE_UNAVAILABLE, "attestation busy; retry shortly");
+                };
+                match self.build_evidence(None).await {
+                    Ok((e, s)) => (e, s, None),
+                    Err(e) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, &e),
+                }
+            }
         };
         let doc = AttestationDoc {
             version: DOC_VERSION,
@@ -177,6 +276,7 @@ impl Gateway {
             entry: evidence,
             shards,
             drafter: Some(self.drafter.clone()),
+            nonce_path,
         };
         match serde_json::to_vec(&doc) {
             Ok(body) => full(StatusCode::OK, JSON_TYPE, body),

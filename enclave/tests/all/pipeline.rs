@@ -374,6 +374,10 @@ fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
             .collect::<Vec<_>>()
             .join(",");
         assert_eq!(resp.route_used(), Some(want_route.as_str()));
+        // The drafter: attested in the route (this cluster does not
+        // speculate), and named inside the seal as the one that ran.
+        assert_eq!(client.route().drafter().map(|d| d.kind.as_str()), Some("none"));
+        assert_eq!(resp.drafter_used(), Some("none"));
         let v: serde_json::Value = serde_json::from_slice(&resp.collect().await.unwrap()).unwrap();
         assert_eq!(v["choices"][0]["message"]["content"], expected.text);
         assert_eq!(v["usage"]["completion_tokens"], expected.ids.len());
@@ -389,6 +393,7 @@ fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
             pieces += 1;
         }
         assert_eq!(resp.route_used(), Some(want_route.as_str()), "the stream's trailer names its route");
+        assert_eq!(resp.drafter_used(), Some("none"), "the stream's trailer names its drafter");
         let sse = String::from_utf8(sse).unwrap();
         // The last event is the end marker (padded, like every event).
         let last = sse.trim_end_matches('\n').rsplit("\n\n").next().unwrap();

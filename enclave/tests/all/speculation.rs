@@ -51,6 +51,42 @@ fn speculation_through_three_shards() {
     greedy_is_token_identical_for_every_drafter_and_k(&c, &model, &tok);
     a_useless_drafter_backs_off_to_plain_decoding(&c);
     sampling_keeps_the_target_distribution(&c);
+    the_sealed_answer_names_the_attested_drafter(&c);
+}
+
+/// Issue 23: the route attests the entry's drafter (kind, the draft model's
+/// manifest root, k settings) and the sealed answer names the one that ran;
+/// `"speculate": false` runs none.
+fn the_sealed_answer_names_the_attested_drafter(c: &Cluster) {
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let url = format!("http://{}", c.route.sealed_listen.unwrap());
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = veil_client::sdk::Client::connect(&url, &policy).await.unwrap();
+        let d = client.route().drafter().expect("the entry commits to its drafter").clone();
+        assert_eq!((d.kind.as_str(), d.k_max, d.k), ("ngram", 8, None));
+        assert!(d.draft_manifest.is_some(), "the draft model's manifest is attested");
+        let body = |speculate: bool| {
+            serde_json::json!({
+                "messages": [{"role": "user", "content": "Repeat exactly: the quick brown fox jumps over the lazy dog."}],
+                "max_tokens": 16, "temperature": 0, "speculate": speculate,
+            })
+        };
+        let resp = client.call("POST", "/v1/chat/completions", &body(true)).await.unwrap();
+        let ran = resp.drafter_used().unwrap_or_default().to_owned();
+        assert!(ran.starts_with("ngram; ") && ran.ends_with("rounds drafted"), "{ran}");
+        let resp = client.call("POST", "/v1/chat/completions", &body(false)).await.unwrap();
+        assert_eq!(resp.drafter_used(), Some("none"));
+        // A policy that pins another drafter refuses this route before anything is sealed.
+        let other = veil_attestation::route::DrafterInfo { kind: "none".into(), ..d.clone() };
+        let pinned = veil_attestation::Policy { drafters: vec![other.digest()], ..policy.clone() };
+        match veil_client::sdk::Client::connect(&url, &pinned).await {
+            Err(veil_client::sdk::ClientError::RouteRejected(r)) => {
+                assert_eq!(r.check, veil_attestation::route::RouteCheckId::Drafter)
+            }
+            other => panic!("a route with an unpinned drafter was accepted: {:?}", other.map(|_| ())),
+        }
+    });
 }
 
 fn greedy_is_token_identical_for_every_drafter_and_k(
