@@ -31,7 +31,7 @@ fn main() {
     let mut c = Cluster::new("abusebench", &path, &[10, 20], &[1, 1, 1]);
     c.start_all();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let host = abuse::relay(&rt, c.route.sealed_listen.unwrap());
+    let host = abuse::relay(&rt, c.route.sealed_listen.unwrap(), SESSIONS);
     let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
     let client = Arc::new(rt.block_on(veil_client::sdk::Client::connect(&format!("http://{host}"), &policy)).unwrap());
     let url = format!("http://{host}");

@@ -66,7 +66,21 @@ pub struct Gateway {
 /// A verifier waiting for evidence over its nonce.
 struct Waiting {
     nonce: Nonce,
-    reply: tokio::sync::oneshot::Sender<Result<Batched, String>>,
+    reply: tokio::sync::oneshot::Sender<Result<Batched, EvidenceFailure>>,
+}
+
+/// Why fresh evidence could not be built (the host gets a 500 and the text).
+#[derive(Clone, Debug, thiserror::Error)]
+enum EvidenceFailure {
+    /// The attester refused or failed.
+    #[error("evidence: {0}")]
+    Attester(String),
+    /// The blocking task that signs it did not finish.
+    #[error("evidence task failed")]
+    Task,
+    /// The batch's root is not a nonce (cannot happen for 32 bytes).
+    #[error("batch root: {0}")]
+    Root(String),
 }
 
 /// What one batch's evidence gives each of its verifiers.
@@ -163,7 +177,7 @@ impl Gateway {
             let (root, paths) = tree(&leaves);
             let built = match Nonce::new(root.to_vec()) {
                 Ok(claimed) => self.build_evidence(Some(claimed)).await,
-                Err(e) => Err(e),
+                Err(e) => Err(EvidenceFailure::Root(e)),
             };
             for (w, path) in batch.into_iter().zip(paths) {
                 let answer = built.clone().map(|(evidence, shards)| Batched { evidence, shards, path });
@@ -176,7 +190,7 @@ impl Gateway {
     async fn build_evidence(
         &self,
         nonce: Option<Nonce>,
-    ) -> Result<(veil_attestation::EvidenceBundle, Vec<LinkedShard>), String> {
+    ) -> Result<(veil_attestation::EvidenceBundle, Vec<LinkedShard>), EvidenceFailure> {
         // The shards listed are exactly those this fresh evidence commits to.
         let shards: Vec<LinkedShard> = self
             .entry
@@ -189,8 +203,8 @@ impl Gateway {
         let attester = self.attester.clone();
         match tokio::task::spawn_blocking(move || attester.evidence(&claims)).await {
             Ok(Ok(b)) => Ok((b, shards)),
-            Ok(Err(e)) => Err(format!("evidence: {e}")),
-            Err(_) => Err("evidence task failed".into()),
+            Ok(Err(e)) => Err(EvidenceFailure::Attester(e.to_string())),
+            Err(_) => Err(EvidenceFailure::Task),
         }
     }
 
@@ -253,7 +267,7 @@ impl Gateway {
                 }
                 match answer.await {
                     Ok(Ok(b)) => (b.evidence, b.shards, Some(b.path)),
-                    Ok(Err(e)) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, &e),
+                    Ok(Err(e)) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
                     Err(_) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "evidence batch failed"),
                 }
             }
@@ -263,7 +277,7 @@ impl Gateway {
                 };
                 match self.build_evidence(None).await {
                     Ok((e, s)) => (e, s, None),
-                    Err(e) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, &e),
+                    Err(e) => return plain_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
                 }
             }
         };

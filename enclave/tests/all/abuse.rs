@@ -23,7 +23,7 @@ fn an_abusive_client_fails_no_honest_request_and_drops_no_shard() {
     let mut c = Cluster::new("abuse", &path, &[10, 20], &[1, 1, 1]);
     c.start_all();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let host = abuse::relay(&rt, c.route.sealed_listen.unwrap());
+    let host = abuse::relay(&rt, c.route.sealed_listen.unwrap(), 16);
     let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
     let url = format!("http://{host}");
     let client = Arc::new(rt.block_on(veil_client::sdk::Client::connect(&url, &policy)).unwrap());

@@ -285,12 +285,15 @@ pub async fn abuser(client: Arc<Client>, relay: SocketAddr, stop: Arc<AtomicBool
     }
 }
 
-/// Starts an in-process relay in front of the cluster's gateway.
-pub fn relay(rt: &tokio::runtime::Runtime, gateway: SocketAddr) -> SocketAddr {
+/// Starts an in-process relay in front of the cluster's gateway; one client
+/// address may hold `per_client` sealed slots (the honest sessions all come
+/// from 127.0.0.1, so it must cover them; the abuser gets as many).
+pub fn relay(rt: &tokio::runtime::Runtime, gateway: SocketAddr, per_client: usize) -> SocketAddr {
     let host = super::cluster::free_port();
     let mut config = veil_host::relay::RelayConfig::new(gateway);
     // Room for the honest sessions and the abuser's uploads together.
     config.max_concurrent = 256;
+    config.max_per_client = per_client;
     config.body_timeout = Duration::from_secs(5);
     let relay = veil_host::relay::Relay::new(config);
     let listener = rt.block_on(tokio::net::TcpListener::bind(host)).unwrap();

@@ -25,6 +25,12 @@ pub struct RelayArgs {
     /// Sealed requests in flight at once; more get 503.
     #[arg(long, default_value_t = 64)]
     pub max_concurrent: usize,
+    /// Sealed requests in flight at once from one client address; more get 429.
+    #[arg(long, default_value_t = 16)]
+    pub max_per_client: usize,
+    /// Attestation fetches in flight at once from one client address; more get 429.
+    #[arg(long, default_value_t = 2)]
+    pub max_attestation_per_client: usize,
 }
 
 /// Runs the relay until SIGTERM or Ctrl-C.
@@ -33,7 +39,16 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
-    let relay = Relay::new(RelayConfig { tls, max_concurrent: args.max_concurrent, ..RelayConfig::new(args.entry) });
+    if args.max_per_client == 0 || args.max_attestation_per_client == 0 {
+        anyhow::bail!("--max-per-client and --max-attestation-per-client must be at least 1");
+    }
+    let relay = Relay::new(RelayConfig {
+        tls,
+        max_concurrent: args.max_concurrent,
+        max_per_client: args.max_per_client,
+        max_attestation_per_client: args.max_attestation_per_client,
+        ..RelayConfig::new(args.entry)
+    });
     println!("listening on {scheme}://{} (entry {})", args.listen, args.entry);
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
