@@ -101,7 +101,7 @@ pub struct Abuse {
 
 /// The least time between two attestation requests of one flooding
 /// connection after a refusal: a network round trip.
-const FLOOD_RTT: Duration = Duration::from_millis(20);
+const FLOOD_RTT: Duration = Duration::from_millis(50);
 
 /// The abuser's own address on loopback: the relay tells clients apart by
 /// address, so the honest clients (127.0.0.1) and the abuser must not share one.
