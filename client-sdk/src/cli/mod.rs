@@ -7,6 +7,7 @@
 //! with SNP evidence: 0 only when the SNP table (if any) and every GPU table accept.
 
 pub mod canary;
+pub mod error;
 pub mod inspect;
 pub mod measure;
 pub mod policy_bundle;
@@ -277,7 +278,7 @@ pub struct PolicyArgs {
 
 impl PolicyArgs {
     /// Reads the policy (see [`policy_bundle::load_policy`]).
-    pub fn load(&self) -> Result<veil_attestation::Policy, String> {
+    pub fn load(&self) -> Result<veil_attestation::Policy, error::CliError> {
         policy_bundle::load_policy(&self.path, self.policy_key.as_deref())
     }
 }
@@ -453,9 +454,8 @@ pub struct SimInitArgs {
     pub force: bool,
 }
 
-fn parse_product(s: &str) -> Result<veil_attestation::snp::Product, String> {
-    veil_attestation::snp::Product::from_product_name(s)
-        .ok_or_else(|| format!("unknown product {s:?} (Milan, Genoa, Turin)"))
+fn parse_product(s: &str) -> Result<veil_attestation::snp::Product, error::UnknownProduct> {
+    veil_attestation::snp::Product::from_product_name(s).ok_or_else(|| error::UnknownProduct { name: s.to_owned() })
 }
 
 /// Runs a parsed command, writing to stdout/stderr.

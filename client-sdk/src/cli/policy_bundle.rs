@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use veil_attestation::policy_bundle::{self, PolicySigner};
 use veil_attestation::Policy;
 
+use super::error::CliError;
 use super::{Exit, PolicyKeygenArgs, PolicySignArgs};
 
 /// Where the highest bundle version accepted per publisher is kept:
@@ -29,42 +30,48 @@ fn read_floors(dir: &Path) -> BTreeMap<String, u64> {
     std::fs::read(dir.join(FLOORS)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
 }
 
-fn write_floors(dir: &Path, floors: &BTreeMap<String, u64>) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+fn write_floors(dir: &Path, floors: &BTreeMap<String, u64>) -> Result<(), CliError> {
+    std::fs::create_dir_all(dir).map_err(CliError::io(dir))?;
     let tmp = dir.join(format!("{FLOORS}.{}", std::process::id()));
-    let text = serde_json::to_vec_pretty(floors).map_err(|e| e.to_string())?;
-    std::fs::write(&tmp, text).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, dir.join(FLOORS)).map_err(|e| format!("{}: {e}", dir.display()))
+    let text = serde_json::to_vec_pretty(floors).map_err(CliError::failed)?;
+    std::fs::write(&tmp, text).map_err(CliError::io(&tmp))?;
+    std::fs::rename(&tmp, dir.join(FLOORS)).map_err(CliError::io(dir))
 }
 
 /// Reads a policy TOML file (no bundle): the one loader for commands that
 /// edit or explain a policy file.
-pub fn read_toml(path: &Path) -> Result<Policy, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    Policy::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()))
+pub fn read_toml(path: &Path) -> Result<Policy, CliError> {
+    let text = std::fs::read_to_string(path).map_err(CliError::read(path))?;
+    Policy::from_toml(&text).map_err(CliError::malformed(path))
 }
 
 /// Reads the policy at `path`: TOML, or a signed bundle verified with the
 /// public key at `key` (required then) whose version is not below the
 /// highest accepted before from that publisher; the floor is then raised.
-pub fn load_policy(path: &Path, key: Option<&Path>) -> Result<Policy, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+pub fn load_policy(path: &Path, key: Option<&Path>) -> Result<Policy, CliError> {
+    let bytes = std::fs::read(path).map_err(CliError::read(path))?;
     if !policy_bundle::is_bundle(&bytes) {
         if key.is_some() {
-            return Err(format!("{}: --policy-key was given but this policy is not a signed bundle", path.display()));
+            return Err(CliError::Usage(format!(
+                "{}: --policy-key was given but this policy is not a signed bundle",
+                path.display()
+            )));
         }
-        let text = String::from_utf8(bytes).map_err(|_| format!("{}: policy is not UTF-8", path.display()))?;
-        return Policy::from_toml(&text).map_err(|e| format!("{}: {e}", path.display()));
+        let text = String::from_utf8(bytes).map_err(|_| CliError::malformed(path)("policy is not UTF-8"))?;
+        return Policy::from_toml(&text).map_err(CliError::malformed(path));
     }
     let key = key.ok_or_else(|| {
-        format!("{} is a signed policy bundle: give the publisher's public key with --policy-key", path.display())
+        CliError::Usage(format!(
+            "{} is a signed policy bundle: give the publisher's public key with --policy-key",
+            path.display()
+        ))
     })?;
-    let pem = std::fs::read_to_string(key).map_err(|e| format!("cannot read {}: {e}", key.display()))?;
-    let public = policy_bundle::public_key_from_pem(&pem).map_err(|e| format!("{}: {e}", key.display()))?;
+    let pem = std::fs::read_to_string(key).map_err(CliError::read(key))?;
+    let public = policy_bundle::public_key_from_pem(&pem).map_err(CliError::malformed(key))?;
     let dir = state_dir();
     let mut floors = read_floors(&dir);
     let opened = policy_bundle::open(&bytes, &[public], |signer| floors.get(&signer.to_string()).copied())
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        .map_err(CliError::malformed(path))?;
     let signer = opened.signer.to_string();
     if floors.get(&signer).is_none_or(|seen| *seen < opened.version) {
         floors.insert(signer.clone(), opened.version);
@@ -79,10 +86,9 @@ pub fn keygen(args: &PolicyKeygenArgs) -> Exit {
     let signer = PolicySigner::generate();
     let public = args.out.with_extension("pub");
     let result = (|| {
-        let private = signer.private_pem().map_err(|e| e.to_string())?;
+        let private = signer.private_pem().map_err(CliError::failed)?;
         write_private(&args.out, private.as_bytes())?;
-        std::fs::write(&public, signer.public_pem().map_err(|e| e.to_string())?)
-            .map_err(|e| format!("{}: {e}", public.display()))
+        std::fs::write(&public, signer.public_pem().map_err(CliError::failed)?).map_err(CliError::io(&public))
     })();
     match result {
         Ok(()) => {
@@ -96,7 +102,7 @@ pub fn keygen(args: &PolicyKeygenArgs) -> Exit {
     }
 }
 
-fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
+fn write_private(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     use std::io::Write as _;
     #[cfg(unix)]
     use std::os::unix::fs::OpenOptionsExt as _;
@@ -104,18 +110,18 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), String> {
     options.write(true).create_new(true);
     #[cfg(unix)]
     options.mode(0o600);
-    let mut f = options.open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    f.write_all(bytes).map_err(|e| format!("{}: {e}", path.display()))
+    let mut f = options.open(path).map_err(CliError::io(path))?;
+    f.write_all(bytes).map_err(CliError::io(path))
 }
 
 /// `veil policy sign POLICY --key KEY --version N --out BUNDLE`
 pub fn sign(args: &PolicySignArgs) -> Exit {
     let result = (|| {
-        let text = std::fs::read_to_string(&args.policy).map_err(|e| format!("{}: {e}", args.policy.display()))?;
-        let pem = std::fs::read_to_string(&args.key).map_err(|e| format!("{}: {e}", args.key.display()))?;
-        let signer = PolicySigner::from_pem(&pem).map_err(|e| format!("{}: {e}", args.key.display()))?;
-        let bundle = signer.sign(&text, args.version).map_err(|e| format!("{}: {e}", args.policy.display()))?;
-        std::fs::write(&args.out, bundle).map_err(|e| format!("{}: {e}", args.out.display()))
+        let text = std::fs::read_to_string(&args.policy).map_err(CliError::io(&args.policy))?;
+        let pem = std::fs::read_to_string(&args.key).map_err(CliError::io(&args.key))?;
+        let signer = PolicySigner::from_pem(&pem).map_err(CliError::malformed(&args.key))?;
+        let bundle = signer.sign(&text, args.version).map_err(CliError::malformed(&args.policy))?;
+        std::fs::write(&args.out, bundle).map_err(CliError::io(&args.out))
     })();
     match result {
         Ok(()) => {

@@ -10,14 +10,15 @@ use veil_attestation::claims::{ManifestRoot, Measurement};
 use veil_attestation::policy::TcbMinimum;
 use veil_attestation::Policy;
 
+use super::error::{CliError, UnknownProduct};
 use super::{Exit, PolicyEdit, PolicyNewArgs};
 
 /// Reads `path`, applies `change`, validates, writes it back.
-pub(super) fn edit(path: &Path, cmd: &str, change: impl FnOnce(&mut Policy) -> Result<(), String>) -> Exit {
+pub(super) fn edit(path: &Path, cmd: &str, change: impl FnOnce(&mut Policy) -> Result<(), CliError>) -> Exit {
     let result = super::policy_bundle::read_toml(path).and_then(|mut p| {
         change(&mut p)?;
-        p.validate().map_err(|e| e.to_string())?;
-        std::fs::write(path, p.to_toml()).map_err(|e| e.to_string())?;
+        p.validate().map_err(CliError::failed)?;
+        std::fs::write(path, p.to_toml()).map_err(CliError::failed)?;
         Ok(p)
     });
     match result {
@@ -50,12 +51,12 @@ pub fn new(args: &PolicyNewArgs) -> Exit {
     Exit::Accepted
 }
 
-fn parse_range(s: &str) -> Result<(u32, u32), String> {
-    let (a, b) = s.split_once("..").ok_or_else(|| format!("layers {s:?} must be START..END"))?;
-    let a: u32 = a.parse().map_err(|e| format!("layers {s:?}: {e}"))?;
-    let b: u32 = b.parse().map_err(|e| format!("layers {s:?}: {e}"))?;
+fn parse_range(s: &str) -> Result<(u32, u32), CliError> {
+    let (a, b) = s.split_once("..").ok_or_else(|| CliError::Usage(format!("layers {s:?} must be START..END")))?;
+    let a: u32 = a.parse().map_err(|e| CliError::Usage(format!("layers {s:?}: {e}")))?;
+    let b: u32 = b.parse().map_err(|e| CliError::Usage(format!("layers {s:?}: {e}")))?;
     if b <= a {
-        return Err(format!("layers {s:?}: END must be above START"));
+        return Err(CliError::Usage(format!("layers {s:?}: END must be above START")));
     }
     Ok((a, b))
 }
@@ -64,7 +65,7 @@ fn parse_range(s: &str) -> Result<(u32, u32), String> {
 pub fn run(cmd: &PolicyEdit) -> Exit {
     match cmd {
         PolicyEdit::AddMeasurement { policy, measurement } => edit(policy, "policy add-measurement", |p| {
-            let m: Measurement = measurement.parse()?;
+            let m: Measurement = measurement.parse().map_err(CliError::failed)?;
             if !p.measurements.contains(&m) {
                 p.measurements.push(m);
             }
@@ -72,7 +73,7 @@ pub fn run(cmd: &PolicyEdit) -> Exit {
         }),
         PolicyEdit::AddManifest { policy, layers, root } => edit(policy, "policy add-manifest", |p| {
             let (a, b) = parse_range(layers)?;
-            let root: ManifestRoot = root.parse()?;
+            let root: ManifestRoot = root.parse().map_err(CliError::failed)?;
             let roots = p.manifest_roots.entry(format!("{a}..{b}")).or_default();
             if !roots.contains(&root) {
                 roots.push(root);
@@ -89,7 +90,7 @@ pub fn run(cmd: &PolicyEdit) -> Exit {
         PolicyEdit::SetTcb { policy, product, fmc, bootloader, tee, snp, microcode } => {
             edit(policy, "policy set-tcb", |p| {
                 let product = veil_attestation::snp::Product::from_product_name(product)
-                    .ok_or_else(|| format!("unknown product {product:?} (Milan, Genoa, Turin)"))?;
+                    .ok_or_else(|| UnknownProduct { name: product.clone() })?;
                 let min =
                     TcbMinimum { fmc: *fmc, bootloader: *bootloader, tee: *tee, snp: *snp, microcode: *microcode };
                 p.min_tcb.insert(product, min);
@@ -97,7 +98,7 @@ pub fn run(cmd: &PolicyEdit) -> Exit {
             })
         }
         PolicyEdit::SetHostData { policy, host_data } => edit(policy, "policy set-host-data", |p| {
-            p.host_data = Some(veil_attestation::policy::HostData(host_data.parse()?));
+            p.host_data = Some(veil_attestation::policy::HostData(host_data.parse().map_err(CliError::failed)?));
             Ok(())
         }),
         PolicyEdit::SetLayers { policy, layers } => edit(policy, "policy set-layers", |p| {

@@ -8,11 +8,11 @@ use crate::sdk::{Client, ClientError, VerifiedShard};
 use super::{ChatArgs, Exit, RouteVerifyArgs};
 
 fn policy(args: &super::PolicyArgs) -> Result<veil_attestation::Policy, (Exit, String)> {
-    args.load().map_err(|e| (Exit::Unreadable, e))
+    args.load().map_err(|e| (Exit::Unreadable, e.to_string()))
 }
 
-fn runtime() -> Result<tokio::runtime::Runtime, String> {
-    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build()
 }
 
 fn connect(
@@ -21,7 +21,7 @@ fn connect(
     ca: Option<&std::path::Path>,
 ) -> Result<(tokio::runtime::Runtime, Client), (Exit, String)> {
     let options = super::connect_options(ca).map_err(|e| (Exit::Unreadable, e.to_string()))?;
-    let rt = runtime().map_err(|e| (Exit::Unreadable, e))?;
+    let rt = runtime().map_err(|e| (Exit::Unreadable, e.to_string()))?;
     match rt.block_on(Client::connect_with(url, policy, &options)) {
         Ok(c) => Ok((rt, c)),
         Err(e @ (ClientError::Attestation { .. } | ClientError::RouteRejected(_))) => {

@@ -6,6 +6,7 @@ use veil_attestation::gpu::{appraise_gpus, evidence as gpu_evidence, GpuAppraisa
 use veil_attestation::x509::parse_time;
 use veil_attestation::{appraise, EvidenceBundle, ExpectedClaims, Measurement, Nonce, Policy, ReportData};
 
+use super::error::CliError;
 use super::{Exit, VerifyArgs};
 use crate::input;
 
@@ -33,14 +34,14 @@ pub struct Prepared {
 }
 
 /// Resolves flags into inputs; any error here is "unreadable input".
-pub fn prepare(args: &VerifyArgs) -> Result<Prepared, String> {
+pub fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
     let mut policy = match &args.policy {
         Some(path) => super::policy_bundle::load_policy(path, args.policy_key.as_deref())?,
-        None if args.policy_key.is_some() => return Err("--policy-key needs --policy".into()),
+        None if args.policy_key.is_some() => return Err(CliError::Usage("--policy-key needs --policy".into())),
         None => Policy::default(),
     };
     for m in &args.measurements {
-        let m: Measurement = m.parse().map_err(|e| format!("--measurement: {e}"))?;
+        let m: Measurement = m.parse().map_err(CliError::flag("--measurement"))?;
         if !policy.measurements.contains(&m) {
             policy.measurements.push(m);
         }
@@ -51,46 +52,50 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, String> {
     if args.require_rim {
         policy.gpu.require_rim = true;
     }
-    policy.validate().map_err(|e| e.to_string())?;
+    policy.validate().map_err(CliError::failed)?;
 
     let bundle = match (&args.evidence, &args.report, &args.vcek) {
-        (Some(path), _, _) => Some(input::load_bundle(path).map_err(|e| e.to_string())?),
+        (Some(path), _, _) => Some(input::load_bundle(path).map_err(CliError::failed)?),
         (None, Some(report), Some(vcek)) => {
-            let report = match input::load_evidence(report).map_err(|e| e.to_string())? {
+            let report = match input::load_evidence(report).map_err(CliError::failed)? {
                 input::Evidence::Report(bytes) => bytes,
-                input::Evidence::Bundle(_) => return Err("--report got a bundle; use --evidence".into()),
+                input::Evidence::Bundle(_) => {
+                    return Err(CliError::Usage("--report got a bundle; use --evidence".into()))
+                }
             };
             Some(EvidenceBundle {
                 report,
-                endorsement: input::load_cert(vcek).map_err(|e| e.to_string())?,
+                endorsement: input::load_cert(vcek).map_err(CliError::failed)?,
                 chain: match &args.chain {
-                    Some(p) => input::load_chain(p).map_err(|e| e.to_string())?,
+                    Some(p) => input::load_chain(p).map_err(CliError::failed)?,
                     None => vec![],
                 },
-                crl: args.crl.as_deref().map(input::load_crl).transpose().map_err(|e| e.to_string())?,
+                crl: args.crl.as_deref().map(input::load_crl).transpose().map_err(CliError::failed)?,
                 claims: None,
                 gpus: Vec::new(),
             })
         }
         (None, None, None) if args.gpu_evidence.is_some() => None,
         _ => {
-            return Err("give --evidence BUNDLE, or --report REPORT with --vcek CERT, and/or --gpu-evidence FILE".into())
+            return Err(CliError::Usage(
+                "give --evidence BUNDLE, or --report REPORT with --vcek CERT, and/or --gpu-evidence FILE".into(),
+            ))
         }
     };
     let gpus = match &args.gpu_evidence {
         None => Vec::new(),
         Some(path) => {
-            let bytes = input::read(path).map_err(|e| e.to_string())?;
-            let certs = args.gpu_certs.as_deref().map(input::read).transpose().map_err(|e| e.to_string())?;
-            gpu_evidence::load_any(&bytes, certs.as_deref()).map_err(|e| format!("{}: {e}", path.display()))?
+            let bytes = input::read(path).map_err(CliError::failed)?;
+            let certs = args.gpu_certs.as_deref().map(input::read).transpose().map_err(CliError::failed)?;
+            gpu_evidence::load_any(&bytes, certs.as_deref()).map_err(CliError::malformed(path))?
         }
     };
     let rims = args
         .rims
         .iter()
         .map(|p| {
-            let bytes = input::read(p).map_err(|e| e.to_string())?;
-            Rim::parse(&bytes).map_err(|e| format!("{}: {e}", p.display()))
+            let bytes = input::read(p).map_err(CliError::failed)?;
+            Rim::parse(&bytes).map_err(CliError::malformed(p))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let gpu_nonce = args
@@ -100,7 +105,7 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, String> {
             hex::decode(h.trim())
                 .ok()
                 .and_then(|v| <[u8; 32]>::try_from(v).ok())
-                .ok_or_else(|| format!("--gpu-nonce: expected 64 hex digits, got {h:?}"))
+                .ok_or_else(|| CliError::flag("--gpu-nonce")(format!("expected 64 hex digits, got {h:?}")))
         })
         .transpose()?;
 
@@ -110,17 +115,17 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, String> {
             .as_deref()
             .map(ReportData::from_hex_padded)
             .transpose()
-            .map_err(|e| format!("--report-data: {e}"))?,
-        nonce: args.nonce.as_deref().map(str::parse::<Nonce>).transpose().map_err(|e| format!("--nonce: {e}"))?,
+            .map_err(CliError::flag("--report-data"))?,
+        nonce: args.nonce.as_deref().map(str::parse::<Nonce>).transpose().map_err(CliError::flag("--nonce"))?,
         ..ExpectedClaims::default()
     };
     let now = match &args.at {
-        Some(t) => {
-            parse_time(t).ok_or_else(|| format!("--at: cannot parse {t:?} (use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)"))?
-        }
+        Some(t) => parse_time(t).ok_or_else(|| {
+            CliError::flag("--at")(format!("cannot parse {t:?} (use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)"))
+        })?,
         None => SystemTime::now(),
     };
-    let gpu_ocsp = args.gpu_ocsp.iter().map(|p| input::read(p).map_err(|e| e.to_string())).collect::<Result<_, _>>()?;
+    let gpu_ocsp = args.gpu_ocsp.iter().map(|p| input::read(p).map_err(CliError::failed)).collect::<Result<_, _>>()?;
     Ok(Prepared {
         bundle,
         gpus,

@@ -260,9 +260,28 @@ struct GenerateArgs {
     draft_k: Option<usize>,
 }
 
-fn parse_range(s: &str) -> Result<LayerRange, String> {
-    let (a, b) = s.split_once("..").ok_or("expected START..END")?;
-    LayerRange::new(a.parse().map_err(|_| "bad start")?, b.parse().map_err(|_| "bad end")?)
+/// Why a `--layers` value is not a layer range (the caller is to blame).
+#[derive(Debug, thiserror::Error)]
+enum RangeArgError {
+    /// No `..` between the bounds.
+    #[error("expected START..END")]
+    NoSeparator,
+    /// The start is not a layer number.
+    #[error("bad start")]
+    BadStart,
+    /// The end is not a layer number.
+    #[error("bad end")]
+    BadEnd,
+    /// The range is empty (the attestation crate's message).
+    #[error("{0}")]
+    Empty(String),
+}
+
+fn parse_range(s: &str) -> Result<LayerRange, RangeArgError> {
+    let (a, b) = s.split_once("..").ok_or(RangeArgError::NoSeparator)?;
+    let start = a.parse().map_err(|_| RangeArgError::BadStart)?;
+    let end = b.parse().map_err(|_| RangeArgError::BadEnd)?;
+    LayerRange::new(start, end).map_err(RangeArgError::Empty)
 }
 
 /// Exit status of `serve` when the shard cannot start (route, policy, model,

@@ -80,17 +80,26 @@ impl fmt::Display for ComputeDevice {
     }
 }
 
-impl FromStr for ComputeDevice {
-    type Err = String;
+/// A `--device` value that names no compute device (the caller is to blame).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown device {input:?}: expected cpu, cuda or cuda:N")]
+#[non_exhaustive]
+pub struct ParseDeviceError {
+    /// The text given.
+    pub input: String,
+}
 
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
+impl FromStr for ComputeDevice {
+    type Err = ParseDeviceError;
+
+    fn from_str(s: &str) -> std::result::Result<Self, ParseDeviceError> {
         match s {
             "cpu" => Ok(Self::Cpu),
             "candle-cpu" => Ok(Self::CandleCpu),
             "cuda" => Ok(Self::Cuda(0)),
             _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
                 Some(Ok(n)) if n < 64 => Ok(Self::Cuda(n)),
-                _ => Err(format!("unknown device {s:?}: expected cpu, cuda or cuda:N")),
+                _ => Err(ParseDeviceError { input: s.to_owned() }),
             },
         }
     }

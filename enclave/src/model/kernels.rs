@@ -58,13 +58,56 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
     f16::from_bits(u16::from_le_bytes([b[at], b[at + 1]])).to_f32()
 }
 
-fn check_shape(raw: &[u8], rows: usize, cols: usize, block_bytes: usize, name: &str) -> Result<usize, String> {
+/// Why raw tensor bytes cannot become a kernel matrix (the file is to blame),
+/// or why matrices cannot be stacked (our caller is).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KernelError {
+    /// The row length is zero or not a whole number of blocks.
+    #[error("{format} row length {cols} is not a positive multiple of {BLOCK}")]
+    RowLength {
+        /// The quant format (`Q4_1`, `Q8_0`).
+        format: &'static str,
+        /// The row length given.
+        cols: usize,
+    },
+    /// `rows × cols` does not fit in memory's address space.
+    #[error("{format} tensor size overflows")]
+    SizeOverflow {
+        /// The quant format.
+        format: &'static str,
+    },
+    /// The byte count does not match the shape.
+    #[error("{format} tensor has {actual} bytes, expected {expected}")]
+    ByteCount {
+        /// The quant format.
+        format: &'static str,
+        /// Bytes given.
+        actual: usize,
+        /// Bytes the shape needs.
+        expected: usize,
+    },
+    /// [`Q41Matrix::stack`] was given no matrices.
+    #[error("nothing to stack")]
+    NothingToStack,
+    /// [`Q41Matrix::stack`] was given matrices of different widths.
+    #[error("stacked matrices differ in width")]
+    WidthMismatch,
+}
+
+fn check_shape(
+    raw: &[u8],
+    rows: usize,
+    cols: usize,
+    block_bytes: usize,
+    format: &'static str,
+) -> Result<usize, KernelError> {
     if cols == 0 || !cols.is_multiple_of(BLOCK) {
-        return Err(format!("{name} row length {cols} is not a positive multiple of {BLOCK}"));
+        return Err(KernelError::RowLength { format, cols });
     }
-    let n_blocks = rows.checked_mul(cols / BLOCK).ok_or_else(|| format!("{name} tensor size overflows"))?;
+    let n_blocks = rows.checked_mul(cols / BLOCK).ok_or(KernelError::SizeOverflow { format })?;
     if raw.len() != n_blocks * block_bytes {
-        return Err(format!("{name} tensor has {} bytes, expected {}", raw.len(), n_blocks * block_bytes));
+        return Err(KernelError::ByteCount { format, actual: raw.len(), expected: n_blocks * block_bytes });
     }
     Ok(n_blocks)
 }
@@ -101,7 +144,7 @@ impl Q41Matrix {
         h.update(&buf);
     }
     /// Decodes raw GGUF bytes of a `rows × cols` Q4_1 tensor.
-    pub fn from_gguf_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, String> {
+    pub fn from_gguf_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
         check_shape(raw, rows, cols, Q4_1_BLOCK_BYTES, "Q4_1")?;
         let blocks = raw
             .chunks_exact(Q4_1_BLOCK_BYTES)
@@ -126,10 +169,10 @@ impl Q41Matrix {
 
     /// Stacks matrices of equal width into one (their outputs side by side),
     /// so that one pass over one quantized input feeds them all.
-    pub fn stack(parts: Vec<Self>) -> Result<Self, String> {
-        let cols = parts.first().map(|p| p.cols).ok_or("nothing to stack")?;
+    pub fn stack(parts: Vec<Self>) -> Result<Self, KernelError> {
+        let cols = parts.first().map(|p| p.cols).ok_or(KernelError::NothingToStack)?;
         if parts.iter().any(|p| p.cols != cols) {
-            return Err("stacked matrices differ in width".into());
+            return Err(KernelError::WidthMismatch);
         }
         let rows = parts.iter().map(|p| p.rows).sum();
         let blocks = parts.into_iter().flat_map(|p| p.blocks).collect();
@@ -181,7 +224,7 @@ impl Q80Matrix {
         h.update(&buf);
     }
     /// Decodes raw GGUF bytes of a `rows × cols` Q8_0 tensor.
-    pub fn from_gguf_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, String> {
+    pub fn from_gguf_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
         check_shape(raw, rows, cols, Q8_0_BLOCK_BYTES, "Q8_0")?;
         let blocks = raw
             .chunks_exact(Q8_0_BLOCK_BYTES)

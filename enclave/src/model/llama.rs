@@ -29,7 +29,7 @@ use super::config::{Arch, Config, RopeStyle};
 use super::device::ComputeDevice;
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
-use super::kernels::{axpy_f16, dot_f16, Q41Matrix, Q80Matrix};
+use super::kernels::{axpy_f16, dot_f16, KernelError, Q41Matrix, Q80Matrix};
 use super::kv_cache::SessionKv;
 use super::manifest::{Manifest, TensorRecord};
 
@@ -117,7 +117,7 @@ impl Loader<'_> {
         let [rows, cols] = raw.dims[..] else {
             return Err(ModelError::Malformed(format!("{name} has shape {:?}, expected a matrix", raw.dims)));
         };
-        let bad = |e: String| ModelError::Malformed(format!("{name}: {e}"));
+        let bad = |e: KernelError| ModelError::Malformed(format!("{name}: {e}"));
         if let Some(device) = &self.device {
             // Quantized in device memory; candle's quantized matmul kernels read it as is.
             let t = ggml_file::qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
@@ -234,7 +234,7 @@ impl Projections {
         }
         if parts.iter().all(|w| matches!(w, Weight::Q41(_))) {
             let q41 = parts.into_iter().filter_map(|w| if let Weight::Q41(m) = w { Some(m) } else { None });
-            let stacked = Q41Matrix::stack(q41.collect()).map_err(ModelError::Malformed)?;
+            let stacked = Q41Matrix::stack(q41.collect()).map_err(|e| ModelError::Malformed(e.to_string()))?;
             return Ok(Self { stacked: Some(Weight::Q41(stacked)), parts: Vec::new(), widths, biases });
         }
         Ok(Self { stacked: None, parts, widths, biases })

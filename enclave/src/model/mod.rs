@@ -13,7 +13,7 @@ pub mod reference;
 pub mod synth;
 
 pub use config::Config;
-pub use device::ComputeDevice;
+pub use device::{ComputeDevice, ParseDeviceError};
 pub use error::{ModelError, Result};
 pub use gguf::GgufFile;
 pub use kv_cache::SessionKv;

@@ -22,7 +22,7 @@ pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Reader half of an attested link.
 pub type Reader<S> = LinkReader<tokio::io::ReadHalf<S>>;
 
-pub use super::net_error::DialError;
+pub use super::net_error::{DialError, ForwardError, RoleMismatch};
 
 /// This shard's attested identity and the cluster policy.
 #[derive(Debug)]
@@ -74,19 +74,19 @@ impl Trust {
 
     /// Whether a verified peer's attested claims are those of `stage` of this
     /// route (layers, manifest, peer policy, shape); the proof if so.
-    pub fn attested_as(&self, peer: &VerifiedPeer, stage: &Stage) -> Result<PeerInRole, String> {
-        let claims = peer.evidence().claims().ok_or("peer evidence carries no claims")?;
+    pub fn attested_as(&self, peer: &VerifiedPeer, stage: &Stage) -> Result<PeerInRole, RoleMismatch> {
+        let claims = peer.evidence().claims().ok_or(RoleMismatch::NoClaims)?;
         if claims.layer_range != Some(stage.layers) {
-            return Err(format!("attested layers {:?}, expected {}", claims.layer_range, stage.layers));
+            return Err(RoleMismatch::Layers { attested: claims.layer_range, expected: stage.layers });
         }
         if claims.manifest_root != stage.manifest_root {
-            return Err("attested manifest root differs from the route's".into());
+            return Err(RoleMismatch::ManifestRoot);
         }
         if claims.peer_policy != Some(self.peer_policy) {
-            return Err("attested peer policy differs from ours".into());
+            return Err(RoleMismatch::PeerPolicy);
         }
         if claims.route_shape != Some(self.route_shape) {
-            return Err("attested route shape differs from ours".into());
+            return Err(RoleMismatch::RouteShape);
         }
         Ok(PeerInRole { peer: peer.clone(), layers: stage.layers })
     }
@@ -113,7 +113,7 @@ impl Trust {
             // The evidence as presented (certificate and post-handshake GPUs,
             // verified above), for relying parties further out.
             let bundle = peer.bundle().clone();
-            let proof = self.attested_as(&peer, stage).map_err(|reason| DialError::WrongPeer { addr, reason })?;
+            let proof = self.attested_as(&peer, stage).map_err(|source| DialError::NotInRole { addr, source })?;
             let require =
                 PeerRequirement { role: Some(role), layers: Some(stage.layers), manifest_root: stage.manifest_root };
             let (tx, reader, _) = open(tls, Side::Dialer, self.hello(role), require, DEFAULT_MAX_FRAME)
@@ -207,8 +207,8 @@ impl Downstream {
     }
 
     /// Sends `frame` to replica `replica`, dialling it if needed.
-    pub async fn send(&self, replica: u8, frame: Frame) -> Result<(), String> {
-        let addr = *self.stage.replicas.get(usize::from(replica)).ok_or_else(|| format!("no replica {replica}"))?;
+    pub async fn send(&self, replica: u8, frame: Frame) -> Result<(), ForwardError> {
+        let addr = *self.stage.replicas.get(usize::from(replica)).ok_or(ForwardError::NoReplica(replica))?;
         let dial_lock = &self.dialing[usize::from(replica)];
         if let Some(tx) = self.live(replica).await {
             if tx.send(frame.clone()).await.is_ok() {
@@ -224,8 +224,7 @@ impl Downstream {
             }
             self.links.lock().await.remove(&replica);
         }
-        let (tx, mut reader, _peer, _bundle) =
-            self.trust.dial(addr, &self.stage, LinkRole::Data).await.map_err(|e| e.to_string())?;
+        let (tx, mut reader, _peer, _bundle) = self.trust.dial(addr, &self.stage, LinkRole::Data).await?;
         tracing::info!(%addr, layers = ?self.stage.layers, "data link up (peer attested)");
         let generation = self.generation.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let map = self.links.clone();
@@ -248,7 +247,7 @@ impl Downstream {
                 links.remove(&replica);
             }
         });
-        tx.send(frame).await.map_err(|_| format!("link to {addr} closed"))?;
+        tx.send(frame).await.map_err(|_| ForwardError::LinkClosed { addr })?;
         self.links.lock().await.insert(replica, (generation, tx));
         Ok(())
     }

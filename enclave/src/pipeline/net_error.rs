@@ -3,6 +3,8 @@
 
 use std::net::SocketAddr;
 
+use veil_attestation::LayerRange;
+
 use crate::link::LinkFailure;
 
 /// Why a peer could not be linked.
@@ -24,6 +26,14 @@ pub enum DialError {
         addr: SocketAddr,
         /// Why.
         source: veil_attestation::Error,
+    },
+    /// The peer's attested claims are not those of the stage dialled.
+    #[error("{addr}: {source}")]
+    NotInRole {
+        /// Where.
+        addr: SocketAddr,
+        /// What differs.
+        source: RoleMismatch,
     },
     /// The peer's evidence or hello does not match the route.
     #[error("{addr}: {reason}")]
@@ -47,4 +57,52 @@ pub enum DialError {
         /// Where.
         addr: SocketAddr,
     },
+}
+
+/// Why a verified peer is not the stage it was expected to be: its attested
+/// claims differ from the route's (the peer, or the route, is to blame).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RoleMismatch {
+    /// The evidence carries no Veil claims at all.
+    #[error("peer evidence carries no claims")]
+    NoClaims,
+    /// The attested layer range is not the stage's.
+    #[error("attested layers {attested:?}, expected {expected}")]
+    Layers {
+        /// What the peer attested.
+        attested: Option<LayerRange>,
+        /// The stage's layers.
+        expected: LayerRange,
+    },
+    /// The attested manifest root is not the stage's.
+    #[error("attested manifest root differs from the route's")]
+    ManifestRoot,
+    /// The attested peer policy is not ours.
+    #[error("attested peer policy differs from ours")]
+    PeerPolicy,
+    /// The attested route shape is not ours.
+    #[error("attested route shape differs from ours")]
+    RouteShape,
+}
+
+/// Why a frame could not be forwarded to the next stage.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ForwardError {
+    /// This stage is the last one: there is no next stage (a defect).
+    #[error("no next stage")]
+    NoNextStage,
+    /// The route has no such replica of the next stage (a defect).
+    #[error("no replica {0}")]
+    NoReplica(u8),
+    /// The link closed as soon as it was dialled.
+    #[error("link to {addr} closed")]
+    LinkClosed {
+        /// Where.
+        addr: SocketAddr,
+    },
+    /// The replica could not be (re)dialled.
+    #[error(transparent)]
+    Dial(#[from] DialError),
 }

@@ -11,7 +11,7 @@ use veil_attestation::ratls::RaTlsIdentity;
 use veil_attestation::route::RouteShape;
 use veil_attestation::{Attester, ManifestRoot, Policy};
 
-use super::net::{listen, Downstream, Trust};
+use super::net::{listen, Downstream, ForwardError, Trust};
 use super::route::Route;
 use super::worker::{Command, Job, Output, StageWorker};
 use crate::error::{Error, Result};
@@ -191,7 +191,7 @@ pub async fn serve(
                     let (session, seq) = (frame.session, frame.seq);
                     let sent = match &downstream {
                         Some(d) => d.send(replica, Frame::Forward(frame)).await,
-                        None => Err("no next stage".into()),
+                        None => Err(ForwardError::NoNextStage),
                     };
                     match sent {
                         Ok(()) => continue,
@@ -201,7 +201,7 @@ pub async fn serve(
                                 session: Some(session),
                                 seq,
                                 code: ErrorCode::Unavailable,
-                                message: e,
+                                message: e.to_string(),
                             })
                         }
                     }

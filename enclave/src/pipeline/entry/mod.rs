@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, Mutex};
 use veil_attestation::EvidenceBundle;
 
-use super::net::{Downstream, PeerInRole, Trust};
+use super::net::{Downstream, ForwardError, PeerInRole, Trust};
 use super::route::{DrafterKind, Route};
 use super::sessions::{random_id, SessionTable};
 use super::worker::{Command, Output, StageWorker};
@@ -28,12 +28,14 @@ use crate::speculate::{AdaptiveK, DraftMode, DrafterSpec, SpecStats, MAX_K};
 use crate::text::sampler::{Sampler, SamplingParams};
 use crate::text::tokenizer::Tokenizer;
 
+mod admit_error;
 mod control;
 mod loopback;
 mod metrics;
 pub mod session;
 mod speculation;
 
+use admit_error::{AdmitError, SpeculationError};
 use control::Replica;
 pub use loopback::{serve_generate, Failure, GenerateEvent, GenerateWire, SpeculationRequest, MAX_REQUEST_BYTES};
 pub use metrics::SpecCounters;
@@ -141,9 +143,10 @@ impl Entry {
                         let (session, seq) = (frame.session, frame.seq);
                         let sent = match &downstream {
                             Some(d) => d.send(replica, Frame::Forward(frame)).await,
-                            None => Err("no next stage".into()),
+                            None => Err(ForwardError::NoNextStage),
                         };
-                        if let Err(message) = sent {
+                        if let Err(failed) = sent {
+                            let message = failed.to_string();
                             let err =
                                 ErrorReport { session: Some(session), seq, code: ErrorCode::Unavailable, message };
                             e.dispatch(session, SessionEvent::Error(err)).await;
@@ -216,18 +219,13 @@ impl Entry {
         &self,
         req: &PipelineRequest,
         prompt_len: usize,
-    ) -> Result<Option<(Drafting, SpecState)>, String> {
+    ) -> Result<Option<(Drafting, SpecState)>, SpeculationError> {
         let r = &req.speculation;
         let route = &self.route.speculation;
         if r.enabled == Some(false) {
             return Ok(None);
         }
-        let model = || {
-            self.draft_model
-                .clone()
-                .map(DrafterSpec::Model)
-                .ok_or_else(|| "this entry has no draft model (route speculation.draft_model)".to_owned())
-        };
+        let model = || self.draft_model.clone().map(DrafterSpec::Model).ok_or(SpeculationError::NoDraftModel);
         let spec = match r.drafter {
             None => match route.drafter {
                 DrafterKind::None if r.enabled == Some(true) => DrafterSpec::Ngram,
@@ -238,13 +236,12 @@ impl Entry {
             Some(DrafterKind::None) => return Ok(None),
             Some(DrafterKind::Ngram) => DrafterSpec::Ngram,
             Some(DrafterKind::Model) => model()?,
-            Some(DrafterKind::Script) => DrafterSpec::Script {
-                prompt_len,
-                tokens: r.script.clone().ok_or("drafter \"script\" needs speculation.script")?,
-            },
+            Some(DrafterKind::Script) => {
+                DrafterSpec::Script { prompt_len, tokens: r.script.clone().ok_or(SpeculationError::NoScript)? }
+            }
         };
         if r.k.is_some_and(|k| k > MAX_K) {
-            return Err(format!("speculation k must be at most {MAX_K}"));
+            return Err(SpeculationError::KTooLarge);
         }
         if req.sampling.repetition_penalty != 1.0 {
             // The last shard would need each drafted token in the penalty's
@@ -353,7 +350,7 @@ impl Entry {
         routes: Option<mpsc::UnboundedSender<String>>,
     ) {
         let event = match self.admit_request(&req) {
-            Err(e) => GenerateEvent::Refused(e),
+            Err(e) => GenerateEvent::Refused(e.to_string()),
             Ok(admitted) => match self.run_session(req, admitted, &out, routes.as_ref()).await {
                 Ok(g) => GenerateEvent::Done(g),
                 Err(e) => GenerateEvent::Error(Failure { message: e.to_string(), blame: e.blame() }),
@@ -364,14 +361,14 @@ impl Entry {
 
     /// Everything about a request that is the caller's to get right, checked
     /// before any pipeline work: its prompt, sampling, length and speculation.
-    fn admit_request(&self, req: &PipelineRequest) -> Result<Admitted, String> {
-        if let Some(bad) = req.prompt_ids.iter().find(|&&i| i as usize >= self.tokenizer.vocab_size()) {
-            return Err(format!("token id {bad} is outside the vocabulary"));
+    fn admit_request(&self, req: &PipelineRequest) -> Result<Admitted, AdmitError> {
+        if let Some(&id) = req.prompt_ids.iter().find(|&&i| i as usize >= self.tokenizer.vocab_size()) {
+            return Err(AdmitError::TokenOutOfVocab { id });
         }
-        let sampler = Sampler::new(req.sampling.clone()).map_err(|e| e.to_string())?;
+        let sampler = Sampler::new(req.sampling.clone())?;
         let gen =
             GenerateRequest { prompt_ids: req.prompt_ids.clone(), max_tokens: req.max_tokens, stop: req.stop.clone() };
-        let max_tokens = check_request(&gen, self.context).map_err(|e| e.to_string())?;
+        let max_tokens = check_request(&gen, self.context)?;
         let spec = self.speculation_for(req, req.prompt_ids.len())?;
         Ok(Admitted { prompt_ids: req.prompt_ids.clone(), sampler, max_tokens, spec })
     }
