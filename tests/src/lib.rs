@@ -148,13 +148,13 @@ pub fn free_loopback_port() -> std::net::SocketAddr {
     }
 }
 
-/// The chunks of a chunked Oblivious HTTP response as the host relays them:
-/// after the 16-byte response nonce (max(Nn, Nk) for AES-128-GCM), each
-/// chunk's varint length and ciphertext; the final chunk (length 0) runs to
-/// the end.
-pub fn ohttp_response_chunks(bytes: &[u8]) -> Vec<&[u8]> {
-    let mut rest = &bytes[16..];
-    let mut chunks = Vec::new();
+/// A chunked Oblivious HTTP response split as the host relays it: the
+/// 16-byte response nonce (max(Nn, Nk) for AES-128-GCM), each non-final chunk
+/// whole (its varint length and its ciphertext), and the final chunk (a zero
+/// length and the rest).
+pub fn ohttp_response_records(bytes: &[u8]) -> (&[u8], Vec<&[u8]>, &[u8]) {
+    let (nonce, mut rest) = bytes.split_at(16);
+    let mut records = Vec::new();
     loop {
         let (len, used) = match rest[0] >> 6 {
             0 => (usize::from(rest[0] & 0x3F), 1),
@@ -162,14 +162,28 @@ pub fn ohttp_response_chunks(bytes: &[u8]) -> Vec<&[u8]> {
             2 => (u32::from_be_bytes([rest[0] & 0x3F, rest[1], rest[2], rest[3]]) as usize, 4),
             _ => panic!("a chunk longer than a test makes"),
         };
-        rest = &rest[used..];
         if len == 0 {
-            chunks.push(rest);
-            return chunks;
+            return (nonce, records, rest);
         }
-        chunks.push(&rest[..len]);
-        rest = &rest[len..];
+        records.push(&rest[..used + len]);
+        rest = &rest[used + len..];
     }
+}
+
+/// The chunks' ciphertexts of a chunked Oblivious HTTP response (see
+/// [`ohttp_response_records`]); the final chunk (after its zero length) runs
+/// to the end.
+pub fn ohttp_response_chunks(bytes: &[u8]) -> Vec<&[u8]> {
+    let (_, records, last) = ohttp_response_records(bytes);
+    let mut chunks: Vec<&[u8]> = records
+        .into_iter()
+        .map(|r| {
+            let used = 1usize << (r[0] >> 6);
+            &r[used..]
+        })
+        .collect();
+    chunks.push(&last[1..]);
+    chunks
 }
 
 /// Fabricated launch inputs for `veil measure` tests: an OVMF-shaped

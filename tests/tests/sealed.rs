@@ -59,27 +59,6 @@ async fn client_and_entry_interoperate_and_stream() {
     assert_eq!(body, b"data: one\n\ndata: two\n\ndata: [DONE]\n\n");
 }
 
-/// A chunked OHTTP response split as a relay sees it: the response nonce, each
-/// non-final chunk whole (its varint length and ciphertext), and the final
-/// chunk (a zero length and the rest).
-fn whole_chunks(wire: &[u8]) -> (&[u8], Vec<Vec<u8>>, &[u8]) {
-    let (nonce, mut rest) = wire.split_at(16);
-    let mut records = Vec::new();
-    loop {
-        let (len, used) = match rest[0] >> 6 {
-            0 => (usize::from(rest[0] & 0x3F), 1),
-            1 => (usize::from(u16::from_be_bytes([rest[0] & 0x3F, rest[1]])), 2),
-            2 => (u32::from_be_bytes([rest[0] & 0x3F, rest[1], rest[2], rest[3]]) as usize, 4),
-            _ => panic!("a chunk longer than a test makes"),
-        };
-        if len == 0 {
-            return (nonce, records, rest);
-        }
-        records.push(rest[..used + len].to_vec());
-        rest = &rest[used + len..];
-    }
-}
-
 #[tokio::test]
 async fn a_malicious_relay_is_detected_every_time() {
     let key = SealKey::generate(3).unwrap();
@@ -134,13 +113,13 @@ async fn a_malicious_relay_is_detected_every_time() {
     for first in 0..3 {
         let r = attempt(&key, &pieces, |c| {
             let wire = c.concat();
-            let (nonce, mut records, last) = whole_chunks(&wire);
+            let (nonce, mut records, last) = veil_tests::ohttp_response_records(&wire);
             let before = records.len();
             records.swap(first, first + 1);
             assert_ne!(records[first], records[first + 1], "swapping identical chunks proves nothing");
             let swapped = [nonce.to_vec(), records.concat(), last.to_vec()].concat();
             // Still well framed: the same chunks, in another order.
-            assert_eq!(whole_chunks(&swapped).1.len(), before);
+            assert_eq!(veil_tests::ohttp_response_records(&swapped).1.len(), before);
             swapped
         })
         .await;

@@ -591,15 +591,7 @@ fn streamed_chunks_all_have_one_size_whatever_the_tokens() {
                 "model": "SmolLM2-135M-Instruct.Q4_1", "messages": [{"role": "user", "content": question}],
                 "max_tokens": 16, "temperature": 0, "stream": stream,
             });
-            let mut message = bhttp::Message::request(
-                b"POST".to_vec(),
-                b"https".to_vec(),
-                b"veil-entry".to_vec(),
-                b"/v1/chat/completions".to_vec(),
-            );
-            message.put_header("content-type", "application/json");
-            message.write_content(serde_json::to_vec(&body).unwrap());
-            let (sealed, opener) = veil_client::seal::seal(client.route(), message).await.unwrap();
+            let (sealed, opener) = cluster::seal_chat(client.route(), &body).await;
             let req = hyper::Request::post(format!("http://{gateway}/v1/sealed"))
                 .header("content-type", "message/ohttp-chunked-req")
                 .body(Full::new(Bytes::from(sealed)))

@@ -133,15 +133,7 @@ pub async fn abandon(client: &Client, relay: SocketAddr, n: usize) -> (Vec<u16>,
             "messages": [{"role": "user", "content": format!("Count from {i} to 100000, one number per line.")}],
             "max_tokens": 2000, "temperature": 0,
         });
-        let mut message = bhttp::Message::request(
-            b"POST".to_vec(),
-            b"https".to_vec(),
-            b"veil-entry".to_vec(),
-            b"/v1/chat/completions".to_vec(),
-        );
-        message.put_header("content-type", "application/json");
-        message.write_content(serde_json::to_vec(&body).unwrap());
-        let Ok((sealed, _)) = veil_client::seal::seal(client.route(), message).await else { continue };
+        let (sealed, _) = super::cluster::seal_chat(client.route(), &body).await;
         let Ok(mut tcp) = connect_as_abuser(relay).await else { continue };
         let head = format!(
             "POST /v1/sealed HTTP/1.1\r\nHost: x\r\nContent-Type: message/ohttp-chunked-req\r\nContent-Length: {}\r\n\r\n",

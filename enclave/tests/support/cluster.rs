@@ -276,3 +276,20 @@ pub fn local(model: &LocalModel, tok: &veil_enclave::text::tokenizer::Tokenizer,
     };
     generate(model, tok, &mut sampler, &g, |_| {}).unwrap()
 }
+
+/// A chat completion with `body` as the entry receives it, sealed to `route`
+/// the way the SDK seals it (what a test that speaks HTTP itself sends).
+pub async fn seal_chat(
+    route: &veil_client::sdk::VerifiedRoute,
+    body: &serde_json::Value,
+) -> (Vec<u8>, veil_client::seal::ResponseOpener) {
+    let mut message = bhttp::Message::request(
+        b"POST".to_vec(),
+        b"https".to_vec(),
+        b"veil-entry".to_vec(),
+        b"/v1/chat/completions".to_vec(),
+    );
+    message.put_header("content-type", "application/json");
+    message.write_content(serde_json::to_vec(body).unwrap());
+    veil_client::seal::seal(route, message).await.unwrap()
+}
