@@ -17,12 +17,17 @@
 //!                                         Ok(VerifiedEvidence) | Err(Rejected{check, expected, actual})
 //! ```
 //!
-//! Module graph (a DAG): [`check`] (check names, outcomes, the one check
-//! table) ← [`error`] (one [`Rejection`] shape for SNP, GPU and GPU-set
-//! failures) ← the SNP checker ([`verify`]'s checks over [`snp`]) and the GPU
-//! checker ([`gpu`]) ← [`verify::verify_composite`] / [`verify()`], the only
-//! place that combines them. [`measure`] reproduces expected launch
-//! measurements.
+//! Module graph (a DAG): [`check`] (check names, outcomes — PASS, FAIL,
+//! WARN, SKIP, NOT RUN, each row flagged when a simulated root chose its
+//! values — and the one check table) and the GPU leaves (`gpu::error`,
+//! `gpu::report`, which import nothing from [`error`]) ← [`error`] (one
+//! [`Rejection`] shape for SNP, GPU and GPU-set failures) ← the SNP checker
+//! ([`verify`](mod@verify)'s `chain`, `report` and `binding` checks over [`snp`]) and the
+//! GPU checker ([`gpu`]) ← [`verify::verify_composite`] / [`verify()`], the
+//! only place that combines them. [`policy`] is a leaf module tree (the
+//! policy, its `[platform]` and `[gpu]` sections, the peer-policy gaps).
+//! [`nonce_batch`] proves a verifier's nonce is in a batch one evidence
+//! answers. [`measure`] reproduces expected launch measurements.
 //!
 //! * [`verify()`] is pure (no clock, no I/O): the caller passes `now`.
 //! * [`VerifiedEvidence`] can only be made by the verifier; RA-TLS links and
@@ -34,7 +39,8 @@
 //!   CPU report through the claims (one table per GPU).
 //! * [`route`] verifies a whole route as one ([`route::verify_route`]): the
 //!   entry's fresh evidence commits to the peer policy every shard enforces,
-//!   the route's shape and the exact shards it links; only it makes a
+//!   the route's shape, the exact shards it links and the drafter it
+//!   speculates with; every route check runs; only it makes a
 //!   [`route::VerifiedRoute`], which sealing a request takes.
 //! * [`policy_bundle`] signs and opens versioned policies (a rollback floor
 //!   kept by the caller); [`snp::certs`] parses the host's certificate table
