@@ -42,7 +42,8 @@ if [ ! -f "$stamp" ]; then
   [ -d "$cu/nvvm" ] || { echo "nvvm is missing from the wheel" >&2; exit 1; }
 
   # Link stubs, generated from the symbol lists of the cudarc this workspace locks.
-  cudarc="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* 2>/dev/null | sort -V | tail -1)"
+  # (On a fresh machine the registry is empty until `cargo fetch`: no match is not an error.)
+  cudarc="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* 2>/dev/null | sort -V | tail -1 || true)"
   if [ -z "$cudarc" ]; then
     (cd "$(dirname "$0")/.." && cargo fetch --locked >&2)
     cudarc="$(ls -d "${CARGO_HOME:-$HOME/.cargo}"/registry/src/*/cudarc-0.19.* | sort -V | tail -1)"
