@@ -1,4 +1,4 @@
-//! Model hyper-parameters from GGUF metadata (Llama family).
+//! Model hyper-parameters from GGUF metadata, read as llama.cpp reads them.
 
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
@@ -14,6 +14,20 @@ pub enum Arch {
     Qwen2,
     /// Qwen3: per-head q/k RMSNorm, NeoX RoPE.
     Qwen3,
+    /// Qwen3-MoE (Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder): Qwen3's
+    /// attention, a routed mixture of experts in every block.
+    Qwen3Moe,
+}
+
+/// A routed mixture-of-experts feed-forward (llama.cpp's softmax gating).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoeConfig {
+    /// Experts per block (`{arch}.expert_count`).
+    pub n_expert: usize,
+    /// Experts each position is routed to (`{arch}.expert_used_count`).
+    pub n_used: usize,
+    /// Whether the chosen experts' weights are renormalised to sum to one.
+    pub norm_weights: bool,
 }
 
 /// How RoPE pairs dimensions.
@@ -50,6 +64,8 @@ pub struct Config {
     pub context_length: usize,
     /// Vocabulary size (rows of the embedding).
     pub vocab_size: usize,
+    /// The feed-forward's experts, when it is a mixture.
+    pub moe: Option<MoeConfig>,
 }
 
 impl Config {
@@ -61,9 +77,10 @@ impl Config {
             "mistral" => (Arch::Mistral, RopeStyle::Interleaved),
             "qwen2" => (Arch::Qwen2, RopeStyle::Neox),
             "qwen3" => (Arch::Qwen3, RopeStyle::Neox),
+            "qwen3moe" => (Arch::Qwen3Moe, RopeStyle::Neox),
             other => {
                 return Err(ModelError::Unsupported(format!(
-                    "architecture {other:?} (llama, mistral, qwen2, qwen3 are served)"
+                    "architecture {other:?} (llama with or without experts, mistral, qwen2, qwen3, qwen3moe are served)"
                 )))
             }
         };
@@ -87,6 +104,24 @@ impl Config {
             Ok(v) => v,
             Err(_) => g.meta_strings("tokenizer.ggml.tokens")?.len(),
         };
+        let n_expert = usize_of("expert_count").unwrap_or(0);
+        let moe = match (arch, n_expert) {
+            (Arch::Qwen3Moe, 0) => {
+                return Err(ModelError::Malformed("qwen3moe without qwen3moe.expert_count".into()));
+            }
+            (Arch::Qwen2 | Arch::Qwen3, n) if n > 0 => {
+                return Err(ModelError::Unsupported(format!("{arch_name} with {n} experts")));
+            }
+            (_, 0) => None,
+            (_, n_expert) => {
+                let n_used = usize_of("expert_used_count")?;
+                if n_used == 0 || n_used > n_expert {
+                    return Err(ModelError::Malformed(format!("{n_used} of {n_expert} experts used per position")));
+                }
+                // llama.cpp renormalises the chosen weights for both (Mixtral, Qwen3-MoE).
+                Some(MoeConfig { n_expert, n_used, norm_weights: true })
+            }
+        };
         Ok(Self {
             arch,
             n_layer: usize_of("block_count")?,
@@ -99,6 +134,7 @@ impl Config {
             rope_style,
             context_length: usize_of("context_length")?,
             vocab_size,
+            moe,
         })
     }
 }

@@ -10,9 +10,13 @@
 
 use candle_core::{DType, Device, Module, Tensor};
 
+use super::LayerSlice;
 use super::{hidden_outputs, logit_outputs, wanted_rows};
 use super::{BatchItem, Config, DecoderLayer, ModelError, Result, RmsNorm, SliceOutput, Weight};
-use super::{LayerSlice, Projections, RopeStyle};
+use crate::model::block::Ffn;
+use crate::model::config::RopeStyle;
+use crate::model::moe::{top_k, Moe};
+use crate::model::weight::Projections;
 
 /// Norms and biases of a slice, in device memory (the matrices are the
 /// slice's own [`Weight::Candle`]s, loaded onto the device).
@@ -142,6 +146,51 @@ fn attend(q: &Tensor, keys: &Tensor, values: &Tensor, mask: Option<&Tensor>, sca
     Ok(p.matmul(&v)?.transpose(0, 1)?.reshape((n, heads * hd))?)
 }
 
+/// `down(silu(gate(h)) · up(h))` on the device.
+fn swiglu(gate_up: &Projections, down: &Weight, h: &Tensor) -> Result<Tensor> {
+    let [gate, up] = parts(gate_up)? else {
+        return Err(ModelError::Invalid("feed-forward projections are incomplete".into()));
+    };
+    project(down, &(project(gate, h)?.silu()? * project(up, h)?)?)
+}
+
+/// A block's feed-forward on the device, `h (m, d)` normed.
+fn ffn(f: &Ffn, h: &Tensor) -> Result<Tensor> {
+    match f {
+        Ffn::Dense { gate_up, down } => swiglu(gate_up, down, h),
+        Ffn::Moe(moe) => experts(moe, h),
+    }
+}
+
+/// The mixture of experts on the device: router logits come to the host
+/// (`m × n_expert` values) to be routed exactly as the CPU path routes;
+/// each chosen expert then runs once over the rows that chose it, and its
+/// weighted output is added into those rows.
+fn experts(moe: &Moe, h: &Tensor) -> Result<Tensor> {
+    let (m, d) = h.dims2()?;
+    let logits = project(&moe.router, h)?.flatten_all()?.to_vec1::<f32>()?;
+    let cfg = moe.config;
+    let mut by_expert: Vec<(Vec<u32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); moe.experts.len()];
+    for (r, row) in logits.chunks_exact(cfg.n_expert).enumerate() {
+        for (e, w) in top_k(row, cfg.n_used, cfg.norm_weights) {
+            by_expert[e].0.push(r as u32);
+            by_expert[e].1.push(w);
+        }
+    }
+    let mut out = Tensor::zeros((m, d), DType::F32, h.device())?;
+    for (expert, (rows, weights)) in moe.experts.iter().zip(by_expert) {
+        if rows.is_empty() {
+            continue;
+        }
+        let n = rows.len();
+        let idx = Tensor::from_vec(rows, n, h.device())?;
+        let y = swiglu(&expert.gate_up, &expert.down, &h.index_select(&idx, 0)?)?;
+        let y = y.broadcast_mul(&Tensor::from_vec(weights, (n, 1), h.device())?)?;
+        out = out.index_add(&idx, &y, 0)?;
+    }
+    Ok(out)
+}
+
 impl LayerSlice {
     /// The batch's forward on the device: KV appended per item (committed by
     /// the caller), outputs per item.
@@ -201,11 +250,7 @@ impl LayerSlice {
             let y = Tensor::cat(&ys, 0)?;
             x = (x + project(&layer.o, &y)?)?;
             let h = rms(&x, &dl.ffn_norm, eps)?;
-            let [gate, up] = parts(&layer.gate_up)? else {
-                return Err(ModelError::Invalid("feed-forward projections are incomplete".into()));
-            };
-            let act = (project(gate, &h)?.silu()? * project(up, &h)?)?;
-            x = (x + project(&layer.down, &act)?)?;
+            x = (x + ffn(&layer.ffn, &h)?)?;
         }
         self.finish_on_device(dev, items, x)
     }

@@ -1,0 +1,162 @@
+//! A routed mixture of experts across a whole batch.
+//!
+//! Every row (a position of some session) is routed to its top-k experts by
+//! llama.cpp's softmax gating. Rows are then grouped by expert across every
+//! session in the batch, so each chosen expert's weights are read once per
+//! forward and an expert no row chose is never touched. A row's output is
+//! the sum, in routing-rank order, of its experts' outputs times their
+//! weights: it depends only on the row, so a batch equals each session run
+//! alone, bit for bit.
+
+use super::config::MoeConfig;
+use super::error::{ModelError, Result};
+use super::weight::{digest_f32s, Projections, Weight};
+
+/// One expert: a SwiGLU feed-forward.
+#[derive(Debug)]
+pub(crate) struct Expert {
+    /// gate, up.
+    pub(crate) gate_up: Projections,
+    pub(crate) down: Weight,
+}
+
+/// The experts of one block and their router.
+#[derive(Debug)]
+pub(crate) struct Moe {
+    /// `n_expert × n_embd`: one logit per expert.
+    pub(crate) router: Weight,
+    pub(crate) experts: Vec<Expert>,
+    pub(crate) config: MoeConfig,
+}
+
+/// Where one row goes: `(expert, weight)` per routing rank.
+pub(crate) type Route = Vec<(usize, f32)>;
+
+impl Moe {
+    /// Builds the block's experts from the gate, up and down matrices of
+    /// each, checking every shape against `width` (the hidden size).
+    pub(crate) fn new(
+        router: Weight,
+        gates: Vec<Weight>,
+        ups: Vec<Weight>,
+        downs: Vec<Weight>,
+        config: MoeConfig,
+        width: usize,
+    ) -> Result<Self> {
+        let n = config.n_expert;
+        if router.rows() != n || router.cols() != width || gates.len() != n || ups.len() != n || downs.len() != n {
+            return Err(ModelError::Malformed(format!(
+                "router {}×{} or expert counts ({}, {}, {}) do not match {n} experts of width {width}",
+                router.rows(),
+                router.cols(),
+                gates.len(),
+                ups.len(),
+                downs.len()
+            )));
+        }
+        let mut experts = Vec::with_capacity(n);
+        for ((gate, up), down) in gates.into_iter().zip(ups).zip(downs) {
+            if gate.rows() != up.rows() || down.cols() != gate.rows() || down.rows() != width {
+                return Err(ModelError::Malformed("an expert's gate, up and down shapes disagree".into()));
+            }
+            experts.push(Expert { gate_up: Projections::new(vec![gate, up], vec![None, None], width)?, down });
+        }
+        Ok(Self { router, experts, config })
+    }
+
+    /// Each row's experts and weights: softmax over every expert's logit,
+    /// the top `n_used` (ties to the lower index), renormalised when the
+    /// model says so — llama.cpp's `build_moe_ffn` with softmax gating.
+    pub(crate) fn route(&self, h: &[f32], m: usize) -> Result<Vec<Route>> {
+        let n = self.config.n_expert;
+        let logits = self.router.matmul(h, m)?;
+        Ok(logits.chunks_exact(n).map(|row| top_k(row, self.config.n_used, self.config.norm_weights)).collect())
+    }
+
+    /// The feed-forward of `m` rows `h` (already normed), rows of `width`.
+    pub(crate) fn forward(&self, h: &[f32], m: usize, width: usize) -> Result<Vec<f32>> {
+        let routes = self.route(h, m)?;
+        let k = self.config.n_used;
+        // (row, rank) pairs per expert, rows in batch order.
+        let mut by_expert: Vec<Vec<(usize, usize)>> = vec![Vec::new(); self.experts.len()];
+        for (r, route) in routes.iter().enumerate() {
+            for (rank, &(e, _)) in route.iter().enumerate() {
+                by_expert[e].push((r, rank));
+            }
+        }
+        // Each chosen expert once, over every row that chose it.
+        let mut ranked = vec![0f32; m * k * width];
+        for (expert, rows) in self.experts.iter().zip(&by_expert) {
+            if rows.is_empty() {
+                continue;
+            }
+            let x: Vec<f32> = rows.iter().flat_map(|&(r, _)| h[r * width..(r + 1) * width].iter().copied()).collect();
+            let mut gu = expert.gate_up.forward(&x, rows.len())?.into_iter();
+            let (Some(mut gate), Some(up)) = (gu.next(), gu.next()) else {
+                return Err(ModelError::Invalid("expert projections are incomplete".into()));
+            };
+            gate.iter_mut().zip(&up).for_each(|(g, u)| *g = *g / (1.0 + (-*g).exp()) * u);
+            let y = expert.down.matmul(&gate, rows.len())?;
+            for (&(r, rank), out) in rows.iter().zip(y.chunks_exact(width)) {
+                let w = routes[r][rank].1;
+                let dst = &mut ranked[(r * k + rank) * width..][..width];
+                dst.iter_mut().zip(out).for_each(|(d, o)| *d = o * w);
+            }
+        }
+        // Summed in rank order, as llama.cpp adds its expert views.
+        let mut out = vec![0f32; m * width];
+        for (r, dst) in out.chunks_exact_mut(width).enumerate() {
+            for rank in 0..k {
+                let src = &ranked[(r * k + rank) * width..][..width];
+                dst.iter_mut().zip(src).for_each(|(d, s)| *d += s);
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn digest_into(&self, h: &mut sha2::Sha256) -> Result<()> {
+        self.router.digest_into(h)?;
+        for e in &self.experts {
+            e.gate_up.digest_into(h)?;
+            e.down.digest_into(h)?;
+        }
+        digest_f32s(h, &[self.config.n_used as f32]);
+        Ok(())
+    }
+}
+
+/// The top `k` of one row of router logits, as `(expert, weight)`.
+pub(crate) fn top_k(logits: &[f32], k: usize, renormalise: bool) -> Route {
+    let max = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let exps: Vec<f32> = logits.iter().map(|&l| (l - max).exp()).collect();
+    // ggml sums the softmax in double and scales by the rounded inverse.
+    let inv = (1.0 / exps.iter().map(|&e| f64::from(e)).sum::<f64>()) as f32;
+    let probs: Vec<f32> = exps.iter().map(|&e| e * inv).collect();
+    let mut order: Vec<usize> = (0..probs.len()).collect();
+    order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]).then(a.cmp(&b)));
+    order.truncate(k);
+    let mut route: Route = order.into_iter().map(|e| (e, probs[e])).collect();
+    if renormalise {
+        let sum = (route.iter().map(|&(_, w)| f64::from(w)).sum::<f64>() as f32).max(6.103_515_6e-5);
+        route.iter_mut().for_each(|(_, w)| *w /= sum);
+    }
+    route
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn top_k_picks_the_largest_and_renormalises() {
+        let r = top_k(&[0.1, 3.0, -1.0, 2.0], 2, true);
+        assert_eq!(r.iter().map(|e| e.0).collect::<Vec<_>>(), vec![1, 3]);
+        let s: f32 = r.iter().map(|e| e.1).sum();
+        assert!((s - 1.0).abs() < 1e-6, "{s}");
+        let e = (1.0f32).exp();
+        assert!((r[0].1 - e / (e + 1.0)).abs() < 1e-6, "{r:?}");
+        // Without renormalising, the weights are the softmax over all four.
+        let r = top_k(&[0.0, 0.0, 0.0, 0.0], 2, false);
+        assert_eq!(r, vec![(0, 0.25), (1, 0.25)], "ties go to the lower index");
+    }
+}

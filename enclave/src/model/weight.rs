@@ -1,0 +1,275 @@
+//! Weight matrices as a slice holds them (Veil's fused kernels where they
+//! have one, candle's quantized matmul otherwise), projections that share
+//! an input, and the loader that reads each tensor once, hashes it and
+//! records it in the manifest.
+
+use std::sync::Arc;
+
+use candle_core::quantized::{ggml_file, GgmlDType, QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+
+use super::error::{ModelError, Result};
+use super::gguf::{GgufFile, RawTensor};
+use super::kernels::{KernelError, Q41Matrix, Q80Matrix};
+use super::manifest::TensorRecord;
+
+pub(crate) struct Loader<'a> {
+    pub(crate) gguf: &'a mut GgufFile,
+    pub(crate) records: Vec<TensorRecord>,
+    pub(crate) progress: Option<indicatif::ProgressBar>,
+    /// Where matrices go: `None` for the fused CPU kernels, else a candle device.
+    pub(crate) device: Option<Device>,
+    /// The token embedding as read, kept for a tied LM head on a device.
+    pub(crate) tied: Option<RawTensor>,
+}
+
+impl Loader<'_> {
+    pub(crate) fn raw(&mut self, name: &str) -> Result<RawTensor> {
+        let raw = self.gguf.load_raw(name)?;
+        if let Some(p) = &self.progress {
+            p.inc(1);
+        }
+        self.records.push(raw.record.clone());
+        Ok(raw)
+    }
+
+    pub(crate) fn qtensor(&mut self, name: &str) -> Result<QTensor> {
+        let raw = self.raw(name)?;
+        Ok(ggml_file::qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, &Device::Cpu)?)
+    }
+
+    /// A weight matrix on Veil's kernels where it has one (Q4_1, Q8_0),
+    /// otherwise on candle's quantized matmul.
+    pub(crate) fn weight(&mut self, name: &str) -> Result<Weight> {
+        let raw = self.raw(name)?;
+        self.weight_from(name, raw)
+    }
+
+    pub(crate) fn weight_from(&mut self, name: &str, raw: RawTensor) -> Result<Weight> {
+        let [rows, cols] = raw.dims[..] else {
+            return Err(ModelError::Malformed(format!("{name} has shape {:?}, expected a matrix", raw.dims)));
+        };
+        let bad = |e: KernelError| ModelError::Malformed(format!("{name}: {e}"));
+        if let Some(device) = &self.device {
+            // Quantized in device memory; candle's quantized matmul kernels read it as is.
+            let t = ggml_file::qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
+            return Ok(Weight::Candle { matmul: QMatMul::from_qtensor(t)?, rows, cols });
+        }
+        Ok(match raw.dtype {
+            GgmlDType::Q4_1 => Weight::Q41(Q41Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?),
+            GgmlDType::Q8_0 => Weight::Q80(Arc::new(Q80Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?)),
+            // Small f32 matrices (an MoE router): a plain row-wise dot, whose
+            // result for a row does not depend on the rows beside it.
+            GgmlDType::F32 => {
+                let data: Vec<f32> =
+                    raw.bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+                Weight::F32 { data: Arc::new(data), rows, cols }
+            }
+            dtype => {
+                let t = ggml_file::qtensor_from_ggml(dtype, &raw.bytes, raw.dims, &Device::Cpu)?;
+                Weight::Candle { matmul: QMatMul::from_qtensor(t)?, rows, cols }
+            }
+        })
+    }
+
+    /// The experts of a `[n_expert, rows, cols]` tensor (`ffn_*_exps`), one
+    /// weight matrix each, from the one read (and hash) of the tensor.
+    pub(crate) fn experts(&mut self, name: &str, n_expert: usize) -> Result<Vec<Weight>> {
+        let raw = self.raw(name)?;
+        let [n, rows, cols] = raw.dims[..] else {
+            return Err(ModelError::Malformed(format!(
+                "{name} has shape {:?}, expected [experts, rows, cols]",
+                raw.dims
+            )));
+        };
+        if n != n_expert || n == 0 || raw.bytes.len() % n != 0 {
+            return Err(ModelError::Malformed(format!("{name} holds {n} experts, the model says {n_expert}")));
+        }
+        let per = raw.bytes.len() / n;
+        let mut out = Vec::with_capacity(n);
+        for (e, bytes) in raw.bytes.chunks_exact(per).enumerate() {
+            let one = RawTensor {
+                bytes: bytes.to_vec(),
+                dtype: raw.dtype,
+                dims: vec![rows, cols],
+                record: raw.record.clone(),
+            };
+            out.push(self.weight_from(&format!("{name}[{e}]"), one)?);
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn vector(&mut self, name: &str, len: usize) -> Result<Vec<f32>> {
+        let v = self.qtensor(name)?.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
+        if v.len() != len {
+            return Err(ModelError::Malformed(format!("{name} has {} values, expected {len}", v.len())));
+        }
+        Ok(v)
+    }
+
+    pub(crate) fn optional_vector(&mut self, name: &str, len: usize) -> Result<Option<Vec<f32>>> {
+        if self.gguf.has_tensor(name) {
+            self.vector(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// A weight matrix: one of Veil's kernels, or candle's quantized matmul.
+#[derive(Debug)]
+pub(crate) enum Weight {
+    Q41(Q41Matrix),
+    Q80(Arc<Q80Matrix>),
+    F32 { data: Arc<Vec<f32>>, rows: usize, cols: usize },
+    Candle { matmul: QMatMul, rows: usize, cols: usize },
+}
+
+pub(crate) fn digest_f32s(h: &mut sha2::Sha256, values: &[f32]) {
+    use sha2::Digest as _;
+    h.update((values.len() as u64).to_le_bytes());
+    for chunk in values.chunks(4096) {
+        let bytes: Vec<u8> = chunk.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect();
+        h.update(&bytes);
+    }
+}
+
+impl Weight {
+    pub(crate) fn digest_into(&self, h: &mut sha2::Sha256) -> Result<()> {
+        use sha2::Digest as _;
+        match self {
+            Self::Q41(m) => m.digest_into(h),
+            Self::Q80(m) => m.digest_into(h),
+            Self::F32 { data, .. } => digest_f32s(h, data),
+            Self::Candle { matmul: QMatMul::QTensor(t), .. } => h.update(&*t.data()?),
+            Self::Candle { matmul: QMatMul::Tensor(t) | QMatMul::TensorF16(t), .. } => {
+                digest_f32s(h, &t.flatten_all()?.to_dtype(DType::F32)?.to_vec1::<f32>()?)
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn rows(&self) -> usize {
+        match self {
+            Self::Q41(m) => m.rows(),
+            Self::Q80(m) => m.rows(),
+            Self::F32 { rows, .. } | Self::Candle { rows, .. } => *rows,
+        }
+    }
+
+    pub(crate) fn cols(&self) -> usize {
+        match self {
+            Self::Q41(m) => m.cols(),
+            Self::Q80(m) => m.cols(),
+            Self::F32 { cols, .. } | Self::Candle { cols, .. } => *cols,
+        }
+    }
+
+    /// `x (m × cols) → (m × rows)`.
+    pub(crate) fn matmul(&self, x: &[f32], m: usize) -> Result<Vec<f32>> {
+        Ok(match self {
+            Self::Q41(w) => w.matmul(x, m),
+            Self::Q80(w) => w.matmul(x, m),
+            Self::F32 { data, rows, cols } => {
+                let mut out = vec![0f32; m * rows];
+                for (xr, or) in x.chunks_exact(*cols).zip(out.chunks_exact_mut(*rows)) {
+                    for (o, w) in or.iter_mut().zip(data.chunks_exact(*cols)) {
+                        *o = dot_f32(xr, w);
+                    }
+                }
+                out
+            }
+            Self::Candle { matmul, cols, .. } => {
+                let x = Tensor::from_slice(x, (m, *cols), &Device::Cpu)?;
+                matmul.forward(&x)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1::<f32>()?
+            }
+        })
+    }
+}
+
+/// `a · b` in eight lanes, summed in a fixed order.
+fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ca.remainder().iter().zip(cb.remainder()).map(|(x, y)| x * y).sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// Projections of one input (q/k/v, or gate/up): a single stacked matmul
+/// when every part is on the Q4_1 kernel, so the input is quantized once
+/// and the threads are woken once.
+#[derive(Debug)]
+pub(crate) struct Projections {
+    pub(crate) stacked: Option<Weight>,
+    pub(crate) parts: Vec<Weight>,
+    pub(crate) widths: Vec<usize>,
+    pub(crate) biases: Vec<Option<Vec<f32>>>,
+}
+
+impl Projections {
+    pub(crate) fn new(parts: Vec<Weight>, biases: Vec<Option<Vec<f32>>>, input: usize) -> Result<Self> {
+        if parts.iter().any(|w| w.cols() != input) {
+            return Err(ModelError::Malformed(format!("a projection does not take inputs of width {input}")));
+        }
+        let widths: Vec<usize> = parts.iter().map(Weight::rows).collect();
+        for (b, w) in biases.iter().zip(&widths) {
+            if b.as_ref().is_some_and(|b| b.len() != *w) {
+                return Err(ModelError::Malformed("a bias does not match its projection".into()));
+            }
+        }
+        if parts.iter().all(|w| matches!(w, Weight::Q41(_))) {
+            let q41 = parts.into_iter().filter_map(|w| if let Weight::Q41(m) = w { Some(m) } else { None });
+            let stacked = Q41Matrix::stack(q41.collect()).map_err(|e| ModelError::Malformed(e.to_string()))?;
+            return Ok(Self { stacked: Some(Weight::Q41(stacked)), parts: Vec::new(), widths, biases });
+        }
+        Ok(Self { stacked: None, parts, widths, biases })
+    }
+
+    /// One `(m × width_i)` output per part, biases added.
+    pub(crate) fn forward(&self, x: &[f32], m: usize) -> Result<Vec<Vec<f32>>> {
+        let mut outs = match &self.stacked {
+            Some(w) => {
+                let all = w.matmul(x, m)?;
+                let total = w.rows();
+                let mut outs: Vec<Vec<f32>> = self.widths.iter().map(|w| Vec::with_capacity(m * w)).collect();
+                for row in all.chunks_exact(total) {
+                    let mut at = 0;
+                    for (out, w) in outs.iter_mut().zip(&self.widths) {
+                        out.extend_from_slice(&row[at..at + w]);
+                        at += w;
+                    }
+                }
+                outs
+            }
+            None => self.parts.iter().map(|w| w.matmul(x, m)).collect::<Result<_>>()?,
+        };
+        for (out, bias) in outs.iter_mut().zip(&self.biases) {
+            if let Some(b) = bias {
+                for row in out.chunks_exact_mut(b.len()) {
+                    row.iter_mut().zip(b).for_each(|(o, b)| *o += b);
+                }
+            }
+        }
+        Ok(outs)
+    }
+}
+
+impl Projections {
+    pub(crate) fn digest_into(&self, h: &mut sha2::Sha256) -> Result<()> {
+        if let Some(w) = &self.stacked {
+            w.digest_into(h)?;
+        }
+        for w in &self.parts {
+            w.digest_into(h)?;
+        }
+        for b in self.biases.iter().flatten() {
+            digest_f32s(h, b);
+        }
+        Ok(())
+    }
+}
