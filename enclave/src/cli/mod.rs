@@ -13,6 +13,7 @@ mod device_bench;
 mod device_check;
 mod generate;
 mod serve;
+mod tokenize;
 
 use generate::{generate, generate_remote};
 use serve::serve;
@@ -86,6 +87,9 @@ enum Command {
     },
     /// Serve one stage of a route (the entry for stage 0).
     Serve(ServeArgs),
+    /// Print the ids this shard's tokenizer gives a text (no BOS), as llama.cpp's
+    /// `llama-tokenize` would; a vocabulary-only GGUF will do.
+    Tokenize(tokenize::TokenizeArgs),
     /// Print the digest a shard's SEV-SNP HOST_DATA must hold for `serve --bind-config`:
     /// the route (paths left out) and its peer policy. Give it to the VMM at launch
     /// (QEMU `-object sev-snp-guest,host-data=BASE64`) and pin it in clients' policies.
@@ -395,6 +399,7 @@ fn run() -> anyhow::Result<()> {
             None => generate(args)?,
         },
         Command::Serve(args) => serve(args).map_err(|e| anyhow::Error::new(CannotStart(e)))?,
+        Command::Tokenize(args) => tokenize::tokenize(&args)?,
         Command::Canary { model, out } => {
             let (m, tok) = crate::generate::LocalModel::load(&model, &[])?;
             let name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

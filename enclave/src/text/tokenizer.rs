@@ -1,6 +1,8 @@
 //! The tokenizer and chat template a GGUF carries: byte-level BPE
-//! (`gpt2`) rebuilt on the `tokenizers` crate, sentencepiece-style vocabularies
-//! (`llama`) on [`super::spm::Spm`], templates on `minijinja`.
+//! (`gpt2`) rebuilt on the `tokenizers` crate with llama.cpp's pre-tokenizer
+//! for `tokenizer.ggml.pre` ([`PreType`]), sentencepiece-style vocabularies
+//! (`llama`) on [`super::spm::Spm`], templates on `minijinja`. Both are checked
+//! against llama.cpp's own vocabulary tests (`tests/all/vocab.rs`).
 
 use tokenizers::models::bpe::BPE;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
@@ -12,33 +14,170 @@ use super::spm::{token_type, Spm};
 use crate::model::error::{ModelError, Result};
 use crate::model::GgufFile;
 
-/// GPT-2's split, as llama.cpp writes it for gpt2-family pre-tokenizers.
+/// The English contractions, case-insensitive, as llama.cpp spells `(?i:'s|…)`.
+macro_rules! contractions {
+    () => {
+        r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])"
+    };
+}
+
+/// GPT-2's split (llama.cpp `LLAMA_VOCAB_PRE_TYPE_GPT2`).
 const REGEX_GPT2: &str = r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)";
-/// Llama 3 style split (digits in groups of up to three).
-const REGEX_LLAMA3: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-/// Qwen2 split (single digits).
+/// Llama 3's split: digits in groups of up to three (`LLAMA3`, `DBRX`, `SMAUG`, `CHATGLM4`).
+const REGEX_LLAMA3: &str = concat!(
+    contractions!(),
+    r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
+/// Qwen2's split: single digits (`QWEN2`).
 const REGEX_QWEN2: &str =
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+    concat!(contractions!(), r"|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+");
+/// Qwen3.5's split: Qwen2's, with combining marks kept in words (`QWEN35`).
+const REGEX_QWEN35: &str = concat!(
+    contractions!(),
+    r"|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
+/// o200k (`GPT4O`): words split at case changes, as llama.cpp writes the
+/// upper/lower classes for its regex engine (a letter that is not `a-z`, a
+/// letter that is not `A-Z`).
+const REGEX_GPT4O: &str = concat!(
+    r"[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))*((?=[\p{L}])([^A-Z]))+",
+    contractions!(),
+    r"?|[^\r\n\p{L}\p{N}]?((?=[\p{L}])([^a-z]))+((?=[\p{L}])([^A-Z]))*",
+    contractions!(),
+    r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
+/// DeepSeek V3's three splits (`DEEPSEEK3_LLM`): digits by three, CJK and kana runs, then words.
+const REGEX_DEEPSEEK3: [&str; 3] = [
+    r"\p{N}{1,3}",
+    r"[一-龥぀-ゟ゠-ヿ]+",
+    r##"[!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"##,
+];
+/// Code points llama.cpp counts as Han for Kimi K2 (`unicode_cpt_is_han`).
+macro_rules! han {
+    () => {
+        r"[\x{4E00}-\x{9FFF}\x{3400}-\x{4DBF}\x{20000}-\x{2A6DF}\x{2A700}-\x{2B73F}\x{2B740}-\x{2B81F}\x{2B820}-\x{2CEAF}\x{2CEB0}-\x{2EBEF}\x{F900}-\x{FAFF}\x{2F800}-\x{2FA1F}]"
+    };
+}
+/// Kimi K2 (`KIMI_K2`), as llama.cpp's hand-written splitter runs it: Han
+/// runs, then letter runs without Han (no case split) with a contraction,
+/// then Llama 3's digits, punctuation and spaces.
+const REGEX_KIMI_K2: &str = concat!(
+    han!(),
+    r"+|[^\r\n\p{L}\p{N}]?(?:(?!",
+    han!(),
+    r")\p{L})+",
+    contractions!(),
+    r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+);
+/// llama.cpp's fallback for `default` (and a missing `tokenizer.ggml.pre`).
+const REGEX_DEFAULT: [&str; 4] = [
+    r"[\p{P}\$\+<=>\^~\|]+",
+    r"'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)",
+    r"\p{N}+",
+    r"[0-9][0-9][0-9]",
+];
+
+/// The BPE pre-tokenizers Veil serves: llama.cpp's `llama_vocab_pre_type`s,
+/// chosen by `tokenizer.ggml.pre` with llama.cpp's names, each splitting text
+/// with llama.cpp's regexes (in order, every piece of one split split again
+/// by the next) before byte-level BPE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PreType {
+    /// GLM-4 (`glm4`, `chatglm-bpe`): Llama 3's split, no BOS.
+    ChatGlm4,
+    /// DBRX and Smaug (`dbrx`, `smaug-bpe`): Llama 3's split, merges applied.
+    Dbrx,
+    /// DeepSeek V3 / R1 (`deepseek-v3`).
+    DeepseekV3,
+    /// llama.cpp's fallback (`default`, or no `tokenizer.ggml.pre`).
+    Default,
+    /// GPT-2 and its kin (`gpt-2`, `gpt2`, `phi-2`, `mpt`, `olmo`, …).
+    Gpt2,
+    /// o200k: gpt-oss, Llama 4, MiniMax M2 (`gpt-4o`, `llama4`, `minimax-m2`, …).
+    Gpt4o,
+    /// Kimi K2 (`kimi-k2`).
+    KimiK2,
+    /// Llama 3.x (`llama-bpe`, `llama3`, `falcon3`, …): a word in the
+    /// vocabulary is one token (merges ignored), BOS added by default.
+    Llama3,
+    /// Qwen2, Qwen2.5, Qwen3 (`qwen2`, `deepseek-r1-qwen`, `megrez`, `stablelm2`).
+    Qwen2,
+    /// Qwen3.5 (`qwen35`).
+    Qwen35,
+    /// GPT-2's split after one digit a piece (`starcoder`, `smollm`, `refact`, `command-r`, …).
+    Starcoder,
+}
+
+impl PreType {
+    /// The type llama.cpp gives `tokenizer.ggml.pre` = `name` (`None`: not served).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "glm4" | "chatglm-bpe" => Self::ChatGlm4,
+            "dbrx" | "smaug-bpe" => Self::Dbrx,
+            "deepseek-v3" | "hunyuan-dense" | "joyai-llm" => Self::DeepseekV3,
+            "default" => Self::Default,
+            // `gpt2` is no llama.cpp name; older Veil fixtures write it.
+            "gpt-2" | "gpt2" | "phi-2" | "mpt" | "olmo" | "jais" | "trillion" | "granite-docling" | "exaone4" => {
+                Self::Gpt2
+            }
+            "gpt-4o" | "llama4" | "minimax-m2" | "kanana2" | "talkie" => Self::Gpt4o,
+            "kimi-k2" => Self::KimiK2,
+            "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0" | "lfm2" => {
+                Self::Llama3
+            }
+            "qwen2" | "deepseek-r1-qwen" | "megrez" | "stablelm2" => Self::Qwen2,
+            "qwen35" => Self::Qwen35,
+            "starcoder" | "refact" | "command-r" | "smollm" | "codeshell" | "exaone" | "minerva-7b" | "mellum2" => {
+                Self::Starcoder
+            }
+            _ => return None,
+        })
+    }
+
+    /// The regexes llama.cpp splits with, in order.
+    fn regexes(self) -> &'static [&'static str] {
+        match self {
+            Self::ChatGlm4 | Self::Dbrx | Self::Llama3 => &[REGEX_LLAMA3],
+            Self::DeepseekV3 => &REGEX_DEEPSEEK3,
+            Self::Default => &REGEX_DEFAULT,
+            Self::Gpt2 => &[REGEX_GPT2],
+            Self::Gpt4o => &[REGEX_GPT4O],
+            Self::KimiK2 => &[REGEX_KIMI_K2],
+            Self::Qwen2 => &[REGEX_QWEN2],
+            Self::Qwen35 => &[REGEX_QWEN35],
+            Self::Starcoder => &[r"\p{N}", REGEX_GPT2],
+        }
+    }
+
+    /// Whether a pre-token that is itself in the vocabulary becomes that
+    /// token without merging (llama.cpp's `ignore_merges`).
+    fn ignore_merges(self) -> bool {
+        self == Self::Llama3
+    }
+
+    /// Whether BOS is prepended when the GGUF does not say (`add_bos`).
+    fn add_bos_default(self) -> bool {
+        self == Self::Llama3
+    }
+
+    /// Whether the vocabulary's BOS id is used at all (GLM-4 has none).
+    fn has_bos(self) -> bool {
+        self != Self::ChatGlm4
+    }
+
+    /// The `tokenizers` pre-tokenizer: each split, then bytes to GPT-2's
+    /// printable alphabet.
+    fn pre_tokenizer(self) -> Result<PreTokenizerWrapper> {
+        let mut steps = self.regexes().iter().map(|r| split(r)).collect::<Result<Vec<_>>>()?;
+        steps.push(ByteLevel::new(false, false, false).into());
+        Ok(Sequence::new(steps).into())
+    }
+}
 
 fn split(pattern: &str) -> Result<PreTokenizerWrapper> {
     let s = Split::new(SplitPattern::Regex(pattern.to_owned()), SplitDelimiterBehavior::Isolated, false)
         .map_err(|e| ModelError::Unsupported(format!("tokenizer regex: {e}")))?;
     Ok(s.into())
-}
-
-/// The pre-tokenizer llama.cpp uses for `tokenizer.ggml.pre`.
-fn pre_tokenizer(pre: &str) -> Result<PreTokenizerWrapper> {
-    let bytes_only = ByteLevel::new(false, false, false);
-    Ok(match pre {
-        "gpt2" | "default" => ByteLevel::new(false, false, true).into(),
-        // Digits split one by one, then the GPT-2 split.
-        "smollm" | "starcoder" | "refact" | "codeshell" | "command-r" => {
-            Sequence::new(vec![split(r"\p{N}")?, split(REGEX_GPT2)?, bytes_only.into()]).into()
-        }
-        "llama-bpe" | "llama3" | "smaug-bpe" => Sequence::new(vec![split(REGEX_LLAMA3)?, bytes_only.into()]).into(),
-        "qwen2" => Sequence::new(vec![split(REGEX_QWEN2)?, bytes_only.into()]).into(),
-        other => return Err(ModelError::Unsupported(format!("tokenizer pre-type {other:?}"))),
-    })
 }
 
 /// The text ↔ ids engine of a vocabulary type.
@@ -86,13 +225,23 @@ impl Tokenizer {
             .filter(|(_, t)| matches!(**t, token_type::CONTROL | token_type::USER_DEFINED))
             .map(|(i, _)| i as u32)
             .collect();
-        let engine = match model {
-            "gpt2" => Self::bpe(g, &tokens, &special_ids)?,
+        // What llama.cpp assumes when the GGUF does not say: sentencepiece
+        // vocabularies and Llama 3 prepend BOS; GLM-4 has none.
+        let (engine, add_bos_default, has_bos) = match model {
+            "gpt2" => {
+                let pre = match g.meta("tokenizer.ggml.pre") {
+                    Some(_) => g.meta_str("tokenizer.ggml.pre")?,
+                    None => "default",
+                };
+                let pre = PreType::from_name(pre)
+                    .ok_or_else(|| ModelError::Unsupported(format!("tokenizer pre-type {pre:?}")))?;
+                (Self::bpe(g, pre, &tokens, &special_ids)?, pre.add_bos_default(), pre.has_bos())
+            }
             "llama" => {
                 let scores = g.meta_f32s("tokenizer.ggml.scores")?;
                 let space_prefix = g.meta_bool("tokenizer.ggml.add_space_prefix").unwrap_or(true);
                 let unk = id("tokenizer.ggml.unknown_token_id");
-                Engine::Spm(Box::new(Spm::new(tokens.clone(), scores, types, unk, space_prefix)?))
+                (Engine::Spm(Box::new(Spm::new(tokens.clone(), scores, types, unk, space_prefix)?)), true, true)
             }
             other => {
                 return Err(ModelError::Unsupported(format!(
@@ -117,12 +266,10 @@ impl Tokenizer {
             Some(_) => Some(g.meta_str("tokenizer.chat_template")?.to_owned()),
             None => None,
         };
-        // Sentencepiece vocabularies prepend BOS unless told otherwise.
-        let add_bos_default = model == "llama";
         Ok(Self {
             engine,
             eos,
-            bos: id("tokenizer.ggml.bos_token_id"),
+            bos: id("tokenizer.ggml.bos_token_id").filter(|_| has_bos),
             add_bos: g.meta_bool("tokenizer.ggml.add_bos_token").unwrap_or(add_bos_default),
             stop_ids,
             special_ids,
@@ -132,8 +279,7 @@ impl Tokenizer {
         })
     }
 
-    fn bpe(g: &GgufFile, tokens: &[String], special_ids: &[u32]) -> Result<Engine> {
-        let pre = g.meta_str("tokenizer.ggml.pre").unwrap_or("default").to_owned();
+    fn bpe(g: &GgufFile, pre: PreType, tokens: &[String], special_ids: &[u32]) -> Result<Engine> {
         let merges: Vec<(String, String)> = g
             .meta_strings("tokenizer.ggml.merges")?
             .into_iter()
@@ -147,10 +293,11 @@ impl Tokenizer {
             tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
+            .ignore_merges(pre.ignore_merges())
             .build()
             .map_err(|e| ModelError::Malformed(format!("BPE: {e}")))?;
         let mut plain = HfTokenizer::new(bpe);
-        plain.with_pre_tokenizer(Some(pre_tokenizer(&pre)?));
+        plain.with_pre_tokenizer(Some(pre.pre_tokenizer()?));
         plain.with_decoder(Some(ByteLevel::default()));
         let mut with_special = plain.clone();
         let specials: Vec<AddedToken> = special_ids
@@ -166,16 +313,25 @@ impl Tokenizer {
 
     /// Text to ids. `parse_special` matches special-token text as the
     /// token (for template text); user text alone should not.
-    /// BOS is prepended when the GGUF asks for it.
+    /// BOS is prepended when the GGUF asks for it. An empty text is refused.
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
         if text.is_empty() {
             return Err(ModelError::Invalid("empty prompt".into()));
         }
+        self.tokenize(text, true, parse_special)
+    }
+
+    /// Text to ids as llama.cpp's `llama_tokenize` gives them: BOS first when
+    /// `add_special` and the vocabulary adds one; special-token text parsed
+    /// as the token when `parse_special`. An empty text is no tokens.
+    pub fn tokenize(&self, text: &str, add_special: bool, parse_special: bool) -> Result<Vec<u32>> {
         let mut ids = Vec::new();
-        if self.add_bos {
+        if add_special && self.add_bos {
             ids.extend(self.bos);
         }
-        ids.extend(self.encode_piece(text, parse_special)?);
+        if !text.is_empty() {
+            ids.extend(self.encode_piece(text, parse_special)?);
+        }
         Ok(ids)
     }
 
@@ -254,6 +410,17 @@ impl Tokenizer {
         }
     }
 
+    /// The text one token stands for, as llama.cpp's `token_to_piece` with
+    /// special tokens rendered: a control token's own text; otherwise its
+    /// bytes, lossily as UTF-8 (a token may hold part of a character).
+    pub fn piece(&self, id: u32) -> Result<String> {
+        match self.tokens.get(id as usize) {
+            Some(text) if self.special_ids.contains(&id) => Ok(text.clone()),
+            Some(_) => self.decode(&[id]),
+            None => Err(ModelError::Invalid(format!("token id {id} is outside the vocabulary of {}", self.vocab))),
+        }
+    }
+
     /// The end-of-sequence id.
     pub fn eos(&self) -> u32 {
         self.eos
@@ -310,3 +477,7 @@ pub struct ChatMessage {
     /// The text.
     pub content: String,
 }
+
+#[cfg(test)]
+#[path = "tokenizer_tests.rs"]
+mod tests;

@@ -22,3 +22,4 @@ mod openai;
 mod pipeline;
 mod route_binding;
 mod speculation;
+mod vocab;
