@@ -2,4 +2,5 @@
 
 pub mod sampler;
 pub mod spm;
+pub mod template;
 pub mod tokenizer;

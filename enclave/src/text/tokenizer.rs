@@ -444,39 +444,30 @@ impl Tokenizer {
         self.tokens.iter().map(String::len).max().unwrap_or(1).max(1)
     }
 
-    /// Renders the GGUF's chat template for `messages` with a generation prompt.
+    /// Renders the GGUF's chat template for `messages` with a generation
+    /// prompt, as HF's `apply_chat_template` would ([`super::template`]).
     pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
+        use super::template::{render, RenderRequest, TemplateError};
         let template = self
             .chat_template
             .as_deref()
             .ok_or_else(|| ModelError::Unsupported("the model has no chat template".into()))?;
-        let mut env = minijinja::Environment::new();
-        env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-        env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> {
-            Err(minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, msg))
-        });
-        env.add_template("chat", template).map_err(|e| ModelError::Unsupported(format!("chat template: {e}")))?;
-        let tok = |i: Option<u32>| i.and_then(|i| self.tokens.get(i as usize)).cloned().unwrap_or_default();
-        let ctx = minijinja::context! {
-            messages => messages,
-            add_generation_prompt => true,
-            bos_token => tok(self.bos),
-            eos_token => tok(Some(self.eos)),
+        let tok = |i: Option<u32>| i.and_then(|i| self.tokens.get(i as usize)).map(String::as_str).unwrap_or("");
+        let request = RenderRequest {
+            messages,
+            add_generation_prompt: true,
+            bos_token: tok(self.bos),
+            eos_token: tok(Some(self.eos)),
+            now: std::time::SystemTime::now(),
         };
-        env.get_template("chat")
-            .and_then(|t| t.render(ctx))
-            .map_err(|e| ModelError::Invalid(format!("chat template: {e}")))
+        render(template, &request).map_err(|e| match e {
+            TemplateError::Malformed(_) | TemplateError::Unsupported { .. } => ModelError::Unsupported(e.to_string()),
+            _ => ModelError::Invalid(e.to_string()),
+        })
     }
 }
 
-/// One chat message.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct ChatMessage {
-    /// `system`, `user` or `assistant`.
-    pub role: String,
-    /// The text.
-    pub content: String,
-}
+pub use super::template::ChatMessage;
 
 #[cfg(test)]
 #[path = "tokenizer_tests.rs"]

@@ -22,4 +22,5 @@ mod openai;
 mod pipeline;
 mod route_binding;
 mod speculation;
+mod templates;
 mod vocab;
