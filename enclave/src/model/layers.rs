@@ -89,6 +89,11 @@ impl Rope {
 /// Softmax attention of one query head over the first `len` cached
 /// positions (causal: a query at position p sees keys 0..=p), reading KV
 /// head columns `[col, col + head_dim)` of rows of `stride` values.
+///
+/// Rounded where llama.cpp rounds: its `q·k` product against the f16 cache
+/// converts the query to f16, and its product of the probabilities with the
+/// f16 values converts the probabilities to f16; the softmax itself is f32,
+/// summed in f64.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend(
     query: &[f32],
@@ -101,16 +106,18 @@ pub(crate) fn attend(
     out: &mut [f32],
 ) {
     let hd = query.len();
-    let mut scores: Vec<f32> = (0..len).map(|t| dot_f16(query, &keys[t * stride + col..][..hd]) * scale).collect();
+    let q: Vec<f32> = query.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
+    let mut scores: Vec<f32> = (0..len).map(|t| dot_f16(&q, &keys[t * stride + col..][..hd]) * scale).collect();
     let max = scores.iter().fold(f32::NEG_INFINITY, |a, &s| a.max(s));
-    let mut sum = 0f32;
+    let mut sum = 0f64;
     for s in &mut scores {
         *s = (*s - max).exp();
-        sum += *s;
+        sum += f64::from(*s);
     }
-    let inv = 1.0 / sum;
+    let inv = (1.0 / sum) as f32;
     out.fill(0.0);
     for (t, s) in scores.iter().enumerate() {
-        axpy_f16(out, s * inv, &values[t * stride + col..][..hd]);
+        let p = f16::from_f32(s * inv).to_f32();
+        axpy_f16(out, p, &values[t * stride + col..][..hd]);
     }
 }

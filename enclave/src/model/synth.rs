@@ -136,14 +136,14 @@ impl Shape {
         context: 2048,
         rope_theta: 1_000_000.0,
     };
-    /// A small Mixtral-style `llama` with experts: 4 experts of 512, 2 used.
+    /// A small Mixtral-style `llama` with experts: 4 experts of 512, 2 used, 4/2 heads.
     pub const MIXTRAL_SMOKE: Self = Self {
         family: Family::Llama,
         n_layer: 3,
         n_embd: 256,
         n_ff: 512,
         n_head: 4,
-        n_head_kv: 1,
+        n_head_kv: 2,
         head_dim: 64,
         n_expert: 4,
         n_used: 2,

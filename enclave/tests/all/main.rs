@@ -17,6 +17,7 @@ mod relay;
 mod abuse;
 mod cli;
 mod device;
+mod families;
 mod model;
 mod openai;
 mod pipeline;
