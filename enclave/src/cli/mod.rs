@@ -72,15 +72,25 @@ enum Command {
     /// Write a Llama-family GGUF of a real shape with random weights (for speed
     /// measurements where no large weights can be downloaded).
     SynthModel {
-        /// `llama3-8b`, or `smoke` (tiny, for checking the tooling).
+        /// `llama3-8b`, `qwen3-30b-a3b`, `qwen3-235b-a22b`, or the tiny `smoke`,
+        /// `qwen3moe-smoke`, `mixtral-smoke` (for tests and tooling).
         #[arg(long, default_value = "llama3-8b")]
         shape: String,
-        /// Quantization of the matrices: `q4_0` or `q8_0`.
+        /// Quantization of the matrices: `q4_0`, `q4_1`, `q8_0`, `q4_k`, `q5_k`, `q6_k`, `f16` or `f32`.
         #[arg(long, default_value = "q4_0")]
         dtype: String,
         /// Keep only this many layers (fewer bytes to write; per-layer speed is unchanged).
         #[arg(long)]
         layers: Option<usize>,
+        /// Carry this GGUF's tokenizer (a real vocabulary; llama.cpp's vocab files will do).
+        #[arg(long)]
+        vocab: Option<std::path::PathBuf>,
+        /// Multiply the LM head and router weights (random weights give near-ties everywhere).
+        #[arg(long, default_value_t = 1.0)]
+        sharpen: f32,
+        /// Seed of the weights.
+        #[arg(long, default_value_t = 0x5eed)]
+        seed: u64,
         /// Where to write it.
         #[arg(long)]
         out: std::path::PathBuf,
@@ -377,16 +387,27 @@ fn run() -> anyhow::Result<()> {
             }
         }
         Command::DeviceBench(args) => device_bench::device_bench(args)?,
-        Command::SynthModel { shape, dtype, layers, out } => {
-            let mut s = crate::model::synth::Shape::named(&shape)
-                .ok_or_else(|| anyhow::anyhow!("unknown shape {shape:?}: llama3-8b or smoke"))?;
+        Command::SynthModel { shape, dtype, layers, vocab, sharpen, seed, out } => {
+            use crate::model::synth::{Options, Shape};
+            use candle_core::quantized::GgmlDType as G;
+            let mut s = Shape::named(&shape).ok_or_else(|| {
+                let names: Vec<&str> = Shape::NAMED.iter().map(|(n, _)| *n).collect();
+                anyhow::anyhow!("unknown shape {shape:?}: one of {}", names.join(", "))
+            })?;
             s.n_layer = layers.unwrap_or(s.n_layer).clamp(1, s.n_layer);
             let dt = match dtype.as_str() {
-                "q4_0" => candle_core::quantized::GgmlDType::Q4_0,
-                "q8_0" => candle_core::quantized::GgmlDType::Q8_0,
-                other => anyhow::bail!("unknown dtype {other:?}: q4_0 or q8_0"),
+                "q4_0" => G::Q4_0,
+                "q4_1" => G::Q4_1,
+                "q8_0" => G::Q8_0,
+                "q4_k" => G::Q4K,
+                "q5_k" => G::Q5K,
+                "q6_k" => G::Q6K,
+                "f16" => G::F16,
+                "f32" => G::F32,
+                other => anyhow::bail!("unknown dtype {other:?}: q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, f16 or f32"),
             };
-            crate::model::synth::write_random(&out, s, dt, 0x5eed)?;
+            let opts = Options { dtype: dt, seed, vocab_from: vocab, sharpen };
+            crate::model::synth::write_with(&out, s, &opts)?;
             eprintln!("wrote {} ({shape}, {} layers, {dtype}, random weights)", out.display(), s.n_layer);
         }
         Command::DeviceCheck(args) => {
