@@ -12,6 +12,7 @@ use veil_attestation::{LayerRange, Nonce};
 mod device_bench;
 mod device_check;
 mod generate;
+mod plan;
 mod serve;
 mod tokenize;
 
@@ -97,6 +98,9 @@ enum Command {
     },
     /// Serve one stage of a route (the entry for stage 0).
     Serve(ServeArgs),
+    /// Split a model into stages balanced by weight bytes: per stage its weights, KV per
+    /// 1,000 positions and whether it fits `--gpu-mem`; `--out` writes the route.
+    Plan(plan::PlanArgs),
     /// Print the ids this shard's tokenizer gives a text (no BOS), as llama.cpp's
     /// `llama-tokenize` would; a vocabulary-only GGUF will do.
     Tokenize(tokenize::TokenizeArgs),
@@ -387,25 +391,15 @@ fn run() -> anyhow::Result<()> {
             }
         }
         Command::DeviceBench(args) => device_bench::device_bench(args)?,
+        Command::Plan(args) => plan::plan(args)?,
         Command::SynthModel { shape, dtype, layers, vocab, sharpen, seed, out } => {
             use crate::model::synth::{Options, Shape};
-            use candle_core::quantized::GgmlDType as G;
             let mut s = Shape::named(&shape).ok_or_else(|| {
                 let names: Vec<&str> = Shape::NAMED.iter().map(|(n, _)| *n).collect();
                 anyhow::anyhow!("unknown shape {shape:?}: one of {}", names.join(", "))
             })?;
             s.n_layer = layers.unwrap_or(s.n_layer).clamp(1, s.n_layer);
-            let dt = match dtype.as_str() {
-                "q4_0" => G::Q4_0,
-                "q4_1" => G::Q4_1,
-                "q8_0" => G::Q8_0,
-                "q4_k" => G::Q4K,
-                "q5_k" => G::Q5K,
-                "q6_k" => G::Q6K,
-                "f16" => G::F16,
-                "f32" => G::F32,
-                other => anyhow::bail!("unknown dtype {other:?}: q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, f16 or f32"),
-            };
+            let dt = synth_dtype(&dtype)?;
             let opts = Options { dtype: dt, seed, vocab_from: vocab, sharpen };
             crate::model::synth::write_with(&out, s, &opts)?;
             eprintln!("wrote {} ({shape}, {} layers, {dtype}, random weights)", out.display(), s.n_layer);
@@ -451,4 +445,20 @@ fn run() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// A quantization by its `synth-model`/`plan` name.
+fn synth_dtype(name: &str) -> anyhow::Result<candle_core::quantized::GgmlDType> {
+    use candle_core::quantized::GgmlDType as G;
+    Ok(match name {
+        "q4_0" => G::Q4_0,
+        "q4_1" => G::Q4_1,
+        "q8_0" => G::Q8_0,
+        "q4_k" => G::Q4K,
+        "q5_k" => G::Q5K,
+        "q6_k" => G::Q6K,
+        "f16" => G::F16,
+        "f32" => G::F32,
+        other => anyhow::bail!("unknown dtype {other:?}: q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, f16 or f32"),
+    })
 }

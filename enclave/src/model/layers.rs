@@ -88,12 +88,10 @@ impl Rope {
 
 /// Softmax attention of one query head over the first `len` cached
 /// positions (causal: a query at position p sees keys 0..=p), reading KV
-/// head columns `[col, col + head_dim)` of rows of `stride` values.
-///
-/// Rounded where llama.cpp rounds: its `q·k` product against the f16 cache
-/// converts the query to f16, and its product of the probabilities with the
-/// f16 values converts the probabilities to f16; the softmax itself is f32,
-/// summed in f64.
+/// head columns `[col, col + head_dim)` of rows of `stride` values. The
+/// query and the probabilities stay f32 (llama.cpp rounds both to f16 for
+/// its products with the f16 cache; doing the same here moved the
+/// reference model's answers away from llama.cpp's, not towards them).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attend(
     query: &[f32],
@@ -106,18 +104,16 @@ pub(crate) fn attend(
     out: &mut [f32],
 ) {
     let hd = query.len();
-    let q: Vec<f32> = query.iter().map(|&v| f16::from_f32(v).to_f32()).collect();
-    let mut scores: Vec<f32> = (0..len).map(|t| dot_f16(&q, &keys[t * stride + col..][..hd]) * scale).collect();
+    let mut scores: Vec<f32> = (0..len).map(|t| dot_f16(query, &keys[t * stride + col..][..hd]) * scale).collect();
     let max = scores.iter().fold(f32::NEG_INFINITY, |a, &s| a.max(s));
-    let mut sum = 0f64;
+    let mut sum = 0f32;
     for s in &mut scores {
         *s = (*s - max).exp();
-        sum += f64::from(*s);
+        sum += *s;
     }
-    let inv = (1.0 / sum) as f32;
+    let inv = 1.0 / sum;
     out.fill(0.0);
     for (t, s) in scores.iter().enumerate() {
-        let p = f16::from_f32(s * inv).to_f32();
-        axpy_f16(out, p, &values[t * stride + col..][..hd]);
+        axpy_f16(out, s * inv, &values[t * stride + col..][..hd]);
     }
 }

@@ -17,6 +17,7 @@ pub mod kv_cache;
 mod layers;
 pub mod manifest;
 mod moe;
+pub mod plan;
 pub mod reference;
 mod rows;
 mod slice;

@@ -16,10 +16,14 @@ use veil_enclave::text::sampler::argmax;
 /// Below this llama.cpp top-2 gap another engine may pick the runner-up.
 const NEAR_TIE: f32 = 0.5;
 /// Teacher-forced logits of llama.cpp's top 5 at every position agree within
-/// this fraction of the largest |logit| at that position (both engines
-/// quantise activations to 8 bits before each quantised matmul, and round
-/// and order their sums differently).
-const LOGIT_TOLERANCE: f32 = 0.02;
+/// this fraction of the largest |logit| at that position. Both engines
+/// quantise activations to 8 bits before each quantised matmul; llama.cpp
+/// also rounds the query and the attention probabilities to f16 for its
+/// products with the f16 cache, which Veil does not (measured: 0.7–3.5% of
+/// scale over these cases; with that rounding added, the first positions
+/// of qwen3moe-q8_0 came out bit-equal, but the reference model's own
+/// llama.cpp agreement fell, so it is not done yet).
+const LOGIT_TOLERANCE: f32 = 0.04;
 
 #[derive(serde::Deserialize)]
 struct Doc {

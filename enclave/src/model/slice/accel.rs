@@ -137,14 +137,12 @@ fn attend(q: &Tensor, keys: &Tensor, values: &Tensor, mask: Option<&Tensor>, sca
             .contiguous()?)
     };
     let (k, v) = (expand(keys)?, expand(values)?);
-    // Rounded where llama.cpp (and the fused CPU path) round: the query and
-    // the probabilities meet the f16 cache as f16.
-    let q = q.to_dtype(DType::F16)?.to_dtype(DType::F32)?.transpose(0, 1)?.contiguous()?;
+    let q = q.transpose(0, 1)?.contiguous()?;
     let mut scores = (q.matmul(&k.t()?.contiguous()?)? * scale)?;
     if let Some(mask) = mask {
         scores = scores.broadcast_add(mask)?;
     }
-    let p = candle_nn::ops::softmax_last_dim(&scores)?.to_dtype(DType::F16)?.to_dtype(DType::F32)?;
+    let p = candle_nn::ops::softmax_last_dim(&scores)?;
     Ok(p.matmul(&v)?.transpose(0, 1)?.reshape((n, heads * hd))?)
 }
 
