@@ -253,3 +253,85 @@ fn experts_batched_and_split_equal_each_session_alone() {
         }
     }
 }
+
+/// A Qwen3-MoE model over three `veil-shard` processes equals one process:
+/// greedy, seeded sampling, and speculative decoding (prompt-lookup drafts
+/// verified k + 1 rows at a time through the experts); and a middle shard
+/// killed mid-stream (kill -9) is routed around with the stream unchanged.
+#[test]
+fn experts_over_three_processes_equal_one_and_survive_a_killed_shard() {
+    use crate::cluster::{greedy, local, Cluster};
+    use veil_enclave::generate::LocalModel;
+    use veil_enclave::pipeline::entry::GenerateWire;
+    use veil_enclave::pipeline::route::{DrafterKind, Speculation};
+
+    let Some(vocab) = vocab_dir() else { return };
+    let tmp = TempDir::new("cluster");
+    let path = tmp.path().join("qwen3moe.gguf");
+    let opts = Options {
+        vocab_from: Some(vocab.join("ggml-vocab-qwen2.gguf")),
+        sharpen: 8.0,
+        ..Options::new(candle_core::quantized::GgmlDType::Q8_0)
+    };
+    write_with(&path, Shape::QWEN3MOE_SMOKE, &opts).unwrap();
+    let (model, tok) = LocalModel::load(&path, &[]).unwrap();
+    let prompt: Vec<u32> =
+        tok.encode("The history of the printing press begins in the fifteenth century", false).unwrap();
+    let mut sampled = greedy(&prompt, 32);
+    (sampled.sampling.temperature, sampled.sampling.top_p, sampled.sampling.seed) = (0.8, 0.95, 11);
+    let mut speculative = greedy(&prompt, 32);
+    speculative.speculation.enabled = Some(true);
+    speculative.speculation.k = Some(4);
+    let requests: Vec<GenerateWire> = vec![greedy(&prompt, 32), greedy(&prompt[..5], 24), sampled, speculative];
+    let expected: Vec<_> = requests.iter().map(|r| local(&model, &tok, r)).collect();
+
+    let mut c = Cluster::with_layers("moe", &path, &[1, 2], &[1, 2, 1], 3);
+    c.set_speculation(Speculation { drafter: DrafterKind::Ngram, draft_model: None, k_max: 4, k: None });
+    // Only the first replica of the middle stage at first, so sessions use it.
+    c.spawn(2, 0);
+    c.spawn(1, 0);
+    c.spawn(0, 0);
+    c.wait_log(0, 0, "ready", 1);
+    for (req, want) in requests.iter().zip(&expected) {
+        let got = c.generate(req).unwrap();
+        assert_eq!((&got.ids, &got.text), (&want.ids, &want.text), "three MoE shards differ from one process");
+        if req.speculation.enabled == Some(true) {
+            let s = got.speculation.expect("speculation stats");
+            assert!(s.spec_rounds > 0 && s.accepted > 0, "no draft was verified through the experts: {s:?}");
+        }
+    }
+    // kill -9 one replica of the middle stage while a long stream runs.
+    let long = greedy(&prompt, 1500);
+    let want = local(&model, &tok, &long);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let c = std::sync::Mutex::new(c);
+    let entry = c.lock().unwrap().route.generate_listen;
+    let got = std::thread::scope(|scope| {
+        let h = scope.spawn(|| {
+            let mut pieces = 0;
+            crate::cluster::stream_to(entry, &long, |_| {
+                pieces += 1;
+                if pieces == 8 {
+                    tx.send(()).unwrap();
+                }
+            })
+        });
+        rx.recv().unwrap();
+        {
+            let mut c = c.lock().unwrap();
+            c.spawn(1, 1);
+            c.wait_log(0, 0, "control link up", 3);
+            c.kill(1, 0);
+        }
+        h.join().unwrap()
+    });
+    let c = c.into_inner().unwrap();
+    let got = got.unwrap();
+    let first = got.ids.iter().zip(&want.ids).position(|(a, b)| a != b);
+    assert!(
+        got.ids == want.ids && got.text == want.text,
+        "the stream changed across the fail-over (first at {first:?})"
+    );
+    let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
+    assert!(log.contains("re-routed"), "the session was not re-routed:\n{log}");
+}

@@ -228,19 +228,25 @@ impl Cluster {
     }
 
     /// Runs a request, calling `on_text` per piece.
-    pub fn stream(&self, req: &GenerateWire, mut on_text: impl FnMut(&str)) -> Result<Generation, String> {
-        let mut tcp = TcpStream::connect(self.route.generate_listen).unwrap();
-        tcp.write_all(format!("{}\n", serde_json::to_string(req).unwrap()).as_bytes()).unwrap();
-        for line in std::io::BufReader::new(tcp).lines() {
-            match serde_json::from_str::<GenerateEvent>(&line.unwrap()).unwrap() {
-                GenerateEvent::Text(t) => on_text(&t),
-                GenerateEvent::Done(g) => return Ok(g),
-                GenerateEvent::Error(f) => return Err(f.message),
-                GenerateEvent::Refused(e) => return Err(e),
-            }
-        }
-        Err("connection closed".into())
+    pub fn stream(&self, req: &GenerateWire, on_text: impl FnMut(&str)) -> Result<Generation, String> {
+        stream_to(self.route.generate_listen, req, on_text)
     }
+}
+
+/// One streamed generation from the entry's internal endpoint at `addr`
+/// (without holding the cluster, so a test can kill a shard meanwhile).
+pub fn stream_to(addr: SocketAddr, req: &GenerateWire, mut on_text: impl FnMut(&str)) -> Result<Generation, String> {
+    let mut tcp = TcpStream::connect(addr).unwrap();
+    tcp.write_all(format!("{}\n", serde_json::to_string(req).unwrap()).as_bytes()).unwrap();
+    for line in std::io::BufReader::new(tcp).lines() {
+        match serde_json::from_str::<GenerateEvent>(&line.unwrap()).unwrap() {
+            GenerateEvent::Text(t) => on_text(&t),
+            GenerateEvent::Done(g) => return Ok(g),
+            GenerateEvent::Error(f) => return Err(f.message),
+            GenerateEvent::Refused(e) => return Err(e),
+        }
+    }
+    Err("connection closed".into())
 }
 
 impl Drop for Cluster {
