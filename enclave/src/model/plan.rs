@@ -101,8 +101,8 @@ impl Weights {
         // best[s][j]: the smallest largest stage covering layers 0..j with s + 1 stages.
         let mut best = vec![vec![u64::MAX; n + 1]; stages];
         let mut cut = vec![vec![0usize; n + 1]; stages];
-        for j in 1..=n {
-            best[0][j] = cost(0, 0, j);
+        for (j, b) in best[0].iter_mut().enumerate().skip(1) {
+            *b = cost(0, 0, j);
         }
         for s in 1..stages {
             for j in s + 1..=n {
