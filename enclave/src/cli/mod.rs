@@ -449,16 +449,8 @@ fn run() -> anyhow::Result<()> {
 
 /// A quantization by its `synth-model`/`plan` name.
 fn synth_dtype(name: &str) -> anyhow::Result<candle_core::quantized::GgmlDType> {
-    use candle_core::quantized::GgmlDType as G;
-    Ok(match name {
-        "q4_0" => G::Q4_0,
-        "q4_1" => G::Q4_1,
-        "q8_0" => G::Q8_0,
-        "q4_k" => G::Q4K,
-        "q5_k" => G::Q5K,
-        "q6_k" => G::Q6K,
-        "f16" => G::F16,
-        "f32" => G::F32,
-        other => anyhow::bail!("unknown dtype {other:?}: q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, f16 or f32"),
+    crate::model::synth::dtype_named(name).ok_or_else(|| {
+        let names: Vec<&str> = crate::model::synth::DTYPES.iter().map(|(n, _)| *n).collect();
+        anyhow::anyhow!("unknown dtype {name:?}: one of {}", names.join(", "))
     })
 }

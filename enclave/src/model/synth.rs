@@ -176,6 +176,23 @@ impl Shape {
     }
 }
 
+/// The quantizations `synth-model` and `plan` take, by name.
+pub const DTYPES: [(&str, GgmlDType); 8] = [
+    ("q4_0", GgmlDType::Q4_0),
+    ("q4_1", GgmlDType::Q4_1),
+    ("q8_0", GgmlDType::Q8_0),
+    ("q4_k", GgmlDType::Q4K),
+    ("q5_k", GgmlDType::Q5K),
+    ("q6_k", GgmlDType::Q6K),
+    ("f16", GgmlDType::F16),
+    ("f32", GgmlDType::F32),
+];
+
+/// A quantization by its name in [`DTYPES`].
+pub fn dtype_named(name: &str) -> Option<GgmlDType> {
+    DTYPES.iter().find(|(n, _)| *n == name).map(|(_, d)| *d)
+}
+
 /// `n` values uniform in `[-width/2, width/2)` from a 64-bit LCG, advancing
 /// `seed` (reproducible; the test models use it too).
 pub fn uniform(n: usize, width: f32, seed: &mut u64) -> Vec<f32> {

@@ -64,20 +64,6 @@ fn vocab_dir() -> Option<PathBuf> {
     None
 }
 
-fn dtype(name: &str) -> candle_core::quantized::GgmlDType {
-    use candle_core::quantized::GgmlDType as G;
-    match name {
-        "q4_0" => G::Q4_0,
-        "q4_1" => G::Q4_1,
-        "q8_0" => G::Q8_0,
-        "q4_k" => G::Q4K,
-        "q5_k" => G::Q5K,
-        "q6_k" => G::Q6K,
-        "f16" => G::F16,
-        other => panic!("fixture dtype {other}"),
-    }
-}
-
 /// Writes the case's model into `dir` and checks it is the file llama.cpp ran.
 fn build(case: &Case, vocab: &Path, dir: &Path) -> PathBuf {
     let mut shape = Shape::named(&case.shape).unwrap();
@@ -86,7 +72,7 @@ fn build(case: &Case, vocab: &Path, dir: &Path) -> PathBuf {
     }
     let path = dir.join(format!("{}.gguf", case.name));
     let opts = Options {
-        dtype: dtype(&case.dtype),
+        dtype: veil_enclave::model::synth::dtype_named(&case.dtype).unwrap(),
         seed: case.seed,
         vocab_from: Some(vocab.join(&case.vocab)),
         sharpen: case.sharpen,
