@@ -321,3 +321,72 @@ fn experts_over_three_processes_equal_one_and_survive_a_killed_shard() {
     let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
     assert!(log.contains("re-routed"), "the session was not re-routed:\n{log}");
 }
+
+/// Storage that records every byte range a loader reads.
+struct Recording {
+    bytes: std::io::Cursor<Vec<u8>>,
+    reads: std::sync::Arc<std::sync::Mutex<Vec<std::ops::Range<u64>>>>,
+}
+
+impl std::io::Read for Recording {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let at = self.bytes.position();
+        let n = self.bytes.read(buf)?;
+        self.reads.lock().unwrap().push(at..at + n as u64);
+        Ok(n)
+    }
+}
+
+impl std::io::Seek for Recording {
+    fn seek(&mut self, pos: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.bytes.seek(pos)
+    }
+}
+
+/// A middle stage of a three-stage mixture of experts reads the header and
+/// its own layer's tensors, no byte of another stage's; one changed byte in
+/// one of its experts changes its manifest root and no other stage's.
+#[test]
+fn a_middle_stage_reads_only_its_own_experts_and_one_changed_byte_moves_its_root() {
+    use candle_core::quantized::gguf_file::Content;
+    let tmp = TempDir::new("slice");
+    let path = tmp.path().join("qwen3moe.gguf");
+    write_with(&path, Shape::QWEN3MOE_SMOKE, &Options::new(candle_core::quantized::GgmlDType::Q8_0)).unwrap();
+    let bytes = std::fs::read(&path).unwrap();
+    let content = Content::read(&mut std::io::Cursor::new(&bytes)).unwrap();
+    let range = |name: &str| {
+        let info = &content.tensor_infos[name];
+        let start = content.tensor_data_offset + info.offset;
+        let len = info.shape.elem_count() / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+        start..start + len as u64
+    };
+    let reads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let source = Recording { bytes: std::io::Cursor::new(bytes.clone()), reads: reads.clone() };
+    let mut g = GgufFile::from_source(&path, Box::new(source), bytes.len() as u64).unwrap();
+    let header_end = reads.lock().unwrap().iter().map(|r| r.end).max().unwrap();
+    assert!(header_end <= content.tensor_data_offset, "the header read went into tensor data");
+    reads.lock().unwrap().clear();
+    let middle = LayerSlice::from_gguf(&mut g, 1..2).unwrap();
+    let own: Vec<std::ops::Range<u64>> =
+        content.tensor_infos.keys().filter(|n| n.starts_with("blk.1.")).map(|n| range(n)).collect();
+    let read: u64 = reads.lock().unwrap().iter().map(|r| r.end - r.start).sum();
+    let wanted: u64 = own.iter().map(|r| r.end - r.start).sum();
+    for r in reads.lock().unwrap().iter().filter(|r| r.start < r.end) {
+        assert!(own.iter().any(|o| o.start <= r.start && r.end <= o.end), "read {r:?} outside the stage's tensors");
+    }
+    assert_eq!(read, wanted, "the stage read {read} bytes for {wanted} bytes of its tensors");
+    assert!(middle.manifest().tensors.iter().all(|t| t.name.starts_with("blk.1.")));
+
+    // One byte of expert 5's gate in layer 1.
+    let gate = range("blk.1.ffn_gate_exps.weight");
+    let per_expert = (gate.end - gate.start) / Shape::QWEN3MOE_SMOKE.n_expert as u64;
+    let mut changed = bytes.clone();
+    changed[(gate.start + 5 * per_expert + 7) as usize] ^= 0x01;
+    let changed_path = tmp.path().join("changed.gguf");
+    std::fs::write(&changed_path, &changed).unwrap();
+    for (layers, moves) in [(0..1, false), (1..2, true), (2..3, false)] {
+        let a = LayerSlice::load(&path, layers.clone()).unwrap().manifest().root();
+        let b = LayerSlice::load(&changed_path, layers.clone()).unwrap().manifest().root();
+        assert_eq!(a != b, moves, "stage {layers:?}: root moved {}", a != b);
+    }
+}
