@@ -115,7 +115,8 @@ fn main() {
     if args.iter().any(|a| a == "--test") {
         return; // `cargo test --benches`: nothing to time.
     }
-    println!("\nSmolLM2-135M-Instruct Q4_1, CPU; best of 3 for prefill, 128 sequential steps for decode");
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    println!("\n{name}, CPU; best of 3 for prefill, 128 sequential steps for decode");
     println!("{:<18} {:>8} {:>14} {:>14} {:>14}", "engine", "threads", "prefill 128/s", "prefill 512/s", "decode/s");
     let metrics = ["prefill_128_tok_s", "prefill_512_tok_s", "decode_128_tok_s"];
     let vnni_here = veil_enclave::model::kernels::vnni_available();
