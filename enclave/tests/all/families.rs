@@ -289,29 +289,7 @@ fn experts_over_three_processes_equal_one_and_survive_a_killed_shard() {
     // kill -9 one replica of the middle stage while a long stream runs.
     let long = greedy(&prompt, 1500);
     let want = local(&model, &tok, &long);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let c = std::sync::Mutex::new(c);
-    let entry = c.lock().unwrap().route.generate_listen;
-    let got = std::thread::scope(|scope| {
-        let h = scope.spawn(|| {
-            let mut pieces = 0;
-            crate::cluster::stream_to(entry, &long, |_| {
-                pieces += 1;
-                if pieces == 8 {
-                    tx.send(()).unwrap();
-                }
-            })
-        });
-        rx.recv().unwrap();
-        {
-            let mut c = c.lock().unwrap();
-            c.spawn(1, 1);
-            c.wait_log(0, 0, "control link up", 3);
-            c.kill(1, 0);
-        }
-        h.join().unwrap()
-    });
-    let c = c.into_inner().unwrap();
+    let got = c.stream_across_a_kill(&long, 1);
     let got = got.unwrap();
     let first = got.ids.iter().zip(&want.ids).position(|(a, b)| a != b);
     assert!(

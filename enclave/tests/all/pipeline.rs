@@ -124,41 +124,7 @@ fn a_killed_shard_with_a_replica_is_routed_around_without_changing_the_stream() 
     c.spawn(1, 0);
     c.spawn(0, 0);
     c.wait_log(0, 0, "ready", 1);
-    let (tx, rx) = std::sync::mpsc::channel();
-    let c = std::sync::Mutex::new(c);
-    let got = std::thread::scope(|scope| {
-        let cluster = &c;
-        let req = &req;
-        let h = scope.spawn(move || {
-            let route = cluster.lock().unwrap().route.generate_listen;
-            let mut pieces = 0;
-            let mut tcp = TcpStream::connect(route).unwrap();
-            tcp.write_all(format!("{}\n", serde_json::to_string(req).unwrap()).as_bytes()).unwrap();
-            for line in std::io::BufReader::new(tcp).lines() {
-                match serde_json::from_str::<GenerateEvent>(&line.unwrap()).unwrap() {
-                    GenerateEvent::Text(_) => {
-                        pieces += 1;
-                        if pieces == 8 {
-                            tx.send(()).unwrap();
-                        }
-                    }
-                    GenerateEvent::Done(g) => return Ok(g),
-                    GenerateEvent::Error(f) => return Err(f.message),
-                    GenerateEvent::Refused(e) => return Err(e),
-                }
-            }
-            Err("closed".to_owned())
-        });
-        rx.recv().unwrap();
-        {
-            let mut c = c.lock().unwrap();
-            c.spawn(1, 1);
-            c.wait_log(0, 0, "control link up", 3);
-            c.kill(1, 0);
-        }
-        h.join().unwrap()
-    });
-    let c = c.into_inner().unwrap();
+    let got = c.stream_across_a_kill(&req, 1);
     assert_eq!(got.unwrap(), want, "the stream changed across the re-route");
     let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
     assert!(log.contains("re-routed"), "the session was not re-routed:\n{log}");

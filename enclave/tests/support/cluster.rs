@@ -233,6 +233,32 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// Streams `req` through the entry while, after its 8th text event, the
+    /// second replica of `stage` is started and linked and the first is
+    /// killed (kill -9): the fail-over every replica test drives.
+    pub fn stream_across_a_kill(&mut self, req: &GenerateWire, stage: usize) -> Result<Generation, String> {
+        let entry = self.route.generate_listen;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::scope(|scope| {
+            let h = scope.spawn(|| {
+                let mut pieces = 0;
+                stream_to(entry, req, |_| {
+                    pieces += 1;
+                    if pieces == 8 {
+                        tx.send(()).unwrap();
+                    }
+                })
+            });
+            rx.recv().unwrap();
+            self.spawn(stage, 1);
+            self.wait_log(0, 0, "control link up", 3);
+            self.kill(stage, 0);
+            h.join().unwrap()
+        })
+    }
+}
+
 /// One streamed generation from the entry's internal endpoint at `addr`
 /// (without holding the cluster, so a test can kill a shard meanwhile).
 pub fn stream_to(addr: SocketAddr, req: &GenerateWire, mut on_text: impl FnMut(&str)) -> Result<Generation, String> {
