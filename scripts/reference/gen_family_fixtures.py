@@ -34,6 +34,11 @@ CASES = [
     ("mixtral-q4_0", "mixtral-smoke", "q4_0", "ggml-vocab-llama-bpe.gguf", 24.0, None),
     ("mixtral-q6_k", "mixtral-smoke", "q6_k", "ggml-vocab-llama-bpe.gguf", 24.0, None),
     ("llama-q5_k", "smoke", "q5_k", "ggml-vocab-llama-bpe.gguf", 24.0, None),
+    ("llama-bf16", "smoke", "bf16", "ggml-vocab-llama-bpe.gguf", 24.0, None),
+    # gpt-oss: experts MXFP4, other matrices Q8_0; window 32 < the prompt.
+    ("gpt-oss-mxfp4", "gpt-oss-smoke", "mxfp4", "ggml-vocab-llama-bpe.gguf", 24.0, None),
+    # Gemma 3: five sliding-window layers (window 32) and one global.
+    ("gemma3-q8_0", "gemma3-smoke", "q8_0", "ggml-vocab-llama-spm.gguf", 24.0, None),
 ]
 SEED = 7
 N_GEN = 32

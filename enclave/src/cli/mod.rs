@@ -448,7 +448,7 @@ fn run() -> anyhow::Result<()> {
 }
 
 /// A quantization by its `synth-model`/`plan` name.
-fn synth_dtype(name: &str) -> anyhow::Result<candle_core::quantized::GgmlDType> {
+fn synth_dtype(name: &str) -> anyhow::Result<crate::model::gguf::TensorType> {
     crate::model::synth::dtype_named(name).ok_or_else(|| {
         let names: Vec<&str> = crate::model::synth::DTYPES.iter().map(|(n, _)| *n).collect();
         anyhow::anyhow!("unknown dtype {name:?}: one of {}", names.join(", "))

@@ -8,16 +8,19 @@
 //! weights: it depends only on the row, so a batch equals each session run
 //! alone, bit for bit.
 
-use super::config::MoeConfig;
+use super::config::{Gating, MoeConfig};
 use super::error::{ModelError, Result};
+use super::layers::Glu;
 use super::weight::{digest_f32s, Projections, Weight};
 
-/// One expert: a SwiGLU feed-forward.
+/// One expert: a gated feed-forward (its gate and up biases, when it has
+/// them, are in `gate_up`).
 #[derive(Debug)]
 pub(crate) struct Expert {
     /// gate, up.
     pub(crate) gate_up: Projections,
     pub(crate) down: Weight,
+    pub(crate) down_bias: Option<Vec<f32>>,
 }
 
 /// The experts of one block and their router.
@@ -25,8 +28,10 @@ pub(crate) struct Expert {
 pub(crate) struct Moe {
     /// `n_expert × n_embd`: one logit per expert.
     pub(crate) router: Weight,
+    pub(crate) router_bias: Option<Vec<f32>>,
     pub(crate) experts: Vec<Expert>,
     pub(crate) config: MoeConfig,
+    pub(crate) glu: Glu,
 }
 
 /// Where one row goes: `(expert, weight)` per routing rank.
@@ -42,6 +47,7 @@ impl Moe {
         downs: Vec<Weight>,
         config: MoeConfig,
         width: usize,
+        glu: Glu,
     ) -> Result<Self> {
         let n = config.n_expert;
         if router.rows() != n || router.cols() != width || gates.len() != n || ups.len() != n || downs.len() != n {
@@ -59,18 +65,49 @@ impl Moe {
             if gate.rows() != up.rows() || down.cols() != gate.rows() || down.rows() != width {
                 return Err(ModelError::Malformed("an expert's gate, up and down shapes disagree".into()));
             }
-            experts.push(Expert { gate_up: Projections::new(vec![gate, up], vec![None, None], width)?, down });
+            let gate_up = Projections::new(vec![gate, up], vec![None, None], width)?;
+            experts.push(Expert { gate_up, down, down_bias: None });
         }
-        Ok(Self { router, experts, config })
+        Ok(Self { router, router_bias: None, experts, config, glu })
     }
 
-    /// Each row's experts and weights: softmax over every expert's logit,
-    /// the top `n_used` (ties to the lower index), renormalised when the
-    /// model says so — llama.cpp's `build_moe_ffn` with softmax gating.
+    /// The router's bias (one per expert) and each expert's gate, up and
+    /// down biases, checked against the shapes.
+    pub(crate) fn set_biases(
+        &mut self,
+        router: Option<Vec<f32>>,
+        gate: Vec<Vec<f32>>,
+        up: Vec<Vec<f32>>,
+        down: Vec<Vec<f32>>,
+    ) -> Result<()> {
+        let n = self.experts.len();
+        if router.as_ref().is_some_and(|r| r.len() != n) || gate.len() != n || up.len() != n || down.len() != n {
+            return Err(ModelError::Malformed("expert biases do not match the experts".into()));
+        }
+        for (((e, g), u), dn) in self.experts.iter_mut().zip(gate).zip(up).zip(down) {
+            let ff = e.down.cols();
+            if g.len() != ff || u.len() != ff || dn.len() != e.down.rows() {
+                return Err(ModelError::Malformed("an expert's bias does not match its matrix".into()));
+            }
+            e.gate_up.biases = vec![Some(g), Some(u)];
+            e.down_bias = Some(dn);
+        }
+        self.router_bias = router;
+        Ok(())
+    }
+
+    /// Each row's experts and weights, as llama.cpp's `build_moe_ffn`:
+    /// the router's logits (plus its bias), then the gating the model uses
+    /// (see [`route_row`]).
     pub(crate) fn route(&self, h: &[f32], m: usize) -> Result<Vec<Route>> {
         let n = self.config.n_expert;
-        let logits = self.router.matmul(h, m)?;
-        Ok(logits.chunks_exact(n).map(|row| top_k(row, self.config.n_used, self.config.norm_weights)).collect())
+        let mut logits = self.router.matmul(h, m)?;
+        if let Some(b) = &self.router_bias {
+            for row in logits.chunks_exact_mut(n) {
+                row.iter_mut().zip(b).for_each(|(l, b)| *l += b);
+            }
+        }
+        Ok(logits.chunks_exact(n).map(|row| route_row(row, &self.config)).collect())
     }
 
     /// The feed-forward of `m` rows `h` (already normed), rows of `width`.
@@ -95,8 +132,13 @@ impl Moe {
             let (Some(mut gate), Some(up)) = (gu.next(), gu.next()) else {
                 return Err(ModelError::Invalid("expert projections are incomplete".into()));
             };
-            gate.iter_mut().zip(&up).for_each(|(g, u)| *g = *g / (1.0 + (-*g).exp()) * u);
-            let y = expert.down.matmul(&gate, rows.len())?;
+            self.glu.apply(&mut gate, &up);
+            let mut y = expert.down.matmul(&gate, rows.len())?;
+            if let Some(b) = &expert.down_bias {
+                for row in y.chunks_exact_mut(width) {
+                    row.iter_mut().zip(b).for_each(|(y, b)| *y += b);
+                }
+            }
             for (&(r, rank), out) in rows.iter().zip(y.chunks_exact(width)) {
                 let w = routes[r][rank].1;
                 let dst = &mut ranked[(r * k + rank) * width..][..width];
@@ -116,12 +158,36 @@ impl Moe {
 
     pub(crate) fn digest_into(&self, h: &mut sha2::Sha256) -> Result<()> {
         self.router.digest_into(h)?;
+        if let Some(b) = &self.router_bias {
+            digest_f32s(h, b);
+        }
         for e in &self.experts {
             e.gate_up.digest_into(h)?;
             e.down.digest_into(h)?;
+            if let Some(b) = &e.down_bias {
+                digest_f32s(h, b);
+            }
         }
         digest_f32s(h, &[self.config.n_used as f32]);
         Ok(())
+    }
+}
+
+/// One row's route under `config`'s gating: softmax over every expert then
+/// the top k ([`top_k`]), or the top k logits then a softmax over those k
+/// alone (gpt-oss; ggml's `soft_max` sums in double).
+pub(crate) fn route_row(logits: &[f32], config: &MoeConfig) -> Route {
+    match config.gating {
+        Gating::Softmax => top_k(logits, config.n_used, config.norm_weights),
+        Gating::SoftmaxOfChosen => {
+            let mut order: Vec<usize> = (0..logits.len()).collect();
+            order.sort_by(|&a, &b| logits[b].total_cmp(&logits[a]).then(a.cmp(&b)));
+            order.truncate(config.n_used);
+            let max = order.iter().fold(f32::NEG_INFINITY, |a, &e| a.max(logits[e]));
+            let exps: Vec<f32> = order.iter().map(|&e| (logits[e] - max).exp()).collect();
+            let inv = (1.0 / exps.iter().map(|&e| f64::from(e)).sum::<f64>()) as f32;
+            order.into_iter().zip(exps).map(|(e, x)| (e, x * inv)).collect()
+        }
     }
 }
 
@@ -158,5 +224,18 @@ mod tests {
         // Without renormalising, the weights are the softmax over all four.
         let r = top_k(&[0.0, 0.0, 0.0, 0.0], 2, false);
         assert_eq!(r, vec![(0, 0.25), (1, 0.25)], "ties go to the lower index");
+    }
+
+    #[test]
+    fn gpt_oss_gating_is_a_softmax_over_the_chosen_logits() {
+        let config = MoeConfig { n_expert: 4, n_used: 2, norm_weights: false, gating: Gating::SoftmaxOfChosen };
+        let r = route_row(&[0.1, 3.0, -1.0, 2.0], &config);
+        assert_eq!(r.iter().map(|e| e.0).collect::<Vec<_>>(), vec![1, 3]);
+        let e = (1.0f32).exp();
+        // Over the two chosen alone: e^3 / (e^3 + e^2), not over all four.
+        assert!((r[0].1 - e / (e + 1.0)).abs() < 1e-6, "{r:?}");
+        assert!((r[1].1 - 1.0 / (e + 1.0)).abs() < 1e-6, "{r:?}");
+        let softmax_all = route_row(&[0.1, 3.0, -1.0, 2.0], &MoeConfig { gating: Gating::Softmax, ..config });
+        assert!((softmax_all[0].1 - r[0].1).abs() > 1e-3, "the two gatings must differ here");
     }
 }

@@ -7,7 +7,7 @@ use candle_core::quantized::GgmlDType;
 
 use super::config::Config;
 use super::error::{ModelError, Result};
-use super::gguf::GgufFile;
+use super::gguf::{GgufFile, TensorType};
 use super::synth::Shape;
 
 /// What a model's stages would hold.
@@ -64,12 +64,21 @@ impl Weights {
         Ok(Self { layers, first, last, kv_per_position_layer: (2 * c.n_head_kv * c.head_dim * 2) as u64 })
     }
 
-    /// From a shape with its matrices in `dtype` (norms and routers f32).
-    pub fn from_shape(s: &Shape, dtype: GgmlDType) -> Self {
-        let q = |elems: usize| (elems / dtype.block_size() * dtype.type_size()) as u64;
+    /// From a shape with its matrices in `dtype` (norms and routers f32;
+    /// with MXFP4, the experts MXFP4 and the other matrices Q8_0).
+    pub fn from_shape(s: &Shape, dtype: TensorType) -> Self {
+        let (dense, experts) = match dtype {
+            TensorType::Mxfp4 => (TensorType::Ggml(GgmlDType::Q8_0), TensorType::Mxfp4),
+            d => (d, d),
+        };
+        let bytes = |t: TensorType, elems: usize| t.bytes_for(elems).unwrap_or(elems * 4) as u64;
+        let q = |elems: usize| bytes(dense, elems);
         let (d, hd) = (s.n_embd, s.head_dim);
         let attn = q(d * s.n_head * hd) * 2 + q(d * s.n_head_kv * hd) * 2;
-        let ffn = q(d * s.n_ff) * 3 * s.n_expert.max(1) as u64 + (d * s.n_expert * 4) as u64;
+        let ffn = match s.n_expert {
+            0 => q(d * s.n_ff) * 3,
+            n => bytes(experts, d * s.n_ff) * 3 * n as u64 + (d * n * 4) as u64,
+        };
         let norms = (2 * d * 4) as u64;
         Self {
             layers: vec![attn + ffn + norms; s.n_layer],
@@ -167,7 +176,7 @@ mod tests {
 
     #[test]
     fn the_235b_shape_counts_its_experts() {
-        let w = Weights::from_shape(&Shape::QWEN3_235B_A22B, GgmlDType::Q4K);
+        let w = Weights::from_shape(&Shape::QWEN3_235B_A22B, TensorType::Ggml(GgmlDType::Q4K));
         // 235B parameters at 4.5 bits: about 132 GB.
         assert!((120e9..140e9).contains(&(w.total() as f64)), "{}", w.total());
     }

@@ -27,7 +27,7 @@ mod accel;
 
 use super::arch;
 use super::block::DecoderLayer;
-use super::config::Config;
+use super::config::{Arch, Config};
 use super::device::ComputeDevice;
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
@@ -57,6 +57,8 @@ pub struct LayerSlice {
     layers: Vec<DecoderLayer>,
     head: Option<(RmsNorm, Weight)>,
     rope: Rope,
+    /// RoPE of sliding-window layers, where it differs.
+    rope_swa: Option<Rope>,
     manifest: Manifest,
 }
 
@@ -89,6 +91,12 @@ impl LayerSlice {
     pub fn from_gguf_on(gguf: &mut GgufFile, range: Range<usize>, compute: ComputeDevice) -> Result<Self> {
         let device = compute.is_candle().then(|| compute.open()).transpose()?;
         let config = Config::from_gguf(gguf)?;
+        if compute.is_candle() && matches!(config.arch, Arch::GptOss | Arch::Gemma3) {
+            return Err(ModelError::Unsupported(format!(
+                "{:?} on {compute}: the device path has no sliding windows, sinks or post-norms yet (use --device cpu)",
+                config.arch
+            )));
+        }
         if range.start >= range.end {
             return Err(ModelError::Invalid(format!(
                 "layer range {}..{} is empty or reversed",
@@ -151,7 +159,13 @@ impl LayerSlice {
         if let Some(p) = &l.progress {
             p.finish_and_clear();
         }
-        let rope = Rope::new(&config, freq_factors)?;
+        let rope = Rope::new(&config, config.rope, freq_factors.as_deref())?;
+        let rope_swa = match &config.swa {
+            Some(_) if config.rope_swa != config.rope => {
+                Some(Rope::new(&config, config.rope_swa, freq_factors.as_deref())?)
+            }
+            _ => None,
+        };
         let manifest = Manifest { metadata: l.gguf.metadata_digest(), tensors: l.records };
         let accel = match &l.device {
             Some(device) => Some(accel::DeviceSlice::new(&layers, head.as_ref(), device.clone())?),
@@ -160,7 +174,7 @@ impl LayerSlice {
         if compute.is_candle() {
             tracing::info!(device = %compute, layers = ?range, "slice computes on candle's ops");
         }
-        Ok(Self { config, compute, accel, range, embedding, layers, head, rope, manifest })
+        Ok(Self { config, compute, accel, range, embedding, layers, head, rope, rope_swa, manifest })
     }
 
     /// The model configuration.
@@ -217,6 +231,9 @@ impl LayerSlice {
             lm.digest_into(&mut h)?;
         }
         digest_f32s(&mut h, &self.rope.inv_freq);
+        if let Some(r) = &self.rope_swa {
+            digest_f32s(&mut h, &r.inv_freq);
+        }
         Ok(h.finalize().into())
     }
 
@@ -255,6 +272,10 @@ impl LayerSlice {
                 t.embedding(&Tensor::new(ids, &Device::Cpu)?)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?
             }
         };
+        let mut data = data;
+        if let Some(s) = self.config.embed_scale {
+            data.iter_mut().for_each(|v| *v *= s);
+        }
         Rows::new(data, d)
     }
 
@@ -355,7 +376,9 @@ impl LayerSlice {
             positions.extend(it.start..it.start + it.hidden.n());
         }
         let (cos, sin) = self.rope.tables(&positions);
-        let scale = 1.0 / (hd as f32).sqrt();
+        let swa_tables = self.rope_swa.as_ref().map(|r| r.tables(&positions));
+        let window = c.swa.as_ref().map_or(usize::MAX, |s| s.window);
+        let scale = c.attn_scale;
         let group = c.n_head / c.n_head_kv;
         for (l, layer) in self.layers.iter().enumerate() {
             let _enter = layer.span.enter();
@@ -368,8 +391,12 @@ impl LayerSlice {
                 qn.apply(&mut q);
                 kn.apply(&mut k);
             }
-            self.rope.apply(&mut q, hd, c.n_head, &cos, &sin);
-            self.rope.apply(&mut k, hd, c.n_head_kv, &cos, &sin);
+            let (rope, cos, sin) = match (&self.rope_swa, &swa_tables) {
+                (Some(r), Some((cos, sin))) if layer.swa => (r, cos, sin),
+                _ => (&self.rope, &cos, &sin),
+            };
+            rope.apply(&mut q, hd, c.n_head, cos, sin);
+            rope.apply(&mut k, hd, c.n_head_kv, cos, sin);
             for (b, it) in items.iter_mut().enumerate() {
                 let rows = offsets[b]..offsets[b] + it.hidden.n();
                 let span = rows.start * kv_width..rows.end * kv_width;
@@ -386,12 +413,24 @@ impl LayerSlice {
                 let (keys, values) = caches[owner[r]];
                 let query = &q[r * q_width + head * hd..][..hd];
                 let g = head / group;
-                attend(query, keys, values, positions[r] + 1, kv_width, g * hd, scale, out);
+                let end = positions[r] + 1;
+                let from = if layer.swa { end.saturating_sub(window) } else { 0 };
+                let sink = layer.sinks.as_ref().map(|s| s[head]);
+                attend(query, keys, values, from..end, kv_width, g * hd, scale, sink, out);
             });
-            let o = layer.o.matmul(&y, m)?;
+            let mut o = layer.o.matmul(&y, m)?;
+            if let Some(b) = &layer.o_bias {
+                o.chunks_exact_mut(d).for_each(|row| row.iter_mut().zip(b).for_each(|(o, b)| *o += b));
+            }
+            if let Some(n) = &layer.attn_post_norm {
+                n.apply(&mut o);
+            }
             x.iter_mut().zip(&o).for_each(|(x, o)| *x += o);
             let h = layer.ffn_norm.forward(&x);
-            let y = layer.ffn.forward(&h, m, d)?;
+            let mut y = layer.ffn.forward(&h, m, d)?;
+            if let Some(n) = &layer.ffn_post_norm {
+                n.apply(&mut y);
+            }
             x.iter_mut().zip(&y).for_each(|(x, o)| *x += o);
         }
         Ok(x)
@@ -410,7 +449,10 @@ impl LayerSlice {
         }
         let h: Vec<f32> = wanted.iter().flat_map(|r| x[r.start * d..r.end * d].iter().copied()).collect();
         let h = norm.forward(&h);
-        let logits = lm.matmul(&h, h.len() / d)?;
+        let mut logits = lm.matmul(&h, h.len() / d)?;
+        if let Some(cap) = self.config.final_softcap {
+            logits.iter_mut().for_each(|l| *l = (*l * (1.0 / cap)).tanh() * cap);
+        }
         logit_outputs(&wanted, &logits, lm.rows())
     }
 }
@@ -426,11 +468,11 @@ fn load_embedding(l: &mut Loader<'_>, config: &Config) -> Result<Embedding> {
     if l.device.is_some() && !l.gguf.has_tensor("output.weight") {
         l.tied = Some(raw.clone());
     }
-    if raw.dtype == GgmlDType::Q8_0 {
+    if raw.ggml()? == GgmlDType::Q8_0 {
         let m = Q80Matrix::from_gguf_bytes(&raw.bytes, config.vocab_size, config.n_embd)
             .map_err(|e| ModelError::Malformed(format!("token_embd.weight: {e}")))?;
         return Ok(Embedding::Q80(Arc::new(m)));
     }
-    let t = ggml_file::qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, &Device::Cpu)?;
+    let t = ggml_file::qtensor_from_ggml(raw.ggml()?, &raw.bytes, raw.dims, &Device::Cpu)?;
     Ok(Embedding::Candle(Arc::new(t)))
 }

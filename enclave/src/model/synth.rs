@@ -7,11 +7,14 @@
 
 use std::path::Path;
 
-use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
 use super::error::{ModelError, Result};
+use super::gguf::write::{write, OutTensor};
+use super::gguf::{GgufFile, TensorType};
+use super::kernels::mxfp4;
 
 /// The family a random model is written as (`general.architecture`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +23,11 @@ pub enum Family {
     Llama,
     /// `qwen3moe`: q/k norms and experts in every block.
     Qwen3Moe,
+    /// `gpt-oss`: biases, sinks, alternating sliding windows, YaRN (factor
+    /// 32 over 4096 positions), biased router and experts.
+    GptOss,
+    /// `gemma3`: q/k norms, post-norms, GeGLU, five local blocks to one global.
+    Gemma3,
 }
 
 impl Family {
@@ -27,6 +35,8 @@ impl Family {
         match self {
             Self::Llama => "llama",
             Self::Qwen3Moe => "qwen3moe",
+            Self::GptOss => "gpt-oss",
+            Self::Gemma3 => "gemma3",
         }
     }
 }
@@ -58,6 +68,8 @@ pub struct Shape {
     pub context: usize,
     /// RoPE base.
     pub rope_theta: f32,
+    /// Sliding window of the local layers (0: none).
+    pub window: usize,
 }
 
 impl Shape {
@@ -75,6 +87,7 @@ impl Shape {
         vocab: 128_256,
         context: 8192,
         rope_theta: 500_000.0,
+        window: 0,
     };
     /// Qwen3-30B-A3B: 48 × 2048, 32/4 heads of 128, 128 experts of 768, 8 used.
     pub const QWEN3_30B_A3B: Self = Self {
@@ -90,6 +103,7 @@ impl Shape {
         vocab: 151_936,
         context: 40_960,
         rope_theta: 1_000_000.0,
+        window: 0,
     };
     /// Qwen3-235B-A22B: 94 × 4096, 64/4 heads of 128, 128 experts of 1536, 8 used.
     pub const QWEN3_235B_A22B: Self = Self {
@@ -105,6 +119,7 @@ impl Shape {
         vocab: 151_936,
         context: 40_960,
         rope_theta: 1_000_000.0,
+        window: 0,
     };
     /// A small shape for checking the tooling in seconds.
     pub const SMOKE: Self = Self {
@@ -120,6 +135,7 @@ impl Shape {
         vocab: 512,
         context: 1024,
         rope_theta: 10_000.0,
+        window: 0,
     };
     /// A small Qwen3-MoE: 8 experts of 256, 2 used (256 wide: K-quant blocks).
     pub const QWEN3MOE_SMOKE: Self = Self {
@@ -135,6 +151,7 @@ impl Shape {
         vocab: 512,
         context: 2048,
         rope_theta: 1_000_000.0,
+        window: 0,
     };
     /// A small Mixtral-style `llama` with experts: 4 experts of 512, 2 used, 4/2 heads.
     pub const MIXTRAL_SMOKE: Self = Self {
@@ -150,16 +167,90 @@ impl Shape {
         vocab: 512,
         context: 2048,
         rope_theta: 1_000_000.0,
+        window: 0,
+    };
+
+    /// gpt-oss-20b: 24 × 2880, 64/8 heads of 64, 32 experts of 2880, 4
+    /// used, window 128 on even layers, RoPE base 150 000 (YaRN ×32).
+    pub const GPT_OSS_20B: Self = Self {
+        family: Family::GptOss,
+        n_layer: 24,
+        n_embd: 2880,
+        n_ff: 2880,
+        n_head: 64,
+        n_head_kv: 8,
+        head_dim: 64,
+        n_expert: 32,
+        n_used: 4,
+        vocab: 201_088,
+        context: 131_072,
+        rope_theta: 150_000.0,
+        window: 128,
+    };
+    /// gpt-oss-120b: as gpt-oss-20b with 36 layers and 128 experts.
+    pub const GPT_OSS_120B: Self = Self { n_layer: 36, n_expert: 128, ..Self::GPT_OSS_20B };
+    /// A small gpt-oss: 8 experts of 256, 2 used, window 32.
+    pub const GPT_OSS_SMOKE: Self = Self {
+        family: Family::GptOss,
+        n_layer: 3,
+        n_embd: 256,
+        n_ff: 256,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_expert: 8,
+        n_used: 2,
+        vocab: 512,
+        context: 4096,
+        rope_theta: 150_000.0,
+        window: 32,
+    };
+    /// Gemma-3-1B: 26 × 1152, 4/1 heads of 256, FFN 6912, window 512.
+    pub const GEMMA3_1B: Self = Self {
+        family: Family::Gemma3,
+        n_layer: 26,
+        n_embd: 1152,
+        n_ff: 6912,
+        n_head: 4,
+        n_head_kv: 1,
+        head_dim: 256,
+        n_expert: 0,
+        n_used: 0,
+        vocab: 262_144,
+        context: 32_768,
+        rope_theta: 1_000_000.0,
+        window: 512,
+    };
+    /// A small Gemma 3: 6 layers (5 local, 1 global), window 32.
+    pub const GEMMA3_SMOKE: Self = Self {
+        family: Family::Gemma3,
+        n_layer: 6,
+        n_embd: 256,
+        n_ff: 512,
+        n_head: 4,
+        n_head_kv: 2,
+        head_dim: 64,
+        n_expert: 0,
+        n_used: 0,
+        vocab: 512,
+        context: 4096,
+        rope_theta: 1_000_000.0,
+        window: 32,
     };
 
     /// The shapes by name.
-    pub const NAMED: [(&'static str, Self); 6] = [
+    pub const NAMED: [(&'static str, Self); 11] = [
         ("llama3-8b", Self::LLAMA3_8B),
         ("qwen3-30b-a3b", Self::QWEN3_30B_A3B),
         ("qwen3-235b-a22b", Self::QWEN3_235B_A22B),
+        ("gpt-oss-20b", Self::GPT_OSS_20B),
+        ("gpt-oss-120b", Self::GPT_OSS_120B),
+        ("gemma3-1b", Self::GEMMA3_1B),
         ("smoke", Self::SMOKE),
         ("qwen3moe-smoke", Self::QWEN3MOE_SMOKE),
         ("mixtral-smoke", Self::MIXTRAL_SMOKE),
+        ("gpt-oss-smoke", Self::GPT_OSS_SMOKE),
+        ("gemma3-smoke", Self::GEMMA3_SMOKE),
     ];
 
     /// By name (see [`Shape::NAMED`]).
@@ -176,20 +267,24 @@ impl Shape {
     }
 }
 
-/// The quantizations `synth-model` and `plan` take, by name.
-pub const DTYPES: [(&str, GgmlDType); 8] = [
-    ("q4_0", GgmlDType::Q4_0),
-    ("q4_1", GgmlDType::Q4_1),
-    ("q8_0", GgmlDType::Q8_0),
-    ("q4_k", GgmlDType::Q4K),
-    ("q5_k", GgmlDType::Q5K),
-    ("q6_k", GgmlDType::Q6K),
-    ("f16", GgmlDType::F16),
-    ("f32", GgmlDType::F32),
+/// The quantizations `synth-model` and `plan` take, by name. With
+/// `mxfp4` the experts are MXFP4 and every other matrix Q8_0, as in
+/// gpt-oss's own GGUFs.
+pub const DTYPES: [(&str, TensorType); 10] = [
+    ("q4_0", TensorType::Ggml(GgmlDType::Q4_0)),
+    ("q4_1", TensorType::Ggml(GgmlDType::Q4_1)),
+    ("q8_0", TensorType::Ggml(GgmlDType::Q8_0)),
+    ("q4_k", TensorType::Ggml(GgmlDType::Q4K)),
+    ("q5_k", TensorType::Ggml(GgmlDType::Q5K)),
+    ("q6_k", TensorType::Ggml(GgmlDType::Q6K)),
+    ("mxfp4", TensorType::Mxfp4),
+    ("bf16", TensorType::Ggml(GgmlDType::BF16)),
+    ("f16", TensorType::Ggml(GgmlDType::F16)),
+    ("f32", TensorType::Ggml(GgmlDType::F32)),
 ];
 
 /// A quantization by its name in [`DTYPES`].
-pub fn dtype_named(name: &str) -> Option<GgmlDType> {
+pub fn dtype_named(name: &str) -> Option<TensorType> {
     DTYPES.iter().find(|(n, _)| *n == name).map(|(_, d)| *d)
 }
 
@@ -207,8 +302,8 @@ pub fn uniform(n: usize, width: f32, seed: &mut u64) -> Vec<f32> {
 /// How a random model is written.
 #[derive(Clone, Debug)]
 pub struct Options {
-    /// Quantization of the matrices (norms and the router stay f32).
-    pub dtype: GgmlDType,
+    /// Quantization of the matrices (norms, biases and the router stay f32).
+    pub dtype: TensorType,
     /// Seed of the weights.
     pub seed: u64,
     /// A GGUF whose `tokenizer.*` metadata (a real vocabulary, merges and
@@ -221,7 +316,7 @@ pub struct Options {
 
 impl Options {
     /// `dtype`, seed 0x5eed, no vocabulary, no sharpening.
-    pub fn new(dtype: GgmlDType) -> Self {
+    pub fn new(dtype: TensorType) -> Self {
         Self { dtype, seed: 0x5eed, vocab_from: None, sharpen: 1.0 }
     }
 }
@@ -229,7 +324,7 @@ impl Options {
 /// Writes a model of `shape` with random weights, matrices quantized to
 /// `dtype` (norms in f32, the embedding and LM head in `dtype` too).
 pub fn write_random(path: &Path, shape: Shape, dtype: GgmlDType, seed: u64) -> Result<()> {
-    write_with(path, shape, &Options { seed, ..Options::new(dtype) })
+    write_with(path, shape, &Options { seed, ..Options::new(TensorType::Ggml(dtype)) })
 }
 
 /// Writes a model of `shape` as `opts` say. The bytes depend only on the
@@ -237,76 +332,93 @@ pub fn write_random(path: &Path, shape: Shape, dtype: GgmlDType, seed: u64) -> R
 /// fixture was recorded on and check its digest.
 pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
     let mut s = shape;
-    let dtype = opts.dtype;
+    // MXFP4 is for experts; the other matrices of such a file are Q8_0.
+    let (dtype, expert_dtype) = match opts.dtype {
+        TensorType::Mxfp4 => (TensorType::Ggml(GgmlDType::Q8_0), TensorType::Mxfp4),
+        d => (d, d),
+    };
     let mut meta: Vec<(String, Value)> = Vec::new();
     if let Some(v) = &opts.vocab_from {
-        let mut f = std::fs::File::open(v)?;
-        let content =
-            gguf_file::Content::read(&mut f).map_err(|e| ModelError::Malformed(format!("{}: {e}", v.display())))?;
-        let mut keys: Vec<&String> = content.metadata.keys().filter(|k| k.starts_with("tokenizer.")).collect();
+        let g = GgufFile::open(v)?;
+        let mut keys: Vec<String> = g.metadata_keys().into_iter().filter(|k| k.starts_with("tokenizer.")).collect();
         keys.sort();
         for k in keys {
-            if k == "tokenizer.ggml.tokens" {
-                if let Value::Array(t) = &content.metadata[k] {
-                    s.vocab = t.len();
-                }
+            let value = g.meta(&k).cloned().ok_or_else(|| ModelError::Malformed(format!("{k} vanished")))?;
+            if let (true, Value::Array(t)) = (k == "tokenizer.ggml.tokens", &value) {
+                s.vocab = t.len();
             }
-            meta.push((k.clone(), content.metadata[k].clone()));
+            meta.push((k, value));
         }
     }
+    let block = |t: TensorType| t.block().map_or(1, |(n, _)| n);
+    let fits = |n: usize| n.is_multiple_of(block(dtype)) && n.is_multiple_of(block(expert_dtype));
     if !s.n_head.is_multiple_of(s.n_head_kv)
-        || !s.n_embd.is_multiple_of(dtype.block_size())
-        || !s.n_ff.is_multiple_of(dtype.block_size())
-        || !(s.n_head * s.head_dim).is_multiple_of(dtype.block_size())
+        || !fits(s.n_embd)
+        || !fits(s.n_ff)
+        || !fits(s.n_head * s.head_dim)
         || s.n_used > s.n_expert
-        || (s.family == Family::Qwen3Moe && s.n_expert == 0)
+        || (matches!(s.family, Family::Qwen3Moe | Family::GptOss) && s.n_expert == 0)
+        || (s.family == Family::Gemma3 && s.n_expert > 0)
+        || (expert_dtype == TensorType::Mxfp4 && s.n_expert == 0)
     {
         return Err(ModelError::Invalid(format!(
-            "shape {s:?} does not fit {dtype:?} blocks, grouped heads or experts"
+            "shape {s:?} does not fit {:?} blocks, grouped heads or experts",
+            opts.dtype
         )));
     }
-    let (hd, d) = (s.head_dim, s.n_embd);
-    let mut seed = opts.seed;
-    let mut tensors: Vec<(String, QTensor)> = Vec::new();
-    let random =
-        |name: String, dims: &[usize], scale: f32, dt: GgmlDType, seed: &mut u64| -> Result<(String, QTensor)> {
-            let cols = *dims.last().unwrap_or(&1);
-            // Weights of a trained model's scale, so activations stay finite through every layer.
-            let n = dims.iter().product();
-            let t = Tensor::from_vec(uniform(n, scale / (cols as f32).sqrt(), seed), dims, &Device::Cpu)?;
-            Ok((name, QTensor::quantize(&t, dt)?))
-        };
-    let ones = |n: usize| -> Result<QTensor> {
-        Ok(QTensor::quantize(&Tensor::ones(n, candle_core::DType::F32, &Device::Cpu)?, GgmlDType::F32)?)
-    };
-    tensors.push(random("token_embd.weight".into(), &[s.vocab, d], 1.0, dtype, &mut seed)?);
+    let (hd, d, f) = (s.head_dim, s.n_embd, s.n_ff);
+    let f32s = TensorType::Ggml(GgmlDType::F32);
+    let mut w = Tensors { out: Vec::new(), seed: opts.seed };
+    w.random("token_embd.weight", &[s.vocab, d], 1.0, dtype)?;
+    let gpt_oss = s.family == Family::GptOss;
+    let gemma = s.family == Family::Gemma3;
     for i in 0..s.n_layer {
         let p = format!("blk.{i}");
-        tensors.push((format!("{p}.attn_norm.weight"), ones(d)?));
-        if s.family == Family::Qwen3Moe {
-            tensors.push((format!("{p}.attn_q_norm.weight"), ones(hd)?));
-            tensors.push((format!("{p}.attn_k_norm.weight"), ones(hd)?));
+        w.ones(&format!("{p}.attn_norm.weight"), d);
+        if matches!(s.family, Family::Qwen3Moe | Family::Gemma3) {
+            w.ones(&format!("{p}.attn_q_norm.weight"), hd);
+            w.ones(&format!("{p}.attn_k_norm.weight"), hd);
         }
-        tensors.push(random(format!("{p}.attn_q.weight"), &[s.n_head * hd, d], 1.0, dtype, &mut seed)?);
-        tensors.push(random(format!("{p}.attn_k.weight"), &[s.n_head_kv * hd, d], 1.0, dtype, &mut seed)?);
-        tensors.push(random(format!("{p}.attn_v.weight"), &[s.n_head_kv * hd, d], 1.0, dtype, &mut seed)?);
-        tensors.push(random(format!("{p}.attn_output.weight"), &[d, s.n_head * hd], 1.0, dtype, &mut seed)?);
-        tensors.push((format!("{p}.ffn_norm.weight"), ones(d)?));
-        if s.n_expert == 0 {
-            tensors.push(random(format!("{p}.ffn_gate.weight"), &[s.n_ff, d], 1.0, dtype, &mut seed)?);
-            tensors.push(random(format!("{p}.ffn_up.weight"), &[s.n_ff, d], 1.0, dtype, &mut seed)?);
-            tensors.push(random(format!("{p}.ffn_down.weight"), &[d, s.n_ff], 1.0, dtype, &mut seed)?);
+        for (name, rows) in [("attn_q", s.n_head * hd), ("attn_k", s.n_head_kv * hd), ("attn_v", s.n_head_kv * hd)] {
+            w.random(&format!("{p}.{name}.weight"), &[rows, d], 1.0, dtype)?;
+            if gpt_oss {
+                w.uniform(&format!("{p}.{name}.bias"), &[rows], 0.2)?;
+            }
+        }
+        w.random(&format!("{p}.attn_output.weight"), &[d, s.n_head * hd], 1.0, dtype)?;
+        if gpt_oss {
+            w.uniform(&format!("{p}.attn_output.bias"), &[d], 0.2)?;
+            w.uniform(&format!("{p}.attn_sinks.weight"), &[s.n_head], 4.0)?;
+            w.ones(&format!("{p}.post_attention_norm.weight"), d);
+        } else if gemma {
+            w.ones(&format!("{p}.post_attention_norm.weight"), d);
+            w.ones(&format!("{p}.ffn_norm.weight"), d);
         } else {
-            let (e, f) = (s.n_expert, s.n_ff);
-            let router = random(format!("{p}.ffn_gate_inp.weight"), &[e, d], opts.sharpen, GgmlDType::F32, &mut seed)?;
-            tensors.push(router);
-            tensors.push(random(format!("{p}.ffn_gate_exps.weight"), &[e, f, d], 1.0, dtype, &mut seed)?);
-            tensors.push(random(format!("{p}.ffn_up_exps.weight"), &[e, f, d], 1.0, dtype, &mut seed)?);
-            tensors.push(random(format!("{p}.ffn_down_exps.weight"), &[e, d, f], 1.0, dtype, &mut seed)?);
+            w.ones(&format!("{p}.ffn_norm.weight"), d);
+        }
+        if s.n_expert == 0 {
+            w.random(&format!("{p}.ffn_gate.weight"), &[f, d], 1.0, dtype)?;
+            w.random(&format!("{p}.ffn_up.weight"), &[f, d], 1.0, dtype)?;
+            w.random(&format!("{p}.ffn_down.weight"), &[d, f], 1.0, dtype)?;
+        } else {
+            let e = s.n_expert;
+            w.random(&format!("{p}.ffn_gate_inp.weight"), &[e, d], opts.sharpen, f32s)?;
+            if gpt_oss {
+                w.uniform(&format!("{p}.ffn_gate_inp.bias"), &[e], 0.2)?;
+            }
+            for (name, dims) in [("ffn_gate_exps", [e, f, d]), ("ffn_up_exps", [e, f, d]), ("ffn_down_exps", [e, d, f])] {
+                w.random(&format!("{p}.{name}.weight"), &dims, 1.0, expert_dtype)?;
+                if gpt_oss {
+                    w.uniform(&format!("{p}.{name}.bias"), &dims[..2], 0.2)?;
+                }
+            }
+        }
+        if gemma {
+            w.ones(&format!("{p}.post_ffw_norm.weight"), d);
         }
     }
-    tensors.push(("output_norm.weight".into(), ones(d)?));
-    tensors.push(random("output.weight".into(), &[s.vocab, d], opts.sharpen, dtype, &mut seed)?);
+    w.ones("output_norm.weight", d);
+    w.random("output.weight", &[s.vocab, d], opts.sharpen, dtype)?;
     let arch = s.family.name();
     let u32_of = |v: usize| Value::U32(u32::try_from(v).unwrap_or(u32::MAX));
     meta.extend([
@@ -314,7 +426,7 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
         ("general.name".to_owned(), Value::String("veil random-weight model".into())),
         (format!("{arch}.block_count"), u32_of(s.n_layer)),
         (format!("{arch}.embedding_length"), u32_of(d)),
-        (format!("{arch}.feed_forward_length"), u32_of(s.n_ff)),
+        (format!("{arch}.feed_forward_length"), u32_of(f)),
         (format!("{arch}.attention.head_count"), u32_of(s.n_head)),
         (format!("{arch}.attention.head_count_kv"), u32_of(s.n_head_kv)),
         (format!("{arch}.attention.key_length"), u32_of(hd)),
@@ -328,14 +440,65 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
     if s.n_expert > 0 {
         meta.push((format!("{arch}.expert_count"), u32_of(s.n_expert)));
         meta.push((format!("{arch}.expert_used_count"), u32_of(s.n_used)));
-        meta.push((format!("{arch}.expert_feed_forward_length"), u32_of(s.n_ff)));
+        meta.push((format!("{arch}.expert_feed_forward_length"), u32_of(f)));
     }
-    let meta: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (k.as_str(), v)).collect();
-    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-    gguf_file::write(&mut f, &meta, &refs)?;
-    std::io::Write::flush(&mut f)?;
+    if s.window > 0 {
+        meta.push((format!("{arch}.attention.sliding_window"), u32_of(s.window)));
+    }
+    if gpt_oss {
+        meta.push((format!("{arch}.rope.scaling.type"), Value::String("yarn".into())));
+        meta.push((format!("{arch}.rope.scaling.factor"), Value::F32(32.0)));
+        meta.push((format!("{arch}.rope.scaling.original_context_length"), u32_of(4096)));
+    }
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    write(&mut file, &meta, &w.out)?;
+    std::io::Write::flush(&mut file)?;
     Ok(())
+}
+
+/// The tensors of a model being written, and the seed of their values.
+struct Tensors {
+    out: Vec<OutTensor>,
+    seed: u64,
+}
+
+impl Tensors {
+    /// Values uniform in `±scale / (2·sqrt(cols))`: a trained model's scale,
+    /// so activations stay finite through every layer.
+    fn random(&mut self, name: &str, dims: &[usize], scale: f32, dtype: TensorType) -> Result<()> {
+        let cols = *dims.last().unwrap_or(&1);
+        let values = uniform(dims.iter().product(), scale / (cols as f32).sqrt(), &mut self.seed);
+        let bytes = encode(values, dims, dtype)?;
+        self.out.push(OutTensor { name: name.into(), dims: dims.to_vec(), dtype, bytes });
+        Ok(())
+    }
+
+    /// f32 values uniform in `±width / 2` (biases, sinks).
+    fn uniform(&mut self, name: &str, dims: &[usize], width: f32) -> Result<()> {
+        let values = uniform(dims.iter().product(), width, &mut self.seed);
+        let dtype = TensorType::Ggml(GgmlDType::F32);
+        self.out.push(OutTensor { name: name.into(), dims: dims.to_vec(), dtype, bytes: encode(values, dims, dtype)? });
+        Ok(())
+    }
+
+    /// f32 ones (norm weights).
+    fn ones(&mut self, name: &str, n: usize) {
+        let dtype = TensorType::Ggml(GgmlDType::F32);
+        self.out.push(OutTensor { name: name.into(), dims: vec![n], dtype, bytes: 1f32.to_le_bytes().repeat(n) });
+    }
+}
+
+/// `values` stored as `dtype`: candle's quantizers for ggml types, MXFP4 by
+/// its reference quantizer.
+fn encode(values: Vec<f32>, dims: &[usize], dtype: TensorType) -> Result<Vec<u8>> {
+    match dtype {
+        TensorType::Ggml(dt) => {
+            let t = Tensor::from_vec(values, dims, &Device::Cpu)?;
+            Ok(QTensor::quantize(&t, dt)?.data()?.to_vec())
+        }
+        TensorType::Mxfp4 => Ok(values.chunks_exact(32).flat_map(mxfp4::quantize_block).collect()),
+        TensorType::Unknown(id) => Err(ModelError::Invalid(format!("cannot write tensors of type {id}"))),
+    }
 }
 
 #[cfg(test)]

@@ -9,7 +9,7 @@ use candle_core::quantized::{ggml_file, GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use super::error::{ModelError, Result};
-use super::gguf::{GgufFile, RawTensor};
+use super::gguf::{GgufFile, RawTensor, TensorType};
 use super::kernels::{KernelError, Q41Matrix, Q80Matrix};
 use super::manifest::TensorRecord;
 
@@ -35,11 +35,11 @@ impl Loader<'_> {
 
     pub(crate) fn qtensor(&mut self, name: &str) -> Result<QTensor> {
         let raw = self.raw(name)?;
-        Ok(ggml_file::qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, &Device::Cpu)?)
+        Ok(ggml_file::qtensor_from_ggml(raw.ggml()?, &raw.bytes, raw.dims, &Device::Cpu)?)
     }
 
-    /// A weight matrix on Veil's kernels where it has one (Q4_1, Q8_0),
-    /// otherwise on candle's quantized matmul.
+    /// A weight matrix on Veil's kernels where it has one (Q4_1, Q8_0,
+    /// MXFP4), otherwise on candle's quantized matmul.
     pub(crate) fn weight(&mut self, name: &str) -> Result<Weight> {
         let raw = self.raw(name)?;
         self.weight_from(name, raw)
@@ -52,10 +52,19 @@ impl Loader<'_> {
         let bad = |e: KernelError| ModelError::Malformed(format!("{name}: {e}"));
         if let Some(device) = &self.device {
             // Quantized in device memory; candle's quantized matmul kernels read it as is.
-            let t = ggml_file::qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims, device)?;
+            let t = ggml_file::qtensor_from_ggml(raw.ggml()?, &raw.bytes, raw.dims, device)?;
             return Ok(Weight::Candle { matmul: QMatMul::from_qtensor(t)?, rows, cols });
         }
-        Ok(match raw.dtype {
+        let dtype = match raw.dtype {
+            // Each MXFP4 block is an exact 8-bit block: E2M1 values (doubled,
+            // as integers) times half the E8M0 scale, a power of two; the
+            // Q8_0 kernels then compute exactly llama.cpp's MXFP4 × Q8_0 dot.
+            TensorType::Mxfp4 => {
+                return Ok(Weight::Q80(Arc::new(Q80Matrix::from_mxfp4_bytes(&raw.bytes, rows, cols).map_err(bad)?)))
+            }
+            _ => raw.ggml()?,
+        };
+        Ok(match dtype {
             GgmlDType::Q4_1 => Weight::Q41(Q41Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?),
             GgmlDType::Q8_0 => Weight::Q80(Arc::new(Q80Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?)),
             // Small f32 matrices (an MoE router): a plain row-wise dot, whose

@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 
 use sha2::Digest as _;
+use veil_enclave::model::gguf::TensorType;
 use veil_enclave::model::synth::{write_with, Options, Shape};
 use veil_enclave::model::{BatchItem, ComputeDevice, GgufFile, LayerSlice, Logits, Rows, SliceOutput};
 use veil_enclave::text::sampler::argmax;
@@ -186,7 +187,7 @@ fn experts_batched_and_split_equal_each_session_alone() {
     let tmp = TempDir::new("batch");
     for (name, shape) in [("qwen3moe", Shape::QWEN3MOE_SMOKE), ("mixtral", Shape::MIXTRAL_SMOKE)] {
         let path = tmp.path().join(format!("{name}.gguf"));
-        write_with(&path, shape, &Options { sharpen: 8.0, ..Options::new(candle_core::quantized::GgmlDType::Q8_0) })
+        write_with(&path, shape, &Options { sharpen: 8.0, ..Options::new(TensorType::Ggml(candle_core::quantized::GgmlDType::Q8_0)) })
             .unwrap();
         let whole = LayerSlice::load(&path, 0..shape.n_layer).unwrap();
         let prompts: [&[u32]; 3] = [&[1, 2, 3, 4, 5, 6, 7], &[9, 8], &[100, 200, 300, 400]];
@@ -257,7 +258,7 @@ fn experts_over_three_processes_equal_one_and_survive_a_killed_shard() {
     let opts = Options {
         vocab_from: Some(vocab.join("ggml-vocab-qwen2.gguf")),
         sharpen: 8.0,
-        ..Options::new(candle_core::quantized::GgmlDType::Q8_0)
+        ..Options::new(TensorType::Ggml(candle_core::quantized::GgmlDType::Q8_0))
     };
     write_with(&path, Shape::QWEN3MOE_SMOKE, &opts).unwrap();
     let (model, tok) = LocalModel::load(&path, &[]).unwrap();
@@ -329,7 +330,7 @@ fn a_middle_stage_reads_only_its_own_experts_and_one_changed_byte_moves_its_root
     use candle_core::quantized::gguf_file::Content;
     let tmp = TempDir::new("slice");
     let path = tmp.path().join("qwen3moe.gguf");
-    write_with(&path, Shape::QWEN3MOE_SMOKE, &Options::new(candle_core::quantized::GgmlDType::Q8_0)).unwrap();
+    write_with(&path, Shape::QWEN3MOE_SMOKE, &Options::new(TensorType::Ggml(candle_core::quantized::GgmlDType::Q8_0))).unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let content = Content::read(&mut std::io::Cursor::new(&bytes)).unwrap();
     let range = |name: &str| {

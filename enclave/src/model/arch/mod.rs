@@ -2,6 +2,8 @@
 //! llama.cpp reads them. The shared parts (attention, norms, RoPE, the
 //! mixture-of-experts dispatch) live once, in the modules beside this one.
 
+mod gemma3;
+mod gpt_oss;
 mod llama;
 mod qwen2;
 mod qwen3;
@@ -19,5 +21,7 @@ pub(crate) fn block(l: &mut Loader<'_>, c: &Config, i: usize) -> Result<DecoderL
         Arch::Qwen2 => qwen2::block(l, c, i),
         Arch::Qwen3 => qwen3::block(l, c, i),
         Arch::Qwen3Moe => qwen3moe::block(l, c, i),
+        Arch::GptOss => gpt_oss::block(l, c, i),
+        Arch::Gemma3 => gemma3::block(l, c, i),
     }
 }

@@ -3,12 +3,12 @@
 //! SwiGLU experts of `expert_feed_forward_length`, `expert_used_count` of
 //! them per position by softmax routing, renormalised; no shared expert.
 
-use crate::model::block::{AttentionKind, DecoderLayer, Ffn};
+use crate::model::block::{DecoderLayer, Ffn, Parts};
 use crate::model::config::Config;
 use crate::model::error::{ModelError, Result};
 use crate::model::weight::Loader;
 
 pub(super) fn block(l: &mut Loader<'_>, c: &Config, i: usize) -> Result<DecoderLayer> {
     let moe = c.moe.ok_or_else(|| ModelError::Malformed("qwen3moe without experts".into()))?;
-    DecoderLayer::load(l, c, i, AttentionKind { qk_norm: true }, |l, p| Ffn::experts(l, p, c.n_embd, moe))
+    DecoderLayer::load(l, c, i, Parts { qk_norm: true, ..Parts::PLAIN }, |l, p| Ffn::experts(l, p, c.n_embd, moe))
 }

@@ -689,6 +689,7 @@ unsafe fn q80_dot4_vnni(w: &[BlockQ80], x: [&[BlockQ80]; 4]) -> [f32; 4] {
 }
 
 mod kv;
+pub mod mxfp4;
 pub use kv::{axpy_f16, dot_f16};
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use super::{hidden_outputs, logit_outputs, wanted_rows};
 use super::{BatchItem, Config, DecoderLayer, ModelError, Result, RmsNorm, SliceOutput, Weight};
 use crate::model::block::Ffn;
 use crate::model::config::RopeStyle;
-use crate::model::moe::{top_k, Moe};
+use crate::model::moe::{route_row, Moe};
 use crate::model::weight::Projections;
 
 /// Norms and biases of a slice, in device memory (the matrices are the
@@ -44,6 +44,9 @@ fn vector(v: &[f32], device: &Device) -> Result<Tensor> {
 impl DeviceSlice {
     pub(super) fn new(layers: &[DecoderLayer], head: Option<&(RmsNorm, Weight)>, device: Device) -> Result<Self> {
         let norm = |n: &RmsNorm| vector(&n.weight, &device);
+        if layers.iter().any(|l| l.o_bias.is_some() || l.sinks.is_some() || l.attn_post_norm.is_some()) {
+            return Err(ModelError::Unsupported("an attention output bias, sinks or post-norms on a device".into()));
+        }
         let layers = layers
             .iter()
             .map(|l| {
@@ -157,7 +160,7 @@ fn swiglu(gate_up: &Projections, down: &Weight, h: &Tensor) -> Result<Tensor> {
 /// A block's feed-forward on the device, `h (m, d)` normed.
 fn ffn(f: &Ffn, h: &Tensor) -> Result<Tensor> {
     match f {
-        Ffn::Dense { gate_up, down } => swiglu(gate_up, down, h),
+        Ffn::Dense { gate_up, down, .. } => swiglu(gate_up, down, h),
         Ffn::Moe(moe) => experts(moe, h),
     }
 }
@@ -172,7 +175,7 @@ fn experts(moe: &Moe, h: &Tensor) -> Result<Tensor> {
     let cfg = moe.config;
     let mut by_expert: Vec<(Vec<u32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); moe.experts.len()];
     for (r, row) in logits.chunks_exact(cfg.n_expert).enumerate() {
-        for (e, w) in top_k(row, cfg.n_used, cfg.norm_weights) {
+        for (e, w) in route_row(row, &cfg) {
             by_expert[e].0.push(r as u32);
             by_expert[e].1.push(w);
         }

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
 
-use candle_core::quantized::gguf_file::{Content, Value};
+use candle_core::quantized::gguf_file::Value;
 use candle_core::quantized::{ggml_file, GgmlDType, QTensor};
 use candle_core::Device;
 use sha2::{Digest, Sha256};
@@ -14,16 +14,23 @@ use sha2::{Digest, Sha256};
 use super::error::{ModelError, Result};
 use super::manifest::TensorRecord;
 
-/// Quant types Veil serves.
-pub const SUPPORTED_TYPES: [GgmlDType; 8] = [
-    GgmlDType::F32,
-    GgmlDType::F16,
-    GgmlDType::Q4_0,
-    GgmlDType::Q4_1,
-    GgmlDType::Q8_0,
-    GgmlDType::Q4K,
-    GgmlDType::Q5K,
-    GgmlDType::Q6K,
+mod header;
+pub mod write;
+
+pub use header::{Header, HeaderError, TensorInfo, TensorType, DEFAULT_ALIGNMENT};
+
+/// Storage types Veil serves.
+pub const SUPPORTED_TYPES: [TensorType; 10] = [
+    TensorType::Ggml(GgmlDType::F32),
+    TensorType::Ggml(GgmlDType::F16),
+    TensorType::Ggml(GgmlDType::BF16),
+    TensorType::Ggml(GgmlDType::Q4_0),
+    TensorType::Ggml(GgmlDType::Q4_1),
+    TensorType::Ggml(GgmlDType::Q8_0),
+    TensorType::Ggml(GgmlDType::Q4K),
+    TensorType::Ggml(GgmlDType::Q5K),
+    TensorType::Ggml(GgmlDType::Q6K),
+    TensorType::Mxfp4,
 ];
 
 /// A tensor's bytes as read (and hashed), before decoding.
@@ -31,12 +38,27 @@ pub const SUPPORTED_TYPES: [GgmlDType; 8] = [
 pub struct RawTensor {
     /// The bytes.
     pub bytes: Vec<u8>,
-    /// Their ggml type.
-    pub dtype: GgmlDType,
+    /// Their storage type.
+    pub dtype: TensorType,
     /// Dimensions (candle order: outermost first).
     pub dims: Vec<usize>,
     /// The manifest record.
     pub record: TensorRecord,
+}
+
+impl RawTensor {
+    /// The type as candle knows it, for the uses only candle serves (an
+    /// embedding, a norm, a device matmul); MXFP4 is refused there.
+    pub fn ggml(&self) -> Result<GgmlDType> {
+        match self.dtype {
+            TensorType::Ggml(d) => Ok(d),
+            other => Err(ModelError::Unsupported(format!(
+                "tensor {} of type {} where only matrices of that type are read",
+                self.record.name,
+                other.name()
+            ))),
+        }
+    }
 }
 
 /// Where a GGUF file's bytes come from: a file, or (in tests) a reader
@@ -52,7 +74,7 @@ pub struct GgufFile {
     path: PathBuf,
     file: Box<dyn Source>,
     file_len: u64,
-    content: Content,
+    header: Header,
     metadata_digest: [u8; 32],
 }
 
@@ -152,16 +174,18 @@ impl GgufFile {
     pub fn from_source(label: &Path, mut source: Box<dyn Source>, len: u64) -> Result<Self> {
         // The header is read once, from the start: the magic is judged from
         // the parser's error rather than by reading those bytes twice.
-        let content = Content::read(&mut source).map_err(|e| {
-            let e = e.to_string();
-            if e.contains("magic") || e.contains("failed to fill whole buffer") {
+        let header = Header::read(&mut source, len).map_err(|e| match e {
+            HeaderError::Io(e) => ModelError::Io(e),
+            HeaderError::Magic(_) => {
                 ModelError::Malformed(format!("{} is not a GGUF file (bad magic): {e}", label.display()))
-            } else {
-                ModelError::Malformed(format!("{}: {e}", label.display()))
             }
+            HeaderError::Truncated(_) if len < 8 => {
+                ModelError::Malformed(format!("{} is not a GGUF file (bad magic): {e}", label.display()))
+            }
+            e => ModelError::Malformed(format!("{}: {e}", label.display())),
         })?;
-        let metadata_digest = metadata_digest(&content.metadata);
-        Ok(Self { path: label.to_owned(), file: source, file_len: len, content, metadata_digest })
+        let metadata_digest = metadata_digest(&header.metadata);
+        Ok(Self { path: label.to_owned(), file: source, file_len: len, header, metadata_digest })
     }
 
     /// Digest of every metadata key and value as parsed (see [`metadata_digest`]):
@@ -175,9 +199,14 @@ impl GgufFile {
         &self.path
     }
 
+    /// Every metadata key, in no particular order.
+    pub fn metadata_keys(&self) -> Vec<String> {
+        self.header.metadata.keys().cloned().collect()
+    }
+
     /// Metadata value.
     pub fn meta(&self, key: &str) -> Option<&Value> {
-        self.content.metadata.get(key)
+        self.header.metadata.get(key)
     }
 
     /// Required string metadata.
@@ -260,52 +289,50 @@ impl GgufFile {
 
     /// Names of all tensors, in file (offset) order.
     pub fn tensor_names(&self) -> Vec<String> {
-        let mut names: Vec<(&String, u64)> = self.content.tensor_infos.iter().map(|(n, i)| (n, i.offset)).collect();
+        let mut names: Vec<(&String, u64)> = self.header.tensors.iter().map(|(n, i)| (n, i.offset)).collect();
         names.sort_by_key(|(_, off)| *off);
         names.into_iter().map(|(n, _)| n.clone()).collect()
     }
 
     /// Bytes tensor `name` occupies in the file (what a forward reads of it).
     pub fn tensor_bytes(&self, name: &str) -> Option<u64> {
-        let info = self.content.tensor_infos.get(name)?;
-        let (elems, dtype) = (info.shape.elem_count(), info.ggml_dtype);
-        Some((elems / dtype.block_size() * dtype.type_size()) as u64)
+        let info = self.header.tensors.get(name)?;
+        info.dtype.bytes_for(info.elems()).map(|b| b as u64)
     }
 
     /// Whether a tensor exists.
     pub fn has_tensor(&self, name: &str) -> bool {
-        self.content.tensor_infos.contains_key(name)
+        self.header.tensors.contains_key(name)
     }
 
     /// Reads `name` once, hashes its bytes, and builds the tensor from them.
     pub fn load(&mut self, name: &str, device: &Device) -> Result<(QTensor, TensorRecord)> {
         let raw = self.load_raw(name)?;
-        let tensor = ggml_file::qtensor_from_ggml(raw.dtype, &raw.bytes, raw.dims.clone(), device)?;
+        let tensor = ggml_file::qtensor_from_ggml(raw.ggml()?, &raw.bytes, raw.dims.clone(), device)?;
         Ok((tensor, raw.record))
     }
 
     /// Reads `name` once and hashes its bytes, returning them undecoded.
     pub fn load_raw(&mut self, name: &str) -> Result<RawTensor> {
         let info = self
-            .content
-            .tensor_infos
+            .header
+            .tensors
             .get(name)
             .ok_or_else(|| ModelError::Malformed(format!("tensor {name} is missing")))?;
-        let dtype = info.ggml_dtype;
+        let dtype = info.dtype;
         if !SUPPORTED_TYPES.contains(&dtype) {
-            return Err(ModelError::Unsupported(format!("tensor {name} has quant type {dtype:?}")));
+            return Err(ModelError::Unsupported(format!("tensor {name} has quant type {}", dtype.name())));
         }
-        let dims = info.shape.dims().to_vec();
-        let elems = info.shape.elem_count();
-        if elems % dtype.block_size() != 0 {
+        let dims = info.dims.clone();
+        let elems = info.elems();
+        let Some(size) = dtype.bytes_for(elems) else {
             return Err(ModelError::Malformed(format!(
                 "tensor {name}: {elems} elements not a multiple of the block size"
             )));
-        }
-        let size = (elems / dtype.block_size()) * dtype.type_size();
+        };
         let start = self
-            .content
-            .tensor_data_offset
+            .header
+            .data_offset
             .checked_add(info.offset)
             .ok_or_else(|| ModelError::Malformed(format!("tensor {name}: offset overflows")))?;
         if start.saturating_add(size as u64) > self.file_len {
@@ -319,7 +346,7 @@ impl GgufFile {
         self.file.read_exact(&mut raw)?;
         let digest: [u8; 32] = Sha256::digest(&raw).into();
         let record =
-            TensorRecord { name: name.to_owned(), dtype: format!("{dtype:?}"), shape: dims.clone(), sha256: digest };
+            TensorRecord { name: name.to_owned(), dtype: dtype.name(), shape: dims.clone(), sha256: digest };
         Ok(RawTensor { bytes: raw, dtype, dims, record })
     }
 }

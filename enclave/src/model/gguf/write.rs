@@ -1,0 +1,108 @@
+//! Writes GGUF files (version 2, 32-byte alignment): the random-weight
+//! models of `synth`, whose tensors may be of types candle cannot hold
+//! (MXFP4). The layout is the one candle's writer produces, so files it
+//! wrote before are reproduced byte for byte.
+
+use std::io::Write;
+
+use candle_core::quantized::gguf_file::Value;
+
+use super::header::TensorType;
+
+/// A tensor to write: its bytes as stored, and what they are.
+#[derive(Clone, Debug)]
+pub struct OutTensor {
+    /// Name in the tensor table.
+    pub name: String,
+    /// Dimensions, outermost first.
+    pub dims: Vec<usize>,
+    /// Storage type.
+    pub dtype: TensorType,
+    /// The stored bytes.
+    pub bytes: Vec<u8>,
+}
+
+fn type_id(v: &Value) -> u32 {
+    match v {
+        Value::U8(_) => 0,
+        Value::I8(_) => 1,
+        Value::U16(_) => 2,
+        Value::I16(_) => 3,
+        Value::U32(_) => 4,
+        Value::I32(_) => 5,
+        Value::F32(_) => 6,
+        Value::Bool(_) => 7,
+        Value::String(_) => 8,
+        Value::Array(_) => 9,
+        Value::U64(_) => 10,
+        Value::I64(_) => 11,
+        Value::F64(_) => 12,
+    }
+}
+
+fn string(w: &mut impl Write, s: &str) -> std::io::Result<()> {
+    w.write_all(&(s.len() as u64).to_le_bytes())?;
+    w.write_all(s.as_bytes())
+}
+
+fn value(w: &mut impl Write, v: &Value) -> std::io::Result<()> {
+    match v {
+        Value::U8(x) => w.write_all(&[*x]),
+        Value::I8(x) => w.write_all(&x.to_le_bytes()),
+        Value::U16(x) => w.write_all(&x.to_le_bytes()),
+        Value::I16(x) => w.write_all(&x.to_le_bytes()),
+        Value::U32(x) => w.write_all(&x.to_le_bytes()),
+        Value::I32(x) => w.write_all(&x.to_le_bytes()),
+        Value::F32(x) => w.write_all(&x.to_le_bytes()),
+        Value::Bool(x) => w.write_all(&[u8::from(*x)]),
+        Value::String(s) => string(w, s),
+        Value::Array(items) => {
+            let ty = items.first().map_or(4, type_id);
+            if items.iter().any(|i| type_id(i) != ty) {
+                return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "an array mixes value types"));
+            }
+            w.write_all(&ty.to_le_bytes())?;
+            w.write_all(&(items.len() as u64).to_le_bytes())?;
+            items.iter().try_for_each(|i| value(w, i))
+        }
+        Value::U64(x) => w.write_all(&x.to_le_bytes()),
+        Value::I64(x) => w.write_all(&x.to_le_bytes()),
+        Value::F64(x) => w.write_all(&x.to_le_bytes()),
+    }
+}
+
+fn pad(n: usize) -> usize {
+    n.next_multiple_of(32) - n
+}
+
+/// Writes `metadata` (in the order given) and `tensors` to `w`.
+pub fn write(w: &mut impl Write, metadata: &[(String, Value)], tensors: &[OutTensor]) -> std::io::Result<()> {
+    let mut head = Vec::new();
+    head.extend_from_slice(&0x4655_4747u32.to_le_bytes());
+    head.extend_from_slice(&2u32.to_le_bytes());
+    head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    head.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
+    for (k, v) in metadata {
+        string(&mut head, k)?;
+        head.extend_from_slice(&type_id(v).to_le_bytes());
+        value(&mut head, v)?;
+    }
+    let mut offset = 0usize;
+    for t in tensors {
+        string(&mut head, &t.name)?;
+        head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
+        for &d in t.dims.iter().rev() {
+            head.extend_from_slice(&(d as u64).to_le_bytes());
+        }
+        head.extend_from_slice(&t.dtype.id().to_le_bytes());
+        head.extend_from_slice(&(offset as u64).to_le_bytes());
+        offset += t.bytes.len() + pad(t.bytes.len());
+    }
+    head.resize(head.len() + pad(head.len()), 0);
+    w.write_all(&head)?;
+    for t in tensors {
+        w.write_all(&t.bytes)?;
+        w.write_all(&vec![0u8; pad(t.bytes.len())])?;
+    }
+    Ok(())
+}
