@@ -187,8 +187,7 @@ pub(crate) fn attend(
     out: &mut [f32],
 ) {
     let hd = query.len();
-    let mut scores: Vec<f32> =
-        span.clone().map(|t| dot_f16(query, &keys[t * stride + col..][..hd]) * scale).collect();
+    let mut scores: Vec<f32> = span.clone().map(|t| dot_f16(query, &keys[t * stride + col..][..hd]) * scale).collect();
     let mut max = scores.iter().fold(f32::NEG_INFINITY, |a, &s| a.max(s));
     if let Some(s) = sink {
         max = max.max(s);

@@ -406,7 +406,8 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
             if gpt_oss {
                 w.uniform(&format!("{p}.ffn_gate_inp.bias"), &[e], 0.2)?;
             }
-            for (name, dims) in [("ffn_gate_exps", [e, f, d]), ("ffn_up_exps", [e, f, d]), ("ffn_down_exps", [e, d, f])] {
+            for (name, dims) in [("ffn_gate_exps", [e, f, d]), ("ffn_up_exps", [e, f, d]), ("ffn_down_exps", [e, d, f])]
+            {
                 w.random(&format!("{p}.{name}.weight"), &dims, 1.0, expert_dtype)?;
                 if gpt_oss {
                     w.uniform(&format!("{p}.{name}.bias"), &dims[..2], 0.2)?;

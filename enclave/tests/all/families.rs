@@ -187,8 +187,12 @@ fn experts_batched_and_split_equal_each_session_alone() {
     let tmp = TempDir::new("batch");
     for (name, shape) in [("qwen3moe", Shape::QWEN3MOE_SMOKE), ("mixtral", Shape::MIXTRAL_SMOKE)] {
         let path = tmp.path().join(format!("{name}.gguf"));
-        write_with(&path, shape, &Options { sharpen: 8.0, ..Options::new(TensorType::Ggml(candle_core::quantized::GgmlDType::Q8_0)) })
-            .unwrap();
+        write_with(
+            &path,
+            shape,
+            &Options { sharpen: 8.0, ..Options::new(TensorType::Ggml(candle_core::quantized::GgmlDType::Q8_0)) },
+        )
+        .unwrap();
         let whole = LayerSlice::load(&path, 0..shape.n_layer).unwrap();
         let prompts: [&[u32]; 3] = [&[1, 2, 3, 4, 5, 6, 7], &[9, 8], &[100, 200, 300, 400]];
         let alone: Vec<Rows> = prompts
@@ -330,7 +334,8 @@ fn a_middle_stage_reads_only_its_own_experts_and_one_changed_byte_moves_its_root
     use candle_core::quantized::gguf_file::Content;
     let tmp = TempDir::new("slice");
     let path = tmp.path().join("qwen3moe.gguf");
-    write_with(&path, Shape::QWEN3MOE_SMOKE, &Options::new(TensorType::Ggml(candle_core::quantized::GgmlDType::Q8_0))).unwrap();
+    write_with(&path, Shape::QWEN3MOE_SMOKE, &Options::new(TensorType::Ggml(candle_core::quantized::GgmlDType::Q8_0)))
+        .unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let content = Content::read(&mut std::io::Cursor::new(&bytes)).unwrap();
     let range = |name: &str| {

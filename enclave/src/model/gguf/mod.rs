@@ -314,11 +314,8 @@ impl GgufFile {
 
     /// Reads `name` once and hashes its bytes, returning them undecoded.
     pub fn load_raw(&mut self, name: &str) -> Result<RawTensor> {
-        let info = self
-            .header
-            .tensors
-            .get(name)
-            .ok_or_else(|| ModelError::Malformed(format!("tensor {name} is missing")))?;
+        let info =
+            self.header.tensors.get(name).ok_or_else(|| ModelError::Malformed(format!("tensor {name} is missing")))?;
         let dtype = info.dtype;
         if !SUPPORTED_TYPES.contains(&dtype) {
             return Err(ModelError::Unsupported(format!("tensor {name} has quant type {}", dtype.name())));
@@ -345,8 +342,7 @@ impl GgufFile {
         self.file.seek(SeekFrom::Start(start))?;
         self.file.read_exact(&mut raw)?;
         let digest: [u8; 32] = Sha256::digest(&raw).into();
-        let record =
-            TensorRecord { name: name.to_owned(), dtype: dtype.name(), shape: dims.clone(), sha256: digest };
+        let record = TensorRecord { name: name.to_owned(), dtype: dtype.name(), shape: dims.clone(), sha256: digest };
         Ok(RawTensor { bytes: raw, dtype, dims, record })
     }
 }
