@@ -25,6 +25,14 @@ const NEAR_TIE: f32 = 0.5;
 /// of qwen3moe-q8_0 came out bit-equal, but the reference model's own
 /// llama.cpp agreement fell, so it is not done yet).
 const LOGIT_TOLERANCE: f32 = 0.04;
+/// A mixture of experts routes discontinuously: where a position's k-th
+/// and (k+1)-th router logits are closer than the two engines' rounding
+/// differences, each may choose a different expert there. One such position
+/// per case may differ by up to this much (measured: gpt-oss-mxfp4 at
+/// prompt position 11 differs by 10.6% of scale; its last layer's router
+/// margin there is 0.18, and forcing Veil to take the other expert brings
+/// that position to 0.3%). Any systematic error shows at many positions.
+const ROUTING_OUTLIER: f32 = 0.16;
 
 #[derive(serde::Deserialize)]
 struct Doc {
@@ -125,11 +133,11 @@ fn every_family_and_quantisation_agrees_with_llama_cpp() {
     let Some(vocab) = vocab_dir() else { return };
     let tmp = TempDir::new("llamacpp");
     println!(
-        "{:<16} {:>5} {:>12} {:>10} {:>14} {:>10}",
-        "case", "pos", "max |Δ|/max", "argmax eq", "greedy equal", "compared"
+        "{:<16} {:>5} {:>12} {:>14} {:>10} {:>14} {:>10}",
+        "case", "pos", "max |Δ|/max", "routing flips", "argmax eq", "greedy equal", "compared"
     );
     let cases = fixtures().cases;
-    assert!(cases.len() >= 5, "the fixtures hold {} cases", cases.len());
+    assert!(cases.len() >= 8, "the fixtures hold {} cases", cases.len());
     for case in cases {
         let path = build(&case, &vocab, tmp.path());
         let mut g = GgufFile::open(&path).unwrap();
@@ -138,19 +146,37 @@ fn every_family_and_quantisation_agrees_with_llama_cpp() {
         // Teacher-forced over the prompt.
         let mut kv = slice.new_session(1 << 28);
         let out = logits(slice.forward(slice.embed(&case.prompt_ids).unwrap(), &mut kv, 0, Logits::All).unwrap());
-        let (mut worst, mut compared) = (0f32, 0);
+        let (mut worst, mut compared, mut outliers) = (0f32, 0, Vec::new());
         for (pos, top5) in case.forced_top5.iter().enumerate() {
             let row = out.row(pos);
             let scale = top5.iter().map(|(_, l)| l.abs()).fold(1f32, f32::max);
+            let mut here = 0f32;
             for &(id, l) in top5 {
-                worst = worst.max((row[id as usize] - l).abs() / scale);
+                here = here.max((row[id as usize] - l).abs() / scale);
+            }
+            if here > LOGIT_TOLERANCE {
+                outliers.push((pos, here));
+            } else {
+                worst = worst.max(here);
             }
             if top5[0].1 - top5[1].1 >= NEAR_TIE {
                 compared += 1;
                 assert_eq!(argmax(row), top5[0].0, "{}: argmax at prompt position {pos}", case.name);
             }
         }
-        assert!(worst <= LOGIT_TOLERANCE, "{}: logits differ by {worst} of their scale", case.name);
+        assert!(
+            outliers.len() <= 1 && outliers.iter().all(|&(_, d)| d <= ROUTING_OUTLIER),
+            "{}: logits differ by more than {LOGIT_TOLERANCE} of their scale at (position, difference) {outliers:?}",
+            case.name
+        );
+        assert!(
+            outliers.is_empty()
+                || case.shape.contains("oss")
+                || case.shape.contains("moe")
+                || case.shape.contains("mixtral"),
+            "{}: only a mixture's routing may differ at a position: {outliers:?}",
+            case.name
+        );
         // llama.cpp's greedy path, one decode step at a time: every step's
         // choice must be llama.cpp's unless llama.cpp itself saw a near-tie
         // there (then its choice is still fed, so the paths stay together).
@@ -168,10 +194,11 @@ fn every_family_and_quantisation_agrees_with_llama_cpp() {
         }
         assert!(steps >= case.greedy_ids.len() / 2, "{}: only {steps} steps are not near-ties", case.name);
         println!(
-            "{:<16} {:>5} {:>12.5} {:>10} {:>8}/{:<5} {:>10}",
+            "{:<16} {:>5} {:>12.5} {:>14} {:>10} {:>8}/{:<5} {:>10}",
             case.name,
             case.prompt_ids.len(),
             worst,
+            format!("{outliers:.3?}"),
             compared,
             equal,
             case.greedy_ids.len(),
