@@ -339,3 +339,121 @@ impl Header {
         Ok(Self { metadata, tensors, data_offset })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+    use std::path::Path;
+
+    use super::super::write::{write, OutTensor};
+    use super::super::GgufFile;
+    use super::*;
+    use crate::model::ModelError;
+
+    fn tensor(name: &str, dtype: TensorType, dims: &[usize], bytes: usize) -> OutTensor {
+        OutTensor { name: name.into(), dims: dims.to_vec(), dtype, bytes: vec![0x11; bytes] }
+    }
+
+    fn file(meta: &[(&str, Value)], tensors: &[OutTensor]) -> Vec<u8> {
+        let meta: Vec<(String, Value)> = meta.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect();
+        let mut out = Vec::new();
+        write(&mut out, &meta, tensors).unwrap();
+        out
+    }
+
+    fn open(bytes: Vec<u8>) -> crate::model::Result<GgufFile> {
+        let len = bytes.len() as u64;
+        GgufFile::from_source(Path::new("test.gguf"), Box::new(Cursor::new(bytes)), len)
+    }
+
+    fn malformed(r: crate::model::Result<GgufFile>, needle: &str) {
+        match r {
+            Err(ModelError::Malformed(m)) => assert!(m.contains(needle), "{m:?} should say {needle:?}"),
+            Err(e) => panic!("expected Malformed({needle}), got {e}"),
+            Ok(_) => panic!("expected Malformed({needle}), the file was accepted"),
+        }
+    }
+
+    #[test]
+    fn a_file_we_write_reads_back() {
+        let bytes = file(
+            &[("general.architecture", Value::String("llama".into())), ("a.list", Value::Array(vec![Value::U32(3)]))],
+            &[
+                tensor("w", TensorType::Mxfp4, &[2, 64], 2 * 2 * 17),
+                tensor("n", TensorType::Ggml(GgmlDType::F32), &[5], 20),
+            ],
+        );
+        let mut g = open(bytes).unwrap();
+        assert_eq!(g.meta_str("general.architecture").unwrap(), "llama");
+        assert_eq!(g.tensor_names(), ["w", "n"]);
+        assert_eq!(g.tensor_bytes("w"), Some(68));
+        let raw = g.load_raw("w").unwrap();
+        assert_eq!((raw.dtype, raw.dims.as_slice(), raw.bytes.len()), (TensorType::Mxfp4, &[2usize, 64][..], 68));
+        assert_eq!(raw.record.dtype, "MXFP4");
+        assert_eq!(g.load_raw("n").unwrap().record.dtype, "F32", "ggml names are candle's, as manifests recorded them");
+    }
+
+    #[test]
+    fn a_name_or_key_given_twice_is_refused() {
+        let f32s = TensorType::Ggml(GgmlDType::F32);
+        // A host could otherwise show one tensor to a reviewer's tool and another to the loader.
+        malformed(open(file(&[], &[tensor("w", f32s, &[8], 32), tensor("w", f32s, &[8], 32)])), "appears twice");
+        malformed(open(file(&[("k", Value::U32(1)), ("k", Value::U32(2))], &[])), "appears twice");
+    }
+
+    #[test]
+    fn every_truncation_is_an_error_not_a_panic() {
+        let bytes = file(
+            &[("general.architecture", Value::String("llama".into())), ("t", Value::Array(vec![Value::F32(1.0); 4]))],
+            &[tensor("w", TensorType::Ggml(GgmlDType::Q8_0), &[1, 32], 34)],
+        );
+        // The data starts 64 bytes before the end; the header ends in the
+        // padding before it. Every shorter cut is refused.
+        let data_start = bytes.len() - 64;
+        let first_accepted = (0..=data_start).find(|&n| open(bytes[..n].to_vec()).is_ok()).unwrap();
+        assert!(first_accepted > data_start - 32, "a header cut at {first_accepted} bytes was accepted");
+        // Cut inside the tensor data: the header parses, the tensor does not load.
+        let mut g = open(bytes[..bytes.len() - 40].to_vec()).unwrap();
+        malformed(g.load_raw("w").map(|_| open(vec![]).unwrap_err()).and_then(Err), "truncated");
+    }
+
+    #[test]
+    fn absurd_counts_and_shapes_are_refused_before_allocating() {
+        let mut bytes = file(&[], &[]);
+        bytes[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
+        malformed(open(bytes), "do not fit");
+        let mut bytes = file(&[("k", Value::Array(vec![Value::U8(1)]))], &[]);
+        // The array's length field: after magic, version, counts, key and value type and element type.
+        let at = 4 + 4 + 8 + 8 + 8 + 1 + 4 + 4;
+        bytes[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+        assert!(open(bytes).is_err());
+        let f32s = TensorType::Ggml(GgmlDType::F32);
+        malformed(open(file(&[], &[tensor("w", f32s, &[1 << 40, 1 << 40], 4)])), "dimensions");
+        malformed(open(file(&[], &[tensor("w", f32s, &[1, 1, 1, 1, 1], 4)])), "5 dimensions");
+    }
+
+    #[test]
+    fn an_unknown_type_opens_and_refuses_to_load_by_name() {
+        let mut g = open(file(&[], &[tensor("w", TensorType::Unknown(23), &[256], 64)])).unwrap();
+        assert_eq!(g.tensor_bytes("w"), None);
+        match g.load_raw("w") {
+            Err(ModelError::Unsupported(m)) => assert!(m.contains("type 23"), "{m}"),
+            other => panic!("{other:?}"),
+        }
+        // MXFP4 rows must be whole blocks.
+        let mut g = open(file(&[], &[tensor("w", TensorType::Mxfp4, &[1, 48], 17)])).unwrap();
+        malformed(g.load_raw("w").map(|_| open(vec![]).unwrap_err()).and_then(Err), "block size");
+    }
+
+    #[test]
+    fn misaligned_offsets_and_odd_alignments_are_refused() {
+        let f32s = TensorType::Ggml(GgmlDType::F32);
+        malformed(open(file(&[("general.alignment", Value::U32(24))], &[])), "power of two");
+        let mut bytes = file(&[], &[tensor("w", f32s, &[8], 32)]);
+        // The tensor's offset is the header's last field before padding.
+        let name_end = 4 + 4 + 8 + 8 + 8 + 1;
+        let at = name_end + 4 + 8 + 4;
+        bytes[at..at + 8].copy_from_slice(&3u64.to_le_bytes());
+        malformed(open(bytes), "not aligned");
+    }
+}
