@@ -65,7 +65,7 @@ impl Glu {
 /// ggml's GELU of one value: 0 below -10, the identity above 10, else the
 /// tanh approximation looked up at the value rounded to f16 and stored as f16.
 fn gelu_f16(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_56;
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
     const COEF_A: f32 = 0.044_715;
     if x <= -10.0 {
         return 0.0;

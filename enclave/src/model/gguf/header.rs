@@ -82,7 +82,7 @@ impl TensorType {
     /// Bytes of `elems` values, where the type is known and `elems` whole blocks.
     pub fn bytes_for(self, elems: usize) -> Option<usize> {
         let (per, size) = self.block()?;
-        (elems % per == 0).then(|| (elems / per).checked_mul(size)).flatten()
+        elems.is_multiple_of(per).then(|| (elems / per).checked_mul(size)).flatten()
     }
 
     /// The name recorded in manifests (`Q4_1`, `Q8_0`, `MXFP4`, …).
