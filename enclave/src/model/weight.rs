@@ -10,6 +10,7 @@ use candle_core::{DType, Device, Module, Tensor};
 
 use super::error::{ModelError, Result};
 use super::gguf::{GgufFile, RawTensor, TensorType};
+use super::kernels::mxfp4::Mxfp4Matrix;
 use super::kernels::{KernelError, Q41Matrix, Q80Matrix};
 use super::manifest::TensorRecord;
 
@@ -56,11 +57,10 @@ impl Loader<'_> {
             return Ok(Weight::Candle { matmul: QMatMul::from_qtensor(t)?, rows, cols });
         }
         let dtype = match raw.dtype {
-            // Each MXFP4 block is an exact 8-bit block: E2M1 values (doubled,
-            // as integers) times half the E8M0 scale, a power of two; the
-            // Q8_0 kernels then compute exactly llama.cpp's MXFP4 × Q8_0 dot.
+            // Kept 4-bit; each block expands in registers to an exact 8-bit
+            // block, so the kernels compute llama.cpp's MXFP4 × Q8_0 dot.
             TensorType::Mxfp4 => {
-                return Ok(Weight::Q80(Arc::new(Q80Matrix::from_mxfp4_bytes(&raw.bytes, rows, cols).map_err(bad)?)))
+                return Ok(Weight::Mxfp4(Arc::new(Mxfp4Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?)))
             }
             _ => raw.ggml()?,
         };
@@ -130,6 +130,7 @@ impl Loader<'_> {
 pub(crate) enum Weight {
     Q41(Q41Matrix),
     Q80(Arc<Q80Matrix>),
+    Mxfp4(Arc<Mxfp4Matrix>),
     F32 { data: Arc<Vec<f32>>, rows: usize, cols: usize },
     Candle { matmul: QMatMul, rows: usize, cols: usize },
 }
@@ -149,6 +150,7 @@ impl Weight {
         match self {
             Self::Q41(m) => m.digest_into(h),
             Self::Q80(m) => m.digest_into(h),
+            Self::Mxfp4(m) => m.digest_into(h),
             Self::F32 { data, .. } => digest_f32s(h, data),
             Self::Candle { matmul: QMatMul::QTensor(t), .. } => h.update(&*t.data()?),
             Self::Candle { matmul: QMatMul::Tensor(t) | QMatMul::TensorF16(t), .. } => {
@@ -162,6 +164,7 @@ impl Weight {
         match self {
             Self::Q41(m) => m.rows(),
             Self::Q80(m) => m.rows(),
+            Self::Mxfp4(m) => m.rows(),
             Self::F32 { rows, .. } | Self::Candle { rows, .. } => *rows,
         }
     }
@@ -170,6 +173,7 @@ impl Weight {
         match self {
             Self::Q41(m) => m.cols(),
             Self::Q80(m) => m.cols(),
+            Self::Mxfp4(m) => m.cols(),
             Self::F32 { cols, .. } | Self::Candle { cols, .. } => *cols,
         }
     }
@@ -179,6 +183,7 @@ impl Weight {
         Ok(match self {
             Self::Q41(w) => w.matmul(x, m),
             Self::Q80(w) => w.matmul(x, m),
+            Self::Mxfp4(w) => w.matmul(x, m),
             Self::F32 { data, rows, cols } => {
                 let mut out = vec![0f32; m * rows];
                 for (xr, or) in x.chunks_exact(*cols).zip(out.chunks_exact_mut(*rows)) {
