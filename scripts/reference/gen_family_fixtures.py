@@ -27,7 +27,8 @@ import tempfile
 import numpy as np
 from llama_cpp import Llama, __version__
 
-# name, shape, dtype, vocabulary file, sharpen, layers (None: the shape's)
+# name, shape, dtype, vocabulary file, sharpen, layers (None: the shape's),
+# and optionally True to write Llama 3.1-style rope_freqs
 CASES = [
     ("qwen3moe-q8_0", "qwen3moe-smoke", "q8_0", "ggml-vocab-qwen2.gguf", 24.0, None),
     ("qwen3moe-q4_k", "qwen3moe-smoke", "q4_k", "ggml-vocab-qwen2.gguf", 24.0, None),
@@ -35,6 +36,8 @@ CASES = [
     ("mixtral-q6_k", "mixtral-smoke", "q6_k", "ggml-vocab-llama-bpe.gguf", 24.0, None),
     ("llama-q5_k", "smoke", "q5_k", "ggml-vocab-llama-bpe.gguf", 24.0, None),
     ("llama-bf16", "smoke", "bf16", "ggml-vocab-llama-bpe.gguf", 24.0, None),
+    # Llama 3.1's RoPE frequency factors (over a 16-position original context).
+    ("llama31-rope-q8_0", "smoke", "q8_0", "ggml-vocab-llama-bpe.gguf", 24.0, None, True),
     # gpt-oss: experts MXFP4, other matrices Q8_0; window 32 < the prompt.
     ("gpt-oss-mxfp4", "gpt-oss-smoke", "mxfp4", "ggml-vocab-llama-bpe.gguf", 24.0, None),
     # Gemma 3: five sliding-window layers (window 32) and one global.
@@ -59,12 +62,15 @@ def sha256(path: str) -> str:
 
 
 def run_case(shard: str, vocab_dir: str, tmp: str, case) -> dict:
-    name, shape, dtype, vocab, sharpen, layers = case
+    name, shape, dtype, vocab, sharpen, layers = case[:6]
+    rope_freqs = len(case) > 6 and case[6]
     path = os.path.join(tmp, f"{name}.gguf")
     args = [shard, "synth-model", "--shape", shape, "--dtype", dtype, "--vocab", os.path.join(vocab_dir, vocab),
             "--sharpen", str(sharpen), "--seed", str(SEED), "--out", path]
     if layers:
         args += ["--layers", str(layers)]
+    if rope_freqs:
+        args += ["--rope-freqs"]
     subprocess.run(args, check=True)
     llm = Llama(model_path=path, n_ctx=1024, n_batch=1024, n_threads=2, logits_all=True, verbose=False, seed=0)
     ids = llm.tokenize(PROMPT.encode(), add_bos=False, special=False)
@@ -92,6 +98,7 @@ def run_case(shard: str, vocab_dir: str, tmp: str, case) -> dict:
         "sharpen": sharpen,
         "seed": SEED,
         "layers": layers,
+        **({"rope_freqs": True} if rope_freqs else {}),
         "sha256": sha256(path),
         "prompt_ids": ids,
         "forced_top5": forced,

@@ -73,13 +73,19 @@ enum Command {
     /// Write a Llama-family GGUF of a real shape with random weights (for speed
     /// measurements where no large weights can be downloaded).
     SynthModel {
-        /// `llama3-8b`, `qwen3-30b-a3b`, `qwen3-235b-a22b`, or the tiny `smoke`,
-        /// `qwen3moe-smoke`, `mixtral-smoke` (for tests and tooling).
+        /// `llama3-8b`, `qwen3-30b-a3b`, `qwen3-235b-a22b`, `gpt-oss-20b`, `gpt-oss-120b`,
+        /// `gemma3-1b`, or the tiny `smoke`, `qwen3moe-smoke`, `mixtral-smoke`, `gpt-oss-smoke`,
+        /// `gemma3-smoke` (for tests and tooling).
         #[arg(long, default_value = "llama3-8b")]
         shape: String,
-        /// Quantization of the matrices: `q4_0`, `q4_1`, `q8_0`, `q4_k`, `q5_k`, `q6_k`, `f16` or `f32`.
+        /// Quantization of the matrices: `q4_0`, `q4_1`, `q8_0`, `q4_k`, `q5_k`, `q6_k`, `bf16`,
+        /// `f16`, `f32`, or `mxfp4` (experts MXFP4, the other matrices Q8_0).
         #[arg(long, default_value = "q4_0")]
         dtype: String,
+        /// Write Llama 3.1-style RoPE frequency factors (`rope_freqs.weight`; factor 8 over an
+        /// original context of 16 positions, so short prompts already depend on them).
+        #[arg(long)]
+        rope_freqs: bool,
         /// Keep only this many layers (fewer bytes to write; per-layer speed is unchanged).
         #[arg(long)]
         layers: Option<usize>,
@@ -392,7 +398,7 @@ fn run() -> anyhow::Result<()> {
         }
         Command::DeviceBench(args) => device_bench::device_bench(args)?,
         Command::Plan(args) => plan::plan(args)?,
-        Command::SynthModel { shape, dtype, layers, vocab, sharpen, seed, out } => {
+        Command::SynthModel { shape, dtype, rope_freqs, layers, vocab, sharpen, seed, out } => {
             use crate::model::synth::{Options, Shape};
             let mut s = Shape::named(&shape).ok_or_else(|| {
                 let names: Vec<&str> = Shape::NAMED.iter().map(|(n, _)| *n).collect();
@@ -400,7 +406,7 @@ fn run() -> anyhow::Result<()> {
             })?;
             s.n_layer = layers.unwrap_or(s.n_layer).clamp(1, s.n_layer);
             let dt = synth_dtype(&dtype)?;
-            let opts = Options { dtype: dt, seed, vocab_from: vocab, sharpen };
+            let opts = Options { dtype: dt, seed, vocab_from: vocab, sharpen, rope_freqs };
             crate::model::synth::write_with(&out, s, &opts)?;
             eprintln!("wrote {} ({shape}, {} layers, {dtype}, random weights)", out.display(), s.n_layer);
         }

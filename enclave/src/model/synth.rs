@@ -312,12 +312,14 @@ pub struct Options {
     /// Multiplies the LM head and the router: random weights at a trained
     /// model's scale give flat logits, where every step is a near-tie.
     pub sharpen: f32,
+    /// Write Llama 3.1-style RoPE frequency factors ([`llama31_rope_factors`]).
+    pub rope_freqs: bool,
 }
 
 impl Options {
     /// `dtype`, seed 0x5eed, no vocabulary, no sharpening.
     pub fn new(dtype: TensorType) -> Self {
-        Self { dtype, seed: 0x5eed, vocab_from: None, sharpen: 1.0 }
+        Self { dtype, seed: 0x5eed, vocab_from: None, sharpen: 1.0, rope_freqs: false }
     }
 }
 
@@ -420,6 +422,11 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
     }
     w.ones("output_norm.weight", d);
     w.random("output.weight", &[s.vocab, d], opts.sharpen, dtype)?;
+    if opts.rope_freqs {
+        let factors = llama31_rope_factors(hd, s.rope_theta, 16.0);
+        let bytes = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
+        w.out.push(OutTensor { name: "rope_freqs.weight".into(), dims: vec![hd / 2], dtype: f32s, bytes });
+    }
     let arch = s.family.name();
     let u32_of = |v: usize| Value::U32(u32::try_from(v).unwrap_or(u32::MAX));
     meta.extend([
@@ -455,6 +462,28 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
     write(&mut file, &meta, &w.out)?;
     std::io::Write::flush(&mut file)?;
     Ok(())
+}
+
+/// Llama 3.1's RoPE frequency factors (as its GGUF converter computes them:
+/// factor 8, low- and high-frequency factors 1 and 4) over an original
+/// context of `orig_ctx` positions: 1 for wavelengths under `orig_ctx / 4`,
+/// 8 above `orig_ctx`, and a smooth blend between.
+pub fn llama31_rope_factors(head_dim: usize, base: f32, orig_ctx: f32) -> Vec<f32> {
+    let (factor, low, high) = (8.0f32, 1.0f32, 4.0f32);
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = 1.0 / base.powf(2.0 * i as f32 / head_dim as f32);
+            let wavelen = 2.0 * std::f32::consts::PI / freq;
+            if wavelen < orig_ctx / high {
+                1.0
+            } else if wavelen > orig_ctx / low {
+                factor
+            } else {
+                let smooth = (orig_ctx / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect()
 }
 
 /// The tensors of a model being written, and the seed of their values.

@@ -48,6 +48,8 @@ struct Case {
     sharpen: f32,
     seed: u64,
     layers: Option<usize>,
+    #[serde(default)]
+    rope_freqs: bool,
     sha256: String,
     prompt_ids: Vec<u32>,
     forced_top5: Vec<Vec<(u32, f32)>>,
@@ -85,6 +87,7 @@ fn build(case: &Case, vocab: &Path, dir: &Path) -> PathBuf {
         seed: case.seed,
         vocab_from: Some(vocab.join(&case.vocab)),
         sharpen: case.sharpen,
+        rope_freqs: case.rope_freqs,
     };
     write_with(&path, shape, &opts).unwrap();
     let digest = hex::encode(sha2::Sha256::digest(std::fs::read(&path).unwrap()));
