@@ -27,7 +27,7 @@ mod accel;
 
 use super::arch;
 use super::block::DecoderLayer;
-use super::config::{Arch, Config};
+use super::config::Config;
 use super::device::ComputeDevice;
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
@@ -91,12 +91,6 @@ impl LayerSlice {
     pub fn from_gguf_on(gguf: &mut GgufFile, range: Range<usize>, compute: ComputeDevice) -> Result<Self> {
         let device = compute.is_candle().then(|| compute.open()).transpose()?;
         let config = Config::from_gguf(gguf)?;
-        if compute.is_candle() && matches!(config.arch, Arch::GptOss | Arch::Gemma3) {
-            return Err(ModelError::Unsupported(format!(
-                "{:?} on {compute}: the device path has no sliding windows, sinks or post-norms yet (use --device cpu)",
-                config.arch
-            )));
-        }
         if range.start >= range.end {
             return Err(ModelError::Invalid(format!(
                 "layer range {}..{} is empty or reversed",

@@ -264,17 +264,11 @@ fn experts_batched_and_split_equal_each_session_alone() {
             }
             assert_eq!(&out.unwrap(), a, "{name}: three slices differ from one");
         }
-        // candle's ops (the device path, on its CPU backend) route the same
-        // and agree within rounding; where that path lacks a part, it says so.
+        // candle's ops (the device path, on its CPU backend: sliding-window
+        // masks, sinks, post-norms, biases, MXFP4 as BF16) route the same and
+        // agree within rounding, the prompt past the window included.
         let mut g = GgufFile::open(&path).unwrap();
-        let dev = LayerSlice::from_gguf_on(&mut g, 0..shape.n_layer, ComputeDevice::CandleCpu);
-        if matches!(name, "gpt-oss" | "gemma3") {
-            let e = dev.unwrap_err();
-            assert!(matches!(e, veil_enclave::model::ModelError::Unsupported(_)), "{name}: {e}");
-            assert!(e.to_string().contains("device path"), "{name}: {e}");
-            continue;
-        }
-        let dev = dev.unwrap();
+        let dev = LayerSlice::from_gguf_on(&mut g, 0..shape.n_layer, ComputeDevice::CandleCpu).unwrap();
         for (p, a) in prompts.iter().zip(&alone) {
             let mut kv = dev.new_session(1 << 26);
             let d = logits(dev.forward(dev.embed(p).unwrap(), &mut kv, 0, Logits::All).unwrap());
@@ -282,7 +276,11 @@ fn experts_batched_and_split_equal_each_session_alone() {
             let worst = d.as_slice().iter().zip(a.as_slice()).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
             assert!(worst <= LOGIT_TOLERANCE * scale, "{name}: device path differs by {worst} (scale {scale})");
             for r in 0..a.n() {
-                assert_eq!(argmax(d.row(r)), argmax(a.row(r)), "{name}: device path argmax at row {r}");
+                let mut top: Vec<f32> = a.row(r).to_vec();
+                top.sort_by(|x, y| y.total_cmp(x));
+                if top[0] - top[1] >= NEAR_TIE {
+                    assert_eq!(argmax(d.row(r)), argmax(a.row(r)), "{name}: device path argmax at row {r}");
+                }
             }
         }
     }

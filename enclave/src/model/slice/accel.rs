@@ -3,10 +3,14 @@
 //!
 //! The same computation as the fused CPU path, as tensor ops: RMS norm,
 //! quantized projections (candle's GGUF matmul kernels, weights quantized in
-//! device memory), RoPE at each row's own position, attention per session
-//! over its f16 KV cache in device memory, SwiGLU, and the LM head. Every
-//! session in the batch shares each matmul; attention stays per session.
-//! Rows move host → device once on entry and device → host once on exit.
+//! device memory; MXFP4, which candle lacks, as exact BF16), RoPE at each
+//! row's own position (per layer kind: sliding-window layers may have their
+//! own), attention per session over its f16 KV cache in device memory (with
+//! sliding windows and sinks), the gated feed-forward (SwiGLU, GeGLU,
+//! gpt-oss's clamped SwiGLU), the optional biases and post-norms, and the
+//! LM head. Every session in the batch shares each matmul; attention stays
+//! per session. Rows move host → device once on entry and device → host
+//! once on exit.
 
 use candle_core::{DType, Device, Module, Tensor};
 
@@ -15,6 +19,7 @@ use super::{hidden_outputs, logit_outputs, wanted_rows};
 use super::{BatchItem, Config, DecoderLayer, ModelError, Result, RmsNorm, SliceOutput, Weight};
 use crate::model::block::Ffn;
 use crate::model::config::RopeStyle;
+use crate::model::layers::Glu;
 use crate::model::moe::{route_row, Moe};
 use crate::model::weight::Projections;
 
@@ -35,6 +40,11 @@ struct DeviceLayer {
     ffn_norm: Tensor,
     /// q, k, v.
     biases: Vec<Option<Tensor>>,
+    o_bias: Option<Tensor>,
+    /// `(heads, 1, 1)`: one extra logit per head.
+    sinks: Option<Tensor>,
+    attn_post_norm: Option<Tensor>,
+    ffn_post_norm: Option<Tensor>,
 }
 
 fn vector(v: &[f32], device: &Device) -> Result<Tensor> {
@@ -44,9 +54,6 @@ fn vector(v: &[f32], device: &Device) -> Result<Tensor> {
 impl DeviceSlice {
     pub(super) fn new(layers: &[DecoderLayer], head: Option<&(RmsNorm, Weight)>, device: Device) -> Result<Self> {
         let norm = |n: &RmsNorm| vector(&n.weight, &device);
-        if layers.iter().any(|l| l.o_bias.is_some() || l.sinks.is_some() || l.attn_post_norm.is_some()) {
-            return Err(ModelError::Unsupported("an attention output bias, sinks or post-norms on a device".into()));
-        }
         let layers = layers
             .iter()
             .map(|l| {
@@ -61,6 +68,14 @@ impl DeviceSlice {
                         .iter()
                         .map(|b| b.as_deref().map(|b| vector(b, &device)).transpose())
                         .collect::<Result<_>>()?,
+                    o_bias: l.o_bias.as_deref().map(|b| vector(b, &device)).transpose()?,
+                    sinks: l
+                        .sinks
+                        .as_deref()
+                        .map(|s| Ok::<_, ModelError>(Tensor::from_slice(s, (s.len(), 1, 1), &device)?))
+                        .transpose()?,
+                    attn_post_norm: l.attn_post_norm.as_ref().map(norm).transpose()?,
+                    ffn_post_norm: l.ffn_post_norm.as_ref().map(norm).transpose()?,
                 })
             })
             .collect::<Result<_>>()?;
@@ -111,22 +126,35 @@ fn rope(x: &Tensor, cos: &Tensor, sin: &Tensor, style: RopeStyle) -> Result<Tens
 }
 
 /// The causal mask of `n` new positions after `start` cached ones,
-/// `(1, n, start + n)`: query i (position start + i) sees keys 0..=start + i.
-/// `None` for one position, which sees every key.
-fn causal_mask(n: usize, start: usize, device: &Device) -> Result<Option<Tensor>> {
-    if n == 1 {
+/// `(1, n, start + n)`: query i (position start + i) sees keys 0..=start + i,
+/// and within a sliding `window` only the last `window` of them. `None`
+/// where every query sees every key.
+fn causal_mask(n: usize, start: usize, window: usize, device: &Device) -> Result<Option<Tensor>> {
+    let t = start + n;
+    if n == 1 && t <= window {
         return Ok(None);
     }
-    let t = start + n;
-    let mask: Vec<f32> =
-        (0..n).flat_map(|i| (0..t).map(move |j| if j <= start + i { 0.0 } else { f32::NEG_INFINITY })).collect();
+    let mask: Vec<f32> = (0..n)
+        .flat_map(|i| {
+            let p = start + i;
+            (0..t).map(move |j| if j <= p && p - j < window { 0.0 } else { f32::NEG_INFINITY })
+        })
+        .collect();
     Ok(Some(Tensor::from_vec(mask, (1, n, t), device)?))
 }
 
 /// Causal attention of one session's `n` new queries `(n, heads, hd)` over
 /// its cached keys and values `(T, kv_heads, hd)` (f16), with its
-/// [`causal_mask`]. Returns `(n, heads · hd)`.
-fn attend(q: &Tensor, keys: &Tensor, values: &Tensor, mask: Option<&Tensor>, scale: f64) -> Result<Tensor> {
+/// [`causal_mask`] and, where the layer has them, one sink logit per head
+/// `(heads, 1, 1)` in the softmax. Returns `(n, heads · hd)`.
+fn attend(
+    q: &Tensor,
+    keys: &Tensor,
+    values: &Tensor,
+    mask: Option<&Tensor>,
+    sinks: Option<&Tensor>,
+    scale: f64,
+) -> Result<Tensor> {
     let (n, heads, hd) = q.dims3()?;
     let (t, kv_heads, _) = keys.dims3()?;
     let group = heads / kv_heads;
@@ -145,22 +173,53 @@ fn attend(q: &Tensor, keys: &Tensor, values: &Tensor, mask: Option<&Tensor>, sca
     if let Some(mask) = mask {
         scores = scores.broadcast_add(mask)?;
     }
-    let p = candle_nn::ops::softmax_last_dim(&scores)?;
+    let p = match sinks {
+        // The sink takes part in the softmax and carries no value: drop its column after.
+        Some(s) => {
+            let with = Tensor::cat(&[&scores, &s.broadcast_as((heads, n, 1))?.contiguous()?], 2)?;
+            candle_nn::ops::softmax_last_dim(&with)?.narrow(2, 0, t)?.contiguous()?
+        }
+        None => candle_nn::ops::softmax_last_dim(&scores)?,
+    };
     Ok(p.matmul(&v)?.transpose(0, 1)?.reshape((n, heads * hd))?)
 }
 
-/// `down(silu(gate(h)) · up(h))` on the device.
-fn swiglu(gate_up: &Projections, down: &Weight, h: &Tensor) -> Result<Tensor> {
+fn add_bias(y: Tensor, b: Option<&[f32]>) -> Result<Tensor> {
+    match b {
+        Some(b) => Ok(y.broadcast_add(&Tensor::from_slice(b, b.len(), y.device())?)?),
+        None => Ok(y),
+    }
+}
+
+/// `down(act(gate(h)) · up(h))` on the device, with the biases the
+/// projections carry (an expert's are host values, uploaded per forward).
+fn gated(gate_up: &Projections, down: &Weight, down_bias: Option<&[f32]>, glu: Glu, h: &Tensor) -> Result<Tensor> {
     let [gate, up] = parts(gate_up)? else {
         return Err(ModelError::Invalid("feed-forward projections are incomplete".into()));
     };
-    project(down, &(project(gate, h)?.silu()? * project(up, h)?)?)
+    let bias = |i: usize| gate_up.biases.get(i).and_then(|b| b.as_deref());
+    let g = add_bias(project(gate, h)?, bias(0))?;
+    let u = add_bias(project(up, h)?, bias(1))?;
+    let a = match glu {
+        Glu::Swi => (g.silu()? * u)?,
+        // ggml's f16 GELU table: the gate rounded to f16, candle's tanh
+        // approximation, the result rounded to f16.
+        Glu::Ge => {
+            (g.to_dtype(DType::F16)?.to_dtype(DType::F32)?.gelu()?.to_dtype(DType::F16)?.to_dtype(DType::F32)? * u)?
+        }
+        Glu::SwiClamped => {
+            let x = g.minimum(7f32)?;
+            let y = u.clamp(-7f32, 7f32)?;
+            ((&x * candle_nn::ops::sigmoid(&(&x * 1.702)?)?)? * (y + 1.0)?)?
+        }
+    };
+    add_bias(project(down, &a)?, down_bias)
 }
 
 /// A block's feed-forward on the device, `h (m, d)` normed.
 fn ffn(f: &Ffn, h: &Tensor) -> Result<Tensor> {
     match f {
-        Ffn::Dense { gate_up, down, .. } => swiglu(gate_up, down, h),
+        Ffn::Dense { gate_up, down, glu } => gated(gate_up, down, None, *glu, h),
         Ffn::Moe(moe) => experts(moe, h),
     }
 }
@@ -171,8 +230,13 @@ fn ffn(f: &Ffn, h: &Tensor) -> Result<Tensor> {
 /// weighted output is added into those rows.
 fn experts(moe: &Moe, h: &Tensor) -> Result<Tensor> {
     let (m, d) = h.dims2()?;
-    let logits = project(&moe.router, h)?.flatten_all()?.to_vec1::<f32>()?;
+    let mut logits = project(&moe.router, h)?.flatten_all()?.to_vec1::<f32>()?;
     let cfg = moe.config;
+    if let Some(b) = &moe.router_bias {
+        for row in logits.chunks_exact_mut(cfg.n_expert) {
+            row.iter_mut().zip(b).for_each(|(l, b)| *l += b);
+        }
+    }
     let mut by_expert: Vec<(Vec<u32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); moe.experts.len()];
     for (r, row) in logits.chunks_exact(cfg.n_expert).enumerate() {
         for (e, w) in route_row(row, &cfg) {
@@ -187,7 +251,7 @@ fn experts(moe: &Moe, h: &Tensor) -> Result<Tensor> {
         }
         let n = rows.len();
         let idx = Tensor::from_vec(rows, n, h.device())?;
-        let y = swiglu(&expert.gate_up, &expert.down, &h.index_select(&idx, 0)?)?;
+        let y = gated(&expert.gate_up, &expert.down, expert.down_bias.as_deref(), moe.glu, &h.index_select(&idx, 0)?)?;
         let y = y.broadcast_mul(&Tensor::from_vec(weights, (n, 1), h.device())?)?;
         out = out.index_add(&idx, &y, 0)?;
     }
@@ -210,14 +274,21 @@ impl LayerSlice {
             offsets.push(positions.len());
             positions.extend(it.start..it.start + it.hidden.n());
         }
-        let (cos, sin) = self.rope.tables(&positions);
         let half = hd / 2;
-        let cos = Tensor::from_vec(cos, (m, 1, half), &dev.device)?;
-        let sin = Tensor::from_vec(sin, (m, 1, half), &dev.device)?;
-        let scale = 1.0 / (hd as f64).sqrt();
-        // One mask per session for every layer.
-        let masks: Vec<Option<Tensor>> =
-            items.iter().map(|it| causal_mask(it.hidden.n(), it.start, &dev.device)).collect::<Result<_>>()?;
+        let table = |rope: &crate::model::layers::Rope| -> Result<(Tensor, Tensor)> {
+            let (cos, sin) = rope.tables(&positions);
+            Ok((Tensor::from_vec(cos, (m, 1, half), &dev.device)?, Tensor::from_vec(sin, (m, 1, half), &dev.device)?))
+        };
+        let full_rope = table(&self.rope)?;
+        let swa_rope = self.rope_swa.as_ref().map(table).transpose()?;
+        let scale = f64::from(c.attn_scale);
+        // One mask per session per kind of layer.
+        let window = c.swa.as_ref().map_or(usize::MAX, |s| s.window);
+        let masks = |w: usize| -> Result<Vec<Option<Tensor>>> {
+            items.iter().map(|it| causal_mask(it.hidden.n(), it.start, w, &dev.device)).collect()
+        };
+        let full_masks = masks(usize::MAX)?;
+        let swa_masks = if c.swa.is_some() { masks(window)? } else { Vec::new() };
         for (l, (layer, dl)) in self.layers.iter().zip(&dev.layers).enumerate() {
             let _enter = layer.span.enter();
             let h = rms(&x, &dl.attn_norm, eps)?;
@@ -239,8 +310,13 @@ impl LayerSlice {
                 q = rms(&q, qn, eps)?;
                 k = rms(&k, kn, eps)?;
             }
-            let q = rope(&q, &cos, &sin, self.rope.style)?;
-            let k = rope(&k, &cos, &sin, self.rope.style)?;
+            let (cos, sin) = match &swa_rope {
+                Some(t) if layer.swa => t,
+                _ => &full_rope,
+            };
+            let masks = if layer.swa { &swa_masks } else { &full_masks };
+            let q = rope(&q, cos, sin, self.rope.style)?;
+            let k = rope(&k, cos, sin, self.rope.style)?;
             let mut ys = Vec::with_capacity(items.len());
             for (b, it) in items.iter_mut().enumerate() {
                 let (off, n) = (offsets[b], it.hidden.n());
@@ -248,12 +324,24 @@ impl LayerSlice {
                 let vb = v.narrow(0, off, n)?.to_dtype(DType::F16)?;
                 it.kv.append_device(l, kb, vb)?;
                 let (keys, values) = it.kv.device_layer(l)?;
-                ys.push(attend(&q.narrow(0, off, n)?, keys, values, masks[b].as_ref(), scale)?);
+                let q = q.narrow(0, off, n)?;
+                ys.push(attend(&q, keys, values, masks[b].as_ref(), dl.sinks.as_ref(), scale)?);
             }
             let y = Tensor::cat(&ys, 0)?;
-            x = (x + project(&layer.o, &y)?)?;
+            let mut o = project(&layer.o, &y)?;
+            if let Some(b) = &dl.o_bias {
+                o = o.broadcast_add(b)?;
+            }
+            if let Some(n) = &dl.attn_post_norm {
+                o = rms(&o, n, eps)?;
+            }
+            x = (x + o)?;
             let h = rms(&x, &dl.ffn_norm, eps)?;
-            x = (x + ffn(&layer.ffn, &h)?)?;
+            let mut f = ffn(&layer.ffn, &h)?;
+            if let Some(n) = &dl.ffn_post_norm {
+                f = rms(&f, n, eps)?;
+            }
+            x = (x + f)?;
         }
         self.finish_on_device(dev, items, x)
     }
@@ -273,7 +361,10 @@ impl LayerSlice {
             .map(|r| x.narrow(0, r.start, r.len()))
             .collect::<std::result::Result<_, _>>()?;
         let h = rms(&Tensor::cat(&rows, 0)?, norm, self.config.rms_eps as f32)?;
-        let logits = project(lm, &h)?.flatten_all()?.to_vec1::<f32>()?;
+        let mut logits = project(lm, &h)?.flatten_all()?.to_vec1::<f32>()?;
+        if let Some(cap) = self.config.final_softcap {
+            logits.iter_mut().for_each(|l| *l = (*l * (1.0 / cap)).tanh() * cap);
+        }
         logit_outputs(&wanted, &logits, lm.rows())
     }
 }
