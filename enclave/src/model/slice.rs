@@ -254,7 +254,7 @@ impl LayerSlice {
             )));
         }
         let d = self.config.n_embd;
-        let data = match emb {
+        let mut data = match emb {
             Embedding::Q80(m) => {
                 let mut data = vec![0f32; ids.len() * d];
                 for (&id, out) in ids.iter().zip(data.chunks_exact_mut(d)) {
@@ -266,7 +266,6 @@ impl LayerSlice {
                 t.embedding(&Tensor::new(ids, &Device::Cpu)?)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?
             }
         };
-        let mut data = data;
         if let Some(s) = self.config.embed_scale {
             data.iter_mut().for_each(|v| *v *= s);
         }

@@ -30,15 +30,21 @@ pub fn e8m0_half(e: u8) -> f32 {
     f32::from_bits(bits)
 }
 
+/// A block's 32 integers (value `j` in the low nibble of `qs[j]`, value
+/// `j + 16` in the high one), each looked up in `KVALUES`.
+fn decode_qs(qs: &[u8]) -> [i8; BLOCK] {
+    let mut out = [0i8; BLOCK];
+    for j in 0..16 {
+        out[j] = KVALUES[usize::from(qs[j] & 0x0F)];
+        out[j + 16] = KVALUES[usize::from(qs[j] >> 4)];
+    }
+    out
+}
+
 /// One MXFP4 block as its 32 values (what ggml's `dequantize_row_mxfp4` gives).
 pub fn dequantize_block(b: &[u8]) -> [f32; 32] {
     let d = e8m0_half(b[0]);
-    let mut out = [0f32; 32];
-    for j in 0..16 {
-        out[j] = f32::from(KVALUES[usize::from(b[1 + j] & 0x0F)]) * d;
-        out[j + 16] = f32::from(KVALUES[usize::from(b[1 + j] >> 4)]) * d;
-    }
-    out
+    decode_qs(&b[1..17]).map(|q| f32::from(q) * d)
 }
 
 /// Quantizes 32 values to one MXFP4 block: the exponent from the largest
@@ -152,11 +158,7 @@ fn dots() -> Dots<BlockMxfp4, BlockQ80> {
 fn dot_scalar(w: &[BlockMxfp4], x: &[BlockQ80]) -> f32 {
     let mut sum = 0f32;
     for (b, a) in w.iter().zip(x) {
-        let mut sumi = 0i32;
-        for j in 0..16 {
-            sumi += i32::from(KVALUES[usize::from(b.qs[j] & 0x0F)]) * i32::from(a.qs[j]);
-            sumi += i32::from(KVALUES[usize::from(b.qs[j] >> 4)]) * i32::from(a.qs[j + 16]);
-        }
+        let sumi: i32 = decode_qs(&b.qs).iter().zip(&a.qs).map(|(&p, &q)| i32::from(p) * i32::from(q)).sum();
         sum += b.d * a.d * sumi as f32;
     }
     sum
@@ -227,14 +229,7 @@ impl Q80Matrix {
         check_shape(raw, rows, cols, MXFP4_BLOCK_BYTES, "MXFP4")?;
         let blocks = raw
             .chunks_exact(MXFP4_BLOCK_BYTES)
-            .map(|b| {
-                let mut qs = [0i8; BLOCK];
-                for j in 0..16 {
-                    qs[j] = KVALUES[usize::from(b[1 + j] & 0x0F)];
-                    qs[j + 16] = KVALUES[usize::from(b[1 + j] >> 4)];
-                }
-                BlockQ80 { d: e8m0_half(b[0]), qs }
-            })
+            .map(|b| BlockQ80 { d: e8m0_half(b[0]), qs: decode_qs(&b[1..17]) })
             .collect();
         Ok(Self { rows, cols, blocks })
     }
