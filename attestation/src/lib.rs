@@ -58,6 +58,7 @@ pub mod gpu;
 #[cfg(feature = "hw")]
 pub mod hw;
 pub mod measure;
+pub mod merkle;
 pub mod nonce_batch;
 pub mod policy;
 pub mod policy_bundle;

@@ -30,7 +30,7 @@ pub const MAX_BATCH: usize = 1024;
 /// Longest inclusion path accepted (a tree of [`MAX_BATCH`] leaves needs 10).
 pub const MAX_PATH: usize = 16;
 
-type Hash = [u8; 32];
+use crate::merkle::Hash;
 
 /// The leaf hash of one verifier's nonce.
 pub fn leaf(nonce: &Nonce) -> Hash {
@@ -44,30 +44,8 @@ pub fn leaf(nonce: &Nonce) -> Hash {
         .into()
 }
 
-fn node(left: &Hash, right: &Hash) -> Hash {
-    Sha256::new().chain_update([1u8]).chain_update(left).chain_update(right).finalize().into()
-}
-
-/// The largest power of two strictly below `n` (n ≥ 2).
-fn split(n: usize) -> usize {
-    let mut k = 1;
-    while k * 2 < n {
-        k *= 2;
-    }
-    k
-}
-
-/// The tree head over `leaves` (at least one).
-pub fn root(leaves: &[Hash]) -> Hash {
-    match leaves.len() {
-        0 => [0; 32],
-        1 => leaves[0],
-        n => {
-            let k = split(n);
-            node(&root(&leaves[..k]), &root(&leaves[k..]))
-        }
-    }
-}
+pub use crate::merkle::root;
+use crate::merkle::{node, split};
 
 /// The inclusion path of leaf `index` (RFC 6962 §2.1.1 `PATH`), leaf side first.
 pub fn path(index: usize, leaves: &[Hash]) -> Vec<Hash> {

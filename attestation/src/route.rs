@@ -642,18 +642,20 @@ pub fn verify_route(
     // 2. Manifests the route pins, against the policy's allowlist.
     t.record(
         RouteCheckId::RouteManifests,
-        if policy.manifest_roots.is_empty() {
-            Outcome::Skipped { reason: "the policy pins no manifest roots".into() }
-        } else {
-            match stages.iter().find(|s| {
-                !policy.manifest_roots.get(&s.layers.to_string()).is_some_and(|r| r.contains(&s.manifest_root))
-            }) {
-                Some(s) => failed(
-                    format!("a manifest root the policy allows for layers {}", s.layers),
-                    format!("manifest root {}", s.manifest_root),
-                ),
-                None => pass(format!("all {} stage manifests allowed", stages.len())),
+        match stages.iter().find(|s| s.manifest_root != stages[0].manifest_root) {
+            // One model per route: stages of two models (even two allowed ones) compose nothing.
+            Some(s) => failed(
+                format!("every stage pinned to one model's manifest root ({})", stages[0].manifest_root),
+                format!("layers {} pinned to manifest root {}", s.layers, s.manifest_root),
+            ),
+            None if policy.manifest_roots.is_empty() => {
+                Outcome::Skipped { reason: "the policy pins no manifest roots".into() }
             }
+            None if !policy.manifest_roots.contains(&stages[0].manifest_root) => failed(
+                format!("a manifest root the policy allows ({} listed)", policy.manifest_roots.len()),
+                format!("manifest root {}", stages[0].manifest_root),
+            ),
+            None => pass(format!("all {} stages load the allowed model {}", stages.len(), stages[0].manifest_root)),
         },
     );
 

@@ -39,7 +39,8 @@ fn client_policy() -> Policy {
 
 fn shape() -> RouteShape {
     let st = |a, b, m| StageShape { layers: LayerRange::new(a, b).unwrap(), manifest_root: ManifestRoot([m; 32]) };
-    RouteShape::new(30, "f32", vec![st(0, 10, 1), st(10, 20, 2), st(20, 30, 3)]).unwrap()
+    // One model: every stage attests its root.
+    RouteShape::new(30, "f32", vec![st(0, 10, 1), st(10, 20, 1), st(20, 30, 1)]).unwrap()
 }
 
 const KEY_CONFIG: &[u8] = b"an OHTTP key configuration";
@@ -259,7 +260,7 @@ fn a_published_policy_other_than_the_attested_one_is_refused_at_the_binding() {
 fn a_published_shape_other_than_the_attested_one_is_refused() {
     let mut doc = honest(&nonce());
     let st = |a, b, m| StageShape { layers: LayerRange::new(a, b).unwrap(), manifest_root: ManifestRoot([m; 32]) };
-    doc.route = RouteShape::new(30, "f32", vec![st(0, 10, 1), st(10, 30, 9)]).unwrap();
+    doc.route = RouteShape::new(30, "f32", vec![st(0, 10, 1), st(10, 30, 1)]).unwrap();
     assert_eq!(rejected_by(&doc, &client_policy()), R::RouteShapeBinding);
     // A shape that does not reach the model's last layer does not even parse.
     assert!(RouteShape::new(30, "f32", vec![st(0, 10, 1), st(10, 20, 2)]).is_err());
@@ -315,12 +316,24 @@ fn pinned_layer_count_and_manifests_are_enforced() {
     assert_eq!(rejected_by(&honest(&nonce()), &policy), R::RouteShape);
     policy.model_layers = Some(30);
     verify_route(&honest(&nonce()), &policy, &nonce(), SystemTime::now()).unwrap();
-    // A route whose stage 2 runs a manifest the client does not allow (an
-    // edited vocabulary or chat template changes the root).
-    policy.manifest_roots.insert("0..10".into(), vec![ManifestRoot([1; 32])]);
-    policy.manifest_roots.insert("10..20".into(), vec![ManifestRoot([2; 32])]);
-    policy.manifest_roots.insert("20..30".into(), vec![ManifestRoot([0x33; 32])]);
+    // The model the route serves is allowed.
+    policy.manifest_roots = vec![ManifestRoot([1; 32]), ManifestRoot([0x33; 32])];
+    verify_route(&honest(&nonce()), &policy, &nonce(), SystemTime::now()).unwrap();
+    // A model the client does not allow (an edited vocabulary or chat
+    // template changes the root).
+    policy.manifest_roots = vec![ManifestRoot([0x33; 32])];
     assert_eq!(rejected_by(&honest(&nonce()), &policy), R::RouteManifests);
+    // A route whose last stage serves another model, even one the client
+    // allows: stages of two models compose nothing.
+    let st = |a, b, m| StageShape { layers: LayerRange::new(a, b).unwrap(), manifest_root: ManifestRoot([m; 32]) };
+    let mixed = RouteShape::new(30, "f32", vec![st(0, 10, 1), st(10, 20, 1), st(20, 30, 0x33)]).unwrap();
+    let peer = client_policy();
+    let shards = (1..3).map(|i| shard(root_a(), i, 0, &peer, &mixed)).collect();
+    let doc = doc_with(&nonce(), &peer, &mixed, shards);
+    policy.manifest_roots = vec![ManifestRoot([1; 32]), ManifestRoot([0x33; 32])];
+    assert_eq!(rejected_by(&doc, &policy), R::RouteManifests);
+    policy.manifest_roots.clear();
+    assert_eq!(rejected_by(&doc, &policy), R::RouteManifests);
 }
 
 #[test]

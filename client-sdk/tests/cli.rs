@@ -514,13 +514,12 @@ fn policy_check_explains_and_warns_about_weak_settings() {
             r#"products = ["Genoa"]
 require_crl = true
 measurements = ["{}"]
+manifest_roots = ["{}"]
 [min_tcb.Genoa]
 bootloader = 9
 tee = 0
 snp = 23
 microcode = 72
-[manifest_roots]
-"0..30" = ["{}"]
 [gpu]
 required = true
 require_rim = true

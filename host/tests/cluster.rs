@@ -296,7 +296,7 @@ fn policy_init_pins_what_it_saw(host: &std::path::Path, dir: &std::path::Path, p
     assert!(policy.allow_simulated && policy.simulated_roots.len() == 1, "{text}");
     // Every shard presented one (simulated) GPU: the policy requires it.
     assert!(policy.gpu.required && policy.gpu.count == Some(1), "{text}");
-    assert_eq!(policy.manifest_roots.len(), 2, "one pinned manifest root per layer range:\n{text}");
+    assert_eq!(policy.manifest_roots.len(), 1, "one pinned manifest root: the model's, for every stage:\n{text}");
     let verify = |policy: &std::path::Path| Command::new(&veil).args(["verify", &url, "--policy"]).arg(policy).output();
     let ok = verify(&pinned).unwrap();
     let table = String::from_utf8_lossy(&ok.stdout);
@@ -661,19 +661,12 @@ fn a_policy_from_reproduced_values_accepts_the_cluster_and_refuses_changed_weigh
     let mut with_policy = launch.to_vec();
     with_policy.extend(["--add-to".to_owned(), c.clone()]);
     run(&veil, &with_policy.iter().map(String::as_str).collect::<Vec<_>>());
-    let stages = [(0u32, 12u32), (12, 30)];
-    let roots_of = |model: &std::path::Path| -> Vec<String> {
-        stages
-            .iter()
-            .map(|(a, b)| {
-                let out = run(&shard, &["manifest", &path(model), "--layers", &format!("{a}..{b}")]);
-                out.split_whitespace().next().unwrap().to_owned()
-            })
-            .collect()
+    // One root per model, whatever the stage.
+    let root_of = |model: &std::path::Path| -> String {
+        let out = run(&shard, &["manifest", &path(model)]);
+        out.split_whitespace().next().unwrap().to_owned()
     };
-    for ((a, b), root) in stages.iter().zip(roots_of(&model)) {
-        run(&veil, &["policy", "add-manifest", &c, "--layers", &format!("{a}..{b}"), "--root", &root]);
-    }
+    run(&veil, &["policy", "add-manifest", &c, "--root", &root_of(&model)]);
     run(&veil, &["policy", "add-peer-policy", &c, "--peer", &path(&route_policy)]);
     run(&veil, &["policy", "set-layers", &c, "30"]);
     // The simulated platform's TCB (a real reviewer takes AMD's published minimums).
@@ -736,12 +729,12 @@ fn a_policy_from_reproduced_values_accepts_the_cluster_and_refuses_changed_weigh
         bytes[at] ^= 0x11;
         let changed = dir.join("changed.gguf");
         std::fs::write(&changed, bytes).unwrap();
-        let (ours, theirs) = (roots_of(&model), roots_of(&changed));
-        assert_eq!(ours.iter().zip(&theirs).filter(|(a, b)| a != b).count(), 1, "exactly one stage changed");
+        let theirs = root_of(&changed);
+        assert_ne!(root_of(&model), theirs, "one changed byte is another model");
         let (_cluster, public) = start_cluster(&host, &dir, "weights", &config(&changed, &route_policy));
         let (code, why) = verify(public);
         assert_eq!(code, Some(1), "{why}");
-        assert!(why.contains("rejected by check `route_manifests`") && why.contains("layers 12..30"), "{why}");
+        assert!(why.contains("rejected by check `route_manifests`") && why.contains(&theirs), "{why}");
     }
     // Another route policy on the links (debug guests allowed).
     {
@@ -759,7 +752,7 @@ fn a_policy_from_reproduced_values_accepts_the_cluster_and_refuses_changed_weigh
     // guests with the digest of the reviewed route and policy (here: a
     // simulated root of the same seed reporting it), clients pin it, and every
     // shard refuses to start on any other route or policy.
-    let roots = roots_of(&model);
+    let root = root_of(&model);
     let ports: Vec<SocketAddr> = (0..4).map(|_| port()).collect();
     let bound = |policy: &std::path::Path| {
         format!(
@@ -771,9 +764,9 @@ fn a_policy_from_reproduced_values_accepts_the_cluster_and_refuses_changed_weigh
             path(policy),
             ports[0],
             ports[1],
-            roots[0],
+            root,
             ports[2],
-            roots[1],
+            root,
             ports[3]
         )
     };

@@ -677,28 +677,31 @@ fn rejects_pinned_manifest_root_mismatch() {
 }
 
 #[test]
-fn policy_manifest_pins_per_layer_range() {
+fn policy_manifest_pins_one_root_per_model_whatever_the_layers() {
     let s = genoa();
-    let with = |range: Option<(u32, u32)>, root: u8| {
+    let with = |range: Option<(u32, u32)>, root: Option<u8>| {
         let c = Claims {
             layer_range: range.map(|(a, b)| veil_attestation::LayerRange::new(a, b).unwrap()),
-            manifest_root: Some(veil_attestation::ManifestRoot([root; 32])),
+            manifest_root: root.map(|r| veil_attestation::ManifestRoot([r; 32])),
             ..claims()
         };
         s.evidence(&c).unwrap()
     };
     let mut policy = sim_policy();
-    policy.manifest_roots.insert("0..30".into(), vec![veil_attestation::ManifestRoot([0x22; 32])]);
+    policy.manifest_roots = vec![veil_attestation::ManifestRoot([0x22; 32])];
     let pinned = |b: &EvidenceBundle| verify(b, &policy, &ExpectedClaims::default(), test_now());
-    assert!(pinned(&with(Some((0, 30)), 0x22)).is_ok());
-    for bad in [with(Some((0, 30)), 0x23), with(Some((0, 10)), 0x22), with(None, 0x22)] {
+    // Any stage of the allowed model: the same root whatever its layers.
+    for range in [Some((0, 30)), Some((0, 10)), Some((10, 30)), None] {
+        assert!(pinned(&with(range, Some(0x22))).is_ok(), "{range:?}");
+    }
+    for bad in [with(Some((0, 30)), Some(0x23)), with(Some((0, 10)), None)] {
         assert_only(&bad, &policy, &ExpectedClaims::default(), CheckId::ReportDataBinding);
     }
-    // Keys must be ranges with roots.
-    let mut broken = sim_policy();
-    broken.manifest_roots.insert("zero..ten".into(), vec![veil_attestation::ManifestRoot([1; 32])]);
-    assert!(Policy::from_toml(&broken.to_toml()).is_err());
     assert_eq!(Policy::from_toml(&policy.to_toml()).unwrap().manifest_roots, policy.manifest_roots);
+    // A policy of the earlier per-range form is refused when read, not
+    // silently read as pinning nothing.
+    let old = format!("{}\n[manifest_roots]\n\"0..30\" = [\"{}\"]\n", sim_policy().to_toml(), "22".repeat(32));
+    assert!(Policy::from_toml(&old).is_err());
 }
 
 #[test]

@@ -26,8 +26,9 @@ impl Policy {
     /// their links) would accept evidence this policy refuses. Empty means
     /// `peer` is at least as strict as `self` on every check.
     ///
-    /// Manifests are not compared here: the route pins one manifest root per
-    /// stage, which the route verifier compares with `manifest_roots`.
+    /// Manifests are not compared here: the route pins every stage's
+    /// manifest root (one model's), which the route verifier compares with
+    /// `manifest_roots`.
     pub fn gaps_in(&self, peer: &Policy) -> Vec<PolicyGap> {
         let mut gaps = Vec::new();
         let mut gap = |setting: &str, yours: String, theirs: String| {

@@ -152,11 +152,12 @@ pub struct Policy {
     /// SubjectPublicKeyInfo) are accepted under `allow_simulated`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub simulated_roots: Vec<KeyHash>,
-    /// Allowed model manifests per layer range (`"START..END"` → roots).
-    /// When non-empty, evidence claiming a layer range must claim one of the
-    /// roots listed for exactly that range; a range not listed is refused.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    pub manifest_roots: BTreeMap<String, Vec<ManifestRoot>>,
+    /// Allowed models, by manifest root (one root per model, whatever the
+    /// layer range a shard serves of it: `veil-shard manifest`). When
+    /// non-empty, every shard must claim one of these roots, and every
+    /// stage of a route the same one.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub manifest_roots: Vec<ManifestRoot>,
     /// Platform hardening: guest-policy bits, `PLATFORM_INFO`, mitigation vectors.
     #[serde(default, skip_serializing_if = "PlatformPolicy::is_default")]
     pub platform: PlatformPolicy,
@@ -230,7 +231,7 @@ impl Default for Policy {
             id_key_digest: None,
             allow_simulated: false,
             simulated_roots: Vec::new(),
-            manifest_roots: BTreeMap::new(),
+            manifest_roots: Vec::new(),
             platform: PlatformPolicy::default(),
             gpu: GpuPolicy::default(),
             peer_policies: Vec::new(),
@@ -285,17 +286,6 @@ impl Policy {
         if !self.simulated_roots.is_empty() && !self.allow_simulated {
             return Err(PolicyError::Inconsistent("simulated_roots is set but allow_simulated = false".into()));
         }
-        for (range, roots) in &self.manifest_roots {
-            let ok = range
-                .split_once("..")
-                .and_then(|(a, b)| Some((a.parse::<u32>().ok()?, b.parse::<u32>().ok()?)))
-                .is_some_and(|(a, b)| a < b);
-            if !ok || roots.is_empty() {
-                return Err(PolicyError::Inconsistent(format!(
-                    "manifest_roots key {range:?} must be START..END with at least one root"
-                )));
-            }
-        }
         if self.model_layers == Some(0) {
             return Err(PolicyError::Inconsistent("model_layers = 0".into()));
         }
@@ -317,9 +307,7 @@ impl Policy {
         norm(&mut p.peer_policies);
         norm(&mut p.drafters);
         p.platform.normalize();
-        for roots in p.manifest_roots.values_mut() {
-            norm(roots);
-        }
+        norm(&mut p.manifest_roots);
         p
     }
 

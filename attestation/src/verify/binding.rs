@@ -74,26 +74,14 @@ pub(super) fn check_binding(
     pinned!(peer_policy, "peer-policy digest");
     pinned!(route_shape, "route-shape digest");
     pinned!(route_links, "route-links commitment");
-    if !policy.manifest_roots.is_empty() {
-        let Some(range) = claims.layer_range else {
-            return Outcome::Failed {
-                expected: "a layer range (the policy pins manifests per range)".into(),
-                actual: "no layer range claimed".into(),
-            };
+    if !policy.manifest_roots.is_empty() && !claims.manifest_root.is_some_and(|r| policy.manifest_roots.contains(&r)) {
+        return Outcome::Failed {
+            expected: format!("a manifest root the policy allows ({} listed)", policy.manifest_roots.len()),
+            actual: format!(
+                "manifest root {}",
+                claims.manifest_root.map(|r| r.to_string()).unwrap_or_else(|| "absent".into())
+            ),
         };
-        let allowed = policy.manifest_roots.get(&range.to_string());
-        let root = claims.manifest_root;
-        if !allowed.is_some_and(|roots| root.is_some_and(|r| roots.contains(&r))) {
-            return Outcome::Failed {
-                expected: match allowed {
-                    Some(roots) => {
-                        format!("a manifest root the policy allows for layers {range} ({} listed)", roots.len())
-                    }
-                    None => format!("layers {range} listed in the policy's manifest_roots"),
-                },
-                actual: format!("manifest root {}", root.map(|r| r.to_string()).unwrap_or_else(|| "absent".into())),
-            };
-        }
     }
     Outcome::Passed { detail: "REPORT_DATA = SHA-512(canonical claims); pinned claims match".into() }
 }

@@ -157,13 +157,10 @@ pub enum PolicyEdit {
         /// The measurement (96 hex digits).
         measurement: String,
     },
-    /// Allow a model manifest root for a layer range (from `veil-shard manifest MODEL --layers A..B`).
+    /// Allow a model by its manifest root (from `veil-shard manifest --model MODEL`).
     AddManifest {
         /// The policy file.
         policy: PathBuf,
-        /// The layer range, START..END.
-        #[arg(long)]
-        layers: String,
         /// The manifest root (64 hex digits).
         #[arg(long)]
         root: String,

@@ -82,8 +82,8 @@ pub fn run(args: &PolicyCheckArgs) -> Exit {
         ),
         (
             "manifest_roots",
-            format!("{} layer range(s)", p.manifest_roots.len()),
-            "model manifests (weights + GGUF metadata) allowed per layer range",
+            format!("{} model(s)", p.manifest_roots.len()),
+            "models allowed, by manifest root (weights + GGUF metadata); every stage of a route serves one",
         ),
         (
             "platform",

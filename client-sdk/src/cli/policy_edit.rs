@@ -51,16 +51,6 @@ pub fn new(args: &PolicyNewArgs) -> Exit {
     Exit::Accepted
 }
 
-fn parse_range(s: &str) -> Result<(u32, u32), CliError> {
-    let (a, b) = s.split_once("..").ok_or_else(|| CliError::Usage(format!("layers {s:?} must be START..END")))?;
-    let a: u32 = a.parse().map_err(|e| CliError::Usage(format!("layers {s:?}: {e}")))?;
-    let b: u32 = b.parse().map_err(|e| CliError::Usage(format!("layers {s:?}: {e}")))?;
-    if b <= a {
-        return Err(CliError::Usage(format!("layers {s:?}: END must be above START")));
-    }
-    Ok((a, b))
-}
-
 /// Runs one edit.
 pub fn run(cmd: &PolicyEdit) -> Exit {
     match cmd {
@@ -71,12 +61,10 @@ pub fn run(cmd: &PolicyEdit) -> Exit {
             }
             Ok(())
         }),
-        PolicyEdit::AddManifest { policy, layers, root } => edit(policy, "policy add-manifest", |p| {
-            let (a, b) = parse_range(layers)?;
+        PolicyEdit::AddManifest { policy, root } => edit(policy, "policy add-manifest", |p| {
             let root: ManifestRoot = root.parse().map_err(CliError::failed)?;
-            let roots = p.manifest_roots.entry(format!("{a}..{b}")).or_default();
-            if !roots.contains(&root) {
-                roots.push(root);
+            if !p.manifest_roots.contains(&root) {
+                p.manifest_roots.push(root);
             }
             Ok(())
         }),

@@ -84,10 +84,9 @@ pub fn run(args: &PolicyInitArgs) -> Exit {
             policy.measurements.push(m);
         }
         if let Some(claims) = s.evidence().claims() {
-            if let (Some(range), Some(root)) = (claims.layer_range, claims.manifest_root) {
-                let roots = policy.manifest_roots.entry(range.to_string()).or_default();
-                if !roots.contains(&root) {
-                    roots.push(root);
+            if let Some(root) = claims.manifest_root {
+                if !policy.manifest_roots.contains(&root) {
+                    policy.manifest_roots.push(root);
                 }
             }
         }
@@ -123,7 +122,7 @@ pub fn run(args: &PolicyInitArgs) -> Exit {
     match std::fs::write(&args.out, format!("{header}{}", policy.to_toml())) {
         Ok(()) => {
             println!(
-                "wrote {}: {} measurement(s), manifest roots for {} layer range(s), TCB minimums for {} product(s), \
+                "wrote {}: {} measurement(s), {} model manifest root(s), TCB minimums for {} product(s), \
                  peer policy {}, {} layers",
                 args.out.display(),
                 policy.measurements.len(),

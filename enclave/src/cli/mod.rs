@@ -50,14 +50,20 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
-    /// Print the manifest root of a model (or of a layer slice of it).
+    /// Hash every tensor of a model once and print its manifest root (the
+    /// one root every stage of it attests, whatever its layers). `--write`
+    /// saves the manifest file where shards look for it, so that each reads
+    /// only its own tensors.
     Manifest {
-        /// GGUF file.
+        /// GGUF file (the first file of a split model).
         model: PathBuf,
-        /// Layer range `START..END` (default: the whole model).
-        #[arg(long, value_parser = parse_range)]
-        layers: Option<LayerRange>,
-        /// Print every tensor record as JSON.
+        /// Write the manifest file next to the model (`NAME.veil-manifest.json`).
+        #[arg(long)]
+        write: bool,
+        /// Write the manifest file here instead.
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Print the manifest (every tensor record) as JSON.
         #[arg(long)]
         json: bool,
     },
@@ -98,6 +104,10 @@ enum Command {
         /// Seed of the weights.
         #[arg(long, default_value_t = 0x5eed)]
         seed: u64,
+        /// Split into this many files as llama.cpp's gguf-split does; `--out` then names
+        /// the first, `PREFIX-00001-of-0000N.gguf`.
+        #[arg(long, default_value_t = 1)]
+        files: usize,
         /// Where to write it.
         #[arg(long)]
         out: std::path::PathBuf,
@@ -358,27 +368,23 @@ fn run() -> anyhow::Result<()> {
                 None => println!("{}", bundle.to_json()),
             }
         }
-        Command::Manifest { model, layers, json } => {
+        Command::Manifest { model, write, out, json } => {
             let mut gguf = crate::model::GgufFile::open(&model)?;
-            let n = crate::model::Config::from_gguf(&gguf)?.n_layer;
-            let range = layers.map(|r| r.start() as usize..r.end() as usize).unwrap_or(0..n);
-            let slice = crate::model::LayerSlice::from_gguf(&mut gguf, range.clone())?;
-            let root = hex::encode(slice.manifest().root());
+            let manifest = gguf.model_manifest()?;
+            let root = hex::encode(manifest.root());
+            let target = out.or_else(|| write.then(|| crate::model::gguf::manifest_path(&model)));
+            if let Some(path) = &target {
+                std::fs::write(path, manifest.to_json()).with_context(|| format!("writing {}", path.display()))?;
+                eprintln!("wrote {}", path.display());
+            }
             if json {
-                let doc = serde_json::json!({
-                    "layers": [range.start, range.end],
-                    "root": root,
-                    "metadata": hex::encode(slice.manifest().metadata),
-                    "tensors": slice.manifest().tensors,
-                });
-                println!("{}", serde_json::to_string_pretty(&doc)?);
+                println!("{}", manifest.to_json());
             } else {
                 println!(
-                    "{root}  layers {}..{} ({} tensors + metadata {})",
-                    range.start,
-                    range.end,
-                    slice.manifest().len(),
-                    hex::encode(slice.manifest().metadata)
+                    "{root}  {} tensors in {} file(s) + metadata {}",
+                    manifest.tensors.len(),
+                    gguf.files(),
+                    hex::encode(manifest.metadata)
                 );
             }
         }
@@ -398,7 +404,7 @@ fn run() -> anyhow::Result<()> {
         }
         Command::DeviceBench(args) => device_bench::device_bench(args)?,
         Command::Plan(args) => plan::plan(args)?,
-        Command::SynthModel { shape, dtype, rope_freqs, layers, vocab, sharpen, seed, out } => {
+        Command::SynthModel { shape, dtype, rope_freqs, layers, vocab, sharpen, seed, files, out } => {
             use crate::model::synth::{Options, Shape};
             let mut s = Shape::named(&shape).ok_or_else(|| {
                 let names: Vec<&str> = Shape::NAMED.iter().map(|(n, _)| *n).collect();
@@ -406,7 +412,7 @@ fn run() -> anyhow::Result<()> {
             })?;
             s.n_layer = layers.unwrap_or(s.n_layer).clamp(1, s.n_layer);
             let dt = synth_dtype(&dtype)?;
-            let opts = Options { dtype: dt, seed, vocab_from: vocab, sharpen, rope_freqs };
+            let opts = Options { dtype: dt, seed, vocab_from: vocab, sharpen, rope_freqs, files };
             crate::model::synth::write_with(&out, s, &opts)?;
             eprintln!("wrote {} ({shape}, {} layers, {dtype}, random weights)", out.display(), s.n_layer);
         }

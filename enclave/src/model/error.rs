@@ -10,6 +10,10 @@ pub enum ModelError {
     /// Not a GGUF file, or a truncated or corrupt one.
     #[error("malformed GGUF: {0}")]
     Malformed(String),
+    /// The weights do not match the model manifest, or the manifest file is
+    /// unusable (the host's disk changed bytes, or handed over another model's).
+    #[error("model manifest: {0}")]
+    Manifest(String),
     /// A valid file we cannot serve (architecture, quant type, tokenizer).
     #[error("unsupported model: {0}")]
     Unsupported(String),

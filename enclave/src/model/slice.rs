@@ -160,7 +160,7 @@ impl LayerSlice {
             }
             _ => None,
         };
-        let manifest = Manifest { metadata: l.gguf.metadata_digest(), tensors: l.records };
+        let manifest = l.gguf.prove(std::mem::take(&mut l.records))?;
         let accel = match &l.device {
             Some(device) => Some(accel::DeviceSlice::new(&layers, head.as_ref(), device.clone())?),
             None => None,

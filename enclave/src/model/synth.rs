@@ -314,12 +314,15 @@ pub struct Options {
     pub sharpen: f32,
     /// Write Llama 3.1-style RoPE frequency factors ([`llama31_rope_factors`]).
     pub rope_freqs: bool,
+    /// Split into this many files, as `gguf-split` does (1: one file); the
+    /// path is then the first file's, `PREFIX-00001-of-0000N.gguf`.
+    pub files: usize,
 }
 
 impl Options {
     /// `dtype`, seed 0x5eed, no vocabulary, no sharpening.
     pub fn new(dtype: TensorType) -> Self {
-        Self { dtype, seed: 0x5eed, vocab_from: None, sharpen: 1.0, rope_freqs: false }
+        Self { dtype, seed: 0x5eed, vocab_from: None, sharpen: 1.0, rope_freqs: false, files: 1 }
     }
 }
 
@@ -457,6 +460,10 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
         meta.push((format!("{arch}.rope.scaling.type"), Value::String("yarn".into())));
         meta.push((format!("{arch}.rope.scaling.factor"), Value::F32(32.0)));
         meta.push((format!("{arch}.rope.scaling.original_context_length"), u32_of(4096)));
+    }
+    if opts.files > 1 {
+        super::gguf::write::write_split(path, &meta, &w.out, opts.files)?;
+        return Ok(());
     }
     let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
     write(&mut file, &meta, &w.out)?;

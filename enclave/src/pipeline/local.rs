@@ -10,7 +10,7 @@ use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
 
 use super::route::Route;
 use crate::error::{Error, Result};
-use crate::model::LayerSlice;
+use crate::model::GgufFile;
 
 /// Fills in what a development route may leave out; writes the simulated
 /// root and policy into their configured paths if they do not exist yet.
@@ -43,10 +43,11 @@ pub fn prepare(mut route: Route) -> Result<Route> {
             tracing::warn!(policy = %route.policy.display(), "wrote a development policy accepting the simulated root");
         }
     }
-    for stage in &mut route.stages {
-        if stage.manifest_root.is_none() {
-            let slice = LayerSlice::load(&route.model, stage.layers.start() as usize..stage.layers.end() as usize)?;
-            stage.manifest_root = Some(veil_attestation::ManifestRoot(slice.manifest().root()));
+    if route.stages.iter().any(|s| s.manifest_root.is_none()) {
+        // One root per model, whatever the stage: hashed once here.
+        let root = veil_attestation::ManifestRoot(GgufFile::open(&route.model)?.model_manifest()?.root());
+        for stage in &mut route.stages {
+            stage.manifest_root.get_or_insert(root);
         }
     }
     Ok(route)

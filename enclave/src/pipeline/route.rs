@@ -24,7 +24,7 @@
 //!
 //! [[stage]]                            # stage 0 is the entry: embedding and first layers
 //! layers = [0, 10]
-//! manifest_root = "…64 hex digits…"    # `veil-shard manifest MODEL --layers 0..10`
+//! manifest_root = "…64 hex digits…"    # the model's, the same for every stage: `veil-shard manifest MODEL`
 //! replicas = ["127.0.0.1:7710"]
 //!
 //! [[stage]]

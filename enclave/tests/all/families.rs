@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use sha2::Digest as _;
 use veil_enclave::model::gguf::TensorType;
 use veil_enclave::model::synth::{write_with, Options, Shape};
-use veil_enclave::model::{BatchItem, ComputeDevice, GgufFile, LayerSlice, Logits, Rows, SliceOutput};
+use veil_enclave::model::{BatchItem, ComputeDevice, GgufFile, LayerSlice, Logits, ModelError, Rows, SliceOutput};
 use veil_enclave::text::sampler::argmax;
 
 /// Below this llama.cpp top-2 gap another engine may pick the runner-up.
@@ -88,6 +88,7 @@ fn build(case: &Case, vocab: &Path, dir: &Path) -> PathBuf {
         vocab_from: Some(vocab.join(&case.vocab)),
         sharpen: case.sharpen,
         rope_freqs: case.rope_freqs,
+        files: 1,
     };
     write_with(&path, shape, &opts).unwrap();
     let digest = hex::encode(sha2::Sha256::digest(std::fs::read(&path).unwrap()));
@@ -367,16 +368,22 @@ impl std::io::Seek for Recording {
     }
 }
 
-/// A middle stage of a three-stage mixture of experts reads the header and
-/// its own layer's tensors, no byte of another stage's; one changed byte in
-/// one of its experts changes its manifest root and no other stage's.
+/// A middle stage of a three-stage mixture of experts, given the model's
+/// manifest file, reads the header and its own layer's tensors — no byte of
+/// another stage's — and proves the model's one root. One changed byte in
+/// one of its experts: with the manifest the stage refuses to load, naming
+/// the tensor, while the other stages load unchanged; with no manifest file
+/// every stage hashes the changed byte into its root (another model).
 #[test]
-fn a_middle_stage_reads_only_its_own_experts_and_one_changed_byte_moves_its_root() {
+fn a_middle_stage_reads_only_its_own_experts_and_one_changed_byte_is_refused() {
     use candle_core::quantized::gguf_file::Content;
+    use veil_enclave::model::gguf::manifest_path;
+    use veil_enclave::model::manifest::Proof;
     let tmp = TempDir::new("slice");
     let path = tmp.path().join("qwen3moe.gguf");
     write_with(&path, Shape::QWEN3MOE_SMOKE, &Options::new(TensorType::Ggml(candle_core::quantized::GgmlDType::Q8_0)))
         .unwrap();
+    let model = GgufFile::open(&path).unwrap().model_manifest().unwrap();
     let bytes = std::fs::read(&path).unwrap();
     let content = Content::read(&mut std::io::Cursor::new(&bytes)).unwrap();
     let range = |name: &str| {
@@ -391,6 +398,7 @@ fn a_middle_stage_reads_only_its_own_experts_and_one_changed_byte_moves_its_root
     let header_end = reads.lock().unwrap().iter().map(|r| r.end).max().unwrap();
     assert!(header_end <= content.tensor_data_offset, "the header read went into tensor data");
     reads.lock().unwrap().clear();
+    g.set_manifest(model.clone());
     let middle = LayerSlice::from_gguf(&mut g, 1..2).unwrap();
     let own: Vec<std::ops::Range<u64>> =
         content.tensor_infos.keys().filter(|n| n.starts_with("blk.1.")).map(|n| range(n)).collect();
@@ -401,17 +409,81 @@ fn a_middle_stage_reads_only_its_own_experts_and_one_changed_byte_moves_its_root
     }
     assert_eq!(read, wanted, "the stage read {read} bytes for {wanted} bytes of its tensors");
     assert!(middle.manifest().tensors.iter().all(|t| t.name.starts_with("blk.1.")));
+    assert_eq!((middle.manifest().root(), middle.manifest().proof), (model.root(), Proof::File));
 
-    // One byte of expert 5's gate in layer 1.
+    // One byte of expert 5's gate in layer 1, with the true model's manifest file beside it.
     let gate = range("blk.1.ffn_gate_exps.weight");
     let per_expert = (gate.end - gate.start) / Shape::QWEN3MOE_SMOKE.n_expert as u64;
     let mut changed = bytes.clone();
     changed[(gate.start + 5 * per_expert + 7) as usize] ^= 0x01;
     let changed_path = tmp.path().join("changed.gguf");
     std::fs::write(&changed_path, &changed).unwrap();
-    for (layers, moves) in [(0..1, false), (1..2, true), (2..3, false)] {
-        let a = LayerSlice::load(&path, layers.clone()).unwrap().manifest().root();
-        let b = LayerSlice::load(&changed_path, layers.clone()).unwrap().manifest().root();
-        assert_eq!(a != b, moves, "stage {layers:?}: root moved {}", a != b);
+    std::fs::write(manifest_path(&changed_path), model.to_json()).unwrap();
+    for layers in [0..1, 2..3] {
+        let s = LayerSlice::load(&changed_path, layers.clone()).unwrap();
+        assert_eq!((s.manifest().root(), s.manifest().proof), (model.root(), Proof::File), "{layers:?}");
+    }
+    match LayerSlice::load(&changed_path, 1..2) {
+        Err(ModelError::Manifest(m)) => assert!(m.contains("blk.1.ffn_gate_exps.weight"), "{m}"),
+        other => panic!("the changed stage loaded: {:?}", other.map(|s| s.manifest().root())),
+    }
+    // Without the file, every stage hashes the changed expert into its root.
+    std::fs::remove_file(manifest_path(&changed_path)).unwrap();
+    for layers in [0..1, 1..2, 2..3] {
+        let s = LayerSlice::load(&changed_path, layers.clone()).unwrap();
+        assert_eq!(s.manifest().proof, Proof::Rehashed);
+        assert_ne!(s.manifest().root(), model.root(), "{layers:?}");
+    }
+}
+
+/// A model split into three files as llama.cpp's gguf-split lays them out is
+/// the same model: the same root as the one file, the same logits from a
+/// whole slice and from stages. Opening any file but the first, a missing
+/// file, or files renamed out of order are clear errors.
+#[test]
+fn a_split_model_is_the_same_model_as_one_file() {
+    let tmp = TempDir::new("split");
+    let one = tmp.path().join("one.gguf");
+    let first = tmp.path().join("big-00001-of-00003.gguf");
+    let opts = Options::new(TensorType::Ggml(candle_core::quantized::GgmlDType::Q8_0));
+    write_with(&one, Shape::QWEN3MOE_SMOKE, &opts).unwrap();
+    write_with(&first, Shape::QWEN3MOE_SMOKE, &Options { files: 3, ..opts }).unwrap();
+    let mut g = GgufFile::open(&first).unwrap();
+    assert_eq!(g.files(), 3);
+    let root = GgufFile::open(&one).unwrap().model_manifest().unwrap().root();
+    assert_eq!(g.model_manifest().unwrap().root(), root);
+    let ids = [1u32, 7, 42, 3, 99, 5];
+    let run = |path: &Path, cuts: &[usize]| {
+        let n = Shape::QWEN3MOE_SMOKE.n_layer;
+        let bounds: Vec<usize> = [&[0][..], cuts, &[n]].concat();
+        let slices: Vec<LayerSlice> = bounds.windows(2).map(|w| LayerSlice::load(path, w[0]..w[1]).unwrap()).collect();
+        assert!(slices.iter().all(|s| s.manifest().root() == root));
+        let mut h = slices[0].embed(&ids).unwrap();
+        for s in &slices {
+            let mut kv = s.new_session(1 << 24);
+            match s.forward(h.clone(), &mut kv, 0, Logits::All).unwrap() {
+                SliceOutput::Hidden(next) => h = next,
+                out => return logits(out),
+            }
+        }
+        unreachable!("the last slice gives logits")
+    };
+    let want = run(&one, &[]);
+    assert_eq!(run(&first, &[]), want);
+    assert_eq!(run(&first, &[1, 2]), want);
+
+    let second = tmp.path().join("big-00002-of-00003.gguf");
+    let third = tmp.path().join("big-00003-of-00003.gguf");
+    assert!(matches!(GgufFile::open(&second), Err(ModelError::Invalid(m)) if m.contains("give the first")));
+    // The second and third files swapped under each other's names.
+    let moved = tmp.path().join("moved.gguf");
+    std::fs::rename(&second, &moved).unwrap();
+    std::fs::rename(&third, &second).unwrap();
+    std::fs::rename(&moved, &third).unwrap();
+    assert!(matches!(GgufFile::open(&first), Err(ModelError::Malformed(m)) if m.contains("split.no")));
+    std::fs::remove_file(&third).unwrap();
+    match GgufFile::open(&first) {
+        Err(ModelError::Io(e)) => assert!(e.to_string().contains("big-00003-of-00003.gguf"), "{e}"),
+        other => panic!("{other:?}"),
     }
 }

@@ -176,9 +176,9 @@ fn split_slices_equal_the_whole_model_bit_for_bit() {
         let lb = logits_rows(&split.step(&mut b, &[next]).unwrap());
         assert_eq!(la, lb, "decode logits differ");
     }
-    // Each slice's manifest covers its own tensors; together they cover the model.
-    let roots: Vec<_> = split.slices().iter().map(|s| s.manifest().root()).collect();
-    assert!(roots[0] != roots[1] && roots[1] != roots[2]);
+    // Each slice loads its own tensors, and proves the one model root.
+    let model_root = whole_model.slices()[0].manifest().root();
+    assert!(split.slices().iter().all(|s| s.manifest().root() == model_root));
     let total: usize = split.slices().iter().map(|s| s.manifest().len()).sum();
     // token_embd is read by the first slice and again (tied) by the last.
     assert_eq!(total, whole_model.slices()[0].manifest().len() + 1);
@@ -690,10 +690,10 @@ fn weights_are_built_from_the_bytes_hashed_even_if_storage_changes_on_reread() {
     let mut s2 = plain.session(DEFAULT_KV_BUDGET_BYTES);
     assert_eq!(changing.step_last(&mut s1, &ids).unwrap(), plain.step_last(&mut s2, &ids).unwrap());
 
-    // Two slices in one process each read the tied embedding, as two shard
-    // processes would: the second read gets other bytes, and the slice that
-    // got them says so in its manifest root (which a pinned policy refuses);
-    // the first slice is untouched.
+    // Two slices in one process, with no manifest file: each reads its own
+    // tensors and hashes the other's, as two shard processes would. The
+    // second slice's reads get other bytes, and its root says so (a pinned
+    // policy refuses it); the first slice is untouched.
     let (mut gguf, rereads) = hostile_source(&path);
     let (split, _) = LocalModel::from_gguf(&mut gguf, &[15]).unwrap();
     let (plain, _) = LocalModel::load(&path, &[15]).unwrap();
@@ -800,9 +800,11 @@ fn the_k8s_dev_route_pins_the_reference_models_manifest_roots() {
     let Some(path) = model_path() else { return };
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy/k8s/overlays/dev");
     let route = veil_enclave::pipeline::route::Route::load(&dir.join("route.toml")).unwrap();
+    let root = GgufFile::open(&path).unwrap().model_manifest().unwrap().root();
     for stage in &route.stages {
         let (a, b) = (stage.layers.start(), stage.layers.end());
+        assert_eq!(stage.manifest_root.map(|r| r.0), Some(root), "layers {a}..{b}");
         let slice = LayerSlice::load(&path, a as usize..b as usize).unwrap();
-        assert_eq!(stage.manifest_root.map(|r| r.0), Some(slice.manifest().root()), "layers {a}..{b}");
+        assert_eq!(slice.manifest().root(), root, "layers {a}..{b}");
     }
 }

@@ -2,6 +2,7 @@
 //! read once, hashed from the very bytes that become the weights (the file
 //! on disk is untrusted and may change between reads).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
@@ -12,9 +13,10 @@ use candle_core::Device;
 use sha2::{Digest, Sha256};
 
 use super::error::{ModelError, Result};
-use super::manifest::TensorRecord;
+use super::manifest::{self, Manifest, ModelManifest, Proof, TensorRecord};
 
 mod header;
+pub mod split;
 pub mod write;
 
 pub use header::{Header, HeaderError, TensorInfo, TensorType, DEFAULT_ALIGNMENT};
@@ -66,16 +68,31 @@ impl RawTensor {
 pub trait Source: Read + Seek + Send {}
 impl<T: Read + Seek + Send> Source for T {}
 
-/// An open GGUF file. Every byte is read at most once: the header when
-/// opened, each tensor when loaded (into private memory, hashed there, built
-/// from there); nothing is mapped, so storage that changes later changes
-/// nothing loaded (SECURITY-CASES G2).
+/// An open GGUF model: one file, or the files of a split model
+/// (`NAME-00001-of-0000N.gguf` …). Every byte is read at most once: the
+/// headers when opened, each tensor when loaded (into private memory,
+/// hashed there, built from there) or hashed for the manifest; nothing is
+/// mapped, so storage that changes later changes nothing loaded
+/// (SECURITY-CASES G2). Reads are positioned: a slice reads its own
+/// tensors and never the rest of the file.
 pub struct GgufFile {
     path: PathBuf,
-    file: Box<dyn Source>,
-    file_len: u64,
+    parts: Vec<Part>,
+    /// The first file's header: the model's metadata; its tensor table is
+    /// moved into `tensors`.
     header: Header,
+    /// Every tensor: which part holds it, and its entry there.
+    tensors: HashMap<String, (usize, TensorInfo)>,
     metadata_digest: [u8; 32],
+    manifest: Option<ModelManifest>,
+}
+
+/// One file of a model.
+struct Part {
+    label: PathBuf,
+    file: Box<dyn Source>,
+    len: u64,
+    data_offset: u64,
 }
 
 /// Domain separator of the metadata digest.
@@ -86,7 +103,10 @@ pub const METADATA_DOMAIN: &[u8] = b"veil/gguf-metadata/v1\0";
 /// numbers) and its little-endian bytes; strings and arrays length-prefixed
 /// (u64). Every key is covered — vocabulary, merges, token types, special
 /// token ids, chat template, architecture and hyper-parameters — so nothing
-/// the runtime reads from the header escapes the manifest.
+/// the runtime reads from the header escapes the manifest; only the
+/// `split.*` bookkeeping of split files is left out (the runtime reads none
+/// of it past opening the files), so a model's root does not depend on how
+/// it was split.
 pub fn metadata_digest(metadata: &std::collections::HashMap<String, Value>) -> [u8; 32] {
     fn value(h: &mut Sha256, v: &Value) {
         match v {
@@ -139,7 +159,7 @@ pub fn metadata_digest(metadata: &std::collections::HashMap<String, Value>) -> [
             }
         }
     }
-    let mut keys: Vec<&String> = metadata.keys().collect();
+    let mut keys: Vec<&String> = metadata.keys().filter(|k| !k.starts_with(split::KEY_PREFIX)).collect();
     keys.sort();
     let mut h = Sha256::new();
     h.update(METADATA_DOMAIN);
@@ -154,38 +174,105 @@ pub fn metadata_digest(metadata: &std::collections::HashMap<String, Value>) -> [
 
 impl std::fmt::Debug for GgufFile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GgufFile").field("path", &self.path).field("file_len", &self.file_len).finish_non_exhaustive()
+        f.debug_struct("GgufFile").field("path", &self.path).field("files", &self.parts.len()).finish_non_exhaustive()
     }
 }
 
 impl GgufFile {
-    /// Opens and parses the header; refuses files that are not GGUF.
+    /// Opens and parses the header; refuses files that are not GGUF. A
+    /// split model is opened from its first file (`…-00001-of-0000N.gguf`);
+    /// the others are found next to it. A manifest file next to the model
+    /// ([`manifest_path`]) is read when present.
     pub fn open(path: &Path) -> Result<Self> {
-        // The path in the error: "No such file or directory" alone names nothing.
-        let named =
-            |e: std::io::Error| ModelError::Io(std::io::Error::new(e.kind(), format!("{}: {e}", path.display())));
-        let file = File::open(path).map_err(named)?;
-        let file_len = file.metadata().map_err(named)?.len();
-        Self::from_source(path, Box::new(file), file_len)
+        let (label, file, len) = open_file(path)?;
+        let mut parts = vec![Part { label, file, len, data_offset: 0 }];
+        let header = read_header(&mut parts[0])?;
+        if let Some(count) = split::count(&header.metadata)?.filter(|&n| n > 1) {
+            for name in &split::names(path, count)?[1..] {
+                let (label, file, len) = open_file(name)?;
+                parts.push(Part { label, file, len, data_offset: 0 });
+            }
+        }
+        let mut g = Self::assemble(path.to_owned(), header, parts)?;
+        let manifest = manifest_path(path);
+        if manifest.is_file() {
+            g.manifest = Some(ModelManifest::read(&manifest)?);
+        }
+        Ok(g)
     }
 
     /// Parses the header of `len` bytes read from `source` (`label` names it
     /// in errors); refuses what is not GGUF.
-    pub fn from_source(label: &Path, mut source: Box<dyn Source>, len: u64) -> Result<Self> {
-        // The header is read once, from the start: the magic is judged from
-        // the parser's error rather than by reading those bytes twice.
-        let header = Header::read(&mut source, len).map_err(|e| match e {
-            HeaderError::Io(e) => ModelError::Io(e),
-            HeaderError::Magic(_) => {
-                ModelError::Malformed(format!("{} is not a GGUF file (bad magic): {e}", label.display()))
+    pub fn from_source(label: &Path, source: Box<dyn Source>, len: u64) -> Result<Self> {
+        Self::from_sources(vec![(label.to_owned(), source, len)])
+    }
+
+    /// The files of one model, first file first (each `(label, source, len)`).
+    pub fn from_sources(sources: Vec<(PathBuf, Box<dyn Source>, u64)>) -> Result<Self> {
+        let mut sources = sources.into_iter();
+        let Some((label, source, len)) = sources.next() else {
+            return Err(ModelError::Invalid("a model needs at least one file".into()));
+        };
+        let mut parts = vec![Part { label: label.clone(), file: source, len, data_offset: 0 }];
+        parts.extend(sources.map(|(label, file, len)| Part { label, file, len, data_offset: 0 }));
+        let header = read_header(&mut parts[0])?;
+        Self::assemble(label, header, parts)
+    }
+
+    /// Reads the headers of parts 1.. (part 0's is `header`), checks the
+    /// split bookkeeping, and merges the tensor tables.
+    fn assemble(path: PathBuf, mut header: Header, mut parts: Vec<Part>) -> Result<Self> {
+        let count = split::count(&header.metadata)?.unwrap_or(1);
+        if count != parts.len() {
+            return Err(ModelError::Malformed(format!(
+                "{} says the model is split into {count} files; {} were given",
+                path.display(),
+                parts.len()
+            )));
+        }
+        parts[0].data_offset = header.data_offset;
+        let mut tensors = HashMap::new();
+        let mut table = std::mem::take(&mut header.tensors);
+        for i in 0..parts.len() {
+            if i > 0 {
+                let h = read_header(&mut parts[i])?;
+                split::check_part(&h.metadata, i, count, &parts[i].label)?;
+                parts[i].data_offset = h.data_offset;
+                table = h.tensors;
+            } else if count > 1 {
+                split::check_part(&header.metadata, 0, count, &parts[0].label)?;
             }
-            HeaderError::Truncated(_) if len < 8 => {
-                ModelError::Malformed(format!("{} is not a GGUF file (bad magic): {e}", label.display()))
+            for (name, info) in table.drain() {
+                if tensors.insert(name.clone(), (i, info)).is_some() {
+                    return Err(ModelError::Malformed(format!(
+                        "tensor {name} appears in two files of {}",
+                        path.display()
+                    )));
+                }
             }
-            e => ModelError::Malformed(format!("{}: {e}", label.display())),
-        })?;
+        }
+        if let Some(total) = split::tensor_count(&header.metadata)? {
+            if total != tensors.len() {
+                return Err(ModelError::Malformed(format!(
+                    "{} says the model has {total} tensors; its files hold {}",
+                    path.display(),
+                    tensors.len()
+                )));
+            }
+        }
         let metadata_digest = metadata_digest(&header.metadata);
-        Ok(Self { path: label.to_owned(), file: source, file_len: len, header, metadata_digest })
+        Ok(Self { path, parts, header, tensors, metadata_digest, manifest: None })
+    }
+
+    /// Uses `manifest` for the leaves of tensors a slice does not load
+    /// (instead of a manifest file next to the model).
+    pub fn set_manifest(&mut self, manifest: ModelManifest) {
+        self.manifest = Some(manifest);
+    }
+
+    /// Number of files.
+    pub fn files(&self) -> usize {
+        self.parts.len()
     }
 
     /// Digest of every metadata key and value as parsed (see [`metadata_digest`]):
@@ -287,22 +374,23 @@ impl GgufFile {
         }
     }
 
-    /// Names of all tensors, in file (offset) order.
+    /// Names of all tensors in model order: file by file, by offset within one.
     pub fn tensor_names(&self) -> Vec<String> {
-        let mut names: Vec<(&String, u64)> = self.header.tensors.iter().map(|(n, i)| (n, i.offset)).collect();
-        names.sort_by_key(|(_, off)| *off);
+        let mut names: Vec<(&String, (usize, u64))> =
+            self.tensors.iter().map(|(n, (part, i))| (n, (*part, i.offset))).collect();
+        names.sort_by_key(|(_, at)| *at);
         names.into_iter().map(|(n, _)| n.clone()).collect()
     }
 
     /// Bytes tensor `name` occupies in the file (what a forward reads of it).
     pub fn tensor_bytes(&self, name: &str) -> Option<u64> {
-        let info = self.header.tensors.get(name)?;
+        let (_, info) = self.tensors.get(name)?;
         info.dtype.bytes_for(info.elems()).map(|b| b as u64)
     }
 
     /// Whether a tensor exists.
     pub fn has_tensor(&self, name: &str) -> bool {
-        self.header.tensors.contains_key(name)
+        self.tensors.contains_key(name)
     }
 
     /// Reads `name` once, hashes its bytes, and builds the tensor from them.
@@ -312,37 +400,153 @@ impl GgufFile {
         Ok((tensor, raw.record))
     }
 
-    /// Reads `name` once and hashes its bytes, returning them undecoded.
-    pub fn load_raw(&mut self, name: &str) -> Result<RawTensor> {
-        let info =
-            self.header.tensors.get(name).ok_or_else(|| ModelError::Malformed(format!("tensor {name} is missing")))?;
-        let dtype = info.dtype;
-        if !SUPPORTED_TYPES.contains(&dtype) {
-            return Err(ModelError::Unsupported(format!("tensor {name} has quant type {}", dtype.name())));
-        }
-        let dims = info.dims.clone();
+    /// Where `name`'s bytes are: its part, start and length, bounds checked.
+    fn locate(&self, name: &str) -> Result<(usize, u64, usize)> {
+        let (part, info) =
+            self.tensors.get(name).ok_or_else(|| ModelError::Malformed(format!("tensor {name} is missing")))?;
         let elems = info.elems();
-        let Some(size) = dtype.bytes_for(elems) else {
+        if info.dtype.block().is_none() {
+            // Its size is unknown too, so it cannot even be hashed.
+            return Err(ModelError::Unsupported(format!("tensor {name} has quant type {}", info.dtype.name())));
+        }
+        let Some(size) = info.dtype.bytes_for(elems) else {
             return Err(ModelError::Malformed(format!(
                 "tensor {name}: {elems} elements not a multiple of the block size"
             )));
         };
-        let start = self
-            .header
+        let p = &self.parts[*part];
+        let start = p
             .data_offset
             .checked_add(info.offset)
             .ok_or_else(|| ModelError::Malformed(format!("tensor {name}: offset overflows")))?;
-        if start.saturating_add(size as u64) > self.file_len {
+        if start.saturating_add(size as u64) > p.len {
             return Err(ModelError::Malformed(format!(
-                "tensor {name} needs {size} bytes at offset {start}; the file has {} (truncated?)",
-                self.file_len
+                "tensor {name} needs {size} bytes at offset {start} of {}; the file has {} (truncated?)",
+                p.label.display(),
+                p.len
             )));
         }
-        let mut raw = vec![0u8; size];
-        self.file.seek(SeekFrom::Start(start))?;
-        self.file.read_exact(&mut raw)?;
-        let digest: [u8; 32] = Sha256::digest(&raw).into();
-        let record = TensorRecord { name: name.to_owned(), dtype: dtype.name(), shape: dims.clone(), sha256: digest };
-        Ok(RawTensor { bytes: raw, dtype, dims, record })
+        Ok((*part, start, size))
     }
+
+    /// The record a header gives for `name`, with a zero digest.
+    fn header_record(&self, name: &str) -> TensorRecord {
+        let (_, info) = &self.tensors[name];
+        TensorRecord { name: name.to_owned(), dtype: info.dtype.name(), shape: info.dims.clone(), sha256: [0; 32] }
+    }
+
+    /// Reads `name` once and hashes its bytes, returning them undecoded.
+    pub fn load_raw(&mut self, name: &str) -> Result<RawTensor> {
+        let (part, start, size) = self.locate(name)?;
+        let dtype = self.tensors[name].1.dtype;
+        if !SUPPORTED_TYPES.contains(&dtype) {
+            return Err(ModelError::Unsupported(format!("tensor {name} has quant type {}", dtype.name())));
+        }
+        let mut record = self.header_record(name);
+        let mut raw = vec![0u8; size];
+        let file = &mut self.parts[part].file;
+        file.seek(SeekFrom::Start(start))?;
+        file.read_exact(&mut raw)?;
+        record.sha256 = Sha256::digest(&raw).into();
+        Ok(RawTensor { bytes: raw, dtype, dims: record.shape.clone(), record })
+    }
+
+    /// Reads `name` in pieces and hashes it, keeping none of its bytes.
+    fn hash_tensor(&mut self, name: &str) -> Result<TensorRecord> {
+        const CHUNK: usize = 4 << 20;
+        let (part, start, size) = self.locate(name)?;
+        let mut record = self.header_record(name);
+        let file = &mut self.parts[part].file;
+        file.seek(SeekFrom::Start(start))?;
+        let mut h = Sha256::new();
+        let mut buf = vec![0u8; CHUNK.min(size)];
+        let mut left = size;
+        while left > 0 {
+            let n = left.min(CHUNK);
+            file.read_exact(&mut buf[..n])?;
+            h.update(&buf[..n]);
+            left -= n;
+        }
+        record.sha256 = h.finalize().into();
+        Ok(record)
+    }
+
+    /// Hashes every tensor (reading each once, keeping none): the model's
+    /// manifest, as `veil-shard manifest` writes it.
+    pub fn model_manifest(&mut self) -> Result<ModelManifest> {
+        let tensors = self.tensor_names().iter().map(|n| self.hash_tensor(n)).collect::<Result<Vec<_>>>()?;
+        Ok(ModelManifest { version: manifest::FILE_VERSION, metadata: self.metadata_digest, tensors })
+    }
+
+    /// Proves the records a slice `loaded` part of this model: their leaves
+    /// with the other tensors' from the manifest file when there is one, or
+    /// else from hashing the other tensors here (reading them once, keeping
+    /// none). The root is the model's, whichever way.
+    pub fn prove(&mut self, loaded: Vec<TensorRecord>) -> Result<Manifest> {
+        let names = self.tensor_names();
+        let mine: HashMap<&str, &TensorRecord> = loaded.iter().map(|t| (t.name.as_str(), t)).collect();
+        let metadata = self.metadata_digest;
+        if names.iter().all(|n| mine.contains_key(n.as_str())) {
+            let model: Vec<TensorRecord> = names.iter().map(|n| mine[n.as_str()].clone()).collect();
+            return Manifest::prove(metadata, loaded, &model, None, Proof::Whole);
+        }
+        if let Some(file) = self.manifest.take() {
+            let model: Vec<TensorRecord> = names.iter().map(|n| self.header_record(n)).collect();
+            let proved = Manifest::prove(metadata, loaded, &model, Some(&file), Proof::File);
+            self.manifest = Some(file);
+            return proved;
+        }
+        let mut model = Vec::with_capacity(names.len());
+        let mut hashed = 0u64;
+        for n in &names {
+            match mine.get(n.as_str()) {
+                Some(t) => model.push((*t).clone()),
+                None => {
+                    model.push(self.hash_tensor(n)?);
+                    hashed += self.tensor_bytes(n).unwrap_or(0);
+                }
+            }
+        }
+        tracing::warn!(
+            hashed_bytes = hashed,
+            manifest = %manifest_path(&self.path).display(),
+            "no model manifest file: hashed the tensors of the other stages to prove the model root \
+             (`veil-shard manifest` writes the file; with it a stage reads only its own tensors)"
+        );
+        Manifest::prove(metadata, loaded, &model, None, Proof::Rehashed)
+    }
+}
+
+/// Where the manifest file of the model at `path` is looked for: the model's
+/// name without `.gguf` (and without `-00001-of-0000N` for a split model),
+/// plus `.veil-manifest.json`.
+pub fn manifest_path(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let stem = name.strip_suffix(".gguf").unwrap_or(&name);
+    let stem = split::prefix_of(stem).unwrap_or(stem);
+    path.with_file_name(format!("{stem}.veil-manifest.json"))
+}
+
+fn open_file(path: &Path) -> Result<(PathBuf, Box<dyn Source>, u64)> {
+    // The path in the error: "No such file or directory" alone names nothing.
+    let named = |e: std::io::Error| ModelError::Io(std::io::Error::new(e.kind(), format!("{}: {e}", path.display())));
+    let file = File::open(path).map_err(named)?;
+    let len = file.metadata().map_err(named)?.len();
+    Ok((path.to_owned(), Box::new(file), len))
+}
+
+/// Parses a part's header, read once from its start; the magic is judged
+/// from the parser's error rather than by reading those bytes twice.
+fn read_header(part: &mut Part) -> Result<Header> {
+    let (label, len) = (&part.label, part.len);
+    Header::read(&mut part.file, len).map_err(|e| match e {
+        HeaderError::Io(e) => ModelError::Io(e),
+        HeaderError::Magic(_) => {
+            ModelError::Malformed(format!("{} is not a GGUF file (bad magic): {e}", label.display()))
+        }
+        HeaderError::Truncated(_) if len < 8 => {
+            ModelError::Malformed(format!("{} is not a GGUF file (bad magic): {e}", label.display()))
+        }
+        e => ModelError::Malformed(format!("{}: {e}", label.display())),
+    })
 }

@@ -106,3 +106,46 @@ pub fn write(w: &mut impl Write, metadata: &[(String, Value)], tensors: &[OutTen
     }
     Ok(())
 }
+
+/// Writes a model split into `files` GGUF files as llama.cpp's `gguf-split`
+/// lays them out: `PREFIX-00001-of-0000N.gguf` …, tensors in order, cut
+/// where the bytes so far pass each file's even share; the first file holds
+/// `metadata`, every file `split.no` (0-based) and `split.count`, the first
+/// also `split.tensors.count`. `first` names the first file; returns every path.
+pub fn write_split(
+    first: &std::path::Path,
+    metadata: &[(String, Value)],
+    tensors: &[OutTensor],
+    files: usize,
+) -> std::io::Result<Vec<std::path::PathBuf>> {
+    let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
+    if files == 0 || files > tensors.len() || files > super::split::MAX_FILES {
+        return Err(invalid(format!("cannot split {} tensors into {files} files", tensors.len())));
+    }
+    let names = super::split::names(first, files).map_err(|e| invalid(e.to_string()))?;
+    let total: usize = tensors.iter().map(|t| t.bytes.len()).sum();
+    let mut groups: Vec<&[OutTensor]> = Vec::with_capacity(files);
+    let (mut start, mut acc) = (0, 0usize);
+    for (i, t) in tensors.iter().enumerate() {
+        acc += t.bytes.len();
+        let left_files = files - groups.len() - 1;
+        let must_cut = tensors.len() - i - 1 == left_files;
+        if left_files > 0 && (acc * files >= total * (groups.len() + 1) || must_cut) {
+            groups.push(&tensors[start..=i]);
+            start = i + 1;
+        }
+    }
+    groups.push(&tensors[start..]);
+    for (i, (path, group)) in names.iter().zip(&groups).enumerate() {
+        let mut meta: Vec<(String, Value)> = if i == 0 { metadata.to_vec() } else { Vec::new() };
+        meta.push(("split.no".into(), Value::U16(i as u16)));
+        meta.push(("split.count".into(), Value::U16(files as u16)));
+        if i == 0 {
+            meta.push(("split.tensors.count".into(), Value::I32(tensors.len() as i32)));
+        }
+        let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
+        write(&mut f, &meta, group)?;
+        f.flush()?;
+    }
+    Ok(names)
+}
