@@ -12,6 +12,7 @@ use veil_attestation::{LayerRange, Nonce};
 mod device_bench;
 mod device_check;
 mod generate;
+mod memory;
 mod plan;
 mod serve;
 mod tokenize;
@@ -120,6 +121,10 @@ enum Command {
     /// Print the ids this shard's tokenizer gives a text (no BOS), as llama.cpp's
     /// `llama-tokenize` would; a vocabulary-only GGUF will do.
     Tokenize(tokenize::TokenizeArgs),
+    /// Load one stage as `serve` would and report its peak RSS against the
+    /// stated bound (1.25 × its weight bytes + its largest tensor + 64 MiB over
+    /// the process before loading); exit 1 when over it.
+    StageMemory(memory::StageMemoryArgs),
     /// Print the digest a shard's SEV-SNP HOST_DATA must hold for `serve --bind-config`:
     /// the route (paths left out) and its peer policy. Give it to the VMM at launch
     /// (QEMU `-object sev-snp-guest,host-data=BASE64`) and pin it in clients' policies.
@@ -427,6 +432,11 @@ fn run() -> anyhow::Result<()> {
         },
         Command::Serve(args) => serve(args).map_err(|e| anyhow::Error::new(CannotStart(e)))?,
         Command::Tokenize(args) => tokenize::tokenize(&args)?,
+        Command::StageMemory(args) => {
+            if !memory::stage_memory(&args)? {
+                std::process::exit(1);
+            }
+        }
         Command::Canary { model, out } => {
             let (m, tok) = crate::generate::LocalModel::load(&model, &[])?;
             let name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
