@@ -26,8 +26,8 @@ fn fixture_prompts() -> Vec<Vec<u32>> {
 fn three_and_five_shard_clusters_equal_one_process() {
     let Some(path) = model_path() else { return };
     let (model, tok) = LocalModel::load(&path, &[]).unwrap();
-    let mut requests: Vec<GenerateWire> = fixture_prompts().iter().map(|p| greedy(p, 48)).collect();
-    let mut sampled = greedy(&fixture_prompts()[2], 48);
+    let mut requests: Vec<GenerateWire> = fixture_prompts().iter().map(|p| greedy(p, 32)).collect();
+    let mut sampled = greedy(&fixture_prompts()[2], 32);
     (
         sampled.sampling.temperature,
         sampled.sampling.top_p,
