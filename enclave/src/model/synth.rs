@@ -12,7 +12,7 @@ use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 
 use super::error::{ModelError, Result};
-use super::gguf::write::{write, OutTensor};
+use super::gguf::write::{write_streamed, Entry};
 use super::gguf::{GgufFile, TensorType};
 use super::kernels::mxfp4;
 
@@ -428,7 +428,7 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
     if opts.rope_freqs {
         let factors = llama31_rope_factors(hd, s.rope_theta, 16.0);
         let bytes = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
-        w.out.push(OutTensor { name: "rope_freqs.weight".into(), dims: vec![hd / 2], dtype: f32s, bytes });
+        w.push("rope_freqs.weight", &[hd / 2], f32s, Fill::Bytes(bytes))?;
     }
     let arch = s.family.name();
     let u32_of = |v: usize| Value::U32(u32::try_from(v).unwrap_or(u32::MAX));
@@ -461,12 +461,13 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
         meta.push((format!("{arch}.rope.scaling.factor"), Value::F32(32.0)));
         meta.push((format!("{arch}.rope.scaling.original_context_length"), u32_of(4096)));
     }
+    let entries: Vec<Entry> = w.out.iter().map(|r| r.entry.clone()).collect();
     if opts.files > 1 {
-        super::gguf::write::write_split(path, &meta, &w.out, opts.files)?;
+        super::gguf::write::write_split(path, &meta, &entries, &mut w.bodies(), opts.files)?;
         return Ok(());
     }
     let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
-    write(&mut file, &meta, &w.out)?;
+    write_streamed(&mut file, &meta, &entries, &mut w.bodies())?;
     std::io::Write::flush(&mut file)?;
     Ok(())
 }
@@ -494,34 +495,115 @@ pub fn llama31_rope_factors(head_dim: usize, base: f32, orig_ctx: f32) -> Vec<f3
 }
 
 /// The tensors of a model being written, and the seed of their values.
+/// How a tensor's values are made.
+enum Fill {
+    /// Uniform in `±scale / (2·sqrt(cols))`, stored as the entry's type.
+    Random { scale: f32 },
+    /// f32 uniform in `±width / 2`.
+    Uniform { width: f32 },
+    /// f32 ones.
+    Ones,
+    /// These bytes.
+    Bytes(Vec<u8>),
+}
+
+/// A tensor to be made when written: its entry, its fill, and the LCG state
+/// its values start from (so tensors can be made in any order, in parallel,
+/// and the file is the same).
+struct Recipe {
+    entry: Entry,
+    fill: Fill,
+    seed: u64,
+}
+
+impl Recipe {
+    fn bytes(&self) -> Result<Vec<u8>> {
+        let (dims, elems) = (&self.entry.dims, self.entry.dims.iter().product::<usize>());
+        let mut seed = self.seed;
+        match &self.fill {
+            Fill::Random { scale } => {
+                let cols = *dims.last().unwrap_or(&1);
+                encode(uniform(elems, scale / (cols as f32).sqrt(), &mut seed), dims, self.entry.dtype)
+            }
+            Fill::Uniform { width } => {
+                encode(uniform(elems, *width, &mut seed), dims, TensorType::Ggml(GgmlDType::F32))
+            }
+            Fill::Ones => Ok(1f32.to_le_bytes().repeat(elems)),
+            Fill::Bytes(b) => Ok(b.clone()),
+        }
+    }
+}
+
+/// The LCG of [`uniform`] advanced `n` steps, in O(log n).
+fn lcg_jump(seed: u64, mut n: u64) -> u64 {
+    let (mut a, mut c) = (6_364_136_223_846_793_005u64, 1_442_695_040_888_963_407u64);
+    let (mut acc_a, mut acc_c) = (1u64, 0u64);
+    while n > 0 {
+        if n & 1 == 1 {
+            acc_a = acc_a.wrapping_mul(a);
+            acc_c = acc_c.wrapping_mul(a).wrapping_add(c);
+        }
+        c = a.wrapping_add(1).wrapping_mul(c);
+        a = a.wrapping_mul(a);
+        n >>= 1;
+    }
+    acc_a.wrapping_mul(seed).wrapping_add(acc_c)
+}
+
 struct Tensors {
-    out: Vec<OutTensor>,
+    out: Vec<Recipe>,
     seed: u64,
 }
 
 impl Tensors {
+    fn push(&mut self, name: &str, dims: &[usize], dtype: TensorType, fill: Fill) -> Result<()> {
+        let elems: usize = dims.iter().product();
+        let len = match &fill {
+            Fill::Bytes(b) => b.len(),
+            _ => dtype.bytes_for(elems).ok_or_else(|| {
+                ModelError::Invalid(format!("{name}: {elems} values do not fill {} blocks", dtype.name()))
+            })?,
+        };
+        let seed = self.seed;
+        if matches!(fill, Fill::Random { .. } | Fill::Uniform { .. }) {
+            self.seed = lcg_jump(self.seed, elems as u64);
+        }
+        self.out.push(Recipe { entry: Entry { name: name.into(), dims: dims.to_vec(), dtype, len }, fill, seed });
+        Ok(())
+    }
+
     /// Values uniform in `±scale / (2·sqrt(cols))`: a trained model's scale,
     /// so activations stay finite through every layer.
     fn random(&mut self, name: &str, dims: &[usize], scale: f32, dtype: TensorType) -> Result<()> {
-        let cols = *dims.last().unwrap_or(&1);
-        let values = uniform(dims.iter().product(), scale / (cols as f32).sqrt(), &mut self.seed);
-        let bytes = encode(values, dims, dtype)?;
-        self.out.push(OutTensor { name: name.into(), dims: dims.to_vec(), dtype, bytes });
-        Ok(())
+        self.push(name, dims, dtype, Fill::Random { scale })
     }
 
     /// f32 values uniform in `±width / 2` (biases, sinks).
     fn uniform(&mut self, name: &str, dims: &[usize], width: f32) -> Result<()> {
-        let values = uniform(dims.iter().product(), width, &mut self.seed);
-        let dtype = TensorType::Ggml(GgmlDType::F32);
-        self.out.push(OutTensor { name: name.into(), dims: dims.to_vec(), dtype, bytes: encode(values, dims, dtype)? });
-        Ok(())
+        self.push(name, dims, TensorType::Ggml(GgmlDType::F32), Fill::Uniform { width })
     }
 
     /// f32 ones (norm weights).
     fn ones(&mut self, name: &str, n: usize) {
-        let dtype = TensorType::Ggml(GgmlDType::F32);
-        self.out.push(OutTensor { name: name.into(), dims: vec![n], dtype, bytes: 1f32.to_le_bytes().repeat(n) });
+        let f32s = TensorType::Ggml(GgmlDType::F32);
+        self.push(name, &[n], f32s, Fill::Ones).expect("f32 has no blocks to fill");
+    }
+
+    /// The tensors' bytes in order, made a few at a time on every core
+    /// (memory: one batch of tensors, not the model).
+    fn bodies(&self) -> impl Iterator<Item = std::io::Result<Vec<u8>>> + '_ {
+        let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
+        self.out.chunks(workers).flat_map(|batch| {
+            std::thread::scope(|s| {
+                let made: Vec<_> = batch.iter().map(|r| s.spawn(move || r.bytes())).collect();
+                made.into_iter()
+                    .map(|h| match h.join() {
+                        Ok(r) => r.map_err(|e| std::io::Error::other(e.to_string())),
+                        Err(_) => Err(std::io::Error::other("making a tensor panicked")),
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
     }
 }
 

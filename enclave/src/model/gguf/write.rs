@@ -75,12 +75,30 @@ fn pad(n: usize) -> usize {
     n.next_multiple_of(32) - n
 }
 
-/// Writes `metadata` (in the order given) and `tensors` to `w`.
-pub fn write(w: &mut impl Write, metadata: &[(String, Value)], tensors: &[OutTensor]) -> std::io::Result<()> {
+/// A tensor's entry in the table: what it is and how many bytes it stores.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// Name in the tensor table.
+    pub name: String,
+    /// Dimensions, outermost first.
+    pub dims: Vec<usize>,
+    /// Storage type.
+    pub dtype: TensorType,
+    /// Bytes stored.
+    pub len: usize,
+}
+
+impl From<&OutTensor> for Entry {
+    fn from(t: &OutTensor) -> Self {
+        Self { name: t.name.clone(), dims: t.dims.clone(), dtype: t.dtype, len: t.bytes.len() }
+    }
+}
+
+fn header(metadata: &[(String, Value)], entries: &[Entry]) -> std::io::Result<Vec<u8>> {
     let mut head = Vec::new();
     head.extend_from_slice(&0x4655_4747u32.to_le_bytes());
     head.extend_from_slice(&2u32.to_le_bytes());
-    head.extend_from_slice(&(tensors.len() as u64).to_le_bytes());
+    head.extend_from_slice(&(entries.len() as u64).to_le_bytes());
     head.extend_from_slice(&(metadata.len() as u64).to_le_bytes());
     for (k, v) in metadata {
         string(&mut head, k)?;
@@ -88,7 +106,7 @@ pub fn write(w: &mut impl Write, metadata: &[(String, Value)], tensors: &[OutTen
         value(&mut head, v)?;
     }
     let mut offset = 0usize;
-    for t in tensors {
+    for t in entries {
         string(&mut head, &t.name)?;
         head.extend_from_slice(&(t.dims.len() as u32).to_le_bytes());
         for &d in t.dims.iter().rev() {
@@ -96,15 +114,45 @@ pub fn write(w: &mut impl Write, metadata: &[(String, Value)], tensors: &[OutTen
         }
         head.extend_from_slice(&t.dtype.id().to_le_bytes());
         head.extend_from_slice(&(offset as u64).to_le_bytes());
-        offset += t.bytes.len() + pad(t.bytes.len());
+        offset += t.len + pad(t.len);
     }
     head.resize(head.len() + pad(head.len()), 0);
-    w.write_all(&head)?;
-    for t in tensors {
-        w.write_all(&t.bytes)?;
-        w.write_all(&vec![0u8; pad(t.bytes.len())])?;
+    Ok(head)
+}
+
+/// Bodies of tensors, in table order, produced as they are written (so a
+/// file larger than memory can be written).
+pub type Bodies<'a> = dyn Iterator<Item = std::io::Result<Vec<u8>>> + 'a;
+
+/// Writes `metadata` (in the order given) and the tensors of `entries`,
+/// taking each one's bytes from `bodies` in turn.
+pub fn write_streamed(
+    w: &mut impl Write,
+    metadata: &[(String, Value)],
+    entries: &[Entry],
+    bodies: &mut Bodies<'_>,
+) -> std::io::Result<()> {
+    w.write_all(&header(metadata, entries)?)?;
+    for t in entries {
+        let bytes = bodies.next().ok_or_else(|| std::io::Error::other(format!("no bytes for tensor {}", t.name)))??;
+        if bytes.len() != t.len {
+            return Err(std::io::Error::other(format!(
+                "tensor {}: {} bytes where its entry says {}",
+                t.name,
+                bytes.len(),
+                t.len
+            )));
+        }
+        w.write_all(&bytes)?;
+        w.write_all(&vec![0u8; pad(bytes.len())])?;
     }
     Ok(())
+}
+
+/// Writes `metadata` (in the order given) and `tensors` to `w`.
+pub fn write(w: &mut impl Write, metadata: &[(String, Value)], tensors: &[OutTensor]) -> std::io::Result<()> {
+    let entries: Vec<Entry> = tensors.iter().map(Entry::from).collect();
+    write_streamed(w, metadata, &entries, &mut tensors.iter().map(|t| Ok(t.bytes.clone())))
 }
 
 /// Writes a model split into `files` GGUF files as llama.cpp's `gguf-split`
@@ -115,36 +163,37 @@ pub fn write(w: &mut impl Write, metadata: &[(String, Value)], tensors: &[OutTen
 pub fn write_split(
     first: &std::path::Path,
     metadata: &[(String, Value)],
-    tensors: &[OutTensor],
+    entries: &[Entry],
+    bodies: &mut Bodies<'_>,
     files: usize,
 ) -> std::io::Result<Vec<std::path::PathBuf>> {
     let invalid = |m: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, m);
-    if files == 0 || files > tensors.len() || files > super::split::MAX_FILES {
-        return Err(invalid(format!("cannot split {} tensors into {files} files", tensors.len())));
+    if files == 0 || files > entries.len() || files > super::split::MAX_FILES {
+        return Err(invalid(format!("cannot split {} tensors into {files} files", entries.len())));
     }
     let names = super::split::names(first, files).map_err(|e| invalid(e.to_string()))?;
-    let total: usize = tensors.iter().map(|t| t.bytes.len()).sum();
-    let mut groups: Vec<&[OutTensor]> = Vec::with_capacity(files);
+    let total: usize = entries.iter().map(|t| t.len).sum();
+    let mut groups: Vec<&[Entry]> = Vec::with_capacity(files);
     let (mut start, mut acc) = (0, 0usize);
-    for (i, t) in tensors.iter().enumerate() {
-        acc += t.bytes.len();
+    for (i, t) in entries.iter().enumerate() {
+        acc += t.len;
         let left_files = files - groups.len() - 1;
-        let must_cut = tensors.len() - i - 1 == left_files;
+        let must_cut = entries.len() - i - 1 == left_files;
         if left_files > 0 && (acc * files >= total * (groups.len() + 1) || must_cut) {
-            groups.push(&tensors[start..=i]);
+            groups.push(&entries[start..=i]);
             start = i + 1;
         }
     }
-    groups.push(&tensors[start..]);
+    groups.push(&entries[start..]);
     for (i, (path, group)) in names.iter().zip(&groups).enumerate() {
         let mut meta: Vec<(String, Value)> = if i == 0 { metadata.to_vec() } else { Vec::new() };
         meta.push(("split.no".into(), Value::U16(i as u16)));
         meta.push(("split.count".into(), Value::U16(files as u16)));
         if i == 0 {
-            meta.push(("split.tensors.count".into(), Value::I32(tensors.len() as i32)));
+            meta.push(("split.tensors.count".into(), Value::I32(entries.len() as i32)));
         }
         let mut f = std::io::BufWriter::new(std::fs::File::create(path)?);
-        write(&mut f, &meta, group)?;
+        write_streamed(&mut f, &meta, group, bodies)?;
         f.flush()?;
     }
     Ok(names)
