@@ -15,7 +15,7 @@
 
 use std::path::PathBuf;
 
-use crate::model::plan::Weights;
+use crate::model::plan::{layer_of, Weights};
 use crate::model::{Config, GgufFile, LayerSlice};
 
 /// The constant of the bound.
@@ -60,8 +60,8 @@ pub(super) fn stage_memory(args: &StageMemoryArgs) -> anyhow::Result<bool> {
     let mut gguf = GgufFile::open(&args.model)?;
     let n = Config::from_gguf(&gguf)?.n_layer;
     let w = Weights::from_gguf(&gguf)?;
-    let in_range = |name: &str| match name.strip_prefix("blk.") {
-        Some(rest) => rest.split('.').next().and_then(|i| i.parse::<usize>().ok()).is_some_and(|i| range.contains(&i)),
+    let in_range = |name: &str| match layer_of(name) {
+        Some(i) => range.contains(&i),
         None => (name == "token_embd.weight" && range.start == 0) || range.end == n,
     };
     let largest = gguf.tensor_names().iter().filter(|t| in_range(t)).filter_map(|t| gguf.tensor_bytes(t)).max();
@@ -71,18 +71,18 @@ pub(super) fn stage_memory(args: &StageMemoryArgs) -> anyhow::Result<bool> {
     let rss_before = status_bytes("VmRSS:")?;
     let bound = rss_before + weight_bytes * 5 / 4 + largest.unwrap_or(0) + CONSTANT_BYTES;
     let slice = LayerSlice::from_gguf(&mut gguf, range.clone())?;
+    let (rss_loaded, peak_rss) = (status_bytes("VmRSS:")?, status_bytes("VmHWM:")?);
     let report = Report {
         layers: [range.start, range.end],
         weight_bytes,
         largest_tensor_bytes: largest.unwrap_or(0),
         rss_before,
-        rss_loaded: status_bytes("VmRSS:")?,
-        peak_rss: status_bytes("VmHWM:")?,
+        rss_loaded,
+        peak_rss,
         bound,
-        within: false,
+        within: peak_rss <= bound,
         manifest_proof: format!("{:?}", slice.manifest().proof),
     };
-    let report = Report { within: report.peak_rss <= bound, ..report };
     let mib = |b: u64| b as f64 / (1 << 20) as f64;
     if args.json {
         println!("{}", serde_json::to_string(&report)?);

@@ -35,6 +35,11 @@ pub struct StagePlan {
     pub kv_bytes_per_1000: u64,
 }
 
+/// The layer a `blk.N.…` tensor belongs to.
+pub fn layer_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
 impl Weights {
     /// From a GGUF's tensor table (the header only).
     pub fn from_gguf(g: &GgufFile) -> Result<Self> {
@@ -43,11 +48,8 @@ impl Weights {
         let (mut first, mut last) = (0u64, 0u64);
         for name in g.tensor_names() {
             let bytes = g.tensor_bytes(&name).unwrap_or(0);
-            if let Some(rest) = name.strip_prefix("blk.") {
-                let i: usize = rest
-                    .split('.')
-                    .next()
-                    .and_then(|n| n.parse().ok())
+            if name.starts_with("blk.") {
+                let i = layer_of(&name)
                     .filter(|&i| i < c.n_layer)
                     .ok_or_else(|| ModelError::Malformed(format!("tensor {name} names no layer of the model")))?;
                 layers[i] += bytes;

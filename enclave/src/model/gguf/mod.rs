@@ -490,11 +490,9 @@ impl GgufFile {
             let model: Vec<TensorRecord> = names.iter().map(|n| mine[n.as_str()].clone()).collect();
             return Manifest::prove(metadata, loaded, &model, None, Proof::Whole);
         }
-        if let Some(file) = self.manifest.take() {
+        if let Some(file) = &self.manifest {
             let model: Vec<TensorRecord> = names.iter().map(|n| self.header_record(n)).collect();
-            let proved = Manifest::prove(metadata, loaded, &model, Some(&file), Proof::File);
-            self.manifest = Some(file);
-            return proved;
+            return Manifest::prove(metadata, loaded, &model, Some(file), Proof::File);
         }
         let mut model = Vec::with_capacity(names.len());
         let mut hashed = 0u64;
