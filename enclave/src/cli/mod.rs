@@ -80,7 +80,7 @@ enum Command {
     /// Write a Llama-family GGUF of a real shape with random weights (for speed
     /// measurements where no large weights can be downloaded).
     SynthModel {
-        /// `llama3-8b`, `qwen3-30b-a3b`, `qwen3-235b-a22b`, `gpt-oss-20b`, `gpt-oss-120b`,
+        /// `llama3-8b`, `llama3.2-1b`, `qwen3-30b-a3b`, `qwen3-235b-a22b`, `gpt-oss-20b`, `gpt-oss-120b`,
         /// `gemma3-1b`, or the tiny `smoke`, `qwen3moe-smoke`, `mixtral-smoke`, `gpt-oss-smoke`,
         /// `gemma3-smoke` (for tests and tooling).
         #[arg(long, default_value = "llama3-8b")]

@@ -31,6 +31,7 @@ use super::config::Config;
 use super::device::ComputeDevice;
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
+use super::kernels::kquant::KQuantMatrix;
 use super::kernels::Q80Matrix;
 use super::kv_cache::SessionKv;
 use super::layers::{attend, RmsNorm, Rope};
@@ -38,10 +39,11 @@ use super::manifest::Manifest;
 use super::rows::{hidden_outputs, logit_outputs, wanted_rows, BatchItem, Logits, Rows, SliceOutput};
 use super::weight::{digest_f32s, Loader, Weight};
 
-/// The token embedding: Veil's Q8_0 rows, or a candle tensor.
+/// The token embedding: Veil's Q8_0 or K-quant rows, or a candle tensor.
 #[derive(Debug)]
 enum Embedding {
     Q80(Arc<Q80Matrix>),
+    KQuant(Arc<KQuantMatrix>),
     Candle(Arc<QTensor>),
 }
 
@@ -132,6 +134,7 @@ impl LayerSlice {
                 },
                 // A whole-model slice shares the one copy it already loaded.
                 (Some(Embedding::Q80(m)), false) => Weight::Q80(m.clone()),
+                (Some(Embedding::KQuant(m)), false) => Weight::KQuant(m.clone()),
                 (Some(Embedding::Candle(t)), false) => {
                     Weight::Candle { matmul: QMatMul::from_arc(t.clone())?, rows: config.vocab_size, cols: d }
                 }
@@ -212,6 +215,10 @@ impl LayerSlice {
                 h.update([1]);
                 m.digest_into(&mut h);
             }
+            Some(Embedding::KQuant(m)) => {
+                h.update([3]);
+                m.digest_into(&mut h);
+            }
             Some(Embedding::Candle(t)) => {
                 h.update([2]);
                 h.update(&*t.data()?);
@@ -256,6 +263,13 @@ impl LayerSlice {
         let d = self.config.n_embd;
         let mut data = match emb {
             Embedding::Q80(m) => {
+                let mut data = vec![0f32; ids.len() * d];
+                for (&id, out) in ids.iter().zip(data.chunks_exact_mut(d)) {
+                    m.row_into(id as usize, out);
+                }
+                data
+            }
+            Embedding::KQuant(m) => {
                 let mut data = vec![0f32; ids.len() * d];
                 for (&id, out) in ids.iter().zip(data.chunks_exact_mut(d)) {
                     m.row_into(id as usize, out);
@@ -465,6 +479,10 @@ fn load_embedding(l: &mut Loader<'_>, config: &Config) -> Result<Embedding> {
         let m = Q80Matrix::from_gguf_bytes(&raw.bytes, config.vocab_size, config.n_embd)
             .map_err(|e| ModelError::Malformed(format!("token_embd.weight: {e}")))?;
         return Ok(Embedding::Q80(Arc::new(m)));
+    }
+    if let Some(m) = KQuantMatrix::from_gguf_bytes(raw.ggml()?, &raw.bytes, config.vocab_size, config.n_embd) {
+        let m = m.map_err(|e| ModelError::Malformed(format!("token_embd.weight: {e}")))?;
+        return Ok(Embedding::KQuant(Arc::new(m)));
     }
     let t = ggml_file::qtensor_from_ggml(raw.ggml()?, &raw.bytes, raw.dims, &Device::Cpu)?;
     Ok(Embedding::Candle(Arc::new(t)))

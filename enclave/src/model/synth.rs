@@ -89,6 +89,22 @@ impl Shape {
         rope_theta: 500_000.0,
         window: 0,
     };
+    /// Llama-3.2-1B: 16 × 2048, FFN 8192, 32/8 heads of 64, 128256 tokens.
+    pub const LLAMA32_1B: Self = Self {
+        family: Family::Llama,
+        n_layer: 16,
+        n_embd: 2048,
+        n_ff: 8192,
+        n_head: 32,
+        n_head_kv: 8,
+        head_dim: 64,
+        n_expert: 0,
+        n_used: 0,
+        vocab: 128_256,
+        context: 8192,
+        rope_theta: 500_000.0,
+        window: 0,
+    };
     /// Qwen3-30B-A3B: 48 × 2048, 32/4 heads of 128, 128 experts of 768, 8 used.
     pub const QWEN3_30B_A3B: Self = Self {
         family: Family::Qwen3Moe,
@@ -239,8 +255,9 @@ impl Shape {
     };
 
     /// The shapes by name.
-    pub const NAMED: [(&'static str, Self); 11] = [
+    pub const NAMED: [(&'static str, Self); 12] = [
         ("llama3-8b", Self::LLAMA3_8B),
+        ("llama3.2-1b", Self::LLAMA32_1B),
         ("qwen3-30b-a3b", Self::QWEN3_30B_A3B),
         ("qwen3-235b-a22b", Self::QWEN3_235B_A22B),
         ("gpt-oss-20b", Self::GPT_OSS_20B),

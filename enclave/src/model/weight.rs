@@ -10,6 +10,7 @@ use candle_core::{DType, Device, Module, Tensor};
 
 use super::error::{ModelError, Result};
 use super::gguf::{GgufFile, RawTensor, TensorType};
+use super::kernels::kquant::KQuantMatrix;
 use super::kernels::mxfp4::Mxfp4Matrix;
 use super::kernels::{KernelError, Q41Matrix, Q80Matrix};
 use super::manifest::TensorRecord;
@@ -40,7 +41,7 @@ impl Loader<'_> {
     }
 
     /// A weight matrix on Veil's kernels where it has one (Q4_1, Q8_0,
-    /// MXFP4), otherwise on candle's quantized matmul.
+    /// Q4_K, Q5_K, Q6_K, MXFP4), otherwise on candle's quantized matmul.
     pub(crate) fn weight(&mut self, name: &str) -> Result<Weight> {
         let raw = self.raw(name)?;
         self.weight_from(name, raw)
@@ -73,6 +74,9 @@ impl Loader<'_> {
             }
             _ => raw.ggml()?,
         };
+        if let Some(k) = KQuantMatrix::from_gguf_bytes(dtype, &raw.bytes, rows, cols) {
+            return Ok(Weight::KQuant(Arc::new(k.map_err(bad)?)));
+        }
         Ok(match dtype {
             GgmlDType::Q4_1 => Weight::Q41(Q41Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?),
             GgmlDType::Q8_0 => Weight::Q80(Arc::new(Q80Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?)),
@@ -140,6 +144,7 @@ pub(crate) enum Weight {
     Q41(Q41Matrix),
     Q80(Arc<Q80Matrix>),
     Mxfp4(Arc<Mxfp4Matrix>),
+    KQuant(Arc<KQuantMatrix>),
     F32 { data: Arc<Vec<f32>>, rows: usize, cols: usize },
     Candle { matmul: QMatMul, rows: usize, cols: usize },
 }
@@ -160,6 +165,7 @@ impl Weight {
             Self::Q41(m) => m.digest_into(h),
             Self::Q80(m) => m.digest_into(h),
             Self::Mxfp4(m) => m.digest_into(h),
+            Self::KQuant(m) => m.digest_into(h),
             Self::F32 { data, .. } => digest_f32s(h, data),
             Self::Candle { matmul: QMatMul::QTensor(t), .. } => h.update(&*t.data()?),
             Self::Candle { matmul: QMatMul::Tensor(t) | QMatMul::TensorF16(t), .. } => {
@@ -174,6 +180,7 @@ impl Weight {
             Self::Q41(m) => m.rows(),
             Self::Q80(m) => m.rows(),
             Self::Mxfp4(m) => m.rows(),
+            Self::KQuant(m) => m.rows(),
             Self::F32 { rows, .. } | Self::Candle { rows, .. } => *rows,
         }
     }
@@ -183,6 +190,7 @@ impl Weight {
             Self::Q41(m) => m.cols(),
             Self::Q80(m) => m.cols(),
             Self::Mxfp4(m) => m.cols(),
+            Self::KQuant(m) => m.cols(),
             Self::F32 { cols, .. } | Self::Candle { cols, .. } => *cols,
         }
     }
@@ -193,6 +201,7 @@ impl Weight {
             Self::Q41(w) => w.matmul(x, m),
             Self::Q80(w) => w.matmul(x, m),
             Self::Mxfp4(w) => w.matmul(x, m),
+            Self::KQuant(w) => w.matmul(x, m),
             Self::F32 { data, rows, cols } => {
                 let mut out = vec![0f32; m * rows];
                 for (xr, or) in x.chunks_exact(*cols).zip(out.chunks_exact_mut(*rows)) {

@@ -64,12 +64,14 @@ fn f16_at(b: &[u8], at: usize) -> f32 {
 #[non_exhaustive]
 pub enum KernelError {
     /// The row length is zero or not a whole number of blocks.
-    #[error("{format} row length {cols} is not a positive multiple of {BLOCK}")]
+    #[error("{format} row length {cols} is not a positive multiple of {block}")]
     RowLength {
-        /// The quant format (`Q4_1`, `Q8_0`).
+        /// The quant format (`Q4_1`, `Q8_0`, `Q4_K`, …).
         format: &'static str,
         /// The row length given.
         cols: usize,
+        /// The format's block length.
+        block: usize,
     },
     /// `rows × cols` does not fit in memory's address space.
     #[error("{format} tensor size overflows")]
@@ -103,7 +105,7 @@ fn check_shape(
     format: &'static str,
 ) -> Result<usize, KernelError> {
     if cols == 0 || !cols.is_multiple_of(BLOCK) {
-        return Err(KernelError::RowLength { format, cols });
+        return Err(KernelError::RowLength { format, cols, block: BLOCK });
     }
     let n_blocks = rows.checked_mul(cols / BLOCK).ok_or(KernelError::SizeOverflow { format })?;
     if raw.len() != n_blocks * block_bytes {
@@ -688,6 +690,7 @@ unsafe fn q80_dot4_vnni(w: &[BlockQ80], x: [&[BlockQ80]; 4]) -> [f32; 4] {
     [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
 }
 
+pub mod kquant;
 mod kv;
 pub mod mxfp4;
 pub use kv::{axpy_f16, dot_f16};

@@ -1,0 +1,505 @@
+//! K-quants (ggml Q4_K, Q5_K, Q6_K; the bulk of a `Q4_K_M` file) against
+//! activations quantized to Q8_K, as llama.cpp pairs them.
+//!
+//! Formats (256 weights a block, in the file's little-endian layout):
+//! - Q4_K, 144 bytes: `d: f16, dmin: f16, scales: [u8; 12], qs: [u8; 128]`;
+//!   eight sub-blocks of 32 with a 6-bit scale and a 6-bit min each (packed
+//!   in `scales`), `w = d·sc·q − dmin·m`, `q` a nibble of `qs`.
+//! - Q5_K, 176 bytes: Q4_K's fields plus `qh: [u8; 32]` (before `qs`), the
+//!   fifth bit of each value.
+//! - Q6_K, 210 bytes: `ql: [u8; 128], qh: [u8; 64], scales: [i8; 16], d: f16`;
+//!   sixteen sub-blocks of 16, `w = d·sc·(q − 32)` with `q` six bits.
+//!
+//! Dequantization follows ggml's `dequantize_row_q*_K` operation by
+//! operation (tested bit for bit against candle's port of it). The dot
+//! kernels compute, per block, eight i32 lanes exactly (lane `k` holds the
+//! values at bytes `4k..4k + 4` of each 32-value vector, scaled by their
+//! sub-block's scale: the lanes of llama.cpp's AVX2 `maddubs`/`madd`), turn
+//! them to f32 and accumulate `acc += (d·x.d)·lanes` (and for Q4_K/Q5_K
+//! `acc −= (dmin·x.d)·min lanes`) with a separate multiply and add, then
+//! sum the eight lanes in [`super::hsum`]'s order. The scalar kernel does
+//! exactly that arithmetic, so it equals the AVX2 kernel bit for bit
+//! (tested), and every output row is one such sequence whatever the batch.
+//!
+//! In memory a block keeps its values as stored but its f16 scales as f32
+//! and its packed 6-bit scales and mins as bytes: 152 (Q4_K), 184 (Q5_K)
+//! and 212 (Q6_K) bytes a block, 1–6% more than the file.
+
+use rayon::prelude::*;
+
+use super::{f16_at, par_matmul, Dots, KernelError};
+
+/// Weights per K-quant block (ggml's `QK_K`).
+pub const QK_K: usize = 256;
+/// Bytes of one Q4_K block in a GGUF.
+pub const Q4_K_BLOCK_BYTES: usize = 144;
+/// Bytes of one Q5_K block in a GGUF.
+pub const Q5_K_BLOCK_BYTES: usize = 176;
+/// Bytes of one Q6_K block in a GGUF.
+pub const Q6_K_BLOCK_BYTES: usize = 210;
+
+/// One block of 256 activations quantized as llama.cpp's
+/// `quantize_row_q8_K` does, with the sums of each 16 values.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct BlockQ8K {
+    d: f32,
+    qs: [i8; QK_K],
+    bsums: [i16; 16],
+}
+
+/// Quantizes one row to Q8_K: the scale from the value of largest
+/// magnitude (its sign kept, `−127 / max`), each value rounded to nearest
+/// with ties to even (ggml's `nearest_int`), capped at 127.
+pub(crate) fn quantize_row_q8_k(row: &[f32]) -> impl Iterator<Item = BlockQ8K> + '_ {
+    row.chunks_exact(QK_K).map(|x| {
+        let (mut max, mut amax) = (0f32, 0f32);
+        for &v in x {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        let mut b = BlockQ8K { d: 0.0, qs: [0; QK_K], bsums: [0; 16] };
+        if amax == 0.0 {
+            return b;
+        }
+        let iscale = -127.0 / max;
+        for (q, &v) in b.qs.iter_mut().zip(x) {
+            *q = ((iscale * v).round_ties_even() as i32).min(127) as i8;
+        }
+        for (s, group) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
+            *s = group.iter().map(|&q| i16::from(q)).sum();
+        }
+        b.d = 1.0 / iscale;
+        b
+    })
+}
+
+/// Scale and min `j` (0..8) of a Q4_K/Q5_K block's 12 packed bytes
+/// (ggml's `get_scale_min_k4`).
+fn scale_min(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        ((q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4), (q[j + 4] >> 4) | ((q[j] >> 6) << 4))
+    }
+}
+
+fn unpack_scales(packed: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let (mut sc, mut m) = ([0u8; 8], [0u8; 8]);
+    for j in 0..8 {
+        (sc[j], m[j]) = scale_min(j, packed);
+    }
+    (sc, m)
+}
+
+/// A Q4_K block in memory.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct BlockQ4K {
+    d: f32,
+    dmin: f32,
+    sc: [u8; 8],
+    m: [u8; 8],
+    qs: [u8; 128],
+}
+
+/// A Q5_K block in memory.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct BlockQ5K {
+    d: f32,
+    dmin: f32,
+    sc: [u8; 8],
+    m: [u8; 8],
+    qh: [u8; 32],
+    qs: [u8; 128],
+}
+
+/// A Q6_K block in memory.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct BlockQ6K {
+    d: f32,
+    sc: [i8; 16],
+    ql: [u8; 128],
+    qh: [u8; 64],
+}
+
+/// What the three formats share: decoding, the values as unsigned
+/// integers with their per-16 scales (the lanes' inputs), and the bytes
+/// the resident digest covers.
+pub(crate) trait KBlock: Copy + Send + Sync + Sized + 'static {
+    const NAME: &'static str;
+    const FILE_BYTES: usize;
+    fn decode(b: &[u8]) -> Self;
+    /// The 256 values, unsigned (Q6_K's before its −32), in weight order.
+    fn values(&self) -> [u8; QK_K];
+    /// The scale of each 16 values.
+    fn scales16(&self) -> [i32; 16];
+    /// Appends the resident fields to `out`.
+    fn bytes_into(&self, out: &mut Vec<u8>);
+    /// Dequantized, as ggml's `dequantize_row_*` computes each value.
+    fn dequantize(&self) -> [f32; QK_K];
+}
+
+impl KBlock for BlockQ4K {
+    const NAME: &'static str = "Q4_K";
+    const FILE_BYTES: usize = Q4_K_BLOCK_BYTES;
+    fn decode(b: &[u8]) -> Self {
+        let (sc, m) = unpack_scales(&b[4..16]);
+        let mut qs = [0u8; 128];
+        qs.copy_from_slice(&b[16..144]);
+        Self { d: f16_at(b, 0), dmin: f16_at(b, 2), sc, m, qs }
+    }
+    fn values(&self) -> [u8; QK_K] {
+        let mut v = [0u8; QK_K];
+        for c in 0..4 {
+            for l in 0..32 {
+                let q = self.qs[32 * c + l];
+                v[64 * c + l] = q & 0x0F;
+                v[64 * c + 32 + l] = q >> 4;
+            }
+        }
+        v
+    }
+    fn scales16(&self) -> [i32; 16] {
+        std::array::from_fn(|i| i32::from(self.sc[i / 2]))
+    }
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.dmin.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.sc);
+        out.extend_from_slice(&self.m);
+        out.extend_from_slice(&self.qs);
+    }
+    fn dequantize(&self) -> [f32; QK_K] {
+        let v = self.values();
+        std::array::from_fn(|i| {
+            let j = i / 32;
+            let (d1, m1) = (self.d * f32::from(self.sc[j]), self.dmin * f32::from(self.m[j]));
+            d1 * f32::from(v[i]) - m1
+        })
+    }
+}
+
+impl KBlock for BlockQ5K {
+    const NAME: &'static str = "Q5_K";
+    const FILE_BYTES: usize = Q5_K_BLOCK_BYTES;
+    fn decode(b: &[u8]) -> Self {
+        let (sc, m) = unpack_scales(&b[4..16]);
+        let (mut qh, mut qs) = ([0u8; 32], [0u8; 128]);
+        qh.copy_from_slice(&b[16..48]);
+        qs.copy_from_slice(&b[48..176]);
+        Self { d: f16_at(b, 0), dmin: f16_at(b, 2), sc, m, qh, qs }
+    }
+    fn values(&self) -> [u8; QK_K] {
+        let mut v = [0u8; QK_K];
+        for c in 0..4 {
+            for l in 0..32 {
+                let (q, h) = (self.qs[32 * c + l], self.qh[l] >> (2 * c));
+                v[64 * c + l] = (q & 0x0F) | ((h & 1) << 4);
+                v[64 * c + 32 + l] = (q >> 4) | (((h >> 1) & 1) << 4);
+            }
+        }
+        v
+    }
+    fn scales16(&self) -> [i32; 16] {
+        std::array::from_fn(|i| i32::from(self.sc[i / 2]))
+    }
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.dmin.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.sc);
+        out.extend_from_slice(&self.m);
+        out.extend_from_slice(&self.qh);
+        out.extend_from_slice(&self.qs);
+    }
+    fn dequantize(&self) -> [f32; QK_K] {
+        let v = self.values();
+        std::array::from_fn(|i| {
+            let j = i / 32;
+            let (d1, m1) = (self.d * f32::from(self.sc[j]), self.dmin * f32::from(self.m[j]));
+            // ggml adds the fifth bit as a float (16 or 0) to the nibble: the same value.
+            d1 * f32::from(v[i]) - m1
+        })
+    }
+}
+
+impl KBlock for BlockQ6K {
+    const NAME: &'static str = "Q6_K";
+    const FILE_BYTES: usize = Q6_K_BLOCK_BYTES;
+    fn decode(b: &[u8]) -> Self {
+        let (mut ql, mut qh, mut sc) = ([0u8; 128], [0u8; 64], [0i8; 16]);
+        ql.copy_from_slice(&b[..128]);
+        qh.copy_from_slice(&b[128..192]);
+        for (s, &byte) in sc.iter_mut().zip(&b[192..208]) {
+            *s = byte as i8;
+        }
+        Self { d: f16_at(b, 208), sc, ql, qh }
+    }
+    fn values(&self) -> [u8; QK_K] {
+        let mut v = [0u8; QK_K];
+        for n in 0..2 {
+            let (ql, qh) = (&self.ql[64 * n..], &self.qh[32 * n..]);
+            for l in 0..32 {
+                let at = 128 * n + l;
+                v[at] = (ql[l] & 0x0F) | ((qh[l] & 3) << 4);
+                v[at + 32] = (ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4);
+                v[at + 64] = (ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4);
+                v[at + 96] = (ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4);
+            }
+        }
+        v
+    }
+    fn scales16(&self) -> [i32; 16] {
+        self.sc.map(i32::from)
+    }
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_bits().to_le_bytes());
+        out.extend(self.sc.iter().map(|s| s.to_le_bytes()[0]));
+        out.extend_from_slice(&self.ql);
+        out.extend_from_slice(&self.qh);
+    }
+    fn dequantize(&self) -> [f32; QK_K] {
+        let v = self.values();
+        // ggml: `d * sc[is] * q`, left to right.
+        std::array::from_fn(|i| self.d * f32::from(self.sc[i / 16]) * (i32::from(v[i]) - 32) as f32)
+    }
+}
+
+/// Lanes `k` (0..8) of one weight block against one activation block:
+/// the scaled value products at bytes `4k..4k + 4` of each 32-value
+/// vector, and (Q4_K/Q5_K) the mins against the activation sums, or
+/// (Q6_K) the sums already taken off for the −32.
+fn lanes_scalar<B: Finish>(b: &B, a: &BlockQ8K) -> ([i32; 8], [i32; 8]) {
+    let (v, s) = (b.values(), b.scales16());
+    let mut sumi = [0i32; 8];
+    for (i, (&w, &x)) in v.iter().zip(&a.qs).enumerate() {
+        sumi[(i % 32) / 4] += s[i / 16] * i32::from(w) * i32::from(x);
+    }
+    (sumi, bias_lanes(b, a, &s))
+}
+
+/// The lanes a block subtracts: Q4_K/Q5_K `m[k]·(bsums[2k] + bsums[2k+1])`
+/// (scaled by `dmin`); Q6_K `32·(sc[2k]·bsums[2k] + sc[2k+1]·bsums[2k+1])`
+/// (scaled by `d`, taken off `sumi` by the caller's [`Finish`]).
+fn bias_lanes<B: Finish>(b: &B, a: &BlockQ8K, s: &[i32; 16]) -> [i32; 8] {
+    let bs = |j: usize| i32::from(a.bsums[j]);
+    if let Some(m) = b.mins() {
+        std::array::from_fn(|k| i32::from(m[k]) * bs(2 * k) + i32::from(m[k]) * bs(2 * k + 1))
+    } else {
+        std::array::from_fn(|k| 32 * (s[2 * k] * bs(2 * k) + s[2 * k + 1] * bs(2 * k + 1)))
+    }
+}
+
+/// The float side of a block, shared by the scalar and SIMD kernels.
+trait Finish: KBlock {
+    /// Q4_K/Q5_K's mins (Q6_K: none).
+    fn mins(&self) -> Option<&[u8; 8]>;
+    /// `(d·x.d, dmin·x.d)`.
+    fn scales(&self, a: &BlockQ8K) -> (f32, f32);
+}
+
+impl Finish for BlockQ4K {
+    fn mins(&self) -> Option<&[u8; 8]> {
+        Some(&self.m)
+    }
+    fn scales(&self, a: &BlockQ8K) -> (f32, f32) {
+        (self.d * a.d, self.dmin * a.d)
+    }
+}
+impl Finish for BlockQ5K {
+    fn mins(&self) -> Option<&[u8; 8]> {
+        Some(&self.m)
+    }
+    fn scales(&self, a: &BlockQ8K) -> (f32, f32) {
+        (self.d * a.d, self.dmin * a.d)
+    }
+}
+impl Finish for BlockQ6K {
+    fn mins(&self) -> Option<&[u8; 8]> {
+        None
+    }
+    fn scales(&self, a: &BlockQ8K) -> (f32, f32) {
+        (self.d * a.d, 0.0)
+    }
+}
+
+/// [`super::hsum`]'s order: `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))`.
+fn hsum8(a: [f32; 8]) -> f32 {
+    let s = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
+    (s[0] + s[2]) + (s[1] + s[3])
+}
+
+fn dot_scalar<B: Finish>(w: &[B], x: &[BlockQ8K]) -> f32 {
+    let mut acc = [0f32; 8];
+    for (b, a) in w.iter().zip(x) {
+        let (sumi, bias) = lanes_scalar(b, a);
+        let (d, dm) = b.scales(a);
+        for k in 0..8 {
+            if b.mins().is_some() {
+                acc[k] = acc[k] + d * sumi[k] as f32;
+                acc[k] = acc[k] - dm * bias[k] as f32;
+            } else {
+                acc[k] = acc[k] + d * (sumi[k] - bias[k]) as f32;
+            }
+        }
+    }
+    hsum8(acc)
+}
+
+/// A K-quant weight matrix of `rows × cols`.
+#[derive(Debug)]
+struct KMatrix<B> {
+    rows: usize,
+    cols: usize,
+    blocks: Vec<B>,
+}
+
+/// A Q4_K, Q5_K or Q6_K matrix (a `Q4_K_M` file holds all three).
+#[derive(Debug)]
+pub struct KQuantMatrix(Blocks);
+
+#[derive(Debug)]
+enum Blocks {
+    Q4K(KMatrix<BlockQ4K>),
+    Q5K(KMatrix<BlockQ5K>),
+    Q6K(KMatrix<BlockQ6K>),
+}
+
+impl<B: Finish> KMatrix<B> {
+    fn from_gguf_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        if cols == 0 || !cols.is_multiple_of(QK_K) {
+            return Err(KernelError::RowLength { format: B::NAME, cols, block: QK_K });
+        }
+        let n = rows.checked_mul(cols / QK_K).ok_or(KernelError::SizeOverflow { format: B::NAME })?;
+        let expected = n.checked_mul(B::FILE_BYTES).ok_or(KernelError::SizeOverflow { format: B::NAME })?;
+        if raw.len() != expected {
+            return Err(KernelError::ByteCount { format: B::NAME, actual: raw.len(), expected });
+        }
+        let blocks = raw.par_chunks_exact(B::FILE_BYTES).map(B::decode).collect();
+        Ok(Self { rows, cols, blocks })
+    }
+
+    fn matmul(&self, x: &[f32], m: usize, dots: Dots<B, BlockQ8K>) -> Vec<f32> {
+        assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
+        let xq: Vec<BlockQ8K> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_k).collect();
+        par_matmul(&self.blocks, self.rows, self.cols / QK_K, &xq, m, dots)
+    }
+
+    fn digest_into(&self, h: &mut sha2::Sha256) {
+        use sha2::Digest as _;
+        let mut buf = Vec::with_capacity(std::mem::size_of::<B>() * 1024);
+        for chunk in self.blocks.chunks(1024) {
+            buf.clear();
+            chunk.iter().for_each(|b| b.bytes_into(&mut buf));
+            h.update(&buf);
+        }
+    }
+
+    fn row_into(&self, r: usize, out: &mut [f32]) {
+        let per = self.cols / QK_K;
+        for (b, o) in self.blocks[r * per..(r + 1) * per].iter().zip(out.chunks_exact_mut(QK_K)) {
+            o.copy_from_slice(&b.dequantize());
+        }
+    }
+}
+
+macro_rules! each {
+    ($self:expr, $m:ident => $e:expr) => {
+        match &$self.0 {
+            Blocks::Q4K($m) => $e,
+            Blocks::Q5K($m) => $e,
+            Blocks::Q6K($m) => $e,
+        }
+    };
+}
+
+impl KQuantMatrix {
+    /// Decodes raw GGUF bytes of a `rows × cols` tensor of `dtype`; `None`
+    /// when `dtype` is not a K-quant these kernels run.
+    pub fn from_gguf_bytes(
+        dtype: candle_core::quantized::GgmlDType,
+        raw: &[u8],
+        rows: usize,
+        cols: usize,
+    ) -> Option<Result<Self, KernelError>> {
+        use candle_core::quantized::GgmlDType as T;
+        Some(match dtype {
+            T::Q4K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q4K),
+            T::Q5K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q5K),
+            T::Q6K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q6K),
+            _ => return None,
+        }
+        .map(Self))
+    }
+
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        each!(self, m => m.rows)
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        each!(self, m => m.cols)
+    }
+
+    /// Bytes the blocks take in memory.
+    pub fn resident_bytes(&self) -> usize {
+        fn bytes<B>(m: &KMatrix<B>) -> usize {
+            m.blocks.len() * std::mem::size_of::<B>()
+        }
+        each!(self, m => bytes(m))
+    }
+
+    /// `x (m × cols) · selfᵀ → (m × rows)`, row-major; activations
+    /// quantized to Q8_K.
+    pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
+        match &self.0 {
+            Blocks::Q4K(w) => w.matmul(x, m, dots()),
+            Blocks::Q5K(w) => w.matmul(x, m, dots()),
+            Blocks::Q6K(w) => w.matmul(x, m, dots()),
+        }
+    }
+
+    /// Row `r` dequantized into `out` (an embedding lookup).
+    pub fn row_into(&self, r: usize, out: &mut [f32]) {
+        each!(self, m => m.row_into(r, out))
+    }
+
+    /// Feeds the resident weights — exactly what the kernels read — to `h`.
+    pub(crate) fn digest_into(&self, h: &mut sha2::Sha256) {
+        each!(self, m => m.digest_into(h))
+    }
+}
+
+/// The kernels of a format: AVX2 where the CPU has it (also under
+/// `VEIL_KERNELS=avx512-vnni`: these have no VNNI form), else scalar.
+fn dots<B: Simd>() -> Dots<B, BlockQ8K> {
+    #[cfg(target_arch = "x86_64")]
+    if super::kernel_name() != "scalar" {
+        return Dots {
+            // SAFETY (both): "avx2" and "avx512-vnni" are chosen only after
+            // run-time detection of AVX2 and FMA.
+            one: |w, x| unsafe { dot_avx2(w, x) },
+            four: |w, x| unsafe { dot4_avx2(w, x) },
+        };
+    }
+    Dots { one: dot_scalar, four: |w, x| x.map(|x| dot_scalar(w, x)) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+trait Simd: Finish {}
+#[cfg(not(target_arch = "x86_64"))]
+impl<B: Finish> Simd for B {}
+
+#[cfg(target_arch = "x86_64")]
+use simd::{dot4_avx2, dot_avx2, Simd};
+
+#[cfg(target_arch = "x86_64")]
+mod simd;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,150 @@
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+
+use super::*;
+
+/// Raw GGUF bytes of `rows × cols` values quantized by candle (a port of
+/// ggml's quantizers), with the values they came from.
+fn sample(dtype: GgmlDType, rows: usize, cols: usize, seed: u64) -> (Vec<u8>, Vec<f32>) {
+    let mut s = seed;
+    // Rows of different magnitudes and a few large values, so scales and mins vary.
+    let mut x = crate::model::synth::uniform(rows * cols, 2.0, &mut s);
+    for (i, v) in x.iter_mut().enumerate() {
+        *v *= 1.0 + (i / cols) as f32 * 0.37;
+        if i % 97 == 0 {
+            *v *= 6.0;
+        }
+    }
+    let t = QTensor::quantize(&Tensor::from_vec(x.clone(), (rows, cols), &Device::Cpu).unwrap(), dtype).unwrap();
+    (t.data().unwrap().into_owned(), x)
+}
+
+fn candle_dequantized(dtype: GgmlDType, raw: &[u8], rows: usize, cols: usize) -> Vec<f32> {
+    let t = candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, raw, vec![rows, cols], &Device::Cpu).unwrap();
+    t.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+}
+
+const FORMATS: [GgmlDType; 3] = [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K];
+
+#[test]
+fn dequantization_equals_ggmls_bit_for_bit() {
+    let (rows, cols) = (6, 512);
+    for dtype in FORMATS {
+        let (raw, _) = sample(dtype, rows, cols, 3);
+        let m = KQuantMatrix::from_gguf_bytes(dtype, &raw, rows, cols).unwrap().unwrap();
+        let want = candle_dequantized(dtype, &raw, rows, cols);
+        let mut row = vec![0f32; cols];
+        for r in 0..rows {
+            m.row_into(r, &mut row);
+            let same = row.iter().zip(&want[r * cols..]).all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(same, "{dtype:?} row {r} differs from ggml's dequantization");
+        }
+    }
+}
+
+#[test]
+fn activations_round_half_to_even_as_ggmls_nearest_int() {
+    // max = −1.0 → iscale 127: 0.5/127 rounds to 0, 1.5/127 to 2, 2.5/127 to 2.
+    let mut x = vec![0f32; QK_K];
+    x[0] = -1.0;
+    x[1] = 0.5 / 127.0;
+    x[2] = 1.5 / 127.0;
+    x[3] = 2.5 / 127.0;
+    let b = quantize_row_q8_k(&x).next().unwrap();
+    assert_eq!(&b.qs[..4], &[-127, 0, 2, 2]);
+    assert_eq!(b.d, 1.0 / 127.0, "the largest magnitude maps to −127, so d = −max / 127");
+    assert_eq!(b.bsums[0], -123);
+    let zero = quantize_row_q8_k(&[0f32; QK_K]).next().unwrap();
+    assert!(zero.d == 0.0 && zero.qs.iter().all(|&q| q == 0) && zero.bsums.iter().all(|&s| s == 0));
+}
+
+/// The AVX2 kernels (where this CPU has them) equal the scalar ones bit
+/// for bit, one row or four at a time; both approximate the dot of the
+/// dequantized weights with the activations.
+#[test]
+fn simd_equals_scalar_bit_for_bit_and_approximates_the_dequantized_product() {
+    let (rows, cols) = (21, 768);
+    for dtype in FORMATS {
+        let (raw, _) = sample(dtype, rows, cols, 9);
+        let m = KQuantMatrix::from_gguf_bytes(dtype, &raw, rows, cols).unwrap().unwrap();
+        let dq = candle_dequantized(dtype, &raw, rows, cols);
+        let mut seed = 17u64;
+        for n in [1usize, 3, 4, 9, 40] {
+            let x = crate::model::synth::uniform(n * cols, 3.0, &mut seed);
+            let out = m.matmul(&x, n);
+            let xq: Vec<BlockQ8K> = x.chunks_exact(cols).flat_map(quantize_row_q8_k).collect();
+            let per = cols / QK_K;
+            for i in 0..n {
+                let xr = &xq[i * per..(i + 1) * per];
+                for j in 0..rows {
+                    let scalar = match &m.0 {
+                        Blocks::Q4K(w) => dot_scalar(&w.blocks[j * per..(j + 1) * per], xr),
+                        Blocks::Q5K(w) => dot_scalar(&w.blocks[j * per..(j + 1) * per], xr),
+                        Blocks::Q6K(w) => dot_scalar(&w.blocks[j * per..(j + 1) * per], xr),
+                    };
+                    let got = out[i * rows + j];
+                    assert_eq!(got.to_bits(), scalar.to_bits(), "{dtype:?} ({i},{j}) {got} vs scalar {scalar}");
+                    let exact: f32 = (0..cols).map(|k| x[i * cols + k] * dq[j * cols + k]).sum();
+                    let scale: f32 = (0..cols).map(|k| (x[i * cols + k] * dq[j * cols + k]).abs()).sum();
+                    assert!((got - exact).abs() <= 0.02 * scale, "{dtype:?} ({i},{j}) {got} vs {exact}");
+                }
+            }
+        }
+    }
+}
+
+/// Against candle's K-quant dot (llama.cpp's arithmetic in another lane
+/// order): the same products to float rounding.
+#[test]
+fn the_product_agrees_with_candles_k_quant_matmul() {
+    use candle_core::Module as _;
+    let (rows, cols, n) = (33, 512, 5);
+    for dtype in FORMATS {
+        let (raw, _) = sample(dtype, rows, cols, 21);
+        let m = KQuantMatrix::from_gguf_bytes(dtype, &raw, rows, cols).unwrap().unwrap();
+        let t = candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, &raw, vec![rows, cols], &Device::Cpu)
+            .unwrap();
+        let mm = candle_core::quantized::QMatMul::from_qtensor(t).unwrap();
+        let mut seed = 4u64;
+        let x = crate::model::synth::uniform(n * cols, 2.0, &mut seed);
+        let theirs: Vec<f32> = mm
+            .forward(&Tensor::from_slice(&x, (n, cols), &Device::Cpu).unwrap())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        for (k, (a, b)) in m.matmul(&x, n).iter().zip(&theirs).enumerate() {
+            assert!((a - b).abs() <= 2e-3 * b.abs().max(1.0), "{dtype:?} output {k}: {a} vs candle {b}");
+        }
+    }
+}
+
+#[test]
+fn malformed_tensors_are_refused_with_the_format_named() {
+    let e = KQuantMatrix::from_gguf_bytes(GgmlDType::Q4K, &[0u8; 144], 1, 128).unwrap().unwrap_err();
+    assert_eq!(e.to_string(), "Q4_K row length 128 is not a positive multiple of 256");
+    let e = KQuantMatrix::from_gguf_bytes(GgmlDType::Q6K, &[0u8; 209], 1, 256).unwrap().unwrap_err();
+    assert_eq!(e.to_string(), "Q6_K tensor has 209 bytes, expected 210");
+    assert!(KQuantMatrix::from_gguf_bytes(GgmlDType::Q5K, &[0u8; 176], usize::MAX, 512).unwrap().is_err());
+    assert!(KQuantMatrix::from_gguf_bytes(GgmlDType::Q8_0, &[0u8; 34], 1, 32).is_none());
+}
+
+#[test]
+fn the_resident_digest_covers_every_block() {
+    use sha2::Digest as _;
+    let (raw, _) = sample(GgmlDType::Q5K, 2, 256, 5);
+    let digest = |raw: &[u8]| {
+        let m = KQuantMatrix::from_gguf_bytes(GgmlDType::Q5K, raw, 2, 256).unwrap().unwrap();
+        assert_eq!(m.resident_bytes(), 2 * std::mem::size_of::<BlockQ5K>());
+        let mut h = sha2::Sha256::new();
+        m.digest_into(&mut h);
+        h.finalize()
+    };
+    let base = digest(&raw);
+    for at in [0, 5, 20, 100, 175 + 176] {
+        let mut changed = raw.clone();
+        changed[at] ^= 0x10;
+        assert_ne!(digest(&changed), base, "byte {at}");
+    }
+}
