@@ -9,18 +9,23 @@ use super::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, Finish};
 
 /// The vector side of a format.
 pub(crate) trait Simd: Finish {
-    /// The 256 unsigned values as eight vectors of 32 in weight order, and
-    /// each vector's scales as i16 (low half: its first 16 values, high
-    /// half: the other 16).
+    /// Values `32j..32j + 32` as unsigned bytes, and their scales as i16
+    /// (low half: the first 16 values', high half: the other 16's).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, and `j < 8`.
+    unsafe fn vector(&self, j: usize) -> (__m256i, __m256i);
+    /// The weight side of [`super::bias_lanes`]: each mins byte twice
+    /// (Q4_K/Q5_K), or the sixteen scales (Q6_K), as i16.
     ///
     /// # Safety
     /// The CPU must have AVX2.
-    unsafe fn unpack(&self) -> ([__m256i; 8], [__m256i; 8]);
-    /// [`super::bias_lanes`] from the activation block's sums.
+    unsafe fn bias_weights(&self) -> __m256i;
+    /// [`super::bias_lanes`] from the activation sums and [`Simd::bias_weights`].
     ///
     /// # Safety
     /// The CPU must have AVX2.
-    unsafe fn bias(&self, a: &BlockQ8K) -> __m256i;
+    unsafe fn bias(bsums: __m256i, weights: __m256i) -> __m256i;
 }
 
 /// Each 16-bit lane `2k, 2k + 1` of the result holds byte `k` of `m` (k < 8).
@@ -38,109 +43,91 @@ unsafe fn bsums(a: &BlockQ8K) -> __m256i {
     _mm256_loadu_si256(a.bsums.as_ptr().cast())
 }
 
-/// Q4_K/Q5_K: one scale for each vector of 32.
+/// Nibble `j % 2` (low, then high) of the 32 bytes at `qs[32·(j / 2)..]`.
+#[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn scales32(sc: &[u8; 8]) -> [__m256i; 8] {
-    sc.map(|s| _mm256_set1_epi16(i16::from(s)))
+unsafe fn nibbles(qs: &[u8; 128], j: usize) -> __m256i {
+    // SAFETY: `j < 8`, so `qs[32·(j / 2)..][..32]` is in bounds (128 bytes).
+    let q = _mm256_loadu_si256(qs.as_ptr().add(32 * (j / 2)).cast());
+    _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(4 * (j % 2) as i32)), _mm256_set1_epi8(0x0F))
 }
 
 impl Simd for BlockQ4K {
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn unpack(&self) -> ([__m256i; 8], [__m256i; 8]) {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let mut v = [_mm256_setzero_si256(); 8];
-        for c in 0..4 {
-            // SAFETY: `qs[32c..32c + 32]` is in bounds (c < 4, 128 bytes).
-            let q = _mm256_loadu_si256(self.qs.as_ptr().add(32 * c).cast());
-            v[2 * c] = _mm256_and_si256(q, m4);
-            v[2 * c + 1] = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
-        }
-        (v, scales32(&self.sc))
+    unsafe fn vector(&self, j: usize) -> (__m256i, __m256i) {
+        (nibbles(&self.qs, j), _mm256_set1_epi16(i16::from(self.sc[j])))
     }
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn bias(&self, a: &BlockQ8K) -> __m256i {
-        _mm256_madd_epi16(bsums(a), mins_pairs(&self.m))
+    unsafe fn bias_weights(&self) -> __m256i {
+        mins_pairs(&self.m)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn bias(bsums: __m256i, weights: __m256i) -> __m256i {
+        _mm256_madd_epi16(bsums, weights)
     }
 }
 
 impl Simd for BlockQ5K {
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn unpack(&self) -> ([__m256i; 8], [__m256i; 8]) {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let one = _mm256_set1_epi8(1);
+    unsafe fn vector(&self, j: usize) -> (__m256i, __m256i) {
         // SAFETY: `qh` is 32 bytes; the load reads exactly them.
         let h = _mm256_loadu_si256(self.qh.as_ptr().cast());
-        let mut v = [_mm256_setzero_si256(); 8];
-        for c in 0..4 {
-            // SAFETY: `qs[32c..32c + 32]` is in bounds (c < 4, 128 bytes).
-            let q = _mm256_loadu_si256(self.qs.as_ptr().add(32 * c).cast());
-            // Bit 2c (and 2c + 1) of each qh byte, moved to bit 4 of that byte.
-            let bit = |s: i32| {
-                let b = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(s)), one);
-                _mm256_slli_epi16(b, 4)
-            };
-            v[2 * c] = _mm256_or_si256(_mm256_and_si256(q, m4), bit(2 * c as i32));
-            v[2 * c + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), bit(2 * c as i32 + 1));
-        }
-        (v, scales32(&self.sc))
+        // Bit j of each qh byte, moved to bit 4 of that byte.
+        let bit = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(j as i32)), _mm256_set1_epi8(1));
+        let v = _mm256_or_si256(nibbles(&self.qs, j), _mm256_slli_epi16(bit, 4));
+        (v, _mm256_set1_epi16(i16::from(self.sc[j])))
     }
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn bias(&self, a: &BlockQ8K) -> __m256i {
-        _mm256_madd_epi16(bsums(a), mins_pairs(&self.m))
+    unsafe fn bias_weights(&self) -> __m256i {
+        mins_pairs(&self.m)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn bias(bsums: __m256i, weights: __m256i) -> __m256i {
+        _mm256_madd_epi16(bsums, weights)
     }
 }
 
 impl Simd for BlockQ6K {
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn unpack(&self) -> ([__m256i; 8], [__m256i; 8]) {
-        let m4 = _mm256_set1_epi8(0x0F);
-        let m2 = _mm256_set1_epi8(3);
-        let mut v = [_mm256_setzero_si256(); 8];
-        for n in 0..2 {
-            // SAFETY: `ql[64n..64n + 64]` and `qh[32n..32n + 32]` are in
-            // bounds (n < 2; 128 and 64 bytes).
-            let ql0 = _mm256_loadu_si256(self.ql.as_ptr().add(64 * n).cast());
-            let ql1 = _mm256_loadu_si256(self.ql.as_ptr().add(64 * n + 32).cast());
-            let h = _mm256_loadu_si256(self.qh.as_ptr().add(32 * n).cast());
-            // Two bits of qh moved to bits 4 and 5 of their byte.
-            let high = |s: i32| {
-                let b = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(s)), m2);
-                _mm256_slli_epi16(b, 4)
-            };
-            v[4 * n] = _mm256_or_si256(_mm256_and_si256(ql0, m4), high(0));
-            v[4 * n + 1] = _mm256_or_si256(_mm256_and_si256(ql1, m4), high(2));
-            v[4 * n + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql0, 4), m4), high(4));
-            v[4 * n + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4), high(6));
-        }
-        let s = |j: usize| _mm_set1_epi16(i16::from(self.sc[j]));
-        let scales = std::array::from_fn(|v| _mm256_set_m128i(s(2 * v + 1), s(2 * v)));
-        (v, scales)
+    unsafe fn vector(&self, j: usize) -> (__m256i, __m256i) {
+        // Values 128n + 32t: nibble t / 2 of ql[64n + 32·(t % 2)..], bits 2t of qh[32n..].
+        let (n, t) = (j / 4, j % 4);
+        // SAFETY: `j < 8`: `ql[64n + 32(t % 2)..][..32]` and `qh[32n..][..32]`
+        // are in bounds (128 and 64 bytes).
+        let ql = _mm256_loadu_si256(self.ql.as_ptr().add(64 * n + 32 * (t % 2)).cast());
+        let h = _mm256_loadu_si256(self.qh.as_ptr().add(32 * n).cast());
+        let low = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(4 * (t / 2) as i32)), _mm256_set1_epi8(0x0F));
+        let high = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * t as i32)), _mm256_set1_epi8(3));
+        let v = _mm256_or_si256(low, _mm256_slli_epi16(high, 4));
+        let s = |k: usize| _mm_set1_epi16(i16::from(self.sc[k]));
+        (v, _mm256_set_m128i(s(2 * j + 1), s(2 * j)))
     }
+    #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn bias(&self, a: &BlockQ8K) -> __m256i {
+    unsafe fn bias_weights(&self) -> __m256i {
         // SAFETY: `sc` is 16 bytes; the load reads exactly them.
-        let sc = _mm256_cvtepi8_epi16(_mm_loadu_si128(self.sc.as_ptr().cast()));
-        _mm256_slli_epi32(_mm256_madd_epi16(bsums(a), sc), 5)
+        _mm256_cvtepi8_epi16(_mm_loadu_si128(self.sc.as_ptr().cast()))
     }
-}
-
-/// Lanes of one unpacked weight block against one activation block.
-#[target_feature(enable = "avx2,fma")]
-unsafe fn lanes(v: &[__m256i; 8], s: &[__m256i; 8], a: &BlockQ8K) -> __m256i {
-    let mut sumi = _mm256_setzero_si256();
-    for j in 0..8 {
-        // SAFETY: `qs[32j..32j + 32]` is in bounds (j < 8, 256 bytes).
-        let q8 = _mm256_loadu_si256(a.qs.as_ptr().add(32 * j).cast());
-        sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(_mm256_maddubs_epi16(v[j], q8), s[j]));
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn bias(bsums: __m256i, weights: __m256i) -> __m256i {
+        _mm256_slli_epi32(_mm256_madd_epi16(bsums, weights), 5)
     }
-    sumi
 }
 
 /// `acc` after one block: the scalar kernel's float steps, eight lanes at once.
+#[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn step<B: Simd>(b: &B, a: &BlockQ8K, sumi: __m256i, acc: __m256 ) -> __m256 {
+unsafe fn step<B: Simd>(b: &B, a: &BlockQ8K, sumi: __m256i, bias_weights: __m256i, acc: __m256) -> __m256 {
     let (d, dm) = b.scales(a);
-    let bias = b.bias(a);
+    let bias = B::bias(bsums(a), bias_weights);
     if b.mins().is_some() {
         let acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi)));
         _mm256_sub_ps(acc, _mm256_mul_ps(_mm256_set1_ps(dm), _mm256_cvtepi32_ps(bias)))
@@ -150,27 +137,47 @@ unsafe fn step<B: Simd>(b: &B, a: &BlockQ8K, sumi: __m256i, acc: __m256 ) -> __m
     }
 }
 
+/// The products of values `32j..32j + 32` with the activations', scaled: eight i32 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn products(v: __m256i, s: __m256i, a: &BlockQ8K, j: usize) -> __m256i {
+    // SAFETY: `j < 8`, so `qs[32j..32j + 32]` is in bounds (256 bytes).
+    let q8 = _mm256_loadu_si256(a.qs.as_ptr().add(32 * j).cast());
+    _mm256_madd_epi16(_mm256_maddubs_epi16(v, q8), s)
+}
+
 /// The scalar `dot_scalar`, bit for bit.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot_avx2<B: Simd>(w: &[B], x: &[BlockQ8K]) -> f32 {
     let mut acc = _mm256_setzero_ps();
     for (b, a) in w.iter().zip(x) {
-        let (v, s) = b.unpack();
-        acc = step(b, a, lanes(&v, &s, a), acc);
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..8 {
+            let (v, s) = b.vector(j);
+            sumi = _mm256_add_epi32(sumi, products(v, s, a, j));
+        }
+        acc = step(b, a, sumi, b.bias_weights(), acc);
     }
     super::super::hsum(acc)
 }
 
-/// [`dot_avx2`] for four input rows sharing each block's unpacking.
+/// [`dot_avx2`] for four input rows sharing each vector's unpacking.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot4_avx2<B: Simd>(w: &[B], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
     let mut acc = [_mm256_setzero_ps(); 4];
     let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
     for (i, b) in w[..n].iter().enumerate() {
-        let (v, s) = b.unpack();
+        let a = [&x[0][i], &x[1][i], &x[2][i], &x[3][i]];
+        let mut sumi = [_mm256_setzero_si256(); 4];
+        for j in 0..8 {
+            let (v, s) = b.vector(j);
+            for r in 0..4 {
+                sumi[r] = _mm256_add_epi32(sumi[r], products(v, s, a[r], j));
+            }
+        }
+        let bw = b.bias_weights();
         for r in 0..4 {
-            let a = &x[r][i];
-            acc[r] = step(b, a, lanes(&v, &s, a), acc[r]);
+            acc[r] = step(b, a[r], sumi[r], bw, acc[r]);
         }
     }
     acc.map(|a| super::super::hsum(a))
