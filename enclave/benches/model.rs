@@ -63,10 +63,15 @@ fn child_speed(path: &Path) {
     println!("{}", serde_json::Value::Object(out));
 }
 
+fn layer_count(path: &Path) -> usize {
+    let gguf = veil_enclave::model::GgufFile::open(path).unwrap();
+    veil_enclave::model::Config::from_gguf(&gguf).unwrap().n_layer
+}
+
 /// Child: resident memory after loading `layers` (all when None).
 fn child_memory(path: &Path, layers: Option<usize>) {
     let before = rss_mib();
-    let slice = LayerSlice::load(path, 0..layers.unwrap_or(30)).unwrap();
+    let slice = LayerSlice::load(path, 0..layers.unwrap_or_else(|| layer_count(path))).unwrap();
     let after = rss_mib();
     println!(
         "{}",
@@ -160,7 +165,9 @@ fn main() {
         println!("(llama.cpp reference unavailable: pip install llama-cpp-python==0.3.36)");
     }
     println!("\nresident memory after load (separate processes)");
-    for (label, arg) in [("full model (30 layers)", None), ("slice 0..10", Some("10"))] {
+    let n = layer_count(&path);
+    let third = (n / 3).max(1).to_string();
+    for (label, arg) in [(format!("full model ({n} layers)"), None), (format!("slice 0..{third}"), Some(third.as_str()))] {
         let mut a = vec!["child-memory"];
         if let Some(x) = arg {
             a.push(x);
