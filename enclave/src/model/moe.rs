@@ -8,6 +8,8 @@
 //! weights: it depends only on the row, so a batch equals each session run
 //! alone, bit for bit.
 
+use rayon::prelude::*;
+
 use super::config::{Gating, MoeConfig};
 use super::error::{ModelError, Result};
 use super::layers::Glu;
@@ -121,24 +123,17 @@ impl Moe {
                 by_expert[e].push((r, rank));
             }
         }
-        // Each chosen expert once, over every row that chose it.
+        // Each chosen expert once, over every row that chose it; the chosen
+        // experts side by side on the threads (each output row is still one
+        // sequential dot, so the result does not depend on this).
+        let chosen: Vec<(&Expert, &[(usize, usize)])> =
+            self.experts.iter().zip(&by_expert).filter(|(_, rows)| !rows.is_empty()).map(|(e, r)| (e, &r[..])).collect();
+        let outputs = chosen
+            .par_iter()
+            .map(|&(expert, rows)| self.expert_forward(expert, h, rows, width))
+            .collect::<Result<Vec<_>>>()?;
         let mut ranked = vec![0f32; m * k * width];
-        for (expert, rows) in self.experts.iter().zip(&by_expert) {
-            if rows.is_empty() {
-                continue;
-            }
-            let x: Vec<f32> = rows.iter().flat_map(|&(r, _)| h[r * width..(r + 1) * width].iter().copied()).collect();
-            let mut gu = expert.gate_up.forward(&x, rows.len())?.into_iter();
-            let (Some(mut gate), Some(up)) = (gu.next(), gu.next()) else {
-                return Err(ModelError::Invalid("expert projections are incomplete".into()));
-            };
-            self.glu.apply(&mut gate, &up);
-            let mut y = expert.down.matmul(&gate, rows.len())?;
-            if let Some(b) = &expert.down_bias {
-                for row in y.chunks_exact_mut(width) {
-                    row.iter_mut().zip(b).for_each(|(y, b)| *y += b);
-                }
-            }
+        for (&(_, rows), y) in chosen.iter().zip(&outputs) {
             for (&(r, rank), out) in rows.iter().zip(y.chunks_exact(width)) {
                 let w = routes[r][rank].1;
                 let dst = &mut ranked[(r * k + rank) * width..][..width];
@@ -154,6 +149,23 @@ impl Moe {
             }
         }
         Ok(out)
+    }
+
+    /// One expert over its rows of `h`: `(rows × width)` out, bias added.
+    fn expert_forward(&self, expert: &Expert, h: &[f32], rows: &[(usize, usize)], width: usize) -> Result<Vec<f32>> {
+        let x: Vec<f32> = rows.iter().flat_map(|&(r, _)| h[r * width..(r + 1) * width].iter().copied()).collect();
+        let mut gu = expert.gate_up.forward(&x, rows.len())?.into_iter();
+        let (Some(mut gate), Some(up)) = (gu.next(), gu.next()) else {
+            return Err(ModelError::Invalid("expert projections are incomplete".into()));
+        };
+        self.glu.apply(&mut gate, &up);
+        let mut y = expert.down.matmul(&gate, rows.len())?;
+        if let Some(b) = &expert.down_bias {
+            for row in y.chunks_exact_mut(width) {
+                row.iter_mut().zip(b).for_each(|(y, b)| *y += b);
+            }
+        }
+        Ok(y)
     }
 
     pub(crate) fn digest_into(&self, h: &mut sha2::Sha256) -> Result<()> {

@@ -233,8 +233,8 @@ fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
 }
 
 /// Projections of one input (q/k/v, or gate/up): a single stacked matmul
-/// when every part is on the Q4_1 kernel, so the input is quantized once
-/// and the threads are woken once.
+/// when every part is on the Q4_1 kernel, or all on one K-quant's, so the
+/// input is quantized once and the threads are woken once.
 #[derive(Debug)]
 pub(crate) struct Projections {
     pub(crate) stacked: Option<Weight>,
@@ -253,6 +253,22 @@ impl Projections {
             if b.as_ref().is_some_and(|b| b.len() != *w) {
                 return Err(ModelError::Malformed("a bias does not match its projection".into()));
             }
+        }
+        // K-quant parts of one format stack the same way (gate and up of a
+        // Q4_K_M file; its q/k/v mix formats and stay apart).
+        let same_k = |w: &Weight, first: &Weight| match (w, first) {
+            (Weight::KQuant(a), Weight::KQuant(b)) => a.format() == b.format() && Arc::strong_count(a) == 1,
+            _ => false,
+        };
+        if parts.len() > 1 && parts.iter().all(|w| same_k(w, &parts[0])) {
+            let owned: Vec<KQuantMatrix> = parts
+                .into_iter()
+                .filter_map(|w| if let Weight::KQuant(m) = w { Arc::into_inner(m) } else { None })
+                .collect();
+            let stacked = KQuantMatrix::stack(owned)
+                .ok_or_else(|| ModelError::Malformed("stacked projections differ in format".into()))?
+                .map_err(|e| ModelError::Malformed(e.to_string()))?;
+            return Ok(Self { stacked: Some(Weight::KQuant(Arc::new(stacked))), parts: Vec::new(), widths, biases });
         }
         if parts.iter().all(|w| matches!(w, Weight::Q41(_))) {
             let q41 = parts.into_iter().filter_map(|w| if let Weight::Q41(m) = w { Some(m) } else { None });

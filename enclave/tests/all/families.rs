@@ -220,7 +220,8 @@ fn experts_batched_and_split_equal_each_session_alone() {
     let tmp = TempDir::new("batch");
     let q8 = TensorType::Ggml(GgmlDType::Q8_0);
     for (name, shape, dtype) in [
-        ("qwen3moe", Shape::QWEN3MOE_SMOKE, q8),
+        // K-quant experts: gate and up stacked, the chosen experts side by side on the threads.
+        ("qwen3moe", Shape::QWEN3MOE_SMOKE, TensorType::Ggml(GgmlDType::Q4K)),
         ("mixtral", Shape::MIXTRAL_SMOKE, q8),
         ("gpt-oss", Shape::GPT_OSS_SMOKE, TensorType::Mxfp4),
         ("gemma3", Shape::GEMMA3_SMOKE, q8),

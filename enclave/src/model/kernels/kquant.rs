@@ -436,6 +436,36 @@ impl KQuantMatrix {
         .map(Self))
     }
 
+    /// Stacks matrices of one format and width into one (their outputs side
+    /// by side), so that one quantized input feeds them all; `None` when the
+    /// formats differ.
+    pub fn stack(parts: Vec<Self>) -> Option<Result<Self, KernelError>> {
+        fn join<B>(parts: Vec<KMatrix<B>>) -> Result<KMatrix<B>, KernelError> {
+            let cols = parts.first().map(|p| p.cols).ok_or(KernelError::NothingToStack)?;
+            if parts.iter().any(|p| p.cols != cols) {
+                return Err(KernelError::WidthMismatch);
+            }
+            let rows = parts.iter().map(|p| p.rows).sum();
+            Ok(KMatrix { rows, cols, blocks: parts.into_iter().flat_map(|p| p.blocks).collect() })
+        }
+        macro_rules! all {
+            ($v:ident) => {{
+                let mut same = Vec::with_capacity(parts.len());
+                for p in parts {
+                    let Blocks::$v(m) = p.0 else { return None };
+                    same.push(m);
+                }
+                Some(join(same).map(|m| Self(Blocks::$v(m))))
+            }};
+        }
+        match parts.first().map(|p| &p.0) {
+            Some(Blocks::Q4K(_)) => all!(Q4K),
+            Some(Blocks::Q5K(_)) => all!(Q5K),
+            Some(Blocks::Q6K(_)) => all!(Q6K),
+            None => Some(Err(KernelError::NothingToStack)),
+        }
+    }
+
     /// Output features.
     pub fn rows(&self) -> usize {
         each!(self, m => m.rows)
@@ -444,6 +474,15 @@ impl KQuantMatrix {
     /// Input features.
     pub fn cols(&self) -> usize {
         each!(self, m => m.cols)
+    }
+
+    /// The format's name (`Q4_K`, `Q5_K`, `Q6_K`).
+    pub fn format(&self) -> &'static str {
+        match &self.0 {
+            Blocks::Q4K(_) => BlockQ4K::NAME,
+            Blocks::Q5K(_) => BlockQ5K::NAME,
+            Blocks::Q6K(_) => BlockQ6K::NAME,
+        }
     }
 
     /// Bytes the blocks take in memory.

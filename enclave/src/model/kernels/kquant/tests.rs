@@ -148,3 +148,26 @@ fn the_resident_digest_covers_every_block() {
         assert_ne!(digest(&changed), base, "byte {at}");
     }
 }
+
+/// Stacked matrices (gate and up of one format) give each part's outputs
+/// bit for bit; mixed formats are not stacked.
+#[test]
+fn stacking_keeps_every_output_and_refuses_mixed_formats() {
+    let (cols, n) = (512, 3);
+    let (a_raw, _) = sample(GgmlDType::Q4K, 7, cols, 1);
+    let (b_raw, _) = sample(GgmlDType::Q4K, 5, cols, 2);
+    let load = |raw: &[u8], rows| KQuantMatrix::from_gguf_bytes(GgmlDType::Q4K, raw, rows, cols).unwrap().unwrap();
+    let mut seed = 8u64;
+    let x = crate::model::synth::uniform(n * cols, 2.0, &mut seed);
+    let (ya, yb) = (load(&a_raw, 7).matmul(&x, n), load(&b_raw, 5).matmul(&x, n));
+    let both = KQuantMatrix::stack(vec![load(&a_raw, 7), load(&b_raw, 5)]).unwrap().unwrap();
+    assert_eq!((both.rows(), both.cols()), (12, cols));
+    let y = both.matmul(&x, n);
+    for i in 0..n {
+        assert_eq!(&y[i * 12..i * 12 + 7], &ya[i * 7..(i + 1) * 7], "row {i}, first part");
+        assert_eq!(&y[i * 12 + 7..(i + 1) * 12], &yb[i * 5..(i + 1) * 5], "row {i}, second part");
+    }
+    let (c_raw, _) = sample(GgmlDType::Q6K, 5, cols, 3);
+    let q6 = KQuantMatrix::from_gguf_bytes(GgmlDType::Q6K, &c_raw, 5, cols).unwrap().unwrap();
+    assert!(KQuantMatrix::stack(vec![load(&a_raw, 7), q6]).is_none());
+}
