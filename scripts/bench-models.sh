@@ -6,12 +6,13 @@
 #   scripts/bench-models.sh DIR [VOCAB_DIR]
 #
 # Then, for each file: VEIL_MODEL=DIR/FILE cargo bench -p veil-enclave --bench model
+# and VEIL_SPLIT_MODEL=DIR/qwen3-30b-a3b-24l-q4_k-00001-of-00003.gguf cargo bench -p veil-enclave --bench stages
 # Needs a release build (cargo build --release -p veil-enclave --bin veil-shard),
 # pip install gguf llama-cpp-python==0.3.36, and about 30 GB of free disk
 # (the f16 intermediates are deleted once quantized).
 set -euo pipefail
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-}" in
     -h | --help) usage; exit 0 ;;
     "") usage >&2; exit 2 ;;
@@ -47,5 +48,11 @@ fi
 if [ ! -f "$out/gpt-oss-20b-4l-mxfp4.gguf" ]; then
     "$shard" synth-model --shape gpt-oss-20b --layers 4 --dtype mxfp4 --vocab "$vocab/ggml-vocab-llama-bpe.gguf" \
         --out "$out/gpt-oss-20b-4l-mxfp4.gguf"
+fi
+# A model larger than one small machine, for the stage-load bench: Qwen3-30B-A3B's shape,
+# 24 layers, every matrix Q4_K, 8.6 GB in three files as gguf-split writes them.
+if [ ! -f "$out/qwen3-30b-a3b-24l-q4_k-00001-of-00003.gguf" ]; then
+    "$shard" synth-model --shape qwen3-30b-a3b --layers 24 --dtype q4_k --files 3 \
+        --vocab "$vocab/ggml-vocab-qwen2.gguf" --out "$out/qwen3-30b-a3b-24l-q4_k-00001-of-00003.gguf"
 fi
 ls -l "$out"

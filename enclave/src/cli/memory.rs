@@ -42,6 +42,8 @@ struct Report {
     rss_before: u64,
     rss_loaded: u64,
     peak_rss: u64,
+    /// Wall time of the load: read, hash, prove the root, build the kernels' forms.
+    load_seconds: f64,
     bound: u64,
     within: bool,
     manifest_proof: String,
@@ -70,7 +72,9 @@ pub(super) fn stage_memory(args: &StageMemoryArgs) -> anyhow::Result<bool> {
         + if range.end == n { w.last } else { 0 };
     let rss_before = status_bytes("VmRSS:")?;
     let bound = rss_before + weight_bytes * 5 / 4 + largest.unwrap_or(0) + CONSTANT_BYTES;
+    let started = std::time::Instant::now();
     let slice = LayerSlice::from_gguf(&mut gguf, range.clone())?;
+    let load_seconds = started.elapsed().as_secs_f64();
     let (rss_loaded, peak_rss) = (status_bytes("VmRSS:")?, status_bytes("VmHWM:")?);
     let report = Report {
         layers: [range.start, range.end],
@@ -79,6 +83,7 @@ pub(super) fn stage_memory(args: &StageMemoryArgs) -> anyhow::Result<bool> {
         rss_before,
         rss_loaded,
         peak_rss,
+        load_seconds,
         bound,
         within: peak_rss <= bound,
         manifest_proof: format!("{:?}", slice.manifest().proof),
@@ -89,12 +94,13 @@ pub(super) fn stage_memory(args: &StageMemoryArgs) -> anyhow::Result<bool> {
     } else {
         println!(
             "layers {}..{}: weights {:.1} MiB in the file, largest tensor {:.1} MiB\n\
-             RSS {:.1} MiB before loading, {:.1} MiB loaded, peak {:.1} MiB; bound {:.1} MiB: {}\n\
+             loaded in {:.2} s; RSS {:.1} MiB before loading, {:.1} MiB loaded, peak {:.1} MiB; bound {:.1} MiB: {}\n\
              other stages' leaves: {}",
             range.start,
             range.end,
             mib(weight_bytes),
             mib(report.largest_tensor_bytes),
+            report.load_seconds,
             mib(rss_before),
             mib(report.rss_loaded),
             mib(report.peak_rss),

@@ -1,5 +1,6 @@
 //! CPU kernels of the fused forward: quantized matrix × activation products
-//! (Q4_1 × Q8_1 and Q8_0 × Q8_0, as llama.cpp pairs them) and the f16-KV
+//! (Q4_1 × Q8_1 and Q8_0 × Q8_0 here, the K-quants × Q8_K in [`kquant`],
+//! MXFP4 × Q8_0 in [`mxfp4`], as llama.cpp pairs them) and the f16-KV
 //! attention primitives, each with an AVX2/FMA/F16C path selected at run
 //! time and a scalar path that defines the arithmetic.
 //!
