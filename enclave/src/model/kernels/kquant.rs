@@ -94,6 +94,21 @@ fn unpack_scales(packed: &[u8]) -> ([u8; 8], [u8; 8]) {
     (sc, m)
 }
 
+/// Q4_K/Q5_K: one scale per 32 values.
+fn scales_per_32(sc: &[u8; 8]) -> [i32; 16] {
+    std::array::from_fn(|i| i32::from(sc[i / 2]))
+}
+
+/// Q4_K/Q5_K values as ggml dequantizes them: `(d·sc)·q − dmin·m` per
+/// sub-block of 32 (Q5_K's fifth bit, added by ggml as 16 or 0, is in `v`).
+fn dequantize_with_mins(d: f32, dmin: f32, sc: &[u8; 8], m: &[u8; 8], v: &[u8; QK_K]) -> [f32; QK_K] {
+    std::array::from_fn(|i| {
+        let j = i / 32;
+        let (d1, m1) = (d * f32::from(sc[j]), dmin * f32::from(m[j]));
+        d1 * f32::from(v[i]) - m1
+    })
+}
+
 /// A Q4_K block in memory.
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
@@ -165,7 +180,7 @@ impl KBlock for BlockQ4K {
         v
     }
     fn scales16(&self) -> [i32; 16] {
-        std::array::from_fn(|i| i32::from(self.sc[i / 2]))
+        scales_per_32(&self.sc)
     }
     fn bytes_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.d.to_bits().to_le_bytes());
@@ -175,12 +190,7 @@ impl KBlock for BlockQ4K {
         out.extend_from_slice(&self.qs);
     }
     fn dequantize(&self) -> [f32; QK_K] {
-        let v = self.values();
-        std::array::from_fn(|i| {
-            let j = i / 32;
-            let (d1, m1) = (self.d * f32::from(self.sc[j]), self.dmin * f32::from(self.m[j]));
-            d1 * f32::from(v[i]) - m1
-        })
+        dequantize_with_mins(self.d, self.dmin, &self.sc, &self.m, &self.values())
     }
 }
 
@@ -206,7 +216,7 @@ impl KBlock for BlockQ5K {
         v
     }
     fn scales16(&self) -> [i32; 16] {
-        std::array::from_fn(|i| i32::from(self.sc[i / 2]))
+        scales_per_32(&self.sc)
     }
     fn bytes_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.d.to_bits().to_le_bytes());
@@ -217,13 +227,7 @@ impl KBlock for BlockQ5K {
         out.extend_from_slice(&self.qs);
     }
     fn dequantize(&self) -> [f32; QK_K] {
-        let v = self.values();
-        std::array::from_fn(|i| {
-            let j = i / 32;
-            let (d1, m1) = (self.d * f32::from(self.sc[j]), self.dmin * f32::from(self.m[j]));
-            // ggml adds the fifth bit as a float (16 or 0) to the nibble: the same value.
-            d1 * f32::from(v[i]) - m1
-        })
+        dequantize_with_mins(self.d, self.dmin, &self.sc, &self.m, &self.values())
     }
 }
 

@@ -273,6 +273,10 @@ impl Q80Matrix {
 /// Output rows handed to one task: enough work to amortise a steal.
 const ROWS_PER_TASK: usize = 16;
 
+/// Bytes of quantized input rows one prefill task holds: well inside a
+/// 512 KiB L2 (AMD Zen 3/4), the weight rows streaming past beside them.
+const TASK_INPUT_BYTES: usize = 192 << 10;
+
 /// `out[i][j] = dot(w row j, x row i)`. Few input rows (decode): weight
 /// rows are split across threads. Many (prefill, batches): input rows are,
 /// and each task sweeps the whole weight, every weight row staying in L1
@@ -328,7 +332,12 @@ fn par_matmul<W: Sync, A: Sync>(
         }
         return out;
     }
-    let per_task = m.div_ceil(4 * threads).clamp(4, 64).next_multiple_of(4);
+    // A task's quantized input rows are swept once per weight row, so they
+    // must stay in L2: wide matrices (8192 inputs: 9 KiB a row) get fewer
+    // rows a task than narrow ones.
+    let row_bytes = (per_row * std::mem::size_of::<A>()).max(1);
+    let most = (TASK_INPUT_BYTES / row_bytes).clamp(4, 64) / 4 * 4;
+    let per_task = m.div_ceil(4 * threads).clamp(4, most).next_multiple_of(4);
     out.par_chunks_mut(per_task * rows).enumerate().for_each(|(c, o)| {
         let n = o.len() / rows;
         for j in 0..rows {

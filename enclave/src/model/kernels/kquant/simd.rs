@@ -16,16 +16,25 @@ pub(crate) trait Simd: Finish {
     /// The CPU must have AVX2, and `j < 8`.
     unsafe fn vector(&self, j: usize) -> (__m256i, __m256i);
     /// The weight side of [`super::bias_lanes`]: each mins byte twice
-    /// (Q4_K/Q5_K), or the sixteen scales (Q6_K), as i16.
+    /// (Q4_K/Q5_K, this default), or the sixteen scales (Q6_K), as i16.
     ///
     /// # Safety
     /// The CPU must have AVX2.
-    unsafe fn bias_weights(&self) -> __m256i;
-    /// [`super::bias_lanes`] from the activation sums and [`Simd::bias_weights`].
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn bias_weights(&self) -> __m256i {
+        mins_pairs(self.mins().unwrap_or(&[0; 8]))
+    }
+    /// [`super::bias_lanes`] from the activation sums and [`Simd::bias_weights`]
+    /// (Q4_K/Q5_K: this default).
     ///
     /// # Safety
     /// The CPU must have AVX2.
-    unsafe fn bias(bsums: __m256i, weights: __m256i) -> __m256i;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn bias(bsums: __m256i, weights: __m256i) -> __m256i {
+        _mm256_madd_epi16(bsums, weights)
+    }
 }
 
 /// Each 16-bit lane `2k, 2k + 1` of the result holds byte `k` of `m` (k < 8).
@@ -58,16 +67,6 @@ impl Simd for BlockQ4K {
     unsafe fn vector(&self, j: usize) -> (__m256i, __m256i) {
         (nibbles(&self.qs, j), _mm256_set1_epi16(i16::from(self.sc[j])))
     }
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn bias_weights(&self) -> __m256i {
-        mins_pairs(&self.m)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn bias(bsums: __m256i, weights: __m256i) -> __m256i {
-        _mm256_madd_epi16(bsums, weights)
-    }
 }
 
 impl Simd for BlockQ5K {
@@ -80,16 +79,6 @@ impl Simd for BlockQ5K {
         let bit = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(j as i32)), _mm256_set1_epi8(1));
         let v = _mm256_or_si256(nibbles(&self.qs, j), _mm256_slli_epi16(bit, 4));
         (v, _mm256_set1_epi16(i16::from(self.sc[j])))
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn bias_weights(&self) -> __m256i {
-        mins_pairs(&self.m)
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn bias(bsums: __m256i, weights: __m256i) -> __m256i {
-        _mm256_madd_epi16(bsums, weights)
     }
 }
 
