@@ -12,7 +12,7 @@
 # (the f16 intermediates are deleted once quantized).
 set -euo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-}" in
     -h | --help) usage; exit 0 ;;
     "") usage >&2; exit 2 ;;

@@ -12,7 +12,7 @@
 # about 16 GB of free disk and 10 GB of memory. Exit status 0 when every check held.
 set -euo pipefail
 
-usage() { sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
 case "${1:-}" in
     -h | --help) usage; exit 0 ;;
     "") usage >&2; exit 2 ;;
