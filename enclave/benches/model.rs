@@ -167,7 +167,9 @@ fn main() {
     println!("\nresident memory after load (separate processes)");
     let n = layer_count(&path);
     let third = (n / 3).max(1).to_string();
-    for (label, arg) in [(format!("full model ({n} layers)"), None), (format!("slice 0..{third}"), Some(third.as_str()))] {
+    for (label, arg) in
+        [(format!("full model ({n} layers)"), None), (format!("slice 0..{third}"), Some(third.as_str()))]
+    {
         let mut a = vec!["child-memory"];
         if let Some(x) = arg {
             a.push(x);

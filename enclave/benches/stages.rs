@@ -61,7 +61,10 @@ fn main() {
     let n = layer_count(&path);
     let gib = |b: f64| b / (1u64 << 30) as f64;
     let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
-    println!("\n{name}: {files} files, {:.2} GiB on disk, {n} layers, {stages} stages; page cache warm", gib(disk as f64));
+    println!(
+        "\n{name}: {files} files, {:.2} GiB on disk, {n} layers, {stages} stages; page cache warm",
+        gib(disk as f64)
+    );
 
     let t = Instant::now();
     let written = shard().args(["manifest"]).arg(&path).arg("--write").output().unwrap();

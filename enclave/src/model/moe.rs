@@ -126,8 +126,13 @@ impl Moe {
         // Each chosen expert once, over every row that chose it; the chosen
         // experts side by side on the threads (each output row is still one
         // sequential dot, so the result does not depend on this).
-        let chosen: Vec<(&Expert, &[(usize, usize)])> =
-            self.experts.iter().zip(&by_expert).filter(|(_, rows)| !rows.is_empty()).map(|(e, r)| (e, &r[..])).collect();
+        let chosen: Vec<(&Expert, &[(usize, usize)])> = self
+            .experts
+            .iter()
+            .zip(&by_expert)
+            .filter(|(_, rows)| !rows.is_empty())
+            .map(|(e, r)| (e, &r[..]))
+            .collect();
         let outputs = chosen
             .par_iter()
             .map(|&(expert, rows)| self.expert_forward(expert, h, rows, width))

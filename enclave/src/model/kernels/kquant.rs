@@ -431,13 +431,15 @@ impl KQuantMatrix {
         cols: usize,
     ) -> Option<Result<Self, KernelError>> {
         use candle_core::quantized::GgmlDType as T;
-        Some(match dtype {
-            T::Q4K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q4K),
-            T::Q5K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q5K),
-            T::Q6K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q6K),
-            _ => return None,
-        }
-        .map(Self))
+        Some(
+            match dtype {
+                T::Q4K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q4K),
+                T::Q5K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q5K),
+                T::Q6K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q6K),
+                _ => return None,
+            }
+            .map(Self),
+        )
     }
 
     /// Stacks matrices of one format and width into one (their outputs side

@@ -102,8 +102,8 @@ fn the_product_agrees_with_candles_k_quant_matmul() {
     for dtype in FORMATS {
         let (raw, _) = sample(dtype, rows, cols, 21);
         let m = KQuantMatrix::from_gguf_bytes(dtype, &raw, rows, cols).unwrap().unwrap();
-        let t = candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, &raw, vec![rows, cols], &Device::Cpu)
-            .unwrap();
+        let t =
+            candle_core::quantized::ggml_file::qtensor_from_ggml(dtype, &raw, vec![rows, cols], &Device::Cpu).unwrap();
         let mm = candle_core::quantized::QMatMul::from_qtensor(t).unwrap();
         let mut seed = 4u64;
         let x = crate::model::synth::uniform(n * cols, 2.0, &mut seed);
