@@ -344,10 +344,10 @@ fn dot_scalar<B: Finish>(w: &[B], x: &[BlockQ8K]) -> f32 {
         let (d, dm) = b.scales(a);
         for k in 0..8 {
             if b.mins().is_some() {
-                acc[k] = acc[k] + d * sumi[k] as f32;
-                acc[k] = acc[k] - dm * bias[k] as f32;
+                acc[k] += d * sumi[k] as f32;
+                acc[k] -= dm * bias[k] as f32;
             } else {
-                acc[k] = acc[k] + d * (sumi[k] - bias[k]) as f32;
+                acc[k] += d * (sumi[k] - bias[k]) as f32;
             }
         }
     }
