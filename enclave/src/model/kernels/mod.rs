@@ -332,18 +332,38 @@ fn par_matmul<W: Sync, A: Sync>(
         }
         return out;
     }
-    // A task's quantized input rows are swept once per weight row, so they
-    // must stay in L2: wide matrices (8192 inputs: 9 KiB a row) get fewer
-    // rows a task than narrow ones.
+    // Tasks are tiles: a chunk of input rows (as many as stay in L2 while
+    // they are swept once per weight row: wide matrices, 8192 inputs at
+    // 9 KiB a row, get fewer) times a range of weight rows. Chunks as large
+    // as that allows keep the weights streamed the fewest times; ranges of
+    // weight rows give every thread several tasks.
     let row_bytes = (per_row * std::mem::size_of::<A>()).max(1);
     let most = (TASK_INPUT_BYTES / row_bytes).clamp(4, 64) / 4 * 4;
-    let per_task = m.div_ceil(4 * threads).clamp(4, most).next_multiple_of(4);
-    out.par_chunks_mut(per_task * rows).enumerate().for_each(|(c, o)| {
-        let n = o.len() / rows;
-        for j in 0..rows {
-            sweep(wrow(j), c * per_task, n, &mut o[j..], rows);
+    let chunk = m.next_multiple_of(4).min(most);
+    let chunks = m.div_ceil(chunk);
+    let ranges = (4 * threads).div_ceil(chunks).clamp(1, rows.div_ceil(ROWS_PER_TASK));
+    let per_range = rows.div_ceil(ranges);
+    let tiles: Vec<(usize, usize)> =
+        (0..chunks).flat_map(|c| (0..rows.div_ceil(per_range)).map(move |r| (c, r))).collect();
+    let parts: Vec<Vec<f32>> = tiles
+        .par_iter()
+        .map(|&(c, r)| {
+            let (first, n) = (c * chunk, chunk.min(m - c * chunk));
+            let js = r * per_range..((r + 1) * per_range).min(rows);
+            let mut o = vec![0f32; n * js.len()];
+            for (k, j) in js.clone().enumerate() {
+                sweep(wrow(j), first, n, &mut o[k..], js.len());
+            }
+            o
+        })
+        .collect();
+    for (&(c, r), o) in tiles.iter().zip(&parts) {
+        let j0 = r * per_range;
+        let width = o.len() / chunk.min(m - c * chunk);
+        for (i, vals) in o.chunks_exact(width).enumerate() {
+            out[(c * chunk + i) * rows + j0..][..width].copy_from_slice(vals);
         }
-    });
+    }
     out
 }
 

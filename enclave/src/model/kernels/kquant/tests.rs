@@ -69,7 +69,8 @@ fn simd_equals_scalar_bit_for_bit_and_approximates_the_dequantized_product() {
         let m = KQuantMatrix::from_gguf_bytes(dtype, &raw, rows, cols).unwrap().unwrap();
         let dq = candle_dequantized(dtype, &raw, rows, cols);
         let mut seed = 17u64;
-        for n in [1usize, 3, 4, 9, 40] {
+        // 150 rows: several input chunks (at most 64 rows each), the last one partial.
+        for n in [1usize, 3, 4, 9, 40, 150] {
             let x = crate::model::synth::uniform(n * cols, 3.0, &mut seed);
             let out = m.matmul(&x, n);
             let xq: Vec<BlockQ8K> = x.chunks_exact(cols).flat_map(quantize_row_q8_k).collect();
