@@ -262,20 +262,8 @@ impl LayerSlice {
         }
         let d = self.config.n_embd;
         let mut data = match emb {
-            Embedding::Q80(m) => {
-                let mut data = vec![0f32; ids.len() * d];
-                for (&id, out) in ids.iter().zip(data.chunks_exact_mut(d)) {
-                    m.row_into(id as usize, out);
-                }
-                data
-            }
-            Embedding::KQuant(m) => {
-                let mut data = vec![0f32; ids.len() * d];
-                for (&id, out) in ids.iter().zip(data.chunks_exact_mut(d)) {
-                    m.row_into(id as usize, out);
-                }
-                data
-            }
+            Embedding::Q80(m) => rows_of(ids, d, |r, out| m.row_into(r, out)),
+            Embedding::KQuant(m) => rows_of(ids, d, |r, out| m.row_into(r, out)),
             Embedding::Candle(t) => {
                 t.embedding(&Tensor::new(ids, &Device::Cpu)?)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?
             }
@@ -462,6 +450,15 @@ impl LayerSlice {
         }
         logit_outputs(&wanted, &logits, lm.rows())
     }
+}
+
+/// One dequantized row of `d` per token id, from `row_into(id, out)`.
+fn rows_of(ids: &[u32], d: usize, row_into: impl Fn(usize, &mut [f32])) -> Vec<f32> {
+    let mut data = vec![0f32; ids.len() * d];
+    for (&id, out) in ids.iter().zip(data.chunks_exact_mut(d)) {
+        row_into(id as usize, out);
+    }
+    data
 }
 
 fn load_embedding(l: &mut Loader<'_>, config: &Config) -> Result<Embedding> {
