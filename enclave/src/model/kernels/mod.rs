@@ -273,8 +273,9 @@ impl Q80Matrix {
 /// Output rows handed to one task: enough work to amortise a steal.
 const ROWS_PER_TASK: usize = 16;
 
-/// Bytes of quantized input rows one prefill task holds: well inside a
-/// 512 KiB L2 (AMD Zen 3/4), the weight rows streaming past beside them.
+/// Bytes of quantized input rows one prefill task holds: well inside the
+/// smallest per-core L2 of the CPUs Veil targets (512 KiB on AMD Zen 3; Zen 4
+/// has 1 MiB), the weight rows streaming past beside them.
 const TASK_INPUT_BYTES: usize = 192 << 10;
 
 /// `out[i][j] = dot(w row j, x row i)`. Few input rows (decode): weight
@@ -435,9 +436,11 @@ fn has_avx512_vnni() -> bool {
 /// Which matrix kernels run: `"avx2"` where the CPU has AVX2 and FMA, else
 /// `"scalar"`. `VEIL_KERNELS` (read once) chooses otherwise: `avx512-vnni`
 /// (where the CPU has it), `avx2` or `scalar`. The VNNI kernels are not the
-/// default because they measured slower here: on an AMD EPYC (Zen 4) prefill
-/// ran about 11% slower and decode the same (`cargo bench --bench model`
-/// runs both side by side).
+/// default because they have not measured faster: on an AMD EPYC (Zen 4) the
+/// reference model (Q4_1) prefilled about 11% slower with them and decoded
+/// the same, and a Q8_0 model of Llama-3.2-1B's shape ran within the spread
+/// between runs of the AVX2 kernels (`cargo bench --bench model` runs both
+/// side by side).
 pub fn kernel_name() -> &'static str {
     static CHOSEN: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     CHOSEN.get_or_init(|| {
