@@ -353,6 +353,19 @@ pub fn write_random(path: &Path, shape: Shape, dtype: GgmlDType, seed: u64) -> R
 /// arguments (and the vocabulary file), so a test can rebuild the file a
 /// fixture was recorded on and check its digest.
 pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
+    if opts.files > 1 {
+        // Checked before any weights are made: a split model's files are
+        // found by name, so the first must be named as the first.
+        let want = format!("-00001-of-{:05}.gguf", opts.files);
+        let named = path.file_name().is_some_and(|n| n.to_string_lossy().ends_with(&want));
+        if !named {
+            return Err(ModelError::Invalid(format!(
+                "a model split into {} files is written as PREFIX{want} …; name the first file so, not {}",
+                opts.files,
+                path.display()
+            )));
+        }
+    }
     let mut s = shape;
     // MXFP4 is for experts; the other matrices of such a file are Q8_0.
     let (dtype, expert_dtype) = match opts.dtype {
@@ -666,6 +679,21 @@ mod tests {
             assert!(worst <= 0.05 * scale.max(1.0), "{dtype:?}: paths differ by {worst} (logits up to {scale})");
         }
         std::fs::remove_file(&path).ok();
+    }
+
+    #[test]
+    fn a_split_model_must_be_named_as_its_first_file() {
+        let dir = std::env::temp_dir().join(format!("veil-synth-split-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let opts = Options { files: 2, ..Options::new(TensorType::Ggml(GgmlDType::Q8_0)) };
+        for bad in ["m.gguf", "m-00002-of-00002.gguf", "m-00001-of-00003.gguf"] {
+            let err = write_with(&dir.join(bad), Shape::SMOKE, &opts).unwrap_err();
+            assert!(matches!(&err, ModelError::Invalid(m) if m.contains("PREFIX-00001-of-00002.gguf")), "{bad}: {err}");
+        }
+        assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0, "nothing is written under a wrong name");
+        write_with(&dir.join("m-00001-of-00002.gguf"), Shape::SMOKE, &opts).unwrap();
+        assert!(dir.join("m-00002-of-00002.gguf").exists());
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]
