@@ -266,6 +266,10 @@ impl Q80Matrix {
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
         let xq: Vec<BlockQ80> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_0).collect();
+        #[cfg(target_arch = "x86_64")]
+        if kernel_name() == "avx512-vnni" {
+            return q80_matmul_vnni(&self.blocks, self.rows, self.cols / BLOCK, &xq, m);
+        }
         par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, q80_dots())
     }
 }
@@ -278,11 +282,7 @@ const ROWS_PER_TASK: usize = 16;
 /// has 1 MiB), the weight rows streaming past beside them.
 const TASK_INPUT_BYTES: usize = 192 << 10;
 
-/// `out[i][j] = dot(w row j, x row i)`. Few input rows (decode): weight
-/// rows are split across threads. Many (prefill, batches): input rows are,
-/// and each task sweeps the whole weight, every weight row staying in L1
-/// while the task's input rows pass it. Every output is one sequential dot,
-/// so results do not depend on the thread count or on batching.
+/// `out[i][j] = dot(w row j, x row i)` with `dots`: see [`par_tiles`].
 fn par_matmul<W: Sync, A: Sync>(
     w: &[W],
     rows: usize,
@@ -291,7 +291,6 @@ fn par_matmul<W: Sync, A: Sync>(
     m: usize,
     dots: Dots<W, A>,
 ) -> Vec<f32> {
-    let wrow = |j: usize| &w[j * per_row..(j + 1) * per_row];
     let xrow = |i: usize| &xq[i * per_row..(i + 1) * per_row];
     // Dots of one weight row with input rows `first..first + n`, written at
     // `out[i * stride]`: four input rows per pass over the weight blocks.
@@ -309,13 +308,34 @@ fn par_matmul<W: Sync, A: Sync>(
             out[i * stride] = (dots.one)(wr, xrow(first + i));
         }
     };
+    par_tiles(w, rows, per_row, m, per_row * std::mem::size_of::<A>(), |wr| (dots.one)(wr, xq), sweep)
+}
+
+/// `out[i][j] = dot(w row j, x row i)` for `m` input rows of `row_bytes`
+/// each, `one` giving a single input row's dot and `sweep(w row, first, n,
+/// out, stride)` those of input rows `first..first + n` (`first` a multiple
+/// of 8), written at `out[i * stride]`. Few input rows (decode): weight rows
+/// are split across threads. Many (prefill, batches): input rows are, and
+/// each task sweeps the whole weight, every weight row staying in L1 while
+/// the task's input rows pass it. Every output is one sequential dot, so
+/// results do not depend on the thread count or on batching.
+fn par_tiles<W: Sync>(
+    w: &[W],
+    rows: usize,
+    per_row: usize,
+    m: usize,
+    row_bytes: usize,
+    one: impl Fn(&[W]) -> f32 + Sync,
+    sweep: impl Fn(&[W], usize, usize, &mut [f32], usize) + Sync,
+) -> Vec<f32> {
+    let wrow = |j: usize| &w[j * per_row..(j + 1) * per_row];
     let mut out = vec![0f32; m * rows];
     let threads = rayon::current_num_threads();
     if m < 4 * threads {
         if m == 1 {
             out.par_chunks_mut(ROWS_PER_TASK).enumerate().for_each(|(c, o)| {
                 for (r, v) in o.iter_mut().enumerate() {
-                    *v = (dots.one)(wrow(c * ROWS_PER_TASK + r), xq);
+                    *v = one(wrow(c * ROWS_PER_TASK + r));
                 }
             });
             return out;
@@ -338,9 +358,8 @@ fn par_matmul<W: Sync, A: Sync>(
     // 9 KiB a row, get fewer) times a range of weight rows. Chunks as large
     // as that allows keep the weights streamed the fewest times; ranges of
     // weight rows give every thread several tasks.
-    let row_bytes = (per_row * std::mem::size_of::<A>()).max(1);
-    let most = (TASK_INPUT_BYTES / row_bytes).clamp(4, 64) / 4 * 4;
-    let chunk = m.next_multiple_of(4).min(most);
+    let most = (TASK_INPUT_BYTES / row_bytes.max(1)).clamp(8, 64) / 8 * 8;
+    let chunk = m.next_multiple_of(8).min(most);
     let chunks = m.div_ceil(chunk);
     let ranges = (4 * threads).div_ceil(chunks).clamp(1, rows.div_ceil(ROWS_PER_TASK));
     let per_range = rows.div_ceil(ranges);
@@ -435,12 +454,14 @@ fn has_avx512_vnni() -> bool {
 
 /// Which matrix kernels run: `"avx2"` where the CPU has AVX2 and FMA, else
 /// `"scalar"`. `VEIL_KERNELS` (read once) chooses otherwise: `avx512-vnni`
-/// (where the CPU has it), `avx2` or `scalar`. The VNNI kernels are not the
-/// default because they have not measured faster: on an AMD EPYC (Zen 4) the
-/// reference model (Q4_1) prefilled about 11% slower with them and decoded
-/// the same, and a Q8_0 model of Llama-3.2-1B's shape ran within the spread
-/// between runs of the AVX2 kernels (`cargo bench --bench model` runs both
-/// side by side).
+/// (where the CPU has it), `avx2` or `scalar`. On an AMD EPYC (Zen 4) the
+/// VNNI path prefilled a Q8_0 model of Llama-3.2-1B's shape 1.6–1.9× faster
+/// than the AVX2 kernels (its grouped Q8_0 kernel, [`q80_matmul_vnni`]) and
+/// decoded it 0.85× (1 thread) to 1.0× (2 threads); the reference model
+/// (Q4_1) prefilled about 11% slower with its VNNI kernels. It is not the
+/// default because it changes Q8_0's arithmetic (to the scalar kernel's, not
+/// the AVX2 kernels') and Q4_1 would need the AVX2 kernels beside it
+/// (`cargo bench --bench model` runs both side by side).
 pub fn kernel_name() -> &'static str {
     static CHOSEN: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     CHOSEN.get_or_init(|| {
@@ -491,15 +512,8 @@ fn q41_dots() -> Dots<BlockQ41, BlockQ81> {
     Dots { one: q41_dot_scalar, four: |w, x| x.map(|x| q41_dot_scalar(w, x)) }
 }
 
+/// The Q8_0 dots of the AVX2 and scalar kernels ([`q80_matmul_vnni`] is the VNNI path).
 fn q80_dots() -> Dots<BlockQ80, BlockQ80> {
-    #[cfg(target_arch = "x86_64")]
-    if kernel_name() == "avx512-vnni" {
-        return Dots {
-            // SAFETY (both): selected only after run-time detection of AVX2, FMA, AVX512-VNNI and AVX512-VL.
-            one: |w, x| unsafe { q80_dot_vnni(w, x) },
-            four: |w, x| unsafe { q80_dot4_vnni(w, x) },
-        };
-    }
     #[cfg(target_arch = "x86_64")]
     if kernel_name() == "avx2" {
         return Dots {
@@ -684,43 +698,175 @@ unsafe fn q41_dot4_vnni(w: &[BlockQ41], x: [&[BlockQ81]; 4]) -> [f32; 4] {
     [hsum(acc[0]) + summs[0], hsum(acc[1]) + summs[1], hsum(acc[2]) + summs[2], hsum(acc[3]) + summs[3]]
 }
 
-/// [`q80_dot_avx2`] with `vpdpbusd` (bit-identical): |w| as u8 times x
-/// carrying w's sign, four products per lane, no saturation (|x| ≤ 127).
+/// Eight Q8_0 input rows' block `b`, interleaved for `vpdpbusd`: `q[j]`
+/// holds bytes `4j..4j + 4` of each row's block (row `i` in bytes
+/// `4i..4i + 4`), offset by +128 to u8 (inputs are quantized to ±127, so
+/// 1..=255), and `d` the rows' scales.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+#[repr(C, align(32))]
+struct Q80x8 {
+    q: [[u8; 32]; 8],
+    d: [f32; 8],
+}
+
+/// Input rows `8g..8g + 8` of `xq` (rows of `per_row` blocks) as
+/// [`Q80x8`], group after group, `per_row` blocks each.
+#[cfg(target_arch = "x86_64")]
+fn interleave_q80(xq: &[BlockQ80], per_row: usize, groups: usize) -> Vec<Q80x8> {
+    let mut out = Vec::with_capacity(groups * per_row);
+    for g in 0..groups {
+        for b in 0..per_row {
+            let mut x = Q80x8 { q: [[0; 32]; 8], d: [0.0; 8] };
+            for i in 0..8 {
+                let blk = &xq[(8 * g + i) * per_row + b];
+                x.d[i] = blk.d;
+                for (j, chunk) in blk.qs.chunks_exact(4).enumerate() {
+                    for (k, &v) in chunk.iter().enumerate() {
+                        x.q[j][4 * i + k] = (v as u8) ^ 0x80;
+                    }
+                }
+            }
+            out.push(x);
+        }
+    }
+    out
+}
+
+/// Q8_0 `x · wᵀ` on the VNNI kernels, the scalar kernel's arithmetic
+/// exactly (each block's integer dot, times `w.d · x.d`, added in block
+/// order), so every output equals [`q80_dot_scalar`] bit for bit whether
+/// its input row ran in a group of eight or alone. Groups of eight input
+/// rows run on [`q80_dots8_vnni`]: one `vpdpbusd` per four bytes of a
+/// weight block serves eight rows, with no horizontal sums; the rows left
+/// over (and decode) run on [`q80_dot_vnni`].
+#[cfg(target_arch = "x86_64")]
+fn q80_matmul_vnni(w: &[BlockQ80], rows: usize, per_row: usize, xq: &[BlockQ80], m: usize) -> Vec<f32> {
+    let groups = if m >= 8 { m / 8 } else { 0 };
+    let xg = interleave_q80(xq, per_row, groups);
+    let xrow = |i: usize| &xq[i * per_row..(i + 1) * per_row];
+    let grow = |g: usize| &xg[g * per_row..(g + 1) * per_row];
+    // SAFETY (all three calls): this path is taken only when `kernel_name()`
+    // chose "avx512-vnni", after run-time detection of AVX2, FMA,
+    // AVX512-VNNI and AVX512-VL.
+    let sweep = |wr: &[BlockQ80], first: usize, n: usize, out: &mut [f32], stride: usize| {
+        let mut i = 0;
+        while i + 16 <= n && (first + i).is_multiple_of(8) {
+            let g = (first + i) / 8;
+            let v = unsafe { q80_dots8_vnni::<2>(wr, [grow(g), grow(g + 1)]) };
+            for (k, x) in v.iter().flatten().enumerate() {
+                out[(i + k) * stride] = *x;
+            }
+            i += 16;
+        }
+        while i + 8 <= n && (first + i).is_multiple_of(8) && (first + i) / 8 < groups {
+            let v = unsafe { q80_dots8_vnni::<1>(wr, [grow((first + i) / 8)]) };
+            for (k, x) in v[0].iter().enumerate() {
+                out[(i + k) * stride] = *x;
+            }
+            i += 8;
+        }
+        for i in i..n {
+            out[i * stride] = unsafe { q80_dot_vnni(wr, xrow(first + i)) };
+        }
+    };
+    par_tiles(
+        w,
+        rows,
+        per_row,
+        m,
+        per_row * std::mem::size_of::<BlockQ80>(),
+        |wr| unsafe { q80_dot_vnni(wr, xq) },
+        sweep,
+    )
+}
+
+/// One weight row against `G` groups of eight interleaved input rows:
+/// lane `i` of group `g` is row `i`'s dot, [`q80_dot_scalar`]'s arithmetic.
+/// `vpdpbusd` multiplies the inputs offset to u8 by the weights as i8, so
+/// each block's sum is `Σ (x + 128)·w = Σ x·w + 128·Σ w` (at most
+/// 32·255·128, exact in i32) and loses `128·Σ w` to give the integer dot.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
+unsafe fn q80_dots8_vnni<const G: usize>(w: &[BlockQ80], xs: [&[Q80x8]; G]) -> [[f32; 8]; G] {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_ps(); G];
+    let flip = _mm256_set1_epi8(i8::MIN);
+    let n = xs.iter().map(|x| x.len()).min().unwrap_or(0).min(w.len());
+    for (bi, b) in w[..n].iter().enumerate() {
+        // SAFETY: `b.qs` is 32 bytes; the load reads exactly it.
+        let qw = _mm256_loadu_si256(b.qs.as_ptr().cast());
+        // Σ w: the bytes as w + 128 summed by `vpsadbw`, less 32·128.
+        let s = _mm256_sad_epu8(_mm256_xor_si256(qw, flip), _mm256_setzero_si256());
+        let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+        let sum_w = _mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s))) - 32 * 128;
+        let offset = _mm256_set1_epi32(128 * sum_w);
+        let dw = _mm256_set1_ps(b.d);
+        // SAFETY: `qs` is 32 bytes: eight unaligned 4-byte reads inside it.
+        let wj: [__m256i; 8] =
+            std::array::from_fn(|j| _mm256_set1_epi32(b.qs.as_ptr().cast::<i32>().add(j).read_unaligned()));
+        for g in 0..G {
+            let x = &xs[g][bi];
+            let mut p = _mm256_setzero_si256();
+            for (q, wq) in x.q.iter().zip(&wj) {
+                // SAFETY: `Q80x8` is 32-byte aligned and each `q[j]` is 32 bytes at a multiple of 32.
+                p = _mm256_dpbusd_epi32(p, _mm256_load_si256(q.as_ptr().cast()), *wq);
+            }
+            let sumi = _mm256_sub_epi32(p, offset);
+            // SAFETY: `d` is eight f32 at offset 256 of a 32-byte aligned struct.
+            let scale = _mm256_mul_ps(dw, _mm256_load_ps(x.d.as_ptr()));
+            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sumi)));
+        }
+    }
+    let mut out = [[0f32; 8]; G];
+    for (o, a) in out.iter_mut().zip(acc) {
+        // SAFETY: `o` is eight f32.
+        _mm256_storeu_ps(o.as_mut_ptr(), a);
+    }
+    out
+}
+
+/// One input row on VNNI with [`q80_dot_scalar`]'s arithmetic: each
+/// block's products summed to i32 by `vpdpbusd` (|w| as u8 times x with
+/// w's sign), four blocks' lanes summed at once by `vphaddd`, then each
+/// block scaled and added in block order.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
 unsafe fn q80_dot_vnni(w: &[BlockQ80], x: &[BlockQ80]) -> f32 {
     use std::arch::x86_64::*;
-    let mut acc = _mm256_setzero_ps();
-    for (b, a) in w.iter().zip(x) {
-        // SAFETY: both `qs` are 32 bytes; the unaligned loads read exactly them.
+    // SAFETY (the closure's loads): both `qs` are 32 bytes; the unaligned loads read exactly them.
+    let products = |b: &BlockQ80, a: &BlockQ80| {
         let qw = _mm256_loadu_si256(b.qs.as_ptr().cast());
         let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
-        let p32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc);
-    }
-    hsum(acc)
-}
-
-/// [`q80_dot4_avx2`] with `vpdpbusd` (bit-identical per row).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-unsafe fn q80_dot4_vnni(w: &[BlockQ80], x: [&[BlockQ80]; 4]) -> [f32; 4] {
-    use std::arch::x86_64::*;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
-    for (i, b) in w[..n].iter().enumerate() {
-        // SAFETY: `b.qs` is 32 bytes; the load reads exactly it.
-        let qw = _mm256_loadu_si256(b.qs.as_ptr().cast());
-        let aw = _mm256_sign_epi8(qw, qw);
-        for r in 0..4 {
-            let a = &x[r][i];
-            // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
-            let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
-            let p32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), aw, _mm256_sign_epi8(qx, qw));
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw))
+    };
+    let n = w.len().min(x.len());
+    let mut sum = 0f32;
+    let mut k = 0;
+    while k + 4 <= n {
+        let (b, a) = (&w[k..k + 4], &x[k..k + 4]);
+        let h01 = _mm256_hadd_epi32(products(&b[0], &a[0]), products(&b[1], &a[1]));
+        let h23 = _mm256_hadd_epi32(products(&b[2], &a[2]), products(&b[3], &a[3]));
+        let h = _mm256_hadd_epi32(h01, h23);
+        // Lane i: block k + i's integer dot.
+        let sumi = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+        let scale = _mm_mul_ps(_mm_set_ps(b[3].d, b[2].d, b[1].d, b[0].d), _mm_set_ps(a[3].d, a[2].d, a[1].d, a[0].d));
+        let mut t = [0f32; 4];
+        // SAFETY: `t` is four f32.
+        _mm_storeu_ps(t.as_mut_ptr(), _mm_mul_ps(scale, _mm_cvtepi32_ps(sumi)));
+        for v in t {
+            sum += v;
         }
+        k += 4;
     }
-    [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
+    for (b, a) in w[k..n].iter().zip(&x[k..n]) {
+        let p = products(b, a);
+        let p = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+        let p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
+        let sumi = _mm_cvtsi128_si32(_mm_add_epi32(p, _mm_shuffle_epi32(p, 1)));
+        sum += b.d * a.d * sumi as f32;
+    }
+    sum
 }
 
 pub mod kquant;

@@ -58,13 +58,16 @@ fn q41_simd_equals_scalar_and_approximates_the_dequantized_product() {
     }
 }
 
-/// The VNNI kernels are the AVX2 kernels' arithmetic with one
+/// The Q4_1 VNNI kernels are the AVX2 kernels' arithmetic with one
 /// instruction instead of two for the integer products: every output
-/// equal bit for bit, one row and four rows at a time, including the
-/// extremes (Q4 nibbles 15, Q8 values ±127 and the weights' −128).
+/// equal bit for bit, one row and four rows at a time; the Q8_0 VNNI path
+/// (groups of eight interleaved input rows, and single rows) is the scalar
+/// kernel's arithmetic: every output equal to it bit for bit, in groups of
+/// two, one or no group, including the extremes (Q4 nibbles 15, Q8 values
+/// ±127 and the weights' −128).
 #[test]
 #[cfg(target_arch = "x86_64")]
-fn vnni_kernels_equal_avx2_bit_for_bit() {
+fn vnni_kernels_equal_their_references_bit_for_bit() {
     if !has_avx512_vnni() {
         veil_tests::skip("this CPU has no AVX512-VNNI: the VNNI kernels were not compared");
         return;
@@ -75,14 +78,9 @@ fn vnni_kernels_equal_avx2_bit_for_bit() {
     for b in extreme_q41.chunks_exact_mut(Q4_1_BLOCK_BYTES).step_by(3) {
         b[4..].fill(0xFF);
     }
-    let mut extreme_q80 = q80_sample(rows, cols, 5);
-    for b in extreme_q80.chunks_exact_mut(Q8_0_BLOCK_BYTES).step_by(2) {
-        b[2..].fill(0x80);
-    }
     let mut x = input(4, cols);
     x[..cols].iter_mut().enumerate().for_each(|(k, v)| *v = if k % 2 == 0 { 8.0 } else { -8.0 });
     let xq41: Vec<BlockQ81> = x.chunks_exact(cols).flat_map(quantize_row_q8_1).collect();
-    let xq80: Vec<BlockQ80> = x.chunks_exact(cols).flat_map(quantize_row_q8_0).collect();
     let xr = |xq: &[BlockQ81], i: usize| xq[i * per..(i + 1) * per].to_vec();
     for raw in [q41_sample(rows, cols, 11), extreme_q41] {
         let w = Q41Matrix::from_gguf_bytes(&raw, rows, cols).unwrap();
@@ -104,24 +102,27 @@ fn vnni_kernels_equal_avx2_bit_for_bit() {
             }
         }
     }
-    let xr = |i: usize| xq80[i * per..(i + 1) * per].to_vec();
-    for raw in [q80_sample(rows, cols, 13), extreme_q80] {
-        let w = Q80Matrix::from_gguf_bytes(&raw, rows, cols).unwrap();
-        for j in 0..rows {
-            let wr = &w.blocks[j * per..(j + 1) * per];
-            let four = [xr(0), xr(1), xr(2), xr(3)];
-            // SAFETY: as above.
-            let (a, b) = unsafe {
-                (
-                    q80_dot4_avx2(wr, [&four[0], &four[1], &four[2], &four[3]]),
-                    q80_dot4_vnni(wr, [&four[0], &four[1], &four[2], &four[3]]),
-                )
-            };
-            assert_eq!(a.map(f32::to_bits), b.map(f32::to_bits), "Q8_0 row {j}, four inputs");
-            for (i, xi) in four.iter().enumerate() {
-                // SAFETY: as above.
-                let (a, b) = unsafe { (q80_dot_avx2(wr, xi), q80_dot_vnni(wr, xi)) };
-                assert_eq!(a.to_bits(), b.to_bits(), "Q8_0 row {j}, input {i}");
+    // Nine blocks a row: two runs of four and one alone in the single-row kernel.
+    let (cols, per) = (288, 9);
+    let mut extreme_q80 = q80_sample(rows, cols, 5);
+    for b in extreme_q80.chunks_exact_mut(Q8_0_BLOCK_BYTES).step_by(2) {
+        b[2..].fill(0x80);
+    }
+    // 150 input rows: tiles of 64 rows starting past the first; 29: a tile
+    // of two groups, one group and five rows alone; 5 rows: no group at
+    // all; 1 row: decode.
+    for m in [150, 29, 5, 1] {
+        let mut x = input(m, cols);
+        x[..cols].iter_mut().enumerate().for_each(|(k, v)| *v = if k % 2 == 0 { 8.0 } else { -8.0 });
+        let xq: Vec<BlockQ80> = x.chunks_exact(cols).flat_map(quantize_row_q8_0).collect();
+        for raw in [q80_sample(rows, cols, 13), extreme_q80.clone()] {
+            let w = Q80Matrix::from_gguf_bytes(&raw, rows, cols).unwrap();
+            let got = q80_matmul_vnni(&w.blocks, rows, per, &xq, m);
+            for i in 0..m {
+                for j in 0..rows {
+                    let want = q80_dot_scalar(&w.blocks[j * per..(j + 1) * per], &xq[i * per..(i + 1) * per]);
+                    assert_eq!(got[i * rows + j].to_bits(), want.to_bits(), "Q8_0 m={m} input {i} row {j}");
+                }
             }
         }
     }
