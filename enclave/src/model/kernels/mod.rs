@@ -742,16 +742,17 @@ fn interleave_q80(xq: &[BlockQ80], per_row: usize, groups: usize) -> Vec<Q80x8> 
 /// over (and decode) run on [`q80_dot_vnni`].
 #[cfg(target_arch = "x86_64")]
 fn q80_matmul_vnni(w: &[BlockQ80], rows: usize, per_row: usize, xq: &[BlockQ80], m: usize) -> Vec<f32> {
-    let groups = if m >= 8 { m / 8 } else { 0 };
-    let xg = interleave_q80(xq, per_row, groups);
+    let xg = interleave_q80(xq, per_row, m / 8);
     let xrow = |i: usize| &xq[i * per_row..(i + 1) * per_row];
     let grow = |g: usize| &xg[g * per_row..(g + 1) * per_row];
     // SAFETY (all three calls): this path is taken only when `kernel_name()`
     // chose "avx512-vnni", after run-time detection of AVX2, FMA,
     // AVX512-VNNI and AVX512-VL.
     let sweep = |wr: &[BlockQ80], first: usize, n: usize, out: &mut [f32], stride: usize| {
+        // `first` is a multiple of 8 (`par_tiles`), so row `first + i` starts group `(first + i) / 8`.
+        debug_assert!(first.is_multiple_of(8));
         let mut i = 0;
-        while i + 16 <= n && (first + i).is_multiple_of(8) {
+        while i + 16 <= n {
             let g = (first + i) / 8;
             let v = unsafe { q80_dots8_vnni::<2>(wr, [grow(g), grow(g + 1)]) };
             for (k, x) in v.iter().flatten().enumerate() {
@@ -759,7 +760,7 @@ fn q80_matmul_vnni(w: &[BlockQ80], rows: usize, per_row: usize, xq: &[BlockQ80],
             }
             i += 16;
         }
-        while i + 8 <= n && (first + i).is_multiple_of(8) && (first + i) / 8 < groups {
+        if i + 8 <= n {
             let v = unsafe { q80_dots8_vnni::<1>(wr, [grow((first + i) / 8)]) };
             for (k, x) in v[0].iter().enumerate() {
                 out[(i + k) * stride] = *x;
