@@ -191,14 +191,20 @@ fn a_neighbour_with_other_weights_is_refused_before_any_activation() {
     assert_ne!(own.stages[1].manifest_root, c.route.stages[1].manifest_root, "the byte flip missed layers 10..20");
     let own_path = c.dir.join("tampered-route.toml");
     std::fs::write(&own_path, own.to_toml()).unwrap();
+    // The entry first finds nothing listening for layers 10..20; when the
+    // tampered shard comes up, the entry must say why it is now refused
+    // (a second, different warning, not the first one repeated or muted).
     c.spawn(2, 0);
-    c.spawn_with(1, 0, &own_path);
     c.spawn(0, 0);
-    c.wait_log(0, 0, "shard not available", 1);
+    let unreachable = format!("cannot reach {}", c.route.stages[1].replicas[0]);
+    c.wait_log(0, 0, &unreachable, 1);
+    c.spawn_with(1, 0, &own_path);
+    c.wait_log(0, 0, "attestation of", 1);
     let err = c.generate(&greedy(&fixture_prompts()[0], 4)).unwrap_err();
     assert!(err.contains("layers 10..20") && err.contains("no live replica"), "{err}");
     let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
-    assert!(log.contains("attestation of") && log.contains("manifest root"), "{log}");
+    let refused = log.lines().find(|l| l.contains("attestation of")).unwrap();
+    assert!(refused.contains("shard not available") && refused.contains("manifest root"), "{log}");
     let shard_log = std::fs::read_to_string(c.log(1, 0)).unwrap();
     assert!(!shard_log.contains("control link from the entry"), "{shard_log}");
 }

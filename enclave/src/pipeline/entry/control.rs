@@ -58,19 +58,23 @@ impl Entry {
         let spec = self.route.stages[stage].clone();
         let addr = spec.replicas[usize::from(replica)];
         let mut backoff = Duration::from_millis(100);
-        let mut warned = false;
+        // The kind of failure last warned about: a retry that fails the
+        // same way stays quiet, but a change (the shard came up, then
+        // failed attestation) is what an operator must see.
+        let mut warned = None;
         loop {
             match self.trust.dial(addr, &spec, LinkRole::Control).await {
                 Err(e) => {
-                    if !warned {
+                    let kind = std::mem::discriminant(&e);
+                    if warned != Some(kind) {
                         tracing::warn!(stage, %addr, error = %e, "shard not available (retrying with backoff)");
-                        warned = true;
+                        warned = Some(kind);
                     }
                 }
                 Ok((tx, mut reader, peer, bundle)) => {
                     tracing::info!(stage, %addr, layers = ?spec.layers, "shard verified; control link up");
                     backoff = Duration::from_millis(100);
-                    warned = false;
+                    warned = None;
                     {
                         let mut reps = self.replicas.lock().await;
                         let r = &mut reps[stage - 1][usize::from(replica)];
