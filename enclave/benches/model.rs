@@ -122,13 +122,14 @@ fn main() {
     }
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     println!("\n{name}, CPU; best of 3 for prefill, 128 sequential steps for decode");
+    println!("veil's kernels here: {}", veil_enclave::model::kernels::kernel_name());
     println!("{:<18} {:>8} {:>14} {:>14} {:>14}", "engine", "threads", "prefill 128/s", "prefill 512/s", "decode/s");
     let metrics = ["prefill_128_tok_s", "prefill_512_tok_s", "decode_128_tok_s"];
     let vnni_here = veil_enclave::model::kernels::vnni_available();
     for threads in [1usize, 2] {
         let ours = run_child(&["child-speed"], threads);
-        // The AVX-512 VNNI kernels beside the default ones, in the same run, where the CPU has them.
-        let vnni = vnni_here.then(|| run_child_with(&["child-speed"], threads, Some("avx512-vnni"))).flatten();
+        // Where the CPU has VNNI, the AVX2 kernels beside the default ones in the same run.
+        let avx2 = vnni_here.then(|| run_child_with(&["child-speed"], threads, Some("avx2"))).flatten();
         let theirs = llamacpp(&path, threads);
         let row = |name: &str, v: &Option<serde_json::Value>| {
             let cell = |k: &str| {
@@ -143,10 +144,9 @@ fn main() {
                 cell(metrics[2])
             );
         };
-        let kernel = ours.as_ref().and_then(|v| v["kernel"].as_str()).unwrap_or("?").to_owned();
-        row(&format!("veil {kernel}"), &ours);
-        if vnni.is_some() {
-            row("veil avx512-vnni", &vnni);
+        row("veil", &ours);
+        if avx2.is_some() {
+            row("veil, AVX2 only", &avx2);
         }
         row("llama.cpp", &theirs);
         if let (Some(a), Some(b)) = (&ours, &theirs) {

@@ -4,9 +4,11 @@
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ModelError {
-    /// The file could not be opened or read.
-    #[error("cannot read model file: {0}")]
-    Io(#[from] std::io::Error),
+    /// A model file could not be opened, read or written (the message
+    /// names the file; the cause is in the message, not a `source`, so it
+    /// is printed once).
+    #[error("model file: {0}")]
+    Io(std::io::Error),
     /// Not a GGUF file, or a truncated or corrupt one.
     #[error("malformed GGUF: {0}")]
     Malformed(String),
@@ -35,6 +37,12 @@ pub enum ModelError {
     /// A tensor operation failed (a defect, or a device error).
     #[error("tensor operation failed: {0}")]
     Tensor(#[from] candle_core::Error),
+}
+
+impl From<std::io::Error> for ModelError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Io(e)
+    }
 }
 
 /// Result alias of the model side.

@@ -93,8 +93,8 @@ fn bad_input_is_a_clear_error_not_a_panic() {
     let missing = shard(&["generate", "--model", "/nonexistent/model.gguf", "--prompt", "hi"]);
     assert!(!missing.status.success());
     let err = String::from_utf8_lossy(&missing.stderr);
-    assert!(err.contains("cannot read model file") && !err.contains("panicked"), "{err}");
-    assert!(err.contains("/nonexistent/model.gguf"), "the error names no path: {err}");
+    assert!(err.contains("model file: /nonexistent/model.gguf") && !err.contains("panicked"), "{err}");
+    assert_eq!(err.matches("No such file").count(), 1, "the cause is printed once: {err}");
     // A route given as a bare file name resolves against the current directory.
     let dir = std::env::temp_dir().join(format!("veil-cli-bare-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

@@ -520,14 +520,14 @@ impl KQuantMatrix {
     }
 }
 
-/// The kernels of a format: AVX2 where the CPU has it (also under
-/// `VEIL_KERNELS=avx512-vnni`: these have no VNNI form), else scalar.
+/// The kernels of a format ([`super::kquant_isa`]): AVX2 where the CPU has
+/// it (these have no VNNI form), else scalar.
 fn dots<B: Simd>() -> Dots<B, BlockQ8K> {
     #[cfg(target_arch = "x86_64")]
-    if super::kernel_name() != "scalar" {
+    if super::kquant_isa() == super::Isa::Avx2 {
         return Dots {
-            // SAFETY (both): "avx2" and "avx512-vnni" are chosen only after
-            // run-time detection of AVX2 and FMA.
+            // SAFETY (both): `kquant_isa` chose AVX2 after run-time detection
+            // of AVX2 and FMA.
             one: |w, x| unsafe { dot_avx2(w, x) },
             four: |w, x| unsafe { dot4_avx2(w, x) },
         };

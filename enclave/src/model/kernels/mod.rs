@@ -2,7 +2,9 @@
 //! (Q4_1 × Q8_1 and Q8_0 × Q8_0 here, the K-quants × Q8_K in [`kquant`],
 //! MXFP4 × Q8_0 in [`mxfp4`], as llama.cpp pairs them) and the f16-KV
 //! attention primitives, each with an AVX2/FMA/F16C path selected at run
-//! time and a scalar path that defines the arithmetic.
+//! time and a scalar path that defines the arithmetic; Q8_0 and MXFP4 also
+//! have an AVX-512 VNNI path, their default where the CPU has it
+//! ([`q80_isa`], [`kernel_name`] says what runs).
 //!
 //! candle has SIMD dot kernels for Q4_0, Q8_0 and the K-quants but a scalar
 //! loop for Q4_1, which is what the reference model's layers are stored in;
@@ -267,7 +269,7 @@ impl Q80Matrix {
         assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
         let xq: Vec<BlockQ80> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_0).collect();
         #[cfg(target_arch = "x86_64")]
-        if kernel_name() == "avx512-vnni" {
+        if q80_isa() == Isa::Avx512Vnni {
             return q80_matmul_vnni(&self.blocks, self.rows, self.cols / BLOCK, &xq, m);
         }
         par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, q80_dots())
@@ -442,9 +444,7 @@ fn has_f16c() -> bool {
 
 /// AVX-512 VNNI with 256-bit vectors (EPYC Genoa/Turin, Xeon Sapphire
 /// Rapids and later): `vpdpbusd` does the u8×i8 products and their sums to
-/// i32 in one instruction where AVX2 needs two, with exactly the same
-/// integers per lane and the same float accumulation afterwards, so its
-/// results are bit-identical to the AVX2 kernels'.
+/// i32 in one instruction where AVX2 needs two.
 #[cfg(target_arch = "x86_64")]
 fn has_avx512_vnni() -> bool {
     has_avx2_fma()
@@ -452,62 +452,120 @@ fn has_avx512_vnni() -> bool {
         && std::arch::is_x86_feature_detected!("avx512vl")
 }
 
-/// Which matrix kernels run: `"avx2"` where the CPU has AVX2 and FMA, else
-/// `"scalar"`. `VEIL_KERNELS` (read once) chooses otherwise: `avx512-vnni`
-/// (where the CPU has it), `avx2` or `scalar`. On an AMD EPYC (Zen 4) the
-/// VNNI path prefilled a Q8_0 model of Llama-3.2-1B's shape 1.6–1.9× faster
-/// than the AVX2 kernels (its grouped Q8_0 kernel, [`q80_matmul_vnni`]) and
-/// decoded it 0.85× (1 thread) to 1.0× (2 threads); the reference model
-/// (Q4_1) prefilled about 11% slower with its VNNI kernels. It is not the
-/// default because it changes Q8_0's arithmetic (to the scalar kernel's, not
-/// the AVX2 kernels') and Q4_1 would need the AVX2 kernels beside it
-/// (`cargo bench --bench model` runs both side by side).
-pub fn kernel_name() -> &'static str {
-    static CHOSEN: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
-    CHOSEN.get_or_init(|| {
-        let wanted = std::env::var("VEIL_KERNELS").unwrap_or_default();
-        #[cfg(target_arch = "x86_64")]
-        {
-            if wanted == "avx512-vnni" && has_avx512_vnni() {
-                return "avx512-vnni";
-            }
-            if wanted != "scalar" && has_avx2_fma() {
-                return "avx2";
-            }
+/// The kernels a weight format runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Isa {
+    /// Portable Rust: the arithmetic the SIMD kernels are tested against.
+    Scalar,
+    /// AVX2 and FMA.
+    Avx2,
+    /// AVX-512 VNNI on 256-bit vectors (with AVX2 and FMA).
+    Avx512Vnni,
+}
+
+impl Isa {
+    /// The name `VEIL_KERNELS` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Scalar => "scalar",
+            Self::Avx2 => "avx2",
+            Self::Avx512Vnni => "avx512-vnni",
         }
-        let _ = wanted;
-        "scalar"
+    }
+}
+
+/// What `VEIL_KERNELS` asks for, read once: unset (or `auto`) gives each
+/// format its fastest kernels on this CPU; `avx512-vnni`, `avx2` or
+/// `scalar` force that family wherever a format has it and the CPU can
+/// run it (the benchmark's A/B).
+fn wanted() -> Option<Isa> {
+    static WANTED: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
+    *WANTED.get_or_init(|| match std::env::var("VEIL_KERNELS").unwrap_or_default().as_str() {
+        "scalar" => Some(Isa::Scalar),
+        "avx2" => Some(Isa::Avx2),
+        "avx512-vnni" => Some(Isa::Avx512Vnni),
+        _ => None,
     })
 }
 
-/// Whether this CPU can run the AVX-512 VNNI kernels (`VEIL_KERNELS=avx512-vnni`).
-pub fn vnni_available() -> bool {
+/// The most this CPU runs of `best`: VNNI needs AVX-512 VNNI and VL, AVX2
+/// needs AVX2 and FMA, scalar runs anywhere.
+fn at_most(best: Isa) -> Isa {
     #[cfg(target_arch = "x86_64")]
     {
-        has_avx512_vnni()
+        if best == Isa::Avx512Vnni && has_avx512_vnni() {
+            return Isa::Avx512Vnni;
+        }
+        if best != Isa::Scalar && has_avx2_fma() {
+            return Isa::Avx2;
+        }
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
+    let _ = best;
+    Isa::Scalar
+}
+
+/// Q8_0's kernels, and MXFP4's (its blocks are 8-bit blocks with a
+/// 4-bit code, so the two formats share one arithmetic: see [`mxfp4`]).
+/// VNNI by default where the CPU has it: its grouped kernel
+/// ([`q80_matmul_vnni`]) prefilled a Q8_0 model of Llama-3.2-1B's shape
+/// 1.6–1.9× faster than the AVX2 kernels on an AMD EPYC (Zen 4) and
+/// decoded it as fast. Its arithmetic is the scalar kernel's (exact
+/// integer block sums, scaled and added in block order), not the AVX2
+/// kernels': a CPU without VNNI rounds Q8_0 and MXFP4 products
+/// differently (within float rounding), so replicas of one stage on
+/// different CPUs may differ in the last bits.
+pub fn q80_isa() -> Isa {
+    at_most(wanted().unwrap_or(Isa::Avx512Vnni))
+}
+
+/// Q4_1's kernels: AVX2 unless VNNI is asked for by name. Its VNNI kernels
+/// are the AVX2 ones' arithmetic with `vpdpbusd` for the integer products
+/// (bit-identical, tested), and prefilled the reference model about 11%
+/// slower on Zen 4.
+pub fn q41_isa() -> Isa {
+    at_most(wanted().unwrap_or(Isa::Avx2))
+}
+
+/// The K-quants' kernels: AVX2 (they have no VNNI form) or scalar.
+pub fn kquant_isa() -> Isa {
+    match at_most(wanted().unwrap_or(Isa::Avx2)) {
+        Isa::Avx512Vnni => Isa::Avx2,
+        isa => isa,
     }
+}
+
+/// Which kernels each format runs, for logs and the benchmark, e.g.
+/// `Q8_0/MXFP4 avx512-vnni, Q4_1 avx2, K-quants avx2`.
+pub fn kernel_name() -> &'static str {
+    static NAME: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    NAME.get_or_init(|| {
+        format!("Q8_0/MXFP4 {}, Q4_1 {}, K-quants {}", q80_isa().name(), q41_isa().name(), kquant_isa().name())
+    })
+}
+
+/// Whether this CPU can run the AVX-512 VNNI kernels.
+pub fn vnni_available() -> bool {
+    at_most(Isa::Avx512Vnni) == Isa::Avx512Vnni
 }
 
 fn q41_dots() -> Dots<BlockQ41, BlockQ81> {
     #[cfg(target_arch = "x86_64")]
-    if kernel_name() == "avx512-vnni" {
-        return Dots {
-            // SAFETY (both): selected only after run-time detection of AVX2, FMA, AVX512-VNNI and AVX512-VL.
-            one: |w, x| unsafe { q41_dot_vnni(w, x) },
-            four: |w, x| unsafe { q41_dot4_vnni(w, x) },
-        };
-    }
-    #[cfg(target_arch = "x86_64")]
-    if kernel_name() == "avx2" {
-        return Dots {
-            // SAFETY (both): selected only after run-time detection of AVX2 and FMA.
-            one: |w, x| unsafe { q41_dot_avx2(w, x) },
-            four: |w, x| unsafe { q41_dot4_avx2(w, x) },
-        };
+    match q41_isa() {
+        Isa::Avx512Vnni => {
+            return Dots {
+                // SAFETY (both): `at_most` chose VNNI after run-time detection of AVX2, FMA, AVX512-VNNI and -VL.
+                one: |w, x| unsafe { q41_dot_vnni(w, x) },
+                four: |w, x| unsafe { q41_dot4_vnni(w, x) },
+            };
+        }
+        Isa::Avx2 => {
+            return Dots {
+                // SAFETY (both): `at_most` chose AVX2 after run-time detection of AVX2 and FMA.
+                one: |w, x| unsafe { q41_dot_avx2(w, x) },
+                four: |w, x| unsafe { q41_dot4_avx2(w, x) },
+            };
+        }
+        Isa::Scalar => {}
     }
     Dots { one: q41_dot_scalar, four: |w, x| x.map(|x| q41_dot_scalar(w, x)) }
 }
@@ -515,9 +573,9 @@ fn q41_dots() -> Dots<BlockQ41, BlockQ81> {
 /// The Q8_0 dots of the AVX2 and scalar kernels ([`q80_matmul_vnni`] is the VNNI path).
 fn q80_dots() -> Dots<BlockQ80, BlockQ80> {
     #[cfg(target_arch = "x86_64")]
-    if kernel_name() == "avx2" {
+    if q80_isa() == Isa::Avx2 {
         return Dots {
-            // SAFETY (both): selected only after run-time detection of AVX2 and FMA.
+            // SAFETY (both): `at_most` chose AVX2 after run-time detection of AVX2 and FMA.
             one: |w, x| unsafe { q80_dot_avx2(w, x) },
             four: |w, x| unsafe { q80_dot4_avx2(w, x) },
         };
@@ -733,35 +791,61 @@ fn interleave_q80(xq: &[BlockQ80], per_row: usize, groups: usize) -> Vec<Q80x8> 
     out
 }
 
+/// A block of 32 signed 8-bit weights with one scale, as the VNNI Q8_0
+/// kernels read it: Q8_0's own blocks, and MXFP4's expanded in registers.
+#[cfg(target_arch = "x86_64")]
+pub(crate) trait I8Block: Sync {
+    /// The block's scale.
+    fn scale(&self) -> f32;
+    /// The 32 weights, in order.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    unsafe fn weights(&self) -> std::arch::x86_64::__m256i;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl I8Block for BlockQ80 {
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn weights(&self) -> std::arch::x86_64::__m256i {
+        // SAFETY: `qs` is 32 bytes; the unaligned load reads exactly it.
+        unsafe { std::arch::x86_64::_mm256_loadu_si256(self.qs.as_ptr().cast()) }
+    }
+}
+
 /// Q8_0 `x · wᵀ` on the VNNI kernels, the scalar kernel's arithmetic
 /// exactly (each block's integer dot, times `w.d · x.d`, added in block
 /// order), so every output equals [`q80_dot_scalar`] bit for bit whether
 /// its input row ran in a group of eight or alone. Groups of eight input
 /// rows run on [`q80_dots8_vnni`]: one `vpdpbusd` per four bytes of a
 /// weight block serves eight rows, with no horizontal sums; the rows left
-/// over (and decode) run on [`q80_dot_vnni`].
+/// over (and decode) run on [`q80_dot_vnni`]. `w` is Q8_0 or MXFP4 blocks.
 #[cfg(target_arch = "x86_64")]
-fn q80_matmul_vnni(w: &[BlockQ80], rows: usize, per_row: usize, xq: &[BlockQ80], m: usize) -> Vec<f32> {
+fn q80_matmul_vnni<B: I8Block>(w: &[B], rows: usize, per_row: usize, xq: &[BlockQ80], m: usize) -> Vec<f32> {
     let xg = interleave_q80(xq, per_row, m / 8);
     let xrow = |i: usize| &xq[i * per_row..(i + 1) * per_row];
     let grow = |g: usize| &xg[g * per_row..(g + 1) * per_row];
-    // SAFETY (all three calls): this path is taken only when `kernel_name()`
-    // chose "avx512-vnni", after run-time detection of AVX2, FMA,
-    // AVX512-VNNI and AVX512-VL.
-    let sweep = |wr: &[BlockQ80], first: usize, n: usize, out: &mut [f32], stride: usize| {
+    // SAFETY (all three calls): this path is taken only when `q80_isa()`
+    // chose VNNI, after run-time detection of AVX2, FMA, AVX512-VNNI and
+    // AVX512-VL.
+    let sweep = |wr: &[B], first: usize, n: usize, out: &mut [f32], stride: usize| {
         // `first` is a multiple of 8 (`par_tiles`), so row `first + i` starts group `(first + i) / 8`.
         debug_assert!(first.is_multiple_of(8));
         let mut i = 0;
         while i + 16 <= n {
             let g = (first + i) / 8;
-            let v = unsafe { q80_dots8_vnni::<2>(wr, [grow(g), grow(g + 1)]) };
+            let v = unsafe { q80_dots8_vnni::<B, 2>(wr, [grow(g), grow(g + 1)]) };
             for (k, x) in v.iter().flatten().enumerate() {
                 out[(i + k) * stride] = *x;
             }
             i += 16;
         }
         if i + 8 <= n {
-            let v = unsafe { q80_dots8_vnni::<1>(wr, [grow((first + i) / 8)]) };
+            let v = unsafe { q80_dots8_vnni::<B, 1>(wr, [grow((first + i) / 8)]) };
             for (k, x) in v[0].iter().enumerate() {
                 out[(i + k) * stride] = *x;
             }
@@ -789,23 +873,25 @@ fn q80_matmul_vnni(w: &[BlockQ80], rows: usize, per_row: usize, xq: &[BlockQ80],
 /// 32·255·128, exact in i32) and loses `128·Σ w` to give the integer dot.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-unsafe fn q80_dots8_vnni<const G: usize>(w: &[BlockQ80], xs: [&[Q80x8]; G]) -> [[f32; 8]; G] {
+unsafe fn q80_dots8_vnni<B: I8Block, const G: usize>(w: &[B], xs: [&[Q80x8]; G]) -> [[f32; 8]; G] {
     use std::arch::x86_64::*;
     let mut acc = [_mm256_setzero_ps(); G];
     let flip = _mm256_set1_epi8(i8::MIN);
     let n = xs.iter().map(|x| x.len()).min().unwrap_or(0).min(w.len());
     for (bi, b) in w[..n].iter().enumerate() {
-        // SAFETY: `b.qs` is 32 bytes; the load reads exactly it.
-        let qw = _mm256_loadu_si256(b.qs.as_ptr().cast());
+        // SAFETY: AVX2 is enabled here.
+        let qw = unsafe { b.weights() };
         // Σ w: the bytes as w + 128 summed by `vpsadbw`, less 32·128.
         let s = _mm256_sad_epu8(_mm256_xor_si256(qw, flip), _mm256_setzero_si256());
         let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
         let sum_w = _mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s))) - 32 * 128;
         let offset = _mm256_set1_epi32(128 * sum_w);
-        let dw = _mm256_set1_ps(b.d);
-        // SAFETY: `qs` is 32 bytes: eight unaligned 4-byte reads inside it.
-        let wj: [__m256i; 8] =
-            std::array::from_fn(|j| _mm256_set1_epi32(b.qs.as_ptr().cast::<i32>().add(j).read_unaligned()));
+        let dw = _mm256_set1_ps(b.scale());
+        // Each four weights broadcast to every lane (from memory: load ports, not shuffles).
+        let mut words = [0i32; 8];
+        // SAFETY: `words` is 32 bytes.
+        _mm256_storeu_si256(words.as_mut_ptr().cast(), qw);
+        let wj: [__m256i; 8] = words.map(|w| _mm256_set1_epi32(w));
         for g in 0..G {
             let x = &xs[g][bi];
             let mut p = _mm256_setzero_si256();
@@ -833,12 +919,11 @@ unsafe fn q80_dots8_vnni<const G: usize>(w: &[BlockQ80], xs: [&[Q80x8]; G]) -> [
 /// block scaled and added in block order.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-unsafe fn q80_dot_vnni(w: &[BlockQ80], x: &[BlockQ80]) -> f32 {
+unsafe fn q80_dot_vnni<B: I8Block>(w: &[B], x: &[BlockQ80]) -> f32 {
     use std::arch::x86_64::*;
-    // SAFETY (the closure's loads): both `qs` are 32 bytes; the unaligned loads read exactly them.
-    let products = |b: &BlockQ80, a: &BlockQ80| {
-        let qw = _mm256_loadu_si256(b.qs.as_ptr().cast());
-        let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
+    let products = |b: &B, a: &BlockQ80| {
+        // SAFETY: AVX2 is enabled here; `a.qs` is 32 bytes, the unaligned load reads exactly it.
+        let (qw, qx) = unsafe { (b.weights(), _mm256_loadu_si256(a.qs.as_ptr().cast())) };
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw))
     };
     let n = w.len().min(x.len());
@@ -851,7 +936,10 @@ unsafe fn q80_dot_vnni(w: &[BlockQ80], x: &[BlockQ80]) -> f32 {
         let h = _mm256_hadd_epi32(h01, h23);
         // Lane i: block k + i's integer dot.
         let sumi = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        let scale = _mm_mul_ps(_mm_set_ps(b[3].d, b[2].d, b[1].d, b[0].d), _mm_set_ps(a[3].d, a[2].d, a[1].d, a[0].d));
+        let scale = _mm_mul_ps(
+            _mm_set_ps(b[3].scale(), b[2].scale(), b[1].scale(), b[0].scale()),
+            _mm_set_ps(a[3].d, a[2].d, a[1].d, a[0].d),
+        );
         let mut t = [0f32; 4];
         // SAFETY: `t` is four f32.
         _mm_storeu_ps(t.as_mut_ptr(), _mm_mul_ps(scale, _mm_cvtepi32_ps(sumi)));
@@ -865,7 +953,7 @@ unsafe fn q80_dot_vnni(w: &[BlockQ80], x: &[BlockQ80]) -> f32 {
         let p = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
         let p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
         let sumi = _mm_cvtsi128_si32(_mm_add_epi32(p, _mm_shuffle_epi32(p, 1)));
-        sum += b.d * a.d * sumi as f32;
+        sum += b.scale() * a.d * sumi as f32;
     }
     sum
 }

@@ -137,21 +137,39 @@ impl Mxfp4Matrix {
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
         assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
         let xq: Vec<BlockQ80> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_0).collect();
+        #[cfg(target_arch = "x86_64")]
+        if super::q80_isa() == super::Isa::Avx512Vnni {
+            return super::q80_matmul_vnni(&self.blocks, self.rows, self.cols / BLOCK, &xq, m);
+        }
         par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, dots())
     }
 }
 
+/// Q8_0's kernels ([`super::q80_isa`]) on the blocks expanded in registers.
 fn dots() -> Dots<BlockMxfp4, BlockQ80> {
     #[cfg(target_arch = "x86_64")]
-    if super::kernel_name() != "scalar" {
+    if super::q80_isa() == super::Isa::Avx2 {
         return Dots {
-            // SAFETY (both): "avx2" and "avx512-vnni" are chosen only after
-            // run-time detection of AVX2 and FMA (pshufb is SSSE3, implied).
+            // SAFETY (both): `q80_isa` chose AVX2 after run-time detection of
+            // AVX2 and FMA (pshufb is SSSE3, implied).
             one: |w, x| unsafe { dot_avx2(w, x) },
             four: |w, x| unsafe { dot4_avx2(w, x) },
         };
     }
     Dots { one: dot_scalar, four: |w, x| x.map(|x| dot_scalar(w, x)) }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl super::I8Block for BlockMxfp4 {
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn weights(&self) -> std::arch::x86_64::__m256i {
+        // SAFETY: `KVALUES` is 16 bytes; the load reads exactly it. AVX2 and FMA are enabled here.
+        unsafe { expand(self, std::arch::x86_64::_mm_loadu_si128(KVALUES.as_ptr().cast())) }
+    }
 }
 
 /// The arithmetic of `q80_dot_scalar` on the decoded integers.
@@ -278,9 +296,10 @@ mod tests {
         assert!(Mxfp4Matrix::from_gguf_bytes(&[0u8; 33], 1, 64).is_err());
     }
 
-    /// The 4-bit kernels (whichever this CPU runs, and the scalar one)
-    /// equal the Q8_0 kernels on the blocks expanded at load, bit for bit,
-    /// for every batch size the matmul splits differently.
+    /// The 4-bit kernels (whichever this CPU runs, the scalar one and,
+    /// where the CPU has it, the VNNI path) equal the Q8_0 kernels on the
+    /// blocks expanded at load, bit for bit, for every batch size the
+    /// matmul splits differently.
     #[test]
     fn the_4_bit_kernels_equal_the_expanded_blocks_bit_for_bit() {
         let (rows, cols) = (37, 96);
@@ -300,6 +319,24 @@ mod tests {
             let wr = &native.blocks[r * 3..(r + 1) * 3];
             let er = &expanded.blocks[r * 3..(r + 1) * 3];
             assert_eq!(dot_scalar(wr, &xq), super::super::q80_dot_scalar(er, &xq), "scalar, row {r}");
+        }
+        // The VNNI path, whatever `VEIL_KERNELS` chose: groups of eight
+        // input rows, rows left over, and decode, against the scalar
+        // kernel on the expanded blocks.
+        #[cfg(target_arch = "x86_64")]
+        if super::super::vnni_available() {
+            for m in [1, 5, 21] {
+                let x = crate::model::synth::uniform(m * cols, 4.0, &mut seed);
+                let xq: Vec<BlockQ80> = x.chunks_exact(cols).flat_map(quantize_row_q8_0).collect();
+                let got = super::super::q80_matmul_vnni(&native.blocks, rows, 3, &xq, m);
+                for i in 0..m {
+                    for r in 0..rows {
+                        let want =
+                            super::super::q80_dot_scalar(&expanded.blocks[r * 3..(r + 1) * 3], &xq[i * 3..(i + 1) * 3]);
+                        assert_eq!(got[i * rows + r].to_bits(), want.to_bits(), "VNNI, m={m} input {i} row {r}");
+                    }
+                }
+            }
         }
     }
 }

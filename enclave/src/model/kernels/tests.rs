@@ -102,8 +102,9 @@ fn vnni_kernels_equal_their_references_bit_for_bit() {
             }
         }
     }
-    // Nine blocks a row: two runs of four and one alone in the single-row kernel.
-    let (cols, per) = (288, 9);
+    // Nine blocks a row: two runs of four and one alone in the single-row
+    // kernel; 27 weight rows: decode's tasks of 16 rows, the last one short.
+    let (rows, cols, per) = (27, 288, 9);
     let mut extreme_q80 = q80_sample(rows, cols, 5);
     for b in extreme_q80.chunks_exact_mut(Q8_0_BLOCK_BYTES).step_by(2) {
         b[2..].fill(0x80);
