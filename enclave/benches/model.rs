@@ -59,7 +59,6 @@ fn child_speed(path: &Path) {
         model.step_last(&mut s, &[base[16 + i]]).unwrap();
     }
     out.insert("decode_128_tok_s".into(), (128.0 / t.elapsed().as_secs_f64()).into());
-    out.insert("kernel".into(), veil_enclave::model::kernels::kernel_name().into());
     println!("{}", serde_json::Value::Object(out));
 }
 

@@ -474,8 +474,8 @@ impl Isa {
     }
 }
 
-/// What `VEIL_KERNELS` asks for, read once: unset (or `auto`) gives each
-/// format its fastest kernels on this CPU; `avx512-vnni`, `avx2` or
+/// What `VEIL_KERNELS` asks for, read once: unset (or any other value)
+/// gives each format its fastest kernels on this CPU; `avx512-vnni`, `avx2` or
 /// `scalar` force that family wherever a format has it and the CPU can
 /// run it (the benchmark's A/B).
 fn wanted() -> Option<Isa> {
