@@ -11,15 +11,14 @@
 //!   sixteen sub-blocks of 16, `w = d·sc·(q − 32)` with `q` six bits.
 //!
 //! Dequantization follows ggml's `dequantize_row_q*_K` operation by
-//! operation (tested bit for bit against candle's port of it). The dot
-//! kernels compute, per block, eight i32 lanes exactly (lane `k` holds the
-//! values at bytes `4k..4k + 4` of each 32-value vector, scaled by their
-//! sub-block's scale: the lanes of llama.cpp's AVX2 `maddubs`/`madd`), turn
-//! them to f32 and accumulate `acc += (d·x.d)·lanes` (and for Q4_K/Q5_K
-//! `acc −= (dmin·x.d)·min lanes`) with a separate multiply and add, then
-//! sum the eight lanes in [`super::hsum`]'s order. The scalar kernel does
-//! exactly that arithmetic, so it equals the AVX2 kernel bit for bit
-//! (tested), and every output row is one such sequence whatever the batch.
+//! operation (tested bit for bit against candle's port of it). Every dot
+//! kernel computes, per block, two exact integers — the values times the
+//! activations scaled by their sub-block's scale, and the bias of the mins
+//! (Q4_K/Q5_K) or of Q6_K's −32 against the activations' sums — then the
+//! same float steps, block after block ([`block_sums`], [`finish`]). The
+//! integers do not depend on how a kernel groups its sums, so the scalar,
+//! AVX2 and VNNI kernels are equal bit for bit (tested), and every output
+//! row is one such sequence whatever the batch.
 //!
 //! In memory a block keeps its values as stored but its f16 scales as f32
 //! and its packed 6-bit scales and mins as bytes: 152 (Q4_K), 184 (Q5_K)
@@ -27,7 +26,7 @@
 
 use rayon::prelude::*;
 
-use super::{f16_at, par_matmul, Dots, KernelError};
+use super::{f16_at, par_matmul, Dots, Isa, KernelError};
 
 /// Weights per K-quant block (ggml's `QK_K`).
 pub const QK_K: usize = 256;
@@ -273,28 +272,35 @@ impl KBlock for BlockQ6K {
     }
 }
 
-/// Lanes `k` (0..8) of one weight block against one activation block:
-/// the scaled value products at bytes `4k..4k + 4` of each 32-value
-/// vector, and (Q4_K/Q5_K) the mins against the activation sums, or
-/// (Q6_K) the sums already taken off for the −32.
-fn lanes_scalar<B: Finish>(b: &B, a: &BlockQ8K) -> ([i32; 8], [i32; 8]) {
+/// One weight block against one activation block, in integers (exact):
+/// `Σ sc·w·x` over the 256 values with each value's sub-block scale, and
+/// the bias — Q4_K/Q5_K `Σ m_j·(bsums[2j] + bsums[2j+1])` (scaled by
+/// `dmin` in [`finish`]), Q6_K `32·Σ sc_s·bsums[s]` (the −32 of its
+/// values, taken off in [`finish`]). Integer sums do not depend on their
+/// order, so every kernel gets these same two numbers.
+fn block_sums<B: Finish>(b: &B, a: &BlockQ8K) -> (i32, i32) {
     let (v, s) = (b.values(), b.scales16());
-    let mut sumi = [0i32; 8];
-    for (i, (&w, &x)) in v.iter().zip(&a.qs).enumerate() {
-        sumi[(i % 32) / 4] += s[i / 16] * i32::from(w) * i32::from(x);
-    }
-    (sumi, bias_lanes(b, a, &s))
+    let sumi = v.iter().zip(&a.qs).enumerate().map(|(i, (&w, &x))| s[i / 16] * i32::from(w) * i32::from(x)).sum();
+    let bs = |j: usize| i32::from(a.bsums[j]);
+    let bias = if let Some(m) = b.mins() {
+        (0..8).map(|j| i32::from(m[j]) * (bs(2 * j) + bs(2 * j + 1))).sum()
+    } else {
+        32 * (0..16).map(|j| s[j] * bs(j)).sum::<i32>()
+    };
+    (sumi, bias)
 }
 
-/// The lanes a block subtracts: Q4_K/Q5_K `m[k]·(bsums[2k] + bsums[2k+1])`
-/// (scaled by `dmin`); Q6_K `32·(sc[2k]·bsums[2k] + sc[2k+1]·bsums[2k+1])`
-/// (scaled by `d`, taken off `sumi` by the caller's [`Finish`]).
-fn bias_lanes<B: Finish>(b: &B, a: &BlockQ8K, s: &[i32; 16]) -> [i32; 8] {
-    let bs = |j: usize| i32::from(a.bsums[j]);
-    if let Some(m) = b.mins() {
-        std::array::from_fn(|k| i32::from(m[k]) * bs(2 * k) + i32::from(m[k]) * bs(2 * k + 1))
+/// The float steps of one block, shared by every kernel: Q4_K/Q5_K
+/// `acc + (d·x.d)·sumi − (dmin·x.d)·bias`, Q6_K `acc + (d·x.d)·(sumi −
+/// bias)`, each product and sum rounded on its own (no fused multiply-add).
+#[inline]
+fn finish<B: Finish>(b: &B, a: &BlockQ8K, sumi: i32, bias: i32, acc: f32) -> f32 {
+    let (d, dmin) = b.factors();
+    let (d, dm) = (d * a.d, dmin * a.d);
+    if b.mins().is_some() {
+        acc + d * sumi as f32 - dm * bias as f32
     } else {
-        std::array::from_fn(|k| 32 * (s[2 * k] * bs(2 * k) + s[2 * k + 1] * bs(2 * k + 1)))
+        acc + d * (sumi - bias) as f32
     }
 }
 
@@ -302,56 +308,42 @@ fn bias_lanes<B: Finish>(b: &B, a: &BlockQ8K, s: &[i32; 16]) -> [i32; 8] {
 trait Finish: KBlock {
     /// Q4_K/Q5_K's mins (Q6_K: none).
     fn mins(&self) -> Option<&[u8; 8]>;
-    /// `(d·x.d, dmin·x.d)`.
-    fn scales(&self, a: &BlockQ8K) -> (f32, f32);
+    /// `(d, dmin)` (Q6_K: `dmin` 0, unused).
+    fn factors(&self) -> (f32, f32);
 }
 
 impl Finish for BlockQ4K {
     fn mins(&self) -> Option<&[u8; 8]> {
         Some(&self.m)
     }
-    fn scales(&self, a: &BlockQ8K) -> (f32, f32) {
-        (self.d * a.d, self.dmin * a.d)
+    fn factors(&self) -> (f32, f32) {
+        (self.d, self.dmin)
     }
 }
 impl Finish for BlockQ5K {
     fn mins(&self) -> Option<&[u8; 8]> {
         Some(&self.m)
     }
-    fn scales(&self, a: &BlockQ8K) -> (f32, f32) {
-        (self.d * a.d, self.dmin * a.d)
+    fn factors(&self) -> (f32, f32) {
+        (self.d, self.dmin)
     }
 }
 impl Finish for BlockQ6K {
     fn mins(&self) -> Option<&[u8; 8]> {
         None
     }
-    fn scales(&self, a: &BlockQ8K) -> (f32, f32) {
-        (self.d * a.d, 0.0)
+    fn factors(&self) -> (f32, f32) {
+        (self.d, 0.0)
     }
 }
 
-/// [`super::hsum`]'s order: `((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7))`.
-fn hsum8(a: [f32; 8]) -> f32 {
-    let s = [a[0] + a[4], a[1] + a[5], a[2] + a[6], a[3] + a[7]];
-    (s[0] + s[2]) + (s[1] + s[3])
-}
-
+/// The arithmetic every kernel computes: [`block_sums`] and [`finish`],
+/// block after block.
 fn dot_scalar<B: Finish>(w: &[B], x: &[BlockQ8K]) -> f32 {
-    let mut acc = [0f32; 8];
-    for (b, a) in w.iter().zip(x) {
-        let (sumi, bias) = lanes_scalar(b, a);
-        let (d, dm) = b.scales(a);
-        for k in 0..8 {
-            if b.mins().is_some() {
-                acc[k] += d * sumi[k] as f32;
-                acc[k] -= dm * bias[k] as f32;
-            } else {
-                acc[k] += d * (sumi[k] - bias[k]) as f32;
-            }
-        }
-    }
-    hsum8(acc)
+    w.iter().zip(x).fold(0.0, |acc, (b, a)| {
+        let (sumi, bias) = block_sums(b, a);
+        finish(b, a, sumi, bias, acc)
+    })
 }
 
 /// A K-quant weight matrix of `rows × cols`.
@@ -387,10 +379,18 @@ impl<B: Finish> KMatrix<B> {
         Ok(Self { rows, cols, blocks })
     }
 
-    fn matmul(&self, x: &[f32], m: usize, dots: Dots<B, BlockQ8K>) -> Vec<f32> {
+    fn matmul(&self, x: &[f32], m: usize, isa: Isa) -> Vec<f32>
+    where
+        B: Simd,
+    {
         assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
         let xq: Vec<BlockQ8K> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_k).collect();
-        par_matmul(&self.blocks, self.rows, self.cols / QK_K, &xq, m, dots)
+        let per_row = self.cols / QK_K;
+        #[cfg(target_arch = "x86_64")]
+        if isa == Isa::Avx512Vnni {
+            return vnni::matmul(&self.blocks, self.rows, per_row, &xq, m);
+        }
+        par_matmul(&self.blocks, self.rows, per_row, &xq, m, dots(isa))
     }
 
     fn digest_into(&self, h: &mut sha2::Sha256) {
@@ -502,11 +502,13 @@ impl KQuantMatrix {
     /// `x (m × cols) · selfᵀ → (m × rows)`, row-major; activations
     /// quantized to Q8_K.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
-        match &self.0 {
-            Blocks::Q4K(w) => w.matmul(x, m, dots()),
-            Blocks::Q5K(w) => w.matmul(x, m, dots()),
-            Blocks::Q6K(w) => w.matmul(x, m, dots()),
-        }
+        self.matmul_on(x, m, super::kquant_isa())
+    }
+
+    /// [`Self::matmul`] on the kernels of `isa`, which this CPU must run
+    /// ([`super::at_most`]).
+    fn matmul_on(&self, x: &[f32], m: usize, isa: Isa) -> Vec<f32> {
+        each!(self, w => w.matmul(x, m, isa))
     }
 
     /// Row `r` dequantized into `out` (an embedding lookup).
@@ -520,18 +522,19 @@ impl KQuantMatrix {
     }
 }
 
-/// The kernels of a format ([`super::kquant_isa`]): AVX2 where the CPU has
-/// it (these have no VNNI form), else scalar.
-fn dots<B: Simd>() -> Dots<B, BlockQ8K> {
+/// The one-row and four-row kernels of `isa` (VNNI's grouped kernel runs
+/// these for the rows it does not group).
+fn dots<B: Simd>(isa: Isa) -> Dots<B, BlockQ8K> {
     #[cfg(target_arch = "x86_64")]
-    if super::kquant_isa() == super::Isa::Avx2 {
+    if isa != Isa::Scalar {
         return Dots {
-            // SAFETY (both): `kquant_isa` chose AVX2 after run-time detection
-            // of AVX2 and FMA.
+            // SAFETY (both): `isa` came from `at_most`, which chose AVX2 or
+            // VNNI after run-time detection of AVX2 and FMA.
             one: |w, x| unsafe { dot_avx2(w, x) },
             four: |w, x| unsafe { dot4_avx2(w, x) },
         };
     }
+    let _ = isa;
     Dots { one: dot_scalar, four: |w, x| x.map(|x| dot_scalar(w, x)) }
 }
 
@@ -545,6 +548,8 @@ use simd::{dot4_avx2, dot_avx2, Simd};
 
 #[cfg(target_arch = "x86_64")]
 mod simd;
+#[cfg(target_arch = "x86_64")]
+mod vnni;
 
 #[cfg(test)]
 mod tests;

@@ -526,12 +526,12 @@ pub fn q41_isa() -> Isa {
     at_most(wanted().unwrap_or(Isa::Avx2))
 }
 
-/// The K-quants' kernels: AVX2 (they have no VNNI form) or scalar.
+/// The K-quants' kernels (Q4_K, Q5_K, Q6_K): VNNI by default where the
+/// CPU has it. Its grouped kernel ([`kquant`]'s `vnni`) computes the same
+/// exact integers and float steps as the scalar and AVX2 kernels, so all
+/// three give equal outputs bit for bit (tested).
 pub fn kquant_isa() -> Isa {
-    match at_most(wanted().unwrap_or(Isa::Avx2)) {
-        Isa::Avx512Vnni => Isa::Avx2,
-        isa => isa,
-    }
+    at_most(wanted().unwrap_or(Isa::Avx512Vnni))
 }
 
 /// Which kernels each format runs, for logs and the benchmark, e.g.

@@ -1,7 +1,8 @@
-//! AVX2 forms of the K-quant dots: the scalar kernels' lanes, computed
+//! AVX2 forms of the K-quant dots: the scalar kernel's integers, computed
 //! with `maddubs` (unsigned value × signed activation, pairs to i16, no
 //! saturation: at most 2·63·127) and `madd` (pairs to i32 times the
-//! sub-block's scale), then the same float steps.
+//! sub-block's scale) into eight i32 lanes, summed across lanes per block,
+//! then the same float steps.
 
 use std::arch::x86_64::*;
 
@@ -9,13 +10,15 @@ use super::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, Finish};
 
 /// The vector side of a format.
 pub(crate) trait Simd: Finish {
+    /// Whether each 16 values have their own scale (Q6_K), not each 32.
+    const SCALES_PER_16: bool = false;
     /// Values `32j..32j + 32` as unsigned bytes, and their scales as i16
     /// (low half: the first 16 values', high half: the other 16's).
     ///
     /// # Safety
     /// The CPU must have AVX2, and `j < 8`.
     unsafe fn vector(&self, j: usize) -> (__m256i, __m256i);
-    /// The weight side of [`super::bias_lanes`]: each mins byte twice
+    /// The weight side of the bias ([`super::block_sums`]): each mins byte twice
     /// (Q4_K/Q5_K, this default), or the sixteen scales (Q6_K), as i16.
     ///
     /// # Safety
@@ -25,7 +28,7 @@ pub(crate) trait Simd: Finish {
     unsafe fn bias_weights(&self) -> __m256i {
         mins_pairs(self.mins().unwrap_or(&[0; 8]))
     }
-    /// [`super::bias_lanes`] from the activation sums and [`Simd::bias_weights`]
+    /// The bias in eight i32 lanes, from the activation sums and [`Simd::bias_weights`]
     /// (Q4_K/Q5_K: this default).
     ///
     /// # Safety
@@ -83,6 +86,7 @@ impl Simd for BlockQ5K {
 }
 
 impl Simd for BlockQ6K {
+    const SCALES_PER_16: bool = true;
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn vector(&self, j: usize) -> (__m256i, __m256i) {
@@ -111,18 +115,27 @@ impl Simd for BlockQ6K {
     }
 }
 
-/// `acc` after one block: the scalar kernel's float steps, eight lanes at once.
+/// Lane `i` of the result: the sum of the eight i32 lanes of `v[i]`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn step<B: Simd>(b: &B, a: &BlockQ8K, sumi: __m256i, bias_weights: __m256i, acc: __m256) -> __m256 {
-    let (d, dm) = b.scales(a);
-    let bias = B::bias(bsums(a), bias_weights);
+pub(super) unsafe fn hsum4_epi32(v: [__m256i; 4]) -> __m128i {
+    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
+}
+
+/// [`super::finish`] for four rows at once, one per lane: the same
+/// products and sums, rounded the same way.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn finish4<B: Simd>(b: &B, a: [&BlockQ8K; 4], sumi: __m128i, bias: __m128i, acc: __m128) -> __m128 {
+    let xd = _mm_set_ps(a[3].d, a[2].d, a[1].d, a[0].d);
+    let (d, dmin) = b.factors();
+    let d = _mm_mul_ps(_mm_set1_ps(d), xd);
     if b.mins().is_some() {
-        let acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi)));
-        _mm256_sub_ps(acc, _mm256_mul_ps(_mm256_set1_ps(dm), _mm256_cvtepi32_ps(bias)))
+        let acc = _mm_add_ps(acc, _mm_mul_ps(d, _mm_cvtepi32_ps(sumi)));
+        _mm_sub_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(dmin), xd), _mm_cvtepi32_ps(bias)))
     } else {
-        let lanes = _mm256_cvtepi32_ps(_mm256_sub_epi32(sumi, bias));
-        _mm256_add_ps(acc, _mm256_mul_ps(_mm256_set1_ps(d), lanes))
+        _mm_add_ps(acc, _mm_mul_ps(d, _mm_cvtepi32_ps(_mm_sub_epi32(sumi, bias))))
     }
 }
 
@@ -135,25 +148,64 @@ unsafe fn products(v: __m256i, s: __m256i, a: &BlockQ8K, j: usize) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(v, q8), s)
 }
 
-/// The scalar `dot_scalar`, bit for bit.
+/// One block's integers in eight lanes each: the scaled products and the bias.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn block_lanes<B: Simd>(b: &B, a: &BlockQ8K) -> (__m256i, __m256i) {
+    let mut sumi = _mm256_setzero_si256();
+    for j in 0..8 {
+        let (v, s) = b.vector(j);
+        sumi = _mm256_add_epi32(sumi, products(v, s, a, j));
+    }
+    (sumi, B::bias(bsums(a), b.bias_weights()))
+}
+
+/// The scalar `dot_scalar`, bit for bit: four blocks' lanes summed at once,
+/// their products taken at once, then added to the sum in block order.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot_avx2<B: Simd>(w: &[B], x: &[BlockQ8K]) -> f32 {
-    let mut acc = _mm256_setzero_ps();
-    for (b, a) in w.iter().zip(x) {
-        let mut sumi = _mm256_setzero_si256();
-        for j in 0..8 {
-            let (v, s) = b.vector(j);
-            sumi = _mm256_add_epi32(sumi, products(v, s, a, j));
+    let n = w.len().min(x.len());
+    let mut acc = 0f32;
+    let mut k = 0;
+    while k + 4 <= n {
+        let (b, a) = (&w[k..k + 4], &x[k..k + 4]);
+        let lanes: [(__m256i, __m256i); 4] = std::array::from_fn(|t| block_lanes(&b[t], &a[t]));
+        let sumi = hsum4_epi32(lanes.map(|l| l.0));
+        let bias = hsum4_epi32(lanes.map(|l| l.1));
+        let xd = _mm_set_ps(a[3].d, a[2].d, a[1].d, a[0].d);
+        let f: [(f32, f32); 4] = std::array::from_fn(|t| b[t].factors());
+        let d = _mm_mul_ps(_mm_set_ps(f[3].0, f[2].0, f[1].0, f[0].0), xd);
+        let (mut plus, mut minus) = ([0f32; 4], [0f32; 4]);
+        if b[0].mins().is_some() {
+            let dm = _mm_mul_ps(_mm_set_ps(f[3].1, f[2].1, f[1].1, f[0].1), xd);
+            // SAFETY (both): `plus` and `minus` are four f32.
+            _mm_storeu_ps(plus.as_mut_ptr(), _mm_mul_ps(d, _mm_cvtepi32_ps(sumi)));
+            _mm_storeu_ps(minus.as_mut_ptr(), _mm_mul_ps(dm, _mm_cvtepi32_ps(bias)));
+            for t in 0..4 {
+                acc = acc + plus[t] - minus[t];
+            }
+        } else {
+            // SAFETY: `plus` is four f32.
+            _mm_storeu_ps(plus.as_mut_ptr(), _mm_mul_ps(d, _mm_cvtepi32_ps(_mm_sub_epi32(sumi, bias))));
+            for p in plus {
+                acc += p;
+            }
         }
-        acc = step(b, a, sumi, b.bias_weights(), acc);
+        k += 4;
     }
-    super::super::hsum(acc)
+    let zero = _mm256_setzero_si256();
+    for (b, a) in w[k..n].iter().zip(&x[k..n]) {
+        let (sumi, bias) = block_lanes(b, a);
+        let sums = hsum4_epi32([sumi, bias, zero, zero]);
+        acc = super::finish(b, a, _mm_cvtsi128_si32(sums), _mm_extract_epi32(sums, 1), acc);
+    }
+    acc
 }
 
 /// [`dot_avx2`] for four input rows sharing each vector's unpacking.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot4_avx2<B: Simd>(w: &[B], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
-    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut acc = _mm_setzero_ps();
     let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
     for (i, b) in w[..n].iter().enumerate() {
         let a = [&x[0][i], &x[1][i], &x[2][i], &x[3][i]];
@@ -165,9 +217,11 @@ pub(crate) unsafe fn dot4_avx2<B: Simd>(w: &[B], x: [&[BlockQ8K]; 4]) -> [f32; 4
             }
         }
         let bw = b.bias_weights();
-        for r in 0..4 {
-            acc[r] = step(b, a[r], sumi[r], bw, acc[r]);
-        }
+        let bias = a.map(|a| B::bias(bsums(a), bw));
+        acc = finish4(b, a, hsum4_epi32(sumi), hsum4_epi32(bias), acc);
     }
-    acc.map(|a| super::super::hsum(a))
+    let mut out = [0f32; 4];
+    // SAFETY: `out` is four f32.
+    _mm_storeu_ps(out.as_mut_ptr(), acc);
+    out
 }

@@ -58,21 +58,27 @@ fn activations_round_half_to_even_as_ggmls_nearest_int() {
     assert!(zero.d == 0.0 && zero.qs.iter().all(|&q| q == 0) && zero.bsums.iter().all(|&s| s == 0));
 }
 
-/// The AVX2 kernels (where this CPU has them) equal the scalar ones bit
-/// for bit, one row or four at a time; both approximate the dot of the
+/// Every kernel family this CPU runs (AVX2; VNNI's grouped kernel, with
+/// the AVX2 kernels for the rows it does not group) equals the scalar
+/// kernel bit for bit, whatever the batch; all approximate the dot of the
 /// dequantized weights with the activations.
 #[test]
 fn simd_equals_scalar_bit_for_bit_and_approximates_the_dequantized_product() {
-    let (rows, cols) = (21, 768);
-    for dtype in FORMATS {
+    // Five blocks a row: four summed together by the one-row AVX2 kernel, one alone.
+    let (rows, cols) = (21, 1280);
+    let isas = [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni];
+    let runnable: Vec<Isa> = isas.into_iter().filter(|&isa| super::super::at_most(isa) == isa).collect();
+    eprintln!("K-quant kernels checked against scalar: {runnable:?}");
+    for (dtype, isa) in FORMATS.into_iter().flat_map(|d| runnable.iter().map(move |&i| (d, i))) {
         let (raw, _) = sample(dtype, rows, cols, 9);
         let m = KQuantMatrix::from_gguf_bytes(dtype, &raw, rows, cols).unwrap().unwrap();
         let dq = candle_dequantized(dtype, &raw, rows, cols);
         let mut seed = 17u64;
-        // 150 rows: several input chunks (at most 64 rows each), the last one partial.
-        for n in [1usize, 3, 4, 9, 40, 150] {
+        // 150 rows: several input chunks (at most 64 rows each), the last one
+        // partial; 29 = groups of 16 and 8, then 4, then single rows.
+        for n in [1usize, 3, 4, 9, 29, 40, 150] {
             let x = crate::model::synth::uniform(n * cols, 3.0, &mut seed);
-            let out = m.matmul(&x, n);
+            let out = m.matmul_on(&x, n, isa);
             let xq: Vec<BlockQ8K> = x.chunks_exact(cols).flat_map(quantize_row_q8_k).collect();
             let per = cols / QK_K;
             for i in 0..n {
@@ -84,7 +90,7 @@ fn simd_equals_scalar_bit_for_bit_and_approximates_the_dequantized_product() {
                         Blocks::Q6K(w) => dot_scalar(&w.blocks[j * per..(j + 1) * per], xr),
                     };
                     let got = out[i * rows + j];
-                    assert_eq!(got.to_bits(), scalar.to_bits(), "{dtype:?} ({i},{j}) {got} vs scalar {scalar}");
+                    assert_eq!(got.to_bits(), scalar.to_bits(), "{dtype:?} {isa:?} ({i},{j}) {got} vs scalar {scalar}");
                     let exact: f32 = (0..cols).map(|k| x[i * cols + k] * dq[j * cols + k]).sum();
                     let scale: f32 = (0..cols).map(|k| (x[i * cols + k] * dq[j * cols + k]).abs()).sum();
                     assert!((got - exact).abs() <= 0.02 * scale, "{dtype:?} ({i},{j}) {got} vs {exact}");
