@@ -2,9 +2,9 @@
 //! (Q4_1 × Q8_1 and Q8_0 × Q8_0 here, the K-quants × Q8_K in [`kquant`],
 //! MXFP4 × Q8_0 in [`mxfp4`], as llama.cpp pairs them) and the f16-KV
 //! attention primitives, each with an AVX2/FMA/F16C path selected at run
-//! time and a scalar path that defines the arithmetic; Q8_0 and MXFP4 also
-//! have an AVX-512 VNNI path, their default where the CPU has it
-//! ([`q80_isa`], [`kernel_name`] says what runs).
+//! time and a scalar path that defines the arithmetic; Q8_0, MXFP4 and the
+//! K-quants also have a grouped AVX-512 VNNI path, their default where the
+//! CPU has it ([`q80_isa`], [`kquant_isa`]; [`kernel_name`] says what runs).
 //!
 //! candle has SIMD dot kernels for Q4_0, Q8_0 and the K-quants but a scalar
 //! loop for Q4_1, which is what the reference model's layers are stored in;
@@ -474,18 +474,28 @@ impl Isa {
     }
 }
 
-/// What `VEIL_KERNELS` asks for, read once: unset (or any other value)
-/// gives each format its fastest kernels on this CPU; `avx512-vnni`, `avx2` or
-/// `scalar` force that family wherever a format has it and the CPU can
-/// run it (the benchmark's A/B).
+/// What `VEIL_KERNELS` asks for, read once: unset gives each format its
+/// fastest kernels on this CPU; `avx512-vnni`, `avx2` or `scalar` force
+/// that family wherever a format has it and the CPU can run it (the
+/// benchmark's A/B). Any other value is warned about, once, and means unset.
 fn wanted() -> Option<Isa> {
     static WANTED: std::sync::OnceLock<Option<Isa>> = std::sync::OnceLock::new();
-    *WANTED.get_or_init(|| match std::env::var("VEIL_KERNELS").unwrap_or_default().as_str() {
-        "scalar" => Some(Isa::Scalar),
-        "avx2" => Some(Isa::Avx2),
-        "avx512-vnni" => Some(Isa::Avx512Vnni),
-        _ => None,
+    *WANTED.get_or_init(|| {
+        let asked = std::env::var("VEIL_KERNELS").ok()?;
+        let isa = parse_isa(&asked);
+        if isa.is_none() {
+            tracing::warn!(
+                value = %asked.escape_debug(),
+                "VEIL_KERNELS is not one of avx512-vnni, avx2, scalar; each format runs its default kernels"
+            );
+        }
+        isa
     })
+}
+
+/// An [`Isa`] by the name `VEIL_KERNELS` takes.
+fn parse_isa(name: &str) -> Option<Isa> {
+    [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni].into_iter().find(|isa| isa.name() == name)
 }
 
 /// The most this CPU runs of `best`: VNNI needs AVX-512 VNNI and VL, AVX2

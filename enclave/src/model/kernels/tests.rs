@@ -222,3 +222,13 @@ fn the_resident_digest_sees_one_flipped_weight() {
         assert_eq!(digest(&m), before);
     }
 }
+
+#[test]
+fn veil_kernels_names_parse_and_others_do_not() {
+    for isa in [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni] {
+        assert_eq!(parse_isa(isa.name()), Some(isa));
+    }
+    for other in ["", "AVX2", "avx512", "vnni", "avx2 "] {
+        assert_eq!(parse_isa(other), None, "{other:?}");
+    }
+}
