@@ -843,27 +843,19 @@ fn q80_matmul_vnni<B: I8Block>(w: &[B], rows: usize, per_row: usize, xq: &[Block
     // chose VNNI, after run-time detection of AVX2, FMA, AVX512-VNNI and
     // AVX512-VL.
     let sweep = |wr: &[B], first: usize, n: usize, out: &mut [f32], stride: usize| {
-        // `first` is a multiple of 8 (`par_tiles`), so row `first + i` starts group `(first + i) / 8`.
-        debug_assert!(first.is_multiple_of(8));
-        let mut i = 0;
-        while i + 16 <= n {
-            let g = (first + i) / 8;
-            let v = unsafe { q80_dots8_vnni::<B, 2>(wr, [grow(g), grow(g + 1)]) };
-            for (k, x) in v.iter().flatten().enumerate() {
-                out[(i + k) * stride] = *x;
-            }
-            i += 16;
-        }
-        if i + 8 <= n {
-            let v = unsafe { q80_dots8_vnni::<B, 1>(wr, [grow((first + i) / 8)]) };
-            for (k, x) in v[0].iter().enumerate() {
-                out[(i + k) * stride] = *x;
-            }
-            i += 8;
-        }
-        for i in i..n {
-            out[i * stride] = unsafe { q80_dot_vnni(wr, xrow(first + i)) };
-        }
+        sweep_groups(
+            first,
+            n,
+            out,
+            stride,
+            |g| unsafe { q80_dots8_vnni::<B, 2>(wr, [grow(g), grow(g + 1)]) },
+            |g| unsafe { q80_dots8_vnni::<B, 1>(wr, [grow(g)])[0] },
+            |r, out: &mut [f32]| {
+                for (k, o) in out.iter_mut().step_by(stride).enumerate() {
+                    *o = unsafe { q80_dot_vnni(wr, xrow(r + k)) };
+                }
+            },
+        )
     };
     par_tiles(
         w,
@@ -874,6 +866,41 @@ fn q80_matmul_vnni<B: I8Block>(w: &[B], rows: usize, per_row: usize, xq: &[Block
         |wr| unsafe { q80_dot_vnni(wr, xq) },
         sweep,
     )
+}
+
+/// A grouped kernel's sweep (see [`par_tiles`]): one weight row's dots
+/// with input rows `first..first + n` (`first` a multiple of 8), written
+/// at `out[i * stride]`. Sixteen rows at a time by `two(g)` (groups `g` and
+/// `g + 1` of eight interleaved rows), then eight by `one(g)`, then the
+/// rest by `rest(first row, out)`, `out` starting at that row's output (its
+/// length covers the rest at `stride`).
+#[cfg(target_arch = "x86_64")]
+fn sweep_groups(
+    first: usize,
+    n: usize,
+    out: &mut [f32],
+    stride: usize,
+    two: impl Fn(usize) -> [[f32; 8]; 2],
+    one: impl Fn(usize) -> [f32; 8],
+    rest: impl Fn(usize, &mut [f32]),
+) {
+    debug_assert!(first.is_multiple_of(8), "row {first} does not start a group");
+    let mut i = 0;
+    while i + 16 <= n {
+        for (k, x) in two((first + i) / 8).iter().flatten().enumerate() {
+            out[(i + k) * stride] = *x;
+        }
+        i += 16;
+    }
+    if i + 8 <= n {
+        for (k, x) in one((first + i) / 8).iter().enumerate() {
+            out[(i + k) * stride] = *x;
+        }
+        i += 8;
+    }
+    if i < n {
+        rest(first + i, &mut out[i * stride..(n - 1) * stride + 1]);
+    }
 }
 
 /// One weight row against `G` groups of eight interleaved input rows:

@@ -62,35 +62,28 @@ pub(super) fn matmul<B: Simd>(w: &[B], rows: usize, per_row: usize, xq: &[BlockQ
     // `kquant_isa()` chose VNNI, after run-time detection of AVX2, FMA,
     // AVX512-VNNI and AVX512-VL.
     let sweep = |wr: &[B], first: usize, n: usize, out: &mut [f32], stride: usize| {
-        // `first` is a multiple of 8 (`par_tiles`), so row `first + i` starts group `(first + i) / 8`.
-        debug_assert!(first.is_multiple_of(8));
-        let mut i = 0;
-        while i + 16 <= n {
-            let g = (first + i) / 8;
-            let v = unsafe { dots8::<B, 2>(wr, [grow(g), grow(g + 1)]) };
-            for (k, x) in v.iter().flatten().enumerate() {
-                out[(i + k) * stride] = *x;
-            }
-            i += 16;
-        }
-        if i + 8 <= n {
-            let v = unsafe { dots8::<B, 1>(wr, [grow((first + i) / 8)]) };
-            for (k, x) in v[0].iter().enumerate() {
-                out[(i + k) * stride] = *x;
-            }
-            i += 8;
-        }
-        if i + 4 <= n {
-            let r = first + i;
-            let v = unsafe { dot4_avx2(wr, [xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)]) };
-            for (k, x) in v.into_iter().enumerate() {
-                out[(i + k) * stride] = x;
-            }
-            i += 4;
-        }
-        for i in i..n {
-            out[i * stride] = unsafe { dot_avx2(wr, xrow(first + i)) };
-        }
+        super::super::sweep_groups(
+            first,
+            n,
+            out,
+            stride,
+            |g| unsafe { dots8::<B, 2>(wr, [grow(g), grow(g + 1)]) },
+            |g| unsafe { dots8::<B, 1>(wr, [grow(g)])[0] },
+            |r, out: &mut [f32]| {
+                let left = out.len().div_ceil(stride);
+                let mut k = 0;
+                if left >= 4 {
+                    let v = unsafe { dot4_avx2(wr, [xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)]) };
+                    for (t, x) in v.into_iter().enumerate() {
+                        out[t * stride] = x;
+                    }
+                    k = 4;
+                }
+                for k in k..left {
+                    out[k * stride] = unsafe { dot_avx2(wr, xrow(r + k)) };
+                }
+            },
+        )
     };
     let row_bytes = per_row * std::mem::size_of::<BlockQ8K>();
     super::super::par_tiles(w, rows, per_row, m, row_bytes, |wr| unsafe { dot_avx2(wr, xq) }, sweep)
