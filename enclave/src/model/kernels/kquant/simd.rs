@@ -123,20 +123,35 @@ pub(super) unsafe fn hsum4_epi32(v: [__m256i; 4]) -> __m128i {
     _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
 }
 
-/// [`super::finish`] for four rows at once, one per lane: the same
-/// products and sums, rounded the same way.
+/// The products of [`super::finish`] for four blocks, one per lane (`d`,
+/// `dmin` the weight factors, `xd` the activation scales): what it adds,
+/// and (Q4_K/Q5_K) what it then subtracts, each rounded as it rounds them.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn terms4(
+    mins: bool,
+    (d, dmin, xd): (__m128, __m128, __m128),
+    sumi: __m128i,
+    bias: __m128i,
+) -> (__m128, Option<__m128>) {
+    let d = _mm_mul_ps(d, xd);
+    if mins {
+        let minus = _mm_mul_ps(_mm_mul_ps(dmin, xd), _mm_cvtepi32_ps(bias));
+        (_mm_mul_ps(d, _mm_cvtepi32_ps(sumi)), Some(minus))
+    } else {
+        (_mm_mul_ps(d, _mm_cvtepi32_ps(_mm_sub_epi32(sumi, bias))), None)
+    }
+}
+
+/// [`super::finish`] for four rows at once, one per lane.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn finish4<B: Simd>(b: &B, a: [&BlockQ8K; 4], sumi: __m128i, bias: __m128i, acc: __m128) -> __m128 {
     let xd = _mm_set_ps(a[3].d, a[2].d, a[1].d, a[0].d);
     let (d, dmin) = b.factors();
-    let d = _mm_mul_ps(_mm_set1_ps(d), xd);
-    if b.mins().is_some() {
-        let acc = _mm_add_ps(acc, _mm_mul_ps(d, _mm_cvtepi32_ps(sumi)));
-        _mm_sub_ps(acc, _mm_mul_ps(_mm_mul_ps(_mm_set1_ps(dmin), xd), _mm_cvtepi32_ps(bias)))
-    } else {
-        _mm_add_ps(acc, _mm_mul_ps(d, _mm_cvtepi32_ps(_mm_sub_epi32(sumi, bias))))
-    }
+    let (plus, minus) = terms4(b.mins().is_some(), (_mm_set1_ps(d), _mm_set1_ps(dmin), xd), sumi, bias);
+    let acc = _mm_add_ps(acc, plus);
+    minus.map_or(acc, |m| _mm_sub_ps(acc, m))
 }
 
 /// The products of values `32j..32j + 32` with the activations', scaled: eight i32 lanes.
@@ -174,21 +189,18 @@ pub(crate) unsafe fn dot_avx2<B: Simd>(w: &[B], x: &[BlockQ8K]) -> f32 {
         let bias = hsum4_epi32(lanes.map(|l| l.1));
         let xd = _mm_set_ps(a[3].d, a[2].d, a[1].d, a[0].d);
         let f: [(f32, f32); 4] = std::array::from_fn(|t| b[t].factors());
-        let d = _mm_mul_ps(_mm_set_ps(f[3].0, f[2].0, f[1].0, f[0].0), xd);
-        let (mut plus, mut minus) = ([0f32; 4], [0f32; 4]);
-        if b[0].mins().is_some() {
-            let dm = _mm_mul_ps(_mm_set_ps(f[3].1, f[2].1, f[1].1, f[0].1), xd);
-            // SAFETY (both): `plus` and `minus` are four f32.
-            _mm_storeu_ps(plus.as_mut_ptr(), _mm_mul_ps(d, _mm_cvtepi32_ps(sumi)));
-            _mm_storeu_ps(minus.as_mut_ptr(), _mm_mul_ps(dm, _mm_cvtepi32_ps(bias)));
-            for t in 0..4 {
-                acc = acc + plus[t] - minus[t];
-            }
-        } else {
-            // SAFETY: `plus` is four f32.
-            _mm_storeu_ps(plus.as_mut_ptr(), _mm_mul_ps(d, _mm_cvtepi32_ps(_mm_sub_epi32(sumi, bias))));
-            for p in plus {
-                acc += p;
+        let factors = (_mm_set_ps(f[3].0, f[2].0, f[1].0, f[0].0), _mm_set_ps(f[3].1, f[2].1, f[1].1, f[0].1), xd);
+        let (plus, minus) = terms4(b[0].mins().is_some(), factors, sumi, bias);
+        let (mut p, mut m) = ([0f32; 4], [0f32; 4]);
+        // SAFETY (both): `p` and `m` are four f32.
+        _mm_storeu_ps(p.as_mut_ptr(), plus);
+        if let Some(minus) = minus {
+            _mm_storeu_ps(m.as_mut_ptr(), minus);
+        }
+        for t in 0..4 {
+            acc += p[t];
+            if minus.is_some() {
+                acc -= m[t];
             }
         }
         k += 4;
