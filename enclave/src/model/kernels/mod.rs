@@ -266,13 +266,19 @@ impl Q80Matrix {
 
     /// `x (m × cols) · selfᵀ → (m × rows)`, row-major.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
+        self.matmul_on(x, m, q80_isa())
+    }
+
+    /// [`Self::matmul`] on the kernels of `isa`, which this CPU must run
+    /// ([`at_most`]).
+    fn matmul_on(&self, x: &[f32], m: usize, isa: Isa) -> Vec<f32> {
         assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
         let xq: Vec<BlockQ80> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_0).collect();
         #[cfg(target_arch = "x86_64")]
-        if q80_isa() == Isa::Avx512Vnni {
+        if isa == Isa::Avx512Vnni {
             return q80_matmul_vnni(&self.blocks, self.rows, self.cols / BLOCK, &xq, m);
         }
-        par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, q80_dots())
+        par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, q80_dots(isa))
     }
 }
 
@@ -519,11 +525,13 @@ fn at_most(best: Isa) -> Isa {
 /// VNNI by default where the CPU has it: its grouped kernel
 /// ([`q80_matmul_vnni`]) prefilled a Q8_0 model of Llama-3.2-1B's shape
 /// 1.6–1.9× faster than the AVX2 kernels on an AMD EPYC (Zen 4) and
-/// decoded it as fast. Its arithmetic is the scalar kernel's (exact
-/// integer block sums, scaled and added in block order), not the AVX2
-/// kernels': a CPU without VNNI rounds Q8_0 and MXFP4 products
-/// differently (within float rounding), so replicas of one stage on
-/// different CPUs may differ in the last bits.
+/// decoded it as fast. Its arithmetic is the scalar kernel's (each
+/// block's exact integer sum, then the float steps of [`sum4`]), not the
+/// AVX2 kernels' (eight lanes of fused multiply-adds, summed at the end:
+/// fewer instructions a block where a horizontal sum per block costs more
+/// than it saves), so a CPU without VNNI rounds Q8_0 and MXFP4 products
+/// differently (within float rounding), and replicas of one stage on CPUs
+/// of different kinds may differ in the last bits.
 pub fn q80_isa() -> Isa {
     at_most(wanted().unwrap_or(Isa::Avx512Vnni))
 }
@@ -581,15 +589,17 @@ fn q41_dots() -> Dots<BlockQ41, BlockQ81> {
 }
 
 /// The Q8_0 dots of the AVX2 and scalar kernels ([`q80_matmul_vnni`] is the VNNI path).
-fn q80_dots() -> Dots<BlockQ80, BlockQ80> {
+fn q80_dots(isa: Isa) -> Dots<BlockQ80, BlockQ80> {
     #[cfg(target_arch = "x86_64")]
-    if q80_isa() == Isa::Avx2 {
+    if isa != Isa::Scalar {
         return Dots {
-            // SAFETY (both): `at_most` chose AVX2 after run-time detection of AVX2 and FMA.
+            // SAFETY (both): `isa` came from `at_most`, which chose AVX2 or
+            // VNNI after run-time detection of AVX2 and FMA.
             one: |w, x| unsafe { q80_dot_avx2(w, x) },
             four: |w, x| unsafe { q80_dot4_avx2(w, x) },
         };
     }
+    let _ = isa;
     Dots { one: q80_dot_scalar, four: |w, x| x.map(|x| q80_dot_scalar(w, x)) }
 }
 
@@ -606,13 +616,27 @@ fn q41_dot_scalar(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
     sum
 }
 
+/// The arithmetic every Q8_0 and MXFP4 kernel computes: each block's
+/// integer dot exactly, its term `(w.d · x.d) · sumi`, then [`sum4`].
 fn q80_dot_scalar(w: &[BlockQ80], x: &[BlockQ80]) -> f32 {
-    let mut sum = 0f32;
-    for (b, a) in w.iter().zip(x) {
+    sum4(w.iter().zip(x).map(|(b, a)| {
         let sumi: i32 = b.qs.iter().zip(&a.qs).map(|(&p, &q)| i32::from(p) * i32::from(q)).sum();
-        sum += b.d * a.d * sumi as f32;
+        b.d * a.d * sumi as f32
+    }))
+}
+
+/// The float steps of the Q8_0 and MXFP4 kernels: block `k`'s term is
+/// added to partial sum `k % 4`, in block order, and the four partials
+/// are added as `(s₀ + s₂) + (s₁ + s₃)`. Four independent sums fit one
+/// register's lanes (one input row) or four registers (eight rows, a row
+/// per lane), so no kernel waits on a chain of dependent adds, and every
+/// kernel on every CPU gives the same bits.
+fn sum4(terms: impl Iterator<Item = f32>) -> f32 {
+    let mut s = [0f32; 4];
+    for (k, t) in terms.enumerate() {
+        s[k % 4] += t;
     }
-    sum
+    (s[0] + s[2]) + (s[1] + s[3])
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -837,7 +861,8 @@ impl I8Block for BlockQ80 {
 #[cfg(target_arch = "x86_64")]
 fn q80_matmul_vnni<B: I8Block>(w: &[B], rows: usize, per_row: usize, xq: &[BlockQ80], m: usize) -> Vec<f32> {
     let xg = interleave_q80(xq, per_row, m / 8);
-    let xrow = |i: usize| &xq[i * per_row..(i + 1) * per_row];
+    let xd: Vec<f32> = xq.iter().map(|b| b.d).collect();
+    let xrow = |i: usize| (&xq[i * per_row..(i + 1) * per_row], &xd[i * per_row..(i + 1) * per_row]);
     let grow = |g: usize| &xg[g * per_row..(g + 1) * per_row];
     // SAFETY (all three calls): this path is taken only when `q80_isa()`
     // chose VNNI, after run-time detection of AVX2, FMA, AVX512-VNNI and
@@ -852,7 +877,8 @@ fn q80_matmul_vnni<B: I8Block>(w: &[B], rows: usize, per_row: usize, xq: &[Block
             |g| unsafe { q80_dots8_vnni::<B, 1>(wr, [grow(g)])[0] },
             |r, out: &mut [f32]| {
                 for (k, o) in out.iter_mut().step_by(stride).enumerate() {
-                    *o = unsafe { q80_dot_vnni(wr, xrow(r + k)) };
+                    let (x, d) = xrow(r + k);
+                    *o = unsafe { q80_dot_vnni(wr, x, d) };
                 }
             },
         )
@@ -863,7 +889,7 @@ fn q80_matmul_vnni<B: I8Block>(w: &[B], rows: usize, per_row: usize, xq: &[Block
         per_row,
         m,
         per_row * std::mem::size_of::<BlockQ80>(),
-        |wr| unsafe { q80_dot_vnni(wr, xq) },
+        |wr| unsafe { q80_dot_vnni(wr, xq, &xd) },
         sweep,
     )
 }
@@ -904,7 +930,8 @@ fn sweep_groups(
 }
 
 /// One weight row against `G` groups of eight interleaved input rows:
-/// lane `i` of group `g` is row `i`'s dot, [`q80_dot_scalar`]'s arithmetic.
+/// lane `i` of group `g` is row `i`'s dot, [`q80_dot_scalar`]'s arithmetic
+/// (the four partial sums of [`sum4`] in four registers).
 /// `vpdpbusd` multiplies the inputs offset to u8 by the weights as i8, so
 /// each block's sum is `Σ (x + 128)·w = Σ x·w + 128·Σ w` (at most
 /// 32·255·128, exact in i32) and loses `128·Σ w` to give the integer dot.
@@ -912,10 +939,10 @@ fn sweep_groups(
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
 unsafe fn q80_dots8_vnni<B: I8Block, const G: usize>(w: &[B], xs: [&[Q80x8]; G]) -> [[f32; 8]; G] {
     use std::arch::x86_64::*;
-    let mut acc = [_mm256_setzero_ps(); G];
     let flip = _mm256_set1_epi8(i8::MIN);
-    let n = xs.iter().map(|x| x.len()).min().unwrap_or(0).min(w.len());
-    for (bi, b) in w[..n].iter().enumerate() {
+    // Block `bi`'s terms added to `acc` (partial sum `bi % 4` of each group).
+    let step = |bi: usize, acc: &mut [__m256; G]| {
+        let b = &w[bi];
         // SAFETY: AVX2 is enabled here.
         let qw = unsafe { b.weights() };
         // Σ w: the bytes as w + 128 summed by `vpsadbw`, less 32·128.
@@ -927,72 +954,87 @@ unsafe fn q80_dots8_vnni<B: I8Block, const G: usize>(w: &[B], xs: [&[Q80x8]; G])
         // Each four weights broadcast to every lane (from memory: load ports, not shuffles).
         let mut words = [0i32; 8];
         // SAFETY: `words` is 32 bytes.
-        _mm256_storeu_si256(words.as_mut_ptr().cast(), qw);
+        unsafe { _mm256_storeu_si256(words.as_mut_ptr().cast(), qw) };
         let wj: [__m256i; 8] = words.map(|w| _mm256_set1_epi32(w));
-        for g in 0..G {
+        for (g, acc) in acc.iter_mut().enumerate() {
             let x = &xs[g][bi];
             let mut p = _mm256_setzero_si256();
             for (q, wq) in x.q.iter().zip(&wj) {
                 // SAFETY: `Q80x8` is 32-byte aligned and each `q[j]` is 32 bytes at a multiple of 32.
-                p = _mm256_dpbusd_epi32(p, _mm256_load_si256(q.as_ptr().cast()), *wq);
+                p = _mm256_dpbusd_epi32(p, unsafe { _mm256_load_si256(q.as_ptr().cast()) }, *wq);
             }
             let sumi = _mm256_sub_epi32(p, offset);
             // SAFETY: `d` is eight f32 at offset 256 of a 32-byte aligned struct.
-            let scale = _mm256_mul_ps(dw, _mm256_load_ps(x.d.as_ptr()));
-            acc[g] = _mm256_add_ps(acc[g], _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sumi)));
+            let scale = _mm256_mul_ps(dw, unsafe { _mm256_load_ps(x.d.as_ptr()) });
+            *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sumi)));
         }
+    };
+    let mut acc = [[_mm256_setzero_ps(); G]; 4];
+    let n = xs.iter().map(|x| x.len()).min().unwrap_or(0).min(w.len());
+    let mut bi = 0;
+    while bi + 4 <= n {
+        for (t, acc) in acc.iter_mut().enumerate() {
+            step(bi + t, acc);
+        }
+        bi += 4;
+    }
+    for (t, acc) in acc.iter_mut().enumerate().take(n - bi) {
+        step(bi + t, acc);
     }
     let mut out = [[0f32; 8]; G];
-    for (o, a) in out.iter_mut().zip(acc) {
+    for (g, o) in out.iter_mut().enumerate() {
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0][g], acc[2][g]), _mm256_add_ps(acc[1][g], acc[3][g]));
         // SAFETY: `o` is eight f32.
-        _mm256_storeu_ps(o.as_mut_ptr(), a);
+        _mm256_storeu_ps(o.as_mut_ptr(), s);
     }
     out
 }
 
-/// One input row on VNNI with [`q80_dot_scalar`]'s arithmetic: each
-/// block's products summed to i32 by `vpdpbusd` (|w| as u8 times x with
-/// w's sign), four blocks' lanes summed at once by `vphaddd`, then each
-/// block scaled and added in block order.
+/// One input row on VNNI with [`q80_dot_scalar`]'s arithmetic, four
+/// blocks at a time: each block's products summed to i32 by `vpdpbusd`
+/// (|w| as u8 times x with w's sign), four blocks' lanes summed at once by
+/// `vphaddd`, and lane `t` of one float register holding partial sum `t`
+/// of [`sum4`], so no add waits on the one before.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-unsafe fn q80_dot_vnni<B: I8Block>(w: &[B], x: &[BlockQ80]) -> f32 {
+unsafe fn q80_dot_vnni<B: I8Block>(w: &[B], x: &[BlockQ80], xd: &[f32]) -> f32 {
     use std::arch::x86_64::*;
-    let products = |b: &B, a: &BlockQ80| {
+    let block = |b: &B, a: &BlockQ80| {
         // SAFETY: AVX2 is enabled here; `a.qs` is 32 bytes, the unaligned load reads exactly it.
         let (qw, qx) = unsafe { (b.weights(), _mm256_loadu_si256(a.qs.as_ptr().cast())) };
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw))
     };
-    let n = w.len().min(x.len());
-    let mut sum = 0f32;
+    let n = w.len().min(x.len()).min(xd.len());
+    let mut acc = _mm_setzero_ps();
     let mut k = 0;
     while k + 4 <= n {
         let (b, a) = (&w[k..k + 4], &x[k..k + 4]);
-        let h01 = _mm256_hadd_epi32(products(&b[0], &a[0]), products(&b[1], &a[1]));
-        let h23 = _mm256_hadd_epi32(products(&b[2], &a[2]), products(&b[3], &a[3]));
-        let h = _mm256_hadd_epi32(h01, h23);
-        // Lane i: block k + i's integer dot.
-        let sumi = _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
-        let scale = _mm_mul_ps(
-            _mm_set_ps(b[3].scale(), b[2].scale(), b[1].scale(), b[0].scale()),
-            _mm_set_ps(a[3].d, a[2].d, a[1].d, a[0].d),
-        );
-        let mut t = [0f32; 4];
-        // SAFETY: `t` is four f32.
-        _mm_storeu_ps(t.as_mut_ptr(), _mm_mul_ps(scale, _mm_cvtepi32_ps(sumi)));
-        for v in t {
-            sum += v;
-        }
+        let sumi = hsum4_epi32([block(&b[0], &a[0]), block(&b[1], &a[1]), block(&b[2], &a[2]), block(&b[3], &a[3])]);
+        // SAFETY: `k + 4 <= n <= xd.len()`, so the load reads `xd[k..k + 4]`.
+        let dx = _mm_loadu_ps(xd[k..k + 4].as_ptr());
+        let scale = _mm_mul_ps(_mm_set_ps(b[3].scale(), b[2].scale(), b[1].scale(), b[0].scale()), dx);
+        acc = _mm_add_ps(acc, _mm_mul_ps(scale, _mm_cvtepi32_ps(sumi)));
         k += 4;
     }
-    for (b, a) in w[k..n].iter().zip(&x[k..n]) {
-        let p = products(b, a);
-        let p = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
-        let p = _mm_add_epi32(p, _mm_unpackhi_epi64(p, p));
-        let sumi = _mm_cvtsi128_si32(_mm_add_epi32(p, _mm_shuffle_epi32(p, 1)));
-        sum += b.scale() * a.d * sumi as f32;
+    let mut s = [0f32; 4];
+    // SAFETY: `s` is four f32.
+    _mm_storeu_ps(s.as_mut_ptr(), acc);
+    let zero = _mm256_setzero_si256();
+    for (t, (b, a)) in w[k..n].iter().zip(&x[k..n]).enumerate() {
+        let sumi = _mm_cvtsi128_si32(hsum4_epi32([block(b, a), zero, zero, zero]));
+        s[t] += b.scale() * a.d * sumi as f32;
     }
-    sum
+    (s[0] + s[2]) + (s[1] + s[3])
+}
+
+/// Lane `i` of the result: the sum of the eight i32 lanes of `v[i]`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn hsum4_epi32(v: [std::arch::x86_64::__m256i; 4]) -> std::arch::x86_64::__m128i {
+    use std::arch::x86_64::*;
+    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+    _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
 }
 
 pub mod kquant;

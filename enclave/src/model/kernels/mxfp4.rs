@@ -135,27 +135,33 @@ impl Mxfp4Matrix {
     /// `x (m × cols) · selfᵀ → (m × rows)`, row-major; activations
     /// quantized to Q8_0 as llama.cpp does for MXFP4.
     pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
+        self.matmul_on(x, m, super::q80_isa())
+    }
+
+    /// [`Self::matmul`] on the kernels of `isa`, which this CPU must run.
+    fn matmul_on(&self, x: &[f32], m: usize, isa: super::Isa) -> Vec<f32> {
         assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
         let xq: Vec<BlockQ80> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_0).collect();
         #[cfg(target_arch = "x86_64")]
-        if super::q80_isa() == super::Isa::Avx512Vnni {
+        if isa == super::Isa::Avx512Vnni {
             return super::q80_matmul_vnni(&self.blocks, self.rows, self.cols / BLOCK, &xq, m);
         }
-        par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, dots())
+        par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, dots(isa))
     }
 }
 
 /// Q8_0's kernels ([`super::q80_isa`]) on the blocks expanded in registers.
-fn dots() -> Dots<BlockMxfp4, BlockQ80> {
+fn dots(isa: super::Isa) -> Dots<BlockMxfp4, BlockQ80> {
     #[cfg(target_arch = "x86_64")]
-    if super::q80_isa() == super::Isa::Avx2 {
+    if isa != super::Isa::Scalar {
         return Dots {
-            // SAFETY (both): `q80_isa` chose AVX2 after run-time detection of
-            // AVX2 and FMA (pshufb is SSSE3, implied).
+            // SAFETY (both): `isa` came from `at_most`, which chose AVX2 or
+            // VNNI after run-time detection of AVX2 and FMA (pshufb is SSSE3, implied).
             one: |w, x| unsafe { dot_avx2(w, x) },
             four: |w, x| unsafe { dot4_avx2(w, x) },
         };
     }
+    let _ = isa;
     Dots { one: dot_scalar, four: |w, x| x.map(|x| dot_scalar(w, x)) }
 }
 
@@ -174,12 +180,10 @@ impl super::I8Block for BlockMxfp4 {
 
 /// The arithmetic of `q80_dot_scalar` on the decoded integers.
 fn dot_scalar(w: &[BlockMxfp4], x: &[BlockQ80]) -> f32 {
-    let mut sum = 0f32;
-    for (b, a) in w.iter().zip(x) {
+    super::sum4(w.iter().zip(x).map(|(b, a)| {
         let sumi: i32 = decode_qs(&b.qs).iter().zip(&a.qs).map(|(&p, &q)| i32::from(p) * i32::from(q)).sum();
-        sum += b.d * a.d * sumi as f32;
-    }
-    sum
+        b.d * a.d * sumi as f32
+    }))
 }
 
 /// One block's 32 integers: low nibbles (values 0..16) then high (16..32),
@@ -302,22 +306,29 @@ mod tests {
     /// matmul splits differently.
     #[test]
     fn the_4_bit_kernels_equal_the_expanded_blocks_bit_for_bit() {
-        let (rows, cols) = (37, 96);
+        let (rows, cols) = (37, 224);
+        let per = cols / BLOCK;
         let mut seed = 5u64;
         let w = crate::model::synth::uniform(rows * cols, 2.0, &mut seed);
         let raw: Vec<u8> = w.chunks_exact(32).flat_map(quantize_block).collect();
         let native = Mxfp4Matrix::from_gguf_bytes(&raw, rows, cols).unwrap();
         let expanded = Q80Matrix::from_mxfp4_bytes(&raw, rows, cols).unwrap();
         assert_eq!(native.resident_bytes(), rows * cols / 32 * 20);
+        let runnable: Vec<super::super::Isa> = [super::super::Isa::Scalar, super::super::Isa::Avx2, super::super::Isa::Avx512Vnni]
+            .into_iter()
+            .filter(|&isa| super::super::at_most(isa) == isa)
+            .collect();
         for m in [1, 3, 4, 9, 40] {
             let x = crate::model::synth::uniform(m * cols, 4.0, &mut seed);
-            assert_eq!(native.matmul(&x, m), expanded.matmul(&x, m), "{m} rows");
+            for &isa in &runnable {
+                assert_eq!(native.matmul_on(&x, m, isa), expanded.matmul_on(&x, m, isa), "{} {m} rows", isa.name());
+            }
         }
         let x = crate::model::synth::uniform(cols, 4.0, &mut seed);
         let xq: Vec<BlockQ80> = quantize_row_q8_0(&x).collect();
         for r in 0..rows {
-            let wr = &native.blocks[r * 3..(r + 1) * 3];
-            let er = &expanded.blocks[r * 3..(r + 1) * 3];
+            let wr = &native.blocks[r * per..(r + 1) * per];
+            let er = &expanded.blocks[r * per..(r + 1) * per];
             assert_eq!(dot_scalar(wr, &xq), super::super::q80_dot_scalar(er, &xq), "scalar, row {r}");
         }
         // The VNNI path, whatever `VEIL_KERNELS` chose: groups of eight
@@ -328,11 +339,11 @@ mod tests {
             for m in [1, 5, 21] {
                 let x = crate::model::synth::uniform(m * cols, 4.0, &mut seed);
                 let xq: Vec<BlockQ80> = x.chunks_exact(cols).flat_map(quantize_row_q8_0).collect();
-                let got = super::super::q80_matmul_vnni(&native.blocks, rows, 3, &xq, m);
+                let got = super::super::q80_matmul_vnni(&native.blocks, rows, per, &xq, m);
                 for i in 0..m {
                     for r in 0..rows {
                         let want =
-                            super::super::q80_dot_scalar(&expanded.blocks[r * 3..(r + 1) * 3], &xq[i * 3..(i + 1) * 3]);
+                            super::super::q80_dot_scalar(&expanded.blocks[r * per..(r + 1) * per], &xq[i * per..(i + 1) * per]);
                         assert_eq!(got[i * rows + r].to_bits(), want.to_bits(), "VNNI, m={m} input {i} row {r}");
                     }
                 }

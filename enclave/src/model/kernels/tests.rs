@@ -129,25 +129,52 @@ fn vnni_kernels_equal_their_references_bit_for_bit() {
     }
 }
 
+/// Every Q8_0 kernel this CPU runs approximates the dequantized product;
+/// the scalar and VNNI kernels agree bit for bit and the AVX2 kernels
+/// (their own float order) within rounding, for every input-row count the
+/// matmul splits differently (decode; four-row passes and leftovers;
+/// groups of sixteen and eight), on rows whose block count leaves a
+/// remainder after each run of four.
 #[test]
-fn q80_simd_equals_scalar_and_rows_dequantize() {
-    let (rows, cols, m) = (33, 64, 2);
-    let w = Q80Matrix::from_gguf_bytes(&q80_sample(rows, cols, 7), rows, cols).unwrap();
-    let x = input(m, cols);
-    let out = w.matmul(&x, m);
-    let xq: Vec<BlockQ80> = x.chunks_exact(cols).flat_map(quantize_row_q8_0).collect();
+fn q80_kernels_on_every_isa_equal_scalar_and_rows_dequantize() {
+    let (rows, cols) = (33, 224);
     let per = cols / BLOCK;
+    let w = Q80Matrix::from_gguf_bytes(&q80_sample(rows, cols, 7), rows, cols).unwrap();
+    let runnable: Vec<Isa> =
+        [Isa::Scalar, Isa::Avx2, Isa::Avx512Vnni].into_iter().filter(|&isa| at_most(isa) == isa).collect();
     let mut row = vec![0f32; cols];
-    for j in 0..rows {
-        w.row_into(j, &mut row);
-        for i in 0..m {
-            let exact: f32 = (0..cols).map(|k| x[i * cols + k] * row[k]).sum();
-            let got = out[i * rows + j];
-            assert!(close(got, exact, 0.05), "({i},{j}) {got} vs {exact}");
-            let scalar = q80_dot_scalar(&w.blocks[j * per..(j + 1) * per], &xq[i * per..(i + 1) * per]);
-            assert!(close(got, scalar, 1e-4), "({i},{j}) simd {got} vs scalar {scalar}");
+    for m in [1, 3, 6, 29, 40] {
+        let x = input(m, cols);
+        let xq: Vec<BlockQ80> = x.chunks_exact(cols).flat_map(quantize_row_q8_0).collect();
+        for &isa in &runnable {
+            let out = w.matmul_on(&x, m, isa);
+            for j in 0..rows {
+                w.row_into(j, &mut row);
+                for i in 0..m {
+                    let got = out[i * rows + j];
+                    let scalar = q80_dot_scalar(&w.blocks[j * per..(j + 1) * per], &xq[i * per..(i + 1) * per]);
+                    if isa == Isa::Avx2 {
+                        assert!(close(got, scalar, 1e-4), "AVX2 m={m} ({i},{j}): {got} vs scalar {scalar}");
+                    } else {
+                        assert_eq!(got.to_bits(), scalar.to_bits(), "{} m={m} ({i},{j}): {got} vs {scalar}", isa.name());
+                    }
+                    let exact: f32 = (0..cols).map(|k| x[i * cols + k] * row[k]).sum();
+                    assert!(close(got, exact, 0.05), "({i},{j}) {got} vs {exact}");
+                }
+            }
         }
     }
+}
+
+/// [`sum4`] is four partial sums by block index, added pairwise: not
+/// the sum in block order (these terms round differently in the two).
+#[test]
+fn the_q80_float_steps_are_four_partial_sums() {
+    let terms = [1.0f32, 1e8, 1.0, -1e8, 1.0, 0.5, 3.0];
+    let s = [1.0f32 + 1.0, 1e8 + 0.5, 1.0 + 3.0, -1e8];
+    assert_eq!(sum4(terms.into_iter()).to_bits(), ((s[0] + s[2]) + (s[1] + s[3])).to_bits());
+    let in_order: f32 = terms.iter().sum();
+    assert_ne!(sum4(terms.into_iter()), in_order);
 }
 
 #[test]
@@ -232,3 +259,4 @@ fn veil_kernels_names_parse_and_others_do_not() {
         assert_eq!(parse_isa(other), None, "{other:?}");
     }
 }
+

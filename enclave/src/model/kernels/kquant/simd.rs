@@ -6,6 +6,7 @@
 
 use std::arch::x86_64::*;
 
+use super::super::hsum4_epi32;
 use super::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, Finish};
 
 /// The vector side of a format.
@@ -113,14 +114,6 @@ impl Simd for BlockQ6K {
     unsafe fn bias(bsums: __m256i, weights: __m256i) -> __m256i {
         _mm256_slli_epi32(_mm256_madd_epi16(bsums, weights), 5)
     }
-}
-
-/// Lane `i` of the result: the sum of the eight i32 lanes of `v[i]`.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-pub(super) unsafe fn hsum4_epi32(v: [__m256i; 4]) -> __m128i {
-    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-    _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
 }
 
 /// The products of [`super::finish`] for four blocks, one per lane (`d`,
