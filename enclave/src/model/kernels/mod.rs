@@ -836,6 +836,17 @@ pub(crate) trait I8Block: Sync {
     /// # Safety
     /// The CPU must have AVX2.
     unsafe fn weights(&self) -> std::arch::x86_64::__m256i;
+    /// The 32 weights plus 128, as unsigned bytes (`vpdpbusd`'s unsigned side).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn weights_u8(&self) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
+        // SAFETY: AVX2 is enabled here.
+        _mm256_xor_si256(unsafe { self.weights() }, _mm256_set1_epi8(i8::MIN))
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -862,7 +873,11 @@ impl I8Block for BlockQ80 {
 fn q80_matmul_vnni<B: I8Block>(w: &[B], rows: usize, per_row: usize, xq: &[BlockQ80], m: usize) -> Vec<f32> {
     let xg = interleave_q80(xq, per_row, m / 8);
     let xd: Vec<f32> = xq.iter().map(|b| b.d).collect();
-    let xrow = |i: usize| (&xq[i * per_row..(i + 1) * per_row], &xd[i * per_row..(i + 1) * per_row]);
+    let xs: Vec<i32> = xq.iter().map(|b| 128 * b.qs.iter().map(|&q| i32::from(q)).sum::<i32>()).collect();
+    let xrow = |i: usize| {
+        let r = i * per_row..(i + 1) * per_row;
+        (&xq[r.clone()], &xd[r.clone()], &xs[r])
+    };
     let grow = |g: usize| &xg[g * per_row..(g + 1) * per_row];
     // SAFETY (all three calls): this path is taken only when `q80_isa()`
     // chose VNNI, after run-time detection of AVX2, FMA, AVX512-VNNI and
@@ -877,8 +892,8 @@ fn q80_matmul_vnni<B: I8Block>(w: &[B], rows: usize, per_row: usize, xq: &[Block
             |g| unsafe { q80_dots8_vnni::<B, 1>(wr, [grow(g)])[0] },
             |r, out: &mut [f32]| {
                 for (k, o) in out.iter_mut().step_by(stride).enumerate() {
-                    let (x, d) = xrow(r + k);
-                    *o = unsafe { q80_dot_vnni(wr, x, d) };
+                    let (x, d, s) = xrow(r + k);
+                    *o = unsafe { q80_dot_vnni(wr, x, d, s) };
                 }
             },
         )
@@ -889,7 +904,7 @@ fn q80_matmul_vnni<B: I8Block>(w: &[B], rows: usize, per_row: usize, xq: &[Block
         per_row,
         m,
         per_row * std::mem::size_of::<BlockQ80>(),
-        |wr| unsafe { q80_dot_vnni(wr, xq, &xd) },
+        |wr| unsafe { q80_dot_vnni(wr, xq, &xd, &xs) },
         sweep,
     )
 }
@@ -991,26 +1006,30 @@ unsafe fn q80_dots8_vnni<B: I8Block, const G: usize>(w: &[B], xs: [&[Q80x8]; G])
 }
 
 /// One input row on VNNI with [`q80_dot_scalar`]'s arithmetic, four
-/// blocks at a time: each block's products summed to i32 by `vpdpbusd`
-/// (|w| as u8 times x with w's sign), four blocks' lanes summed at once by
-/// `vphaddd`, and lane `t` of one float register holding partial sum `t`
-/// of [`sum4`], so no add waits on the one before.
+/// blocks at a time: `vpdpbusd` multiplies the weights offset to u8 by
+/// the inputs (read from memory as they are), so each block's lanes sum to
+/// `Σ (w + 128)·x = Σ w·x + 128·Σ x` (exact in i32), `vphaddd` sums four
+/// blocks' lanes at once, and `xs` (each input block's `128·Σ x`) is taken
+/// off; lane `t` of one float register holds partial sum `t` of [`sum4`],
+/// so no add waits on the one before. `xd` and `xs` are the input blocks'
+/// scales and offsets, contiguous.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-unsafe fn q80_dot_vnni<B: I8Block>(w: &[B], x: &[BlockQ80], xd: &[f32]) -> f32 {
+unsafe fn q80_dot_vnni<B: I8Block>(w: &[B], x: &[BlockQ80], xd: &[f32], xs: &[i32]) -> f32 {
     use std::arch::x86_64::*;
     let block = |b: &B, a: &BlockQ80| {
         // SAFETY: AVX2 is enabled here; `a.qs` is 32 bytes, the unaligned load reads exactly it.
-        let (qw, qx) = unsafe { (b.weights(), _mm256_loadu_si256(a.qs.as_ptr().cast())) };
-        _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw))
+        let (qw, qx) = unsafe { (b.weights_u8(), _mm256_loadu_si256(a.qs.as_ptr().cast())) };
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), qw, qx)
     };
-    let n = w.len().min(x.len()).min(xd.len());
+    let n = w.len().min(x.len()).min(xd.len()).min(xs.len());
     let mut acc = _mm_setzero_ps();
     let mut k = 0;
     while k + 4 <= n {
         let (b, a) = (&w[k..k + 4], &x[k..k + 4]);
-        let sumi = hsum4_epi32([block(&b[0], &a[0]), block(&b[1], &a[1]), block(&b[2], &a[2]), block(&b[3], &a[3])]);
-        // SAFETY: `k + 4 <= n <= xd.len()`, so the load reads `xd[k..k + 4]`.
+        let lanes = hsum4_epi32([block(&b[0], &a[0]), block(&b[1], &a[1]), block(&b[2], &a[2]), block(&b[3], &a[3])]);
+        // SAFETY (both): `k + 4 <= n`, within `xs` and `xd`: the loads read `[k..k + 4]`.
+        let sumi = _mm_sub_epi32(lanes, _mm_loadu_si128(xs[k..k + 4].as_ptr().cast()));
         let dx = _mm_loadu_ps(xd[k..k + 4].as_ptr());
         let scale = _mm_mul_ps(_mm_set_ps(b[3].scale(), b[2].scale(), b[1].scale(), b[0].scale()), dx);
         acc = _mm_add_ps(acc, _mm_mul_ps(scale, _mm_cvtepi32_ps(sumi)));
@@ -1021,7 +1040,7 @@ unsafe fn q80_dot_vnni<B: I8Block>(w: &[B], x: &[BlockQ80], xd: &[f32]) -> f32 {
     _mm_storeu_ps(s.as_mut_ptr(), acc);
     let zero = _mm256_setzero_si256();
     for (t, (b, a)) in w[k..n].iter().zip(&x[k..n]).enumerate() {
-        let sumi = _mm_cvtsi128_si32(hsum4_epi32([block(b, a), zero, zero, zero]));
+        let sumi = _mm_cvtsi128_si32(hsum4_epi32([block(b, a), zero, zero, zero])) - xs[k + t];
         s[t] += b.scale() * a.d * sumi as f32;
     }
     (s[0] + s[2]) + (s[1] + s[3])

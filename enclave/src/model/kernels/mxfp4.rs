@@ -23,6 +23,18 @@ pub const MXFP4_BLOCK_BYTES: usize = 17;
 /// E2M1 values, doubled (ggml's `kvalues_mxfp4`).
 pub const KVALUES: [i8; 16] = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12];
 
+/// [`KVALUES`] plus 128, as unsigned bytes (the VNNI decode kernel's table).
+#[cfg(target_arch = "x86_64")]
+const KVALUES_U8: [u8; 16] = {
+    let mut t = [0u8; 16];
+    let mut i = 0;
+    while i < 16 {
+        t[i] = (KVALUES[i] as u8) ^ 0x80;
+        i += 1;
+    }
+    t
+};
+
 /// Half the E8M0 scale `e`: `2^(e - 128)`, bit-exact as ggml's
 /// `GGML_E8M0_TO_FP32_HALF` (subnormal for `e < 2`).
 pub fn e8m0_half(e: u8) -> f32 {
@@ -175,6 +187,12 @@ impl super::I8Block for BlockMxfp4 {
     unsafe fn weights(&self) -> std::arch::x86_64::__m256i {
         // SAFETY: `KVALUES` is 16 bytes; the load reads exactly it. AVX2 and FMA are enabled here.
         unsafe { expand(self, std::arch::x86_64::_mm_loadu_si128(KVALUES.as_ptr().cast())) }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn weights_u8(&self) -> std::arch::x86_64::__m256i {
+        // SAFETY: `KVALUES_U8` is 16 bytes; the load reads exactly it. AVX2 and FMA are enabled here.
+        unsafe { expand(self, std::arch::x86_64::_mm_loadu_si128(KVALUES_U8.as_ptr().cast())) }
     }
 }
 
