@@ -332,10 +332,11 @@ mod tests {
         let native = Mxfp4Matrix::from_gguf_bytes(&raw, rows, cols).unwrap();
         let expanded = Q80Matrix::from_mxfp4_bytes(&raw, rows, cols).unwrap();
         assert_eq!(native.resident_bytes(), rows * cols / 32 * 20);
-        let runnable: Vec<super::super::Isa> = [super::super::Isa::Scalar, super::super::Isa::Avx2, super::super::Isa::Avx512Vnni]
-            .into_iter()
-            .filter(|&isa| super::super::at_most(isa) == isa)
-            .collect();
+        let runnable: Vec<super::super::Isa> =
+            [super::super::Isa::Scalar, super::super::Isa::Avx2, super::super::Isa::Avx512Vnni]
+                .into_iter()
+                .filter(|&isa| super::super::at_most(isa) == isa)
+                .collect();
         for m in [1, 3, 4, 9, 40] {
             let x = crate::model::synth::uniform(m * cols, 4.0, &mut seed);
             for &isa in &runnable {
@@ -360,8 +361,10 @@ mod tests {
                 let got = super::super::q80_matmul_vnni(&native.blocks, rows, per, &xq, m);
                 for i in 0..m {
                     for r in 0..rows {
-                        let want =
-                            super::super::q80_dot_scalar(&expanded.blocks[r * per..(r + 1) * per], &xq[i * per..(i + 1) * per]);
+                        let want = super::super::q80_dot_scalar(
+                            &expanded.blocks[r * per..(r + 1) * per],
+                            &xq[i * per..(i + 1) * per],
+                        );
                         assert_eq!(got[i * rows + r].to_bits(), want.to_bits(), "VNNI, m={m} input {i} row {r}");
                     }
                 }

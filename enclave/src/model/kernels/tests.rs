@@ -156,7 +156,12 @@ fn q80_kernels_on_every_isa_equal_scalar_and_rows_dequantize() {
                     if isa == Isa::Avx2 {
                         assert!(close(got, scalar, 1e-4), "AVX2 m={m} ({i},{j}): {got} vs scalar {scalar}");
                     } else {
-                        assert_eq!(got.to_bits(), scalar.to_bits(), "{} m={m} ({i},{j}): {got} vs {scalar}", isa.name());
+                        assert_eq!(
+                            got.to_bits(),
+                            scalar.to_bits(),
+                            "{} m={m} ({i},{j}): {got} vs {scalar}",
+                            isa.name()
+                        );
                     }
                     let exact: f32 = (0..cols).map(|k| x[i * cols + k] * row[k]).sum();
                     assert!(close(got, exact, 0.05), "({i},{j}) {got} vs {exact}");
@@ -259,4 +264,3 @@ fn veil_kernels_names_parse_and_others_do_not() {
         assert_eq!(parse_isa(other), None, "{other:?}");
     }
 }
-
