@@ -863,12 +863,13 @@ impl I8Block for BlockQ80 {
 }
 
 /// Q8_0 `x · wᵀ` on the VNNI kernels, the scalar kernel's arithmetic
-/// exactly (each block's integer dot, times `w.d · x.d`, added in block
-/// order), so every output equals [`q80_dot_scalar`] bit for bit whether
-/// its input row ran in a group of eight or alone. Groups of eight input
-/// rows run on [`q80_dots8_vnni`]: one `vpdpbusd` per four bytes of a
-/// weight block serves eight rows, with no horizontal sums; the rows left
-/// over (and decode) run on [`q80_dot_vnni`]. `w` is Q8_0 or MXFP4 blocks.
+/// exactly (each block's integer dot, times `w.d · x.d`, added into the
+/// partial sums of [`sum4`]), so every output equals [`q80_dot_scalar`]
+/// bit for bit whether its input row ran in a group of eight or alone.
+/// Groups of eight input rows run on [`q80_dots8_vnni`]: one `vpdpbusd`
+/// per four bytes of a weight block serves eight rows, with no horizontal
+/// sums; the rows left over (and decode) run on [`q80_dot_vnni`]. `w` is
+/// Q8_0 or MXFP4 blocks.
 #[cfg(target_arch = "x86_64")]
 fn q80_matmul_vnni<B: I8Block>(w: &[B], rows: usize, per_row: usize, xq: &[BlockQ80], m: usize) -> Vec<f32> {
     let xg = interleave_q80(xq, per_row, m / 8);
