@@ -636,6 +636,11 @@ fn sum4(terms: impl Iterator<Item = f32>) -> f32 {
     for (k, t) in terms.enumerate() {
         s[k % 4] += t;
     }
+    add_partials(s)
+}
+
+/// [`sum4`]'s last step: the four partial sums added as `(s₀ + s₂) + (s₁ + s₃)`.
+fn add_partials(s: [f32; 4]) -> f32 {
     (s[0] + s[2]) + (s[1] + s[3])
 }
 
@@ -1044,7 +1049,7 @@ unsafe fn q80_dot_vnni<B: I8Block>(w: &[B], x: &[BlockQ80], xd: &[f32], xs: &[i3
         let sumi = _mm_cvtsi128_si32(hsum4_epi32([block(b, a), zero, zero, zero])) - xs[k + t];
         s[t] += b.scale() * a.d * sumi as f32;
     }
-    (s[0] + s[2]) + (s[1] + s[3])
+    add_partials(s)
 }
 
 /// Lane `i` of the result: the sum of the eight i32 lanes of `v[i]`.
