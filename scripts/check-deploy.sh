@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Deployment material that can be checked without an SEV-SNP host:
-#  - the shell scripts parse;
+#  - the shell scripts parse, and every deployment script answers --help;
 #  - the guest initrd packing is reproducible (two copies of a tree, made in
 #    another order at other times, pack to identical bytes);
 #  - the Kubernetes trees render and validate (scripts/check-k8s.sh).
@@ -11,6 +11,15 @@ for s in deploy/cvm/*.sh deploy/k8s/*.sh scripts/*.sh; do
   bash -n "$s"
 done
 echo "shell scripts parse"
+
+# Every deployment script answers --help with its usage, exit 0, and changes nothing.
+for s in deploy/cvm/*.sh deploy/cvm/qemu-ifup deploy/k8s/*.sh; do
+  before="$(git status --porcelain 2>/dev/null || true)"
+  out="$("$s" --help 2>&1)" || { echo "$s --help failed: $out" >&2; exit 1; }
+  grep -qi "usage" <<<"$out" || { echo "$s --help prints no usage: $out" >&2; exit 1; }
+  [ "$before" = "$(git status --porcelain 2>/dev/null || true)" ] || { echo "$s --help changed files" >&2; exit 1; }
+done
+echo "deployment scripts answer --help"
 
 if ! command -v cpio >/dev/null; then
   (apt-get update -qq && apt-get install -y -qq cpio) >/dev/null

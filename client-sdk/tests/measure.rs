@@ -168,6 +168,35 @@ fn measure_refuses_bad_inputs_with_a_reason_and_adds_to_a_policy() {
     let p = veil_attestation::Policy::from_toml(&std::fs::read_to_string(&policy).unwrap()).unwrap();
     assert_eq!(p.measurements.iter().map(|x| x.to_string()).collect::<Vec<_>>(), [m]);
     assert!(Path::new(&policy).exists());
+
+    // One step for a deployment: the measurement, the HOST_DATA of its config
+    // and the shards' peer policy, in one edit; a bad HOST_DATA changes nothing.
+    let peer = inp.dir.join("peer.toml");
+    assert!(veil(&["policy", "new", "--out", peer.to_str().unwrap()]).status.success());
+    let client = inp.dir.join("client.toml");
+    assert!(veil(&["policy", "new", "--out", client.to_str().unwrap()]).status.success());
+    let before = std::fs::read_to_string(&client).unwrap();
+    let mut a = base(&inp.path("plain.fd"));
+    a.extend(["--add-to".into(), client.display().to_string(), "--host-data".into(), "zz".into()]);
+    assert_ne!(run(a).status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(&client).unwrap(), before, "a refused edit leaves the policy as it was");
+    let host_data = "7f".repeat(32);
+    let mut a = base(&inp.path("plain.fd"));
+    a.extend([
+        "--add-to".into(),
+        client.display().to_string(),
+        "--host-data".into(),
+        host_data.clone(),
+        "--peer-policy".into(),
+        peer.display().to_string(),
+    ]);
+    let o = run(a);
+    assert_eq!(hex_line(&o, "veil measure"), m);
+    let c = veil_attestation::Policy::from_toml(&std::fs::read_to_string(&client).unwrap()).unwrap();
+    let peer_digest = veil_attestation::Policy::from_toml(&std::fs::read_to_string(&peer).unwrap()).unwrap().digest();
+    assert_eq!(c.measurements.iter().map(|x| x.to_string()).collect::<Vec<_>>(), [m]);
+    assert_eq!(c.host_data.map(|h| h.0.to_string()), Some(host_data));
+    assert_eq!(c.peer_policies, [peer_digest]);
 }
 
 #[test]

@@ -1,25 +1,63 @@
 #!/usr/bin/env bash
-# Builds the guest for one Veil shard as two files for measured direct boot:
-#   vmlinuz     Debian's cloud kernel, from a pinned snapshot of the archive
-#   initrd.img  the whole userland (Debian minbase from the same snapshot,
-#               veil-shard, the route and peer policy, systemd units), packed
-#               reproducibly: sorted names, fixed owners and times, gzip -n
-# plus cmdline (the kernel command line). With OVMF built with SNP kernel
-# hashes, the launch measurement covers all three, and so everything in the
-# guest: `veil measure --ovmf OVMF.fd --kernel vmlinuz --initrd initrd.img
-# --append "$(cat cmdline)" --vcpus N --vcpu-type T` reproduces it.
+# Builds the measured guest for Veil shards: code only, the same files for
+# every stage and replica of every route.
 #
-# Usage (root, on Debian with debootstrap):
-#   deploy/cvm/build-image.sh --shard target/release/veil-shard \
-#       --route route.toml --policy peer-policy.toml --out build/guest
-#   deploy/cvm/build-image.sh --pack-only DIR OUT.img   # just the reproducible packing
+#   vmlinuz      Debian's cloud kernel
+#   initrd.img   the whole userland: Debian minbase with systemd, veil-shard,
+#                the guest units and the config-disk reader (and with --gpu the
+#                NVIDIA open kernel module, NVML and the CUDA driver library),
+#                packed reproducibly: sorted names, fixed owners and times, gzip -n
+#   cmdline      the kernel command line (the same for every guest)
+#   packages.txt every Debian package in the image, with its version
+#
+# The route, the peer policy, the stage and replica, and the guest's network
+# address are not in the image: they come from a config disk
+# (make-config-disk.sh), bound by HOST_DATA (`veil-shard serve --bind-config`),
+# so one launch measurement serves every guest and a route change needs no
+# new measurement. With OVMF built with SNP kernel hashes (build-ovmf.sh), the
+# measurement covers the three files:
+#   veil measure --ovmf OVMF.fd --kernel vmlinuz --initrd initrd.img \
+#       --append "$(cat cmdline)" --vcpus N --vcpu-type T
 set -euo pipefail
 
-SNAPSHOT="${SNAPSHOT:-20251101T000000Z}"   # snapshot.debian.org timestamp: pins every package
-SUITE="${SUITE:-trixie}"
+usage() {
+  cat <<'EOF'
+usage: build-image.sh --shard BIN --out DIR [--gpu [--cuda-libs DIR]] [--mirror URL] [--suite SUITE]
+       build-image.sh --pack-only DIR OUT.img
+       build-image.sh --help
+
+Builds the guest (vmlinuz, initrd.img, cmdline, packages.txt) into DIR.
+Runs as root on Debian with debootstrap and cpio.
+
+  --shard BIN    veil-shard, built with `--features veil-enclave/hw` (and `cuda`
+                 for a GPU image)
+  --out DIR      where the four files go
+  --gpu          add the GPU stack from Debian's non-free archive: the NVIDIA
+                 open kernel module (built by DKMS for the image's kernel),
+                 nvidia-smi, NVML and libcuda; veil-gpu.service sets the
+                 confidential-computing ready state at boot
+  --cuda-libs DIR  with --gpu: the CUDA user libraries the `cuda` build of
+                 veil-shard links (libcublas, libcublasLt, libcurand, libnvrtc,
+                 libcudart, under their sonames; e.g. from NVIDIA's PyPI wheels
+                 of a CUDA version the image's driver supports), installed in
+                 /usr/local/lib/veil/cuda; the build refuses a veil-shard whose
+                 libraries are not all found
+  --mirror URL   Debian archive (default: the pinned snapshot
+                 http://snapshot.debian.org/archive/debian/$SNAPSHOT/;
+                 any other mirror is not pinned: compare packages.txt)
+  --suite S      Debian suite (default trixie)
+  --pack-only    only the reproducible packing of DIR into OUT.img
+
+Environment: SNAPSHOT (default 20251201T000000Z), SOURCE_DATE_EPOCH (every
+file's time in the initrd), KERNEL_PKG (default linux-image-cloud-amd64).
+EOF
+}
+
+SNAPSHOT="${SNAPSHOT:-20251201T000000Z}"   # snapshot.debian.org timestamp: pins every package
 KERNEL_PKG="${KERNEL_PKG:-linux-image-cloud-amd64}"
-SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-1735689600}"  # every file's mtime in the initrd
+SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-1735689600}"
 export SOURCE_DATE_EPOCH
+here="$(cd "$(dirname "$0")" && pwd)"
 
 # Packs DIR into a newc cpio, gzip'd, identical for identical trees.
 pack() {
@@ -28,53 +66,98 @@ pack() {
     cd "$dir"
     find . -mindepth 1 -print0 | LC_ALL=C sort -z |
       cpio --null --create --format=newc --owner=0:0 --reproducible --quiet
-  ) | gzip -9 -n > "$out"
+  ) | gzip -6 -n > "$out"
 }
 
 normalize_times() {
   find "$1" -mindepth 1 -exec touch --no-dereference --date="@$SOURCE_DATE_EPOCH" {} +
 }
 
-if [ "${1:-}" = "--pack-only" ]; then
-  normalize_times "$2"
-  pack "$2" "$3"
-  sha256sum "$3"
-  exit 0
-fi
+case "${1:-}" in
+  -h|--help) usage; exit 0 ;;
+  --pack-only)
+    [ $# -eq 3 ] || { usage >&2; exit 2; }
+    normalize_times "$2"
+    pack "$2" "$3"
+    sha256sum "$3"
+    exit 0 ;;
+esac
 
-shard="" route="" policy="" out=""
+shard="" out="" gpu=0 mirror="" suite="trixie" cuda_libs=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --shard) shard="$2"; shift 2 ;;
-    --route) route="$2"; shift 2 ;;
-    --policy) policy="$2"; shift 2 ;;
-    --out) out="$2"; shift 2 ;;
-    *) echo "unknown argument $1" >&2; exit 2 ;;
+    --shard) shard="${2:?--shard needs a file}"; shift 2 ;;
+    --out) out="${2:?--out needs a directory}"; shift 2 ;;
+    --gpu) gpu=1; shift ;;
+    --cuda-libs) cuda_libs="${2:?--cuda-libs needs a directory}"; shift 2 ;;
+    --mirror) mirror="${2:?--mirror needs a URL}"; shift 2 ;;
+    --suite) suite="${2:?--suite needs a name}"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "build-image.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-[ -n "$shard" ] && [ -n "$route" ] && [ -n "$policy" ] && [ -n "$out" ] || {
-  echo "usage: $0 --shard BIN --route ROUTE --policy POLICY --out DIR" >&2; exit 2; }
+[ -n "$shard" ] && [ -n "$out" ] || { usage >&2; exit 2; }
+[ -z "$cuda_libs" ] || [ "$gpu" = 1 ] || { echo "build-image.sh: --cuda-libs needs --gpu" >&2; exit 2; }
+[ -x "$shard" ] || { echo "build-image.sh: $shard is not an executable" >&2; exit 2; }
+[ "$(id -u)" -eq 0 ] || { echo "build-image.sh: debootstrap needs root" >&2; exit 2; }
+command -v debootstrap >/dev/null || { echo "build-image.sh: install debootstrap (apt-get install debootstrap)" >&2; exit 2; }
+mirror="${mirror:-http://snapshot.debian.org/archive/debian/$SNAPSHOT/}"
 
 mkdir -p "$out"
 root="$(mktemp -d)"
 trap 'rm -rf "$root"' EXIT
-mirror="http://snapshot.debian.org/archive/debian/$SNAPSHOT/"
-debootstrap --variant=minbase --include=systemd-sysv,"$KERNEL_PKG",ca-certificates \
-  "$SUITE" "$root" "$mirror"
-# The kernel goes outside (it is measured as the kernel); modules stay inside.
+include="systemd-sysv,udev,iproute2,$KERNEL_PKG"
+components="main"
+if [ "$gpu" = 1 ]; then
+  # Debian's open kernel module supports Hopper confidential computing (535 and later).
+  include="$include,linux-headers-cloud-amd64,nvidia-open-kernel-dkms,nvidia-smi,libnvidia-ml1,libcuda1,nvidia-persistenced,firmware-nvidia-gsp"
+  components="main,contrib,non-free,non-free-firmware"
+fi
+debootstrap --variant=minbase --components="$components" --include="$include" "$suite" "$root" "$mirror"
+if [ "$gpu" = 1 ]; then
+  # DKMS built the module for the image's kernel; the compilers are not needed at run time.
+  chroot "$root" sh -c 'ls /lib/modules/*/updates/dkms/nvidia.ko* >/dev/null' ||
+    { echo "build-image.sh: the NVIDIA module was not built for the image's kernel" >&2; exit 1; }
+  chroot "$root" apt-get purge -y -q --auto-remove linux-headers-cloud-amd64 dkms >/dev/null
+fi
+chroot "$root" dpkg-query -W -f '${Package} ${Version}\n' | LC_ALL=C sort > "$out/packages.txt"
+
+# The kernel goes outside (it is measured as the kernel); its modules stay inside.
 cp "$root"/boot/vmlinuz-* "$out/vmlinuz"
-rm -rf "$root"/boot "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+rm -rf "$root"/boot "$root"/vmlinuz* "$root"/initrd.img* "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* \
+  "$root"/usr/share/doc "$root"/usr/share/man "$root"/usr/share/locale "$root"/var/log/*.log \
+  "$root"/var/cache/ldconfig/aux-cache   # inode numbers and times: differs between identical builds
 rm -f "$root"/etc/machine-id && : > "$root"/etc/machine-id   # systemd fills it at boot, in RAM
+echo veil-shard > "$root/etc/hostname"
+
 install -m 0755 "$shard" "$root/usr/local/bin/veil-shard"
-install -d "$root/etc/veil"
-install -m 0644 "$route" "$root/etc/veil/route.toml"
-install -m 0644 "$policy" "$root/etc/veil/peer-policy.toml"
-sed -i 's|^policy = .*|policy = "/etc/veil/peer-policy.toml"|' "$root/etc/veil/route.toml"
-install -m 0644 "$(dirname "$0")/veil-shard.service" "$root/etc/systemd/system/veil-shard.service"
-ln -sf /etc/systemd/system/veil-shard.service "$root/etc/systemd/system/multi-user.target.wants/veil-shard.service"
+strip --strip-debug "$root/usr/local/bin/veil-shard" 2>/dev/null || true
+if [ -n "$cuda_libs" ]; then
+  install -d "$root/usr/local/lib/veil/cuda"
+  cp -a "$cuda_libs"/*.so* "$root/usr/local/lib/veil/cuda/"
+  echo /usr/local/lib/veil/cuda > "$root/etc/ld.so.conf.d/veil-cuda.conf"
+  chroot "$root" ldconfig
+fi
+# Every library veil-shard links must be in the image (a `cuda` build without its libraries would fail at start).
+if missing="$(chroot "$root" ldd /usr/local/bin/veil-shard | grep 'not found')"; then
+  echo "build-image.sh: veil-shard needs libraries the image lacks:" >&2
+  echo "$missing" >&2
+  exit 1
+fi
+install -d -m 0755 "$root/usr/local/lib/veil" "$root/models" "$root/etc/systemd/journald.conf.d"
+install -m 0755 "$here/guest/veil-guest-config" "$root/usr/local/lib/veil/veil-guest-config"
+units=(veil-guest-config.service veil-shard.service)
+[ "$gpu" = 1 ] && units+=(veil-gpu.service)
+for u in "${units[@]}"; do
+  install -m 0644 "$here/guest/$u" "$root/etc/systemd/system/$u"
+done
+install -m 0644 "$here/guest/journald-console.conf" "$root/etc/systemd/journald.conf.d/console.conf"
+chroot "$root" systemctl enable systemd-networkd.service "${units[@]}" >/dev/null 2>&1
+# No logins: the guest has no shell for anyone, the serial console only prints.
+chroot "$root" systemctl mask serial-getty@ttyS0.service getty@tty1.service console-getty.service >/dev/null 2>&1
 ln -sf /lib/systemd/systemd "$root/init"
 normalize_times "$root"
 pack "$root" "$out/initrd.img"
-# Read-only weights on the second virtio disk; serial console; no swap.
-echo "console=ttyS0 ro rdinit=/init systemd.unit=multi-user.target veil.weights=/dev/vdb" > "$out/cmdline"
+# Serial console; the initramfs is the root (no disk root, no swap).
+echo "console=ttyS0 rdinit=/init panic=10 systemd.unit=multi-user.target systemd.show_status=error" > "$out/cmdline"
 sha256sum "$out"/vmlinuz "$out"/initrd.img "$out"/cmdline

@@ -54,21 +54,23 @@ impl Attestation {
     fn attester(&self) -> Result<Arc<dyn Attester>> {
         use crate::attest::{self, Source};
         match self {
+            #[cfg(not(feature = "hw"))]
+            Self::Hardware { .. } => Err(Error::Config(
+                "--hardware: this veil-shard was built without SEV-SNP support; rebuild it with \
+                 `cargo build --release --locked --features veil-enclave/hw` (and `cuda` for GPUs)"
+                    .into(),
+            )),
+            #[cfg(feature = "hw")]
             Self::Hardware { nvml_gpus } => {
                 let cpu = attest::attester(&Source::Hardware { vmpl: 0 })?;
                 if !nvml_gpus {
                     return Ok(cpu.into());
                 }
-                #[cfg(feature = "hw")]
-                {
-                    tracing::info!("collecting GPU evidence through NVML with every report");
-                    Ok(Arc::new(veil_attestation::gpu::CompositeAttester::new(
-                        cpu,
-                        veil_attestation::gpu::GpuSource::Nvml(veil_attestation::gpu::hw::NvmlGpuAttester),
-                    )))
-                }
-                #[cfg(not(feature = "hw"))]
-                Err(Error::Config("--nvml-gpus needs a veil-shard built with `--features hw`".into()))
+                tracing::info!("collecting GPU evidence through NVML with every report");
+                Ok(Arc::new(veil_attestation::gpu::CompositeAttester::new(
+                    cpu,
+                    veil_attestation::gpu::GpuSource::Nvml(veil_attestation::gpu::hw::NvmlGpuAttester),
+                )))
             }
             Self::Simulated { root, gpus } => {
                 let cpu = attest::attester(&Source::Simulated(root.clone()))?;

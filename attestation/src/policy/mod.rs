@@ -400,7 +400,16 @@ impl Policy {
     /// `veil verify URL`, links between shards): `gpu.require_revocation`
     /// needs OCSP responses that only `veil attest verify --gpu-ocsp`
     /// supplies, so there it would refuse every shard — said once, clearly.
+    /// The same for an empty `measurements` list without `any_measurement`:
+    /// no report could pass.
     pub fn fit_for_serving_path(&self) -> Result<(), PolicyError> {
+        if self.measurements.is_empty() && !self.any_measurement {
+            return Err(PolicyError::Inconsistent(
+                "measurements = [] allows no launch measurement, so every report would be refused: add the \
+                 guests' values (`veil measure … --add-to POLICY`)"
+                    .into(),
+            ));
+        }
         if self.gpu.require_revocation {
             return Err(PolicyError::Inconsistent(
                 "gpu.require_revocation = true cannot be met on the serving path: OCSP responses for GPU device \

@@ -1,6 +1,7 @@
 //! `veil measure`: the SEV-SNP launch measurement a guest started from the
 //! given inputs reports, reproduced locally (see `veil_attestation::measure`),
-//! optionally added to a policy's allowed measurements.
+//! optionally added to a policy's allowed measurements, with the deployment's
+//! HOST_DATA and peer policy in the same edit (`--host-data`, `--peer-policy`).
 
 use veil_attestation::measure::{launch_digest, LaunchInputs};
 
@@ -45,6 +46,16 @@ pub fn run(args: &MeasureArgs) -> Exit {
         return policy_edit::edit(policy, "measure", |p| {
             if !p.measurements.contains(&m) {
                 p.measurements.push(m);
+            }
+            if let Some(h) = &args.host_data {
+                let h = h.parse().map_err(super::error::CliError::flag("--host-data"))?;
+                p.host_data = Some(veil_attestation::policy::HostData(h));
+            }
+            if let Some(peer) = &args.peer_policy {
+                let d = super::policy_bundle::read_toml(peer)?.digest();
+                if !p.peer_policies.contains(&d) {
+                    p.peer_policies.push(d);
+                }
             }
             Ok(())
         });

@@ -97,6 +97,15 @@ pub struct MeasureArgs {
     /// Also add the measurement to this policy file's `measurements`.
     #[arg(long, value_name = "POLICY")]
     pub add_to: Option<PathBuf>,
+    /// With `--add-to`, in the same edit: pin this HOST_DATA (64 hex digits from
+    /// `deploy/cvm/make-config-disk.sh` or `veil-shard config-digest`): the route and
+    /// peer policy every guest of the deployment was launched with.
+    #[arg(long, value_name = "HEX", requires = "add_to")]
+    pub host_data: Option<String>,
+    /// With `--add-to`, in the same edit: accept this peer policy (the shards' own,
+    /// which cannot pin the HOST_DATA that digests it) by its digest.
+    #[arg(long, value_name = "FILE", requires = "add_to")]
+    pub peer_policy: Option<PathBuf>,
 }
 
 /// `veil canary URL --reference FILE`

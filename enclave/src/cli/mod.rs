@@ -399,6 +399,10 @@ fn run() -> anyhow::Result<()> {
                 anyhow::bail!("stage {i} has no manifest_root: complete the route first (veil-shard prepare)");
             }
             let policy = crate::pipeline::shard::load_policy(&route.policy)?;
+            // The policy shards would refuse to start with is not worth a digest to pin.
+            policy
+                .fit_for_serving_path()
+                .map_err(|e| anyhow::anyhow!("peer policy {}: {e}", route.policy.display()))?;
             let digest = route.config_digest(&policy);
             if base64 {
                 use base64::Engine as _;

@@ -172,3 +172,45 @@ fn the_readme_examples_answer_sensibly() {
     };
     assert_eq!(sampled("42"), sampled("42"), "the same seed gave another text");
 }
+
+/// What an operator meets first, said once and with what to do: `serve
+/// --hardware` on a build without SEV-SNP support names the rebuild, and a
+/// peer policy that allows no measurement is refused by `config-digest`
+/// (and by a shard at start-up) instead of passing without a word.
+#[test]
+fn operator_errors_name_the_cause_once() {
+    let dir = std::env::temp_dir().join(format!("veil-cli-operator-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let empty = veil_attestation::Policy::default();
+    assert!(empty.measurements.is_empty() && !empty.any_measurement);
+    std::fs::write(dir.join("peer-policy.toml"), empty.to_toml()).unwrap();
+    let root = "ab".repeat(32);
+    std::fs::write(
+        dir.join("route.toml"),
+        format!(
+            "model = \"m.gguf\"\npolicy = \"peer-policy.toml\"\n[entry]\ngenerate_listen = \"127.0.0.1:1\"\n\
+             [[stage]]\nlayers = [0, 30]\nmanifest_root = \"{root}\"\nreplicas = [\"127.0.0.1:2\"]\n"
+        ),
+    )
+    .unwrap();
+    let route = dir.join("route.toml");
+    let route = route.to_str().unwrap();
+
+    let o = shard(&["config-digest", "--config", route]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "a policy allowing no measurement got a digest: {err}");
+    assert_eq!(err.matches("measurements = []").count(), 1, "{err}");
+    assert!(err.contains("veil measure"), "the fix is named: {err}");
+
+    let o = shard(&["serve", "--config", route, "--stage", "0", "--hardware"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && !err.contains("panicked"), "{err}");
+    if cfg!(feature = "hw") {
+        // The hardware build gets as far as the peer policy, and refuses it.
+        assert_eq!(err.matches("measurements = []").count(), 1, "{err}");
+    } else {
+        assert_eq!(err.matches("--features veil-enclave/hw").count(), 1, "{err}");
+        assert!(!err.contains("API misuse"), "{err}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

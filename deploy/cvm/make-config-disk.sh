@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Writes one guest's config disk: the route, its peer policy, which stage and
+# replica this guest serves, and its network address. The disk is not part of
+# the launch measurement (every guest boots the same image); the route and
+# peer policy are bound through HOST_DATA instead: this prints the value to
+# launch the guest with (QEMU `host-data=`, launch-snp.sh's HOST_DATA) and to
+# pin in clients' policies (`veil policy set-host-data`). The shard refuses to
+# start when HOST_DATA is not the digest of the route and policy it was given.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF2'
+usage: make-config-disk.sh --route ROUTE --stage N --replica N --address ADDR/PREFIX|dhcp
+                           [--gateway IP] [--dns IP] --out DISK.img
+       make-config-disk.sh --help
+
+  --route ROUTE   the complete route (every stage's manifest_root set); its
+                  `policy` file goes on the disk as the peer policy, its
+                  `simulated_root` directory too (development only), and its
+                  `model` becomes /models/FILE (the weights disk)
+  --stage N, --replica N   which of the route's shards this guest is
+  --address       the guest's IPv4 address with prefix, or dhcp; it must be
+                  the address the route gives this replica
+  --gateway, --dns optional
+  --out           the disk image (ext4, attached as the virtio disk with
+                  serial veil-config)
+
+Needs veil-shard (VEIL_SHARD, or on PATH) for the HOST_DATA digest, and
+mkfs.ext4 (e2fsprogs). Prints HOST_DATA as base64 (QEMU's form) and hex.
+EOF2
+}
+
+route="" stage="" replica="" address="" gateway="" dns="" out=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --route) route="${2:?}"; shift 2 ;;
+    --stage) stage="${2:?}"; shift 2 ;;
+    --replica) replica="${2:?}"; shift 2 ;;
+    --address) address="${2:?}"; shift 2 ;;
+    --gateway) gateway="${2:?}"; shift 2 ;;
+    --dns) dns="${2:?}"; shift 2 ;;
+    --out) out="${2:?}"; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "make-config-disk.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+[ -n "$route" ] && [ -n "$stage" ] && [ -n "$replica" ] && [ -n "$address" ] && [ -n "$out" ] ||
+  { usage >&2; exit 2; }
+shard="${VEIL_SHARD:-$(command -v veil-shard || true)}"
+[ -x "$shard" ] || { echo "make-config-disk.sh: set VEIL_SHARD to veil-shard (or put it on PATH)" >&2; exit 2; }
+
+value() { sed -n "s/^$1[[:space:]]*=[[:space:]]*\"\(.*\)\"[[:space:]]*$/\1/p" "$route" | head -1; }
+resolve() { case "$1" in /*) echo "$1" ;; *) echo "$(cd "$(dirname "$route")" && pwd)/$1" ;; esac; }
+policy="$(value policy)"; model="$(value model)"; sim="$(value simulated_root)"
+[ -n "$policy" ] && [ -n "$model" ] || { echo "make-config-disk.sh: $route names no policy or model" >&2; exit 2; }
+
+dir="$(mktemp -d)"
+trap 'rm -rf "$dir"' EXIT
+install -m 0644 "$(resolve "$policy")" "$dir/peer-policy.toml"
+sed -e "s|^policy[[:space:]]*=.*|policy = \"peer-policy.toml\"|" \
+    -e "s|^model[[:space:]]*=.*|model = \"/models/$(basename "$model")\"|" \
+    -e "s|^simulated_root[[:space:]]*=.*|simulated_root = \"sim\"|" "$route" > "$dir/route.toml"
+if [ -n "$sim" ]; then
+  cp -r "$(resolve "$sim")" "$dir/sim"
+  echo "make-config-disk.sh: WARNING: the route names a SIMULATED attestation root: development only" >&2
+fi
+{
+  echo "# Which shard this guest is (parsed by the guest, never sourced)."
+  echo "VEIL_STAGE=$stage"
+  echo "VEIL_REPLICA=$replica"
+  echo "VEIL_ADDRESS=$address"
+  [ -z "$gateway" ] || echo "VEIL_GATEWAY=$gateway"
+  [ -z "$dns" ] || echo "VEIL_DNS=$dns"
+} > "$dir/guest.env"
+
+# The digest the guest will check its HOST_DATA against (and the route's own checks, early).
+hex="$("$shard" config-digest --config "$dir/route.toml")"
+b64="$("$shard" config-digest --config "$dir/route.toml" --base64)"
+kib=$(( $(du -sk "$dir" | cut -f1) + 2048 ))
+rm -f "$out"
+mkfs.ext4 -q -L veil-config -d "$dir" "$out" "${kib}k"
+echo "HOST_DATA=$b64"
+echo "host_data (hex): $hex"
