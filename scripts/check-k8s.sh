@@ -15,8 +15,11 @@
 #     carrying the same initdata, its one agent policy linted and run with
 #     regorus against each stage's containers, mutations of them and mixes of
 #     two stages' values, the route's addresses against the Services'
-#     ClusterIPs and the service CIDR, ConfigMap references), on the committed
-#     renders and the test render;
+#     ClusterIPs and the service CIDR, ConfigMap references, GPU shards'
+#     `--device cuda:N` and `--nvml-gpus`, where the `cuda` build finds
+#     libcuda.so.1 (the driver with a GPU, the image's stub without), the
+#     Containerfile's cuda build and cuda-libs.txt's hash-pinned wheels), on
+#     the committed renders and the test render;
 #  5. deploy/k8s/test_k8s.py: the one HOST_DATA (printed once, the sha256sum
 #     of initdata/shards.toml) moves with any one stage's image digest, one
 #     argument, one environment variable or a mount, and stays put for an

@@ -166,7 +166,7 @@ fn measure_refuses_bad_inputs_with_a_reason_and_adds_to_a_policy() {
     let m = hex_line(&o, "veil measure");
     run(a);
     let p = veil_attestation::Policy::from_toml(&std::fs::read_to_string(&policy).unwrap()).unwrap();
-    assert_eq!(p.measurements.iter().map(|x| x.to_string()).collect::<Vec<_>>(), [m]);
+    assert_eq!(p.measurements.iter().map(|x| x.to_string()).collect::<Vec<_>>(), std::slice::from_ref(&m));
     assert!(Path::new(&policy).exists());
 
     // One step for a deployment: the measurement, the HOST_DATA of its config

@@ -35,7 +35,20 @@ DIR holds `dev.yaml` and `snp.yaml`, the committed overlays rendered by
   Service count that differs from the route's replicas, a ClusterIP outside
   the service CIDR recorded in addresses.yaml or outside its static band, a
   relay pointed elsewhere than the entry's Service;
-* a configMap volume naming no ConfigMap of the pod's namespace.
+* a configMap volume naming no ConfigMap of the pod's namespace;
+* GPUs: in the snp overlay, a shard container with a GPU limit that does not
+  run `veil-shard serve` with `--hardware`, `--nvml-gpus` and one `--device
+  cuda:N` (N below its GPU count), so would attest its GPU and compute on
+  the CPU; in either overlay, a container of the shard image that runs
+  veil-shard (its `cuda` build) with a GPU and sets LD_LIBRARY_PATH (the
+  image's, /usr/local/lib/veil/cuda, must stay: the driver's libcuda.so.1
+  comes from the guest), or without a GPU and does not name the image's
+  driver stub after it (veil-shard would not start);
+* the CUDA libraries: a Containerfile that does not build veil-shard with
+  `veil-enclave/cuda` or whose shard stage does not set
+  LD_LIBRARY_PATH=/usr/local/lib/veil/cuda; a cuda-libs.txt line not pinned
+  by version and SHA-256; a CUDA runtime or NVRTC there other than the
+  version scripts/cuda-toolchain.sh builds with.
 
 `--test-render FILE` is the snp overlay rendered from a copy whose
 placeholders were replaced by test digests (`--inject-test-digests`, as an
@@ -53,6 +66,7 @@ import ipaddress
 import json
 import pathlib
 import re
+import shlex
 import sys
 import tomllib
 
@@ -64,6 +78,12 @@ sys.path.insert(0, str(HERE))
 import genpolicy  # noqa: E402
 
 SHARD_STATEFULSET = re.compile(r"^veil-(entry|stage[0-9]+)$")
+GPU = "nvidia.com/gpu"
+# The shard image's CUDA user libraries (its LD_LIBRARY_PATH), and the link
+# stub of the driver's libcuda.so.1 that pods without a GPU add after them.
+CUDA_LIBS = "/usr/local/lib/veil/cuda"
+NO_DRIVER = "/usr/local/lib/veil/no-driver"
+TOOLCHAIN = HERE.parent.parent / "scripts/cuda-toolchain.sh"
 # Requests the policy must refuse unless a rule admits them, and that must
 # never be admitted without conditions.
 DECIDED_BY_RULES = ["CreateContainerRequest", "PullImageRequest", "CopyFileRequest", "CreateSandboxRequest"]
@@ -529,6 +549,141 @@ def confidential_problems(docs: list[dict], containerfile: str, placeholders: bo
 
 
 # --------------------------------------------------------------------------
+# GPUs and the CUDA libraries
+
+def containers_of(doc: dict) -> list[dict]:
+    spec = doc.get("spec", {})
+    pod = spec.get("template", {}).get("spec") if doc.get("kind") != "Pod" else spec
+    return [c for kind in ("initContainers", "containers") for c in (pod or {}).get(kind, []) or []]
+
+
+def gpu_limit(container: dict) -> int | None:
+    value = (container.get("resources", {}) or {}).get("limits", {}).get(GPU)
+    return None if value is None else int(str(value))
+
+
+def is_shard_image(image: str) -> bool:
+    repo, _ = genpolicy.split_digest(image)
+    return repo.rsplit("/", 1)[-1].split(":", 1)[0] == "shard"
+
+
+def runs_veil_shard(container: dict, stages: dict) -> bool:
+    argv = genpolicy.oci_args(container, stages.get("shard", genpolicy.ImageConfig()))
+    return any(re.search(r"(?<![\w-])veil-shard(?![\w-])", a) for a in argv)
+
+
+def shard_command(container: dict, stages: dict) -> list[str] | None:
+    """The arguments the container gives veil-shard: the argument vector as
+    the runtime sends it (the shard image's ENTRYPOINT unless `command` is
+    set) or, for `sh -c SCRIPT`, the script's words once the container's own
+    literal variables ($VEIL_SERVE_FLAGS) are put in. None when it does not
+    run veil-shard."""
+    argv = genpolicy.oci_args(container, stages.get("shard", genpolicy.ImageConfig()))
+    words = list(argv)
+    if len(argv) >= 3 and argv[0] in ("/bin/sh", "sh", "/bin/bash", "bash") and argv[1] == "-c":
+        env = {e["name"]: str(e.get("value", "")) for e in container.get("env", []) or [] if "valueFrom" not in e}
+        script = re.sub(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))",
+                        lambda m: env.get(m.group(1) or m.group(2), m.group(0)), argv[2])
+        try:
+            words = shlex.split(script)
+        except ValueError:
+            return None
+    for i, w in enumerate(words):
+        if w.rsplit("/", 1)[-1] == "veil-shard":
+            return words[i + 1:]
+    return None
+
+
+def device_problems(docs: list[dict], stages: dict, label: str) -> list[str]:
+    """Every shard container with a GPU limit serves with hardware
+    attestation of that GPU (`--nvml-gpus`) and computes on it (`--device
+    cuda:N`); without `--device` it would attest a GPU it never uses."""
+    fail = []
+    for d in docs:
+        if d.get("kind") != "StatefulSet":
+            continue
+        for c in containers_of(d):
+            gpus = gpu_limit(c)
+            if gpus is None:
+                continue
+            where = f"{label}: {d['metadata']['name']}/{c['name']}"
+            words = shard_command(c, stages)
+            if not words or words[0] != "serve":
+                fail.append(f"{where}: has a GPU but does not run `veil-shard serve`")
+                continue
+            for flag in ("--hardware", "--nvml-gpus"):
+                if flag not in words:
+                    fail.append(f"{where}: has a GPU but does not pass {flag}")
+            devices = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--device"]
+            devices += [w.split("=", 1)[1] for w in words if w.startswith("--device=")]
+            if not devices:
+                fail.append(f"{where}: has {gpus} GPU(s) but passes no `--device cuda:N`: it would compute on the CPU")
+            elif len(devices) > 1:
+                fail.append(f"{where}: passes --device {len(devices)} times ({', '.join(devices)})")
+            elif not (m := re.fullmatch(r"cuda:([0-9]+)", devices[0])):
+                fail.append(f"{where}: has a GPU but computes on `{devices[0]}`, not `cuda:N`")
+            elif int(m.group(1)) >= gpus:
+                fail.append(f"{where}: --device {devices[0]}, but the pod has {gpus} GPU(s) (cuda:0 to cuda:{gpus - 1})")
+    return fail
+
+
+def cuda_library_problems(docs: list[dict], stages: dict, label: str) -> list[str]:
+    """Where the `cuda` build of veil-shard finds libcuda.so.1: with a GPU,
+    the driver's (the guest puts it in the container), so the container sets
+    no LD_LIBRARY_PATH of its own; without one, the image's link stub
+    (NO_DRIVER), without which veil-shard does not start."""
+    fail = []
+    want = f"{CUDA_LIBS}:{NO_DRIVER}"
+    for d in docs:
+        for c in containers_of(d):
+            if not is_shard_image(c.get("image", "")) or not runs_veil_shard(c, stages):
+                continue
+            where = f"{label}: {d['kind']} {d['metadata']['name']}/{c['name']}"
+            env = {e["name"]: e.get("value") for e in c.get("env", []) or []}
+            if gpu_limit(c) is not None:
+                if "LD_LIBRARY_PATH" in env:
+                    fail.append(f"{where}: has a GPU yet sets LD_LIBRARY_PATH={env['LD_LIBRARY_PATH']}: keep the image's "
+                                f"({CUDA_LIBS}), so that libcuda.so.1 is the driver's, never the stub in {NO_DRIVER}")
+            elif env.get("LD_LIBRARY_PATH") != want:
+                fail.append(f"{where}: runs veil-shard (the cuda build) without a GPU: set LD_LIBRARY_PATH={want} "
+                            "(the driver stub), or it does not start")
+    return fail
+
+
+def cuda_libs_problems(containerfile: str, cuda_libs: str, toolchain: str) -> list[str]:
+    """The Containerfile builds and ships what the shard needs on a GPU, and
+    cuda-libs.txt pins wheels of the CUDA release the build uses."""
+    fail = []
+    text = re.sub(r"\\\n", " ", containerfile)
+    if not re.search(r"cargo build[^\n]*--features[= ][^\s]*veil-enclave/cuda", text):
+        fail.append("Containerfile: veil-shard is not built with --features veil-enclave/cuda: the shard image would not use its GPU")
+    shard = genpolicy.containerfile_stages(containerfile).get("shard")
+    if shard is None or shard.env.get("LD_LIBRARY_PATH") != CUDA_LIBS:
+        got = None if shard is None else shard.env.get("LD_LIBRARY_PATH")
+        fail.append(f"Containerfile: the shard stage's LD_LIBRARY_PATH is {got}, not {CUDA_LIBS} (the CUDA libraries; never the driver stub)")
+    pins: dict[str, str] = {}
+    for line in cuda_libs.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = re.fullmatch(r"([A-Za-z0-9._-]+)==([0-9][0-9A-Za-z.]*)((?:\s+--hash=sha256:[0-9a-f]{64})+)", line)
+        if not m:
+            fail.append(f"cuda-libs.txt: {line!r} is not NAME==VERSION --hash=sha256:HEX")
+            continue
+        pins[m.group(1)] = m.group(2)
+    tool = dict(re.findall(r"^([A-Z]+)=([0-9][0-9.]*)\s*$", toolchain, re.MULTILINE))
+    for package, var in (("nvidia-cuda-runtime", "RUNTIME"), ("nvidia-cuda-nvrtc", "NVCC")):
+        if package not in pins:
+            fail.append(f"cuda-libs.txt: no {package}")
+        elif pins[package] != tool.get(var):
+            fail.append(f"cuda-libs.txt: {package}=={pins[package]}, but scripts/cuda-toolchain.sh builds with {var}={tool.get(var)}")
+    for package in ("nvidia-cublas", "nvidia-curand"):
+        if package not in pins:
+            fail.append(f"cuda-libs.txt: no {package}")
+    return fail
+
+
+# --------------------------------------------------------------------------
 # Addresses
 
 def route_problems(docs: list[dict], overlay: pathlib.Path, label: str) -> list[str]:
@@ -611,12 +766,17 @@ def main(argv: list[str]) -> int:
     if not args.rendered:
         ap.error("--rendered is required")
     containerfile = (HERE / "Containerfile").read_text()
+    stages = genpolicy.containerfile_stages(containerfile)
     fail = containerfile_problems(containerfile, (HERE / "base-images.env").read_text(), args.release)
+    fail += cuda_libs_problems(containerfile, (HERE / "cuda-libs.txt").read_text(), TOOLCHAIN.read_text())
     dev, snp = load(args.rendered / "dev.yaml"), load(args.rendered / "snp.yaml")
     fail += route_problems(dev, HERE / "overlays/dev", "dev")
     fail += configmap_problems(dev, "dev")
+    fail += cuda_library_problems(dev, stages, "dev")
     fail += route_problems(snp, HERE / "overlays/snp", "snp")
     fail += configmap_problems(snp, "snp")
+    fail += device_problems(snp, stages, "snp")
+    fail += cuda_library_problems(snp, stages, "snp")
     image_fail, placeholders = image_problems(snp, args.release)
     fail += image_fail
     fail += confidential_problems(snp, containerfile, placeholders and not args.release)
@@ -629,6 +789,8 @@ def main(argv: list[str]) -> int:
         fail += [f"test render: {p}" for p in test_fail]
         fail += [f"test render: {p}" for p in confidential_problems(test, containerfile, False)]
         fail += [f"test render: {p}" for p in route_problems(test, HERE / "overlays/snp", "snp")]
+        fail += [f"test render: {p}" for p in device_problems(test, stages, "snp")]
+        fail += [f"test render: {p}" for p in cuda_library_problems(test, stages, "snp")]
         notes.append(f"snp with test digests: {sum(1 for d in test if d['kind'] == 'StatefulSet')} StatefulSets, one initdata; "
                      "its policy linted and run: admits each stage's containers, refuses them with another image, argument, "
                      "environment, mount, hook or capability, and refuses mixes of two stages' values")
@@ -637,7 +799,8 @@ def main(argv: list[str]) -> int:
         return 1
     for n in notes:
         print(n)
-    print("checked: pins, placeholders, agent policies, route <-> Services, ConfigMap references")
+    print("checked: pins, placeholders, agent policies, route <-> Services, ConfigMap references, "
+          "GPU shards' --device and --nvml-gpus, CUDA library paths and wheel pins")
     return 0
 
 

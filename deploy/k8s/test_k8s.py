@@ -167,7 +167,9 @@ class K8sTests(unittest.TestCase):
         shutil.copytree(self.k8s, work)
         before = run(work / "make-initdata.sh", "--overlay", work / "overlays/snp", check=True).stdout
         entry = work / "overlays/snp/entry-hardware.yaml"
-        entry.write_text(entry.read_text().replace('"--hardware", "--nvml-gpus"]', '"--hardware"]'))
+        text = entry.read_text()
+        self.assertIn('"--nvml-gpus", "--device", "cuda:0"]', text)
+        entry.write_text(text.replace('"--nvml-gpus", "--device", "cuda:0"]', '"--nvml-gpus"]'))
         after = run(work / "make-initdata.sh", "--overlay", work / "overlays/snp", check=True).stdout
         self.assertRegex(before, r"^HOST_DATA [0-9a-f]{64}\n$")
         self.assertRegex(after, r"^HOST_DATA [0-9a-f]{64}\n$")
@@ -353,6 +355,103 @@ class K8sTests(unittest.TestCase):
             with self.assertRaisesRegex(genpolicy.PolicyError, needle):
                 genpolicy.document(docs, self.containerfile)
 
+    # ---------------------------------------------------------------- GPUs
+
+    def set_env(self, container: dict, name: str, value: str) -> None:
+        env = container.setdefault("env", [])
+        for e in env:
+            if e["name"] == name:
+                e["value"] = value
+                return
+        env.append({"name": name, "value": value})
+
+    def test_every_gpu_shard_computes_on_its_gpu(self):
+        stages = genpolicy.containerfile_stages(self.containerfile)
+        self.assertEqual(ck.device_problems(self.docs, stages, "snp"), [])
+        for name in STAGES:
+            c = self.shard(self.docs, name)
+            self.assertEqual(ck.gpu_limit(c), 1, name)
+            words = ck.shard_command(c, stages)
+            self.assertEqual(words[0], "serve", name)
+            self.assertIn("--hardware", words, name)
+            self.assertIn("--nvml-gpus", words, name)
+            self.assertEqual(words[words.index("--device") + 1], "cuda:0", name)
+        serve_flags = lambda value: lambda c: self.set_env(c, "VEIL_SERVE_FLAGS", value)
+        cases = [
+            ("veil-stage1", serve_flags("--hardware --nvml-gpus"), "passes no `--device cuda:N`"),
+            ("veil-entry", lambda c: c.update(args=[a for a in c["args"] if a not in ("--device", "cuda:0")]), "passes no `--device cuda:N`"),
+            ("veil-stage2", serve_flags("--hardware --device cuda:0"), "does not pass --nvml-gpus"),
+            ("veil-entry", lambda c: c.update(args=[a for a in c["args"] if a != "--hardware"]), "does not pass --hardware"),
+            ("veil-entry", lambda c: c["args"].__setitem__(-1, "cuda:1"), "the pod has 1 GPU(s)"),
+            ("veil-stage1", serve_flags("--hardware --nvml-gpus --device cpu"), "computes on `cpu`"),
+            ("veil-stage2", serve_flags("--hardware --nvml-gpus --device cuda:0 --device cuda:1"), "passes --device 2 times"),
+            ("veil-stage1", lambda c: c.update(args=["exec sleep infinity"]), "does not run `veil-shard serve`"),
+        ]
+        for name, mutate, needle in cases:
+            docs = copy.deepcopy(self.docs)
+            mutate(self.shard(docs, name))
+            fail = ck.device_problems(docs, stages, "snp")
+            self.assertTrue(any(f.startswith(f"snp: {name}/shard: ") and needle in f for f in fail), (name, needle, fail))
+        # Two GPUs: cuda:1 is the pod's.
+        docs = copy.deepcopy(self.docs)
+        c = self.shard(docs, "veil-entry")
+        c["resources"]["limits"][ck.GPU] = 2
+        c["args"][-1] = "cuda:1"
+        self.assertEqual(ck.device_problems(docs, stages, "snp"), [])
+
+    def test_the_cuda_build_finds_the_driver_or_its_stub(self):
+        stages = genpolicy.containerfile_stages(self.containerfile)
+        dev = render(HERE / "overlays/dev")
+        self.assertEqual(ck.cuda_library_problems(dev, stages, "dev"), [])
+        self.assertEqual(ck.cuda_library_problems(self.docs, stages, "snp"), [])
+        stub = f"{ck.CUDA_LIBS}:{ck.NO_DRIVER}"
+        # The Job runs veil-shard without a GPU (both overlays).
+        for docs, label in ((self.docs, "snp"), (dev, "dev")):
+            docs = copy.deepcopy(docs)
+            job = next(d for d in docs if d["kind"] == "Job")
+            job["spec"]["template"]["spec"]["containers"][0].pop("env")
+            fail = ck.cuda_library_problems(docs, stages, label)
+            self.assertTrue(any("Job veil-weights/check" in f and "without a GPU" in f for f in fail), fail)
+        # A dev shard without the stub would not start.
+        docs = copy.deepcopy(dev)
+        c = self.shard(docs, "veil-stage1")
+        c["env"] = [e for e in c["env"] if e["name"] != "LD_LIBRARY_PATH"]
+        self.assertTrue(any("StatefulSet veil-stage1/shard" in f for f in ck.cuda_library_problems(docs, stages, "dev")))
+        # A GPU shard with the stub would never reach the driver.
+        docs = copy.deepcopy(self.docs)
+        self.set_env(self.shard(docs, "veil-stage2"), "LD_LIBRARY_PATH", stub)
+        fail = ck.cuda_library_problems(docs, stages, "snp")
+        self.assertTrue(any("veil-stage2/shard: has a GPU yet sets LD_LIBRARY_PATH" in f for f in fail), fail)
+        # Containers that do not run veil-shard need nothing (the dev sim-root runs `veil`).
+        self.assertFalse(any("sim-root" in f or "weights-ready" in f for f in ck.cuda_library_problems(dev, stages, "dev")))
+
+    def test_policy_pins_the_images_library_path(self):
+        _, data = self.policy()
+        for c in data["containers"]:
+            self.assertIn(f"LD_LIBRARY_PATH={ck.CUDA_LIBS}", c["env"], c["statefulset"])
+            self.assertFalse(any(ck.NO_DRIVER in v for v in c["env"]), c["statefulset"])
+        other = self.containerfile.replace(f"ENV LD_LIBRARY_PATH={ck.CUDA_LIBS}\n", f"ENV LD_LIBRARY_PATH={ck.CUDA_LIBS}:/models\n")
+        self.assertNotEqual(other, self.containerfile)
+        self.assertNotEqual(genpolicy.host_data(genpolicy.document(self.docs, other)), self.host_data(self.docs))
+
+    def test_cuda_build_and_library_pins(self):
+        libs = (HERE / "cuda-libs.txt").read_text()
+        toolchain = ck.TOOLCHAIN.read_text()
+        self.assertEqual(ck.cuda_libs_problems(self.containerfile, libs, toolchain), [])
+        cpu_only = self.containerfile.replace("veil-enclave/hw,veil-enclave/cuda", "veil-enclave/hw")
+        self.assertNotEqual(cpu_only, self.containerfile)
+        self.assertTrue(any("veil-enclave/cuda" in f for f in ck.cuda_libs_problems(cpu_only, libs, toolchain)))
+        stub_path = self.containerfile.replace(f"ENV LD_LIBRARY_PATH={ck.CUDA_LIBS}\n", f"ENV LD_LIBRARY_PATH={ck.CUDA_LIBS}:{ck.NO_DRIVER}\n")
+        self.assertNotEqual(stub_path, self.containerfile)
+        self.assertTrue(any("LD_LIBRARY_PATH" in f for f in ck.cuda_libs_problems(stub_path, libs, toolchain)))
+        unhashed = "\n".join(line.split(" --hash")[0] if line.startswith("nvidia-curand") else line for line in libs.splitlines())
+        self.assertTrue(any("nvidia-curand" in f and "--hash" in f for f in ck.cuda_libs_problems(self.containerfile, unhashed, toolchain)))
+        other_runtime = libs.replace("nvidia-cuda-runtime==13.0.96", "nvidia-cuda-runtime==13.1.80")
+        self.assertNotEqual(other_runtime, libs)
+        self.assertTrue(any("RUNTIME=13.0.96" in f for f in ck.cuda_libs_problems(self.containerfile, other_runtime, toolchain)))
+        no_cublas = "\n".join(line for line in libs.splitlines() if not line.startswith("nvidia-cublas"))
+        self.assertTrue(any("no nvidia-cublas" in f for f in ck.cuda_libs_problems(self.containerfile, no_cublas, toolchain)))
+
     # ---------------------------------------------------------------- scripts
 
     def test_make_initdata_help_prints_usage_and_changes_nothing(self):
@@ -382,7 +481,9 @@ class K8sTests(unittest.TestCase):
         work = self.tmp / "stale"
         shutil.copytree(self.k8s, work)
         hardware = work / "overlays/snp/stages-hardware.yaml"
-        hardware.write_text(hardware.read_text().replace('"--hardware --nvml-gpus"', '"--hardware"'))
+        text = hardware.read_text()
+        self.assertIn('"--hardware --nvml-gpus --device cuda:0"', text)
+        hardware.write_text(text.replace('"--hardware --nvml-gpus --device cuda:0"', '"--hardware --nvml-gpus"'))
         r = run(work / "make-initdata.sh", "--overlay", work / "overlays/snp", "--check")
         self.assertEqual(r.returncode, 1)
         self.assertIn("stale", r.stderr)
