@@ -12,7 +12,11 @@
 #  - killing the serving stage-1 guest's QEMU mid-stream fails over to the
 #    replica guest with identical output;
 #  - the killed guest restarts and rejoins (it then serves alone);
-#  - `veil measure` of exactly these files equals sev-snp-measure's value.
+#  - `veil measure` of exactly these files equals sev-snp-measure's value;
+#  - three hostile config disks (the host writes them) are refused: a shell
+#    command in guest.env by the guest, another route under the pinned
+#    HOST_DATA by its shard, and that route under its own HOST_DATA by
+#    `veil verify`.
 #
 #   sudo scripts/check-cvm-cluster.sh [--help]
 # Binaries from VEIL_BIN_DIR (default target/debug: veil-shard, veil,
@@ -24,7 +28,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-  -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   '') ;;
   *) echo "check-cvm-cluster.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
@@ -37,7 +41,8 @@ fail() { echo "FAIL check-cvm-cluster: $*" >&2; exit 1; }
 need=()
 command -v qemu-system-x86_64 >/dev/null || need+=(qemu-system-x86)
 command -v debootstrap >/dev/null || need+=(debootstrap)
-command -v mkfs.ext4 >/dev/null || need+=(e2fsprogs)
+command -v cpio >/dev/null || need+=(cpio)
+command -v mkfs.ext4 >/dev/null && command -v debugfs >/dev/null || need+=(e2fsprogs)
 command -v ip >/dev/null || need+=(iproute2)
 if [ ${#need[@]} -gt 0 ]; then
   (apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need[@]}") >/dev/null 2>&1 ||
@@ -150,7 +155,7 @@ fi
 say "accelerator: $accel (-cpu $cpu)"
 boot() {
   local name="$1" n
-  case "$name" in stage0-0) n=0 ;; stage1-0) n=1 ;; *) n=2 ;; esac
+  case "$name" in stage0-0|evil-entry) n=0 ;; stage1-0) n=1 ;; stage1-1) n=2 ;; evil-env) n=3 ;; *) n=4 ;; esac
   ip netns exec "$ns" env VEIL_LAUNCH=emulated ACCEL="$accel" CPU="$cpu" BRIDGE=veilbr0 TAP="vt-$name" \
     MAC="52:54:00:77:00:1$n" KERNEL="$kernel" INITRD="$initrd" CMDLINE="$cmdline" VCPUS=1 MEM=1536M \
     WEIGHTS="$work/weights.img" CONFIG="$work/$name.cfg.img" \
@@ -239,4 +244,67 @@ for _ in $(seq 1 24); do
 done
 [ "$answer" = "$reference" ] || fail "the restarted guest did not rejoin (answer: $answer)"
 say "restarted $victim rejoined and answered alone: identical output"
-say "PASS: three guests, verify, chat, fail-over, rejoin, measurement ($accel)"
+
+# 8. The host writes every byte of the config disk. Three hostile disks, each
+# refused where it must be (the first two by the guest, the third by the client):
+#  a. guest.env with a shell command in a value: the guest's reader refuses it
+#     (it parses guest.env, never sources it) and no shard starts;
+#  b. a route with one more stage-1 replica, at an address the host chooses,
+#     launched with the HOST_DATA clients pinned: the shard refuses to start
+#     (its HOST_DATA does not commit to this route and peer policy);
+#  c. the same route launched as the entry with its own digest as HOST_DATA:
+#     the shard starts, and `veil verify` refuses the route on HOST_DATA.
+kill -9 "$pid_stage0_0"
+evil_route() { # DIR: the route above plus a replica at 10.77.0.13, its peer policy in DIR/sim
+  sed 's|^replicas = \["10.77.0.11:7720", "10.77.0.12:7720"\]$|replicas = ["10.77.0.11:7720", "10.77.0.12:7720", "10.77.0.13:7720"]|' \
+    "$work/cfg/route.toml" > "$1/route.toml"
+  grep -q 10.77.0.13 "$1/route.toml" || fail "cannot write the hostile route"
+}
+mkdir -p "$work/evil-b" "$work/evil-c"
+cp -r "$work/cfg/sim" "$work/evil-b/sim"          # still reports the pinned HOST_DATA
+evil_route "$work/evil-b"
+cp -r "$work/cfg/sim" "$work/evil-c/sim"
+evil_route "$work/evil-c"
+evil_host_data="$("$bin/veil-shard" config-digest --config "$work/evil-c/route.toml")"
+[ "$evil_host_data" != "$host_data" ] || fail "the hostile route has the pinned HOST_DATA"
+"$bin/veil" attest sim-init --force --seed "$seed" --measurement "$ours" --host-data "$evil_host_data" \
+  "$work/evil-c/sim" >/dev/null
+config_disk() { # NAME ROUTE STAGE REPLICA ADDRESS
+  VEIL_SHARD="$bin/veil-shard" deploy/cvm/make-config-disk.sh --route "$2" --stage "$3" --replica "$4" \
+    --address "$5/24" --gateway 10.77.0.1 --out "$work/$1.cfg.img" > /dev/null 2>&1 || fail "config disk $1"
+}
+config_disk evil-env "$work/cfg/route.toml" 1 1 10.77.0.12
+printf 'VEIL_STAGE=1\nVEIL_REPLICA=1\nVEIL_ADDRESS=10.77.0.14/24; touch /run/veil/owned\n' > "$work/evil.env"
+debugfs -w -R "rm guest.env" "$work/evil-env.cfg.img" >/dev/null 2>&1
+debugfs -w -R "write $work/evil.env guest.env" "$work/evil-env.cfg.img" >/dev/null 2>&1
+debugfs -R "cat guest.env" "$work/evil-env.cfg.img" 2>/dev/null | grep -q owned || fail "cannot write the hostile guest.env"
+config_disk evil-route "$work/evil-b/route.toml" 1 2 10.77.0.13
+config_disk evil-entry "$work/evil-c/route.toml" 0 0 10.77.0.10
+boot evil-env; boot evil-route; boot evil-entry
+refused_env="" refused_route="" refused_verify=""
+for _ in $(seq 1 120); do
+  if [ -z "$refused_env" ] && grep -q "guest.env: VEIL_ADDRESS must be dhcp" "$work/evil-env.serial"; then
+    refused_env=1; say "hostile guest.env: refused by the guest (no shard started)"
+  fi
+  if [ -z "$refused_route" ] && grep -q "does not commit to this route and peer policy" "$work/evil-route.serial"; then
+    refused_route=1; say "hostile route under the pinned HOST_DATA: the shard refused to start"
+  fi
+  if [ -z "$refused_verify" ] && grep -q "gateway: sealed requests" "$work/evil-entry.serial"; then
+    if ip netns exec "$ns" "$bin/veil" verify "$url" --policy "$work/client-policy.toml" > "$work/evil-verify.log" 2>&1; then
+      cat "$work/evil-verify.log"; fail "veil verify accepted an entry launched with another route's HOST_DATA"
+    fi
+    if grep -q "$evil_host_data" "$work/evil-verify.log"; then
+      refused_verify=1; say "hostile route under its own HOST_DATA: veil verify refused it on HOST_DATA"
+    fi
+  fi
+  [ -n "$refused_env" ] && [ -n "$refused_route" ] && [ -n "$refused_verify" ] && break
+  sleep 5
+done
+for g in evil-env evil-route; do
+  if grep -q "shard listening" "$work/$g.serial"; then tail -20 "$work/$g.serial"; fail "$g started a shard"; fi
+done
+[ -n "$refused_env" ] || { tail -20 "$work/evil-env.serial"; fail "the hostile guest.env was not refused"; }
+[ -n "$refused_route" ] || { tail -20 "$work/evil-route.serial"; fail "the hostile route was not refused by its shard"; }
+[ -n "$refused_verify" ] || { tail -20 "$work/evil-entry.serial"; cat "$work/evil-verify.log" 2>/dev/null;
+  fail "veil verify did not refuse the hostile entry on HOST_DATA"; }
+say "PASS: three guests, verify, chat, fail-over, rejoin, measurement, three hostile config disks refused ($accel)"

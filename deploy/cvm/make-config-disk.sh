@@ -46,6 +46,14 @@ while [ $# -gt 0 ]; do
 done
 [ -n "$route" ] && [ -n "$stage" ] && [ -n "$replica" ] && [ -n "$address" ] && [ -n "$out" ] ||
   { usage >&2; exit 2; }
+# The guest refuses anything else (it parses guest.env with these patterns): refuse it here first.
+bad() { echo "make-config-disk.sh: $*" >&2; exit 2; }
+ip4='([0-9]{1,3}\.){3}[0-9]{1,3}'
+[[ "$stage" =~ ^[0-9]{1,3}$ ]] || bad "--stage must be a number"
+[[ "$replica" =~ ^[0-9]{1,3}$ ]] || bad "--replica must be a number"
+[ "$address" = dhcp ] || [[ "$address" =~ ^$ip4/[0-9]{1,2}$ ]] || bad "--address must be dhcp or IPv4/prefix (10.0.0.2/24)"
+[ -z "$gateway" ] || [[ "$gateway" =~ ^$ip4$ ]] || bad "--gateway must be an IPv4 address"
+[ -z "$dns" ] || [[ "$dns" =~ ^$ip4$ ]] || bad "--dns must be an IPv4 address"
 shard="${VEIL_SHARD:-$(command -v veil-shard || true)}"
 [ -x "$shard" ] || { echo "make-config-disk.sh: set VEIL_SHARD to veil-shard (or put it on PATH)" >&2; exit 2; }
 
