@@ -409,13 +409,24 @@ impl Client {
                 if !https && why.contains("invalid HTTP version") {
                     why += &format!("; the host may serve HTTPS: try {}", base.replacen("http://", "https://", 1));
                 }
+                // A plain-HTTP server answering a TLS hello: rustls reads "HTTP/1.1" as a record.
+                if https && (why.contains("InvalidContentType") || why.contains("corrupt message")) {
+                    why += &format!("; the host serves plain HTTP: try {}", base.replacen("https://", "http://", 1));
+                }
                 ClientError::Unreachable(why)
             })?;
         let status = resp.status();
         if !status.is_success() {
             return Err(ClientError::Refused {
                 status: status.as_u16(),
-                message: format!("attestation endpoint answered {status}"),
+                message: if status == hyper::StatusCode::NOT_FOUND {
+                    format!(
+                        "attestation endpoint answered {status}: give the Veil host's root URL \
+                         (http(s)://HOST:PORT, no path such as /v1), not `veil proxy`'s address"
+                    )
+                } else {
+                    format!("attestation endpoint answered {status}")
+                },
             });
         }
         let body = read_bounded(resp.into_body(), MAX_DOC_BYTES + 1, idle, (deadline, idle)).await?;

@@ -628,3 +628,42 @@ fn signed_policy_bundles_verify_and_refuse_rollback() {
     assert_eq!(c, 2);
     assert!(err.contains("not a signed bundle"), "{err}");
 }
+
+// ---- wrong endpoints: the error says what to do ----
+
+/// A plain-HTTP server on loopback that answers every request with 404
+/// (as a Veil host does for an unknown path, or `veil proxy` for the
+/// attestation path); returns its address.
+fn plain_http_404() -> std::net::SocketAddr {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten().take(8) {
+            let mut buf = [0u8; 4096];
+            let _ = conn.read(&mut buf);
+            let _ =
+                conn.write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 9\r\nConnection: close\r\n\r\nnot found");
+        }
+    });
+    addr
+}
+
+#[test]
+fn wrong_endpoints_get_a_hint_not_a_bare_error() {
+    let dir = tempdir("endpoints");
+    let simdir = dir.join("sim");
+    assert_eq!(code(&veil(&["attest", "sim-init", s(&simdir), "--seed", "00ff"])), 0);
+    let policy = simdir.join("policy.dev.toml");
+    let addr = plain_http_404();
+    // A path (…/v1) or another server's address: a 404 for the attestation document.
+    let o = veil(&["verify", &format!("http://{addr}/v1"), "--policy", s(&policy)]);
+    assert_ne!(code(&o), 0);
+    let err = stderr(&o) + &stdout(&o);
+    assert!(err.contains("404") && err.contains("root URL") && err.contains("veil proxy"), "{err}");
+    // https:// against a plain-HTTP host.
+    let o = veil(&["verify", &format!("https://{addr}"), "--policy", s(&policy)]);
+    assert_ne!(code(&o), 0);
+    let err = stderr(&o) + &stdout(&o);
+    assert!(err.contains(&format!("try http://{addr}")), "{err}");
+}

@@ -77,12 +77,15 @@ impl<'t> TextStream<'t> {
     }
 
     /// Ends the stream: the last piece still held back (if any), the ids and the text.
+    /// A character the last token left incomplete (generation cut mid-UTF-8,
+    /// at `max_tokens`) is dropped, never sent as a replacement character.
     pub fn finish(mut self, stopped: bool) -> Result<(String, Vec<u32>, String)> {
         let full = self.tokenizer.decode(&self.ids)?;
+        let full = full.trim_end_matches('\u{FFFD}');
         let mut rest = String::new();
         if !stopped && full.len() > self.text.len() && full.starts_with(&self.text) {
             rest = full[self.text.len()..].to_owned();
-            self.text = full;
+            self.text = full.to_owned();
         }
         Ok((rest, self.ids, self.text))
     }

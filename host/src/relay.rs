@@ -25,7 +25,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use veil_wire::http::{ATTESTATION_PATH, HEALTH_PATH, METRICS_PATH, SEALED_PATH, SEALED_REQUEST_TYPE};
+use veil_wire::http::{
+    ATTESTATION_PATH, HEALTH_PATH, METRICS_PATH, NOT_FOUND_MESSAGE, SEALED_PATH, SEALED_REQUEST_TYPE,
+};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
@@ -281,7 +283,7 @@ impl Relay {
             ("GET", METRICS_PATH) => text(StatusCode::OK, self.metrics.render() + &self.entry_metrics().await),
             ("GET", ATTESTATION_PATH) => self.attestation(req.uri().query().map(str::to_owned), client).await,
             ("POST", SEALED_PATH) => self.sealed(req, client).await,
-            _ => text(StatusCode::NOT_FOUND, "unknown endpoint\n"),
+            _ => text(StatusCode::NOT_FOUND, format!("{NOT_FOUND_MESSAGE}\n")),
         }
     }
 

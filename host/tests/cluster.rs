@@ -200,6 +200,19 @@ fn sealed_chat_through_the_relay(dir: &std::path::Path, public: SocketAddr, host
     }
     let metrics = generate_metrics(public);
     assert!(metrics.contains("veil_relay_requests_total{endpoint=\"sealed\",outcome=\"ok\"} 1"), "{metrics}");
+    // An OpenAI client pointed at the host instead of `veil proxy`, or a
+    // Veil client given a path, is told where to go.
+    for path in ["/v1/chat/completions", "/v1/v1/attestation"] {
+        let mut tcp = TcpStream::connect(public).unwrap();
+        write!(tcp, "POST {path} HTTP/1.1\r\nHost: {public}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut wrong = String::new();
+        std::io::Read::read_to_string(&mut tcp, &mut wrong).unwrap();
+        assert!(
+            wrong.starts_with("HTTP/1.1 404") && wrong.contains("veil proxy") && wrong.contains("root URL"),
+            "{wrong}"
+        );
+    }
     // The relay probes the entry itself: up, though nobody asked /healthz.
     assert!(metrics.contains("veil_entry_up 1"), "{metrics}");
     // The entry's counts ride along (the chat's decode rounds), never content.

@@ -10,6 +10,13 @@ pub const HEALTH_PATH: &str = "/healthz";
 /// `GET`: Prometheus text (counts and timings only, no content).
 pub const METRICS_PATH: &str = "/metrics";
 
+/// The body of a Veil host's 404 (relay and entry alike): any other path,
+/// including an OpenAI client pointed at the host, learns where to go.
+pub const NOT_FOUND_MESSAGE: &str = "unknown endpoint: this is a Veil host, which answers only attestation and \
+     sealed requests. Point Veil clients (veil chat, veil verify, the SDK) at its root URL, http(s)://HOST:PORT \
+     with no path; point OpenAI clients at `veil proxy URL` running on your own machine, which verifies the \
+     route and seals every request.";
+
 /// Paths of the OpenAI-compatible API, inside the seal.
 pub mod openai {
     /// `POST`: chat completions.

@@ -32,6 +32,8 @@ pub enum Exit {
     Rejected = 1,
     /// Input could not be read or understood.
     Unreadable = 2,
+    /// `veil chat` with stdin not a terminal: a turn was not answered.
+    Unanswered = 3,
 }
 
 /// Veil: private inference on attested, sharded confidential VMs. Verify a
@@ -329,15 +331,35 @@ pub struct ChatArgs {
     /// The policy every shard must satisfy.
     #[command(flatten)]
     pub policy: PolicyArgs,
-    /// Most tokens per answer.
-    #[arg(long, default_value_t = 256)]
+    /// Most tokens per answer (at least 1; the entry also refuses more than
+    /// the model's context leaves after the conversation so far).
+    #[arg(long, default_value_t = 256, value_parser = parse_max_tokens)]
     pub max_tokens: usize,
-    /// Sampling temperature (0 = greedy).
-    #[arg(long, default_value_t = 0.7)]
+    /// Sampling temperature, 0 to 2 (0 = greedy).
+    #[arg(long, default_value_t = 0.7, allow_negative_numbers = true, value_parser = parse_temperature)]
     pub temperature: f32,
     /// Also trust these PEM certificate authorities for the host's https:// URL.
     #[arg(long)]
     pub ca: Option<PathBuf>,
+}
+
+/// `--temperature`: the gateway's range, checked before anything is verified or sent.
+fn parse_temperature(s: &str) -> Result<f32, String> {
+    let t: f32 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if (0.0..=2.0).contains(&t) {
+        Ok(t)
+    } else {
+        Err("must be between 0 and 2 (0 = greedy)".into())
+    }
+}
+
+/// `--max-tokens`: at least one.
+fn parse_max_tokens(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("{s:?} is not a whole number")),
+    }
 }
 
 /// `veil attest …`

@@ -209,8 +209,10 @@ pub fn chat(args: &ChatArgs) -> Exit {
     } else {
         None
     };
+    let interactive = editor.is_some();
     let mut lines = std::io::stdin().lock().lines();
     let mut history: Vec<serde_json::Value> = Vec::new();
+    let mut unanswered = 0usize;
     loop {
         let line = match &mut editor {
             Some(ed) => match ed.readline("> ") {
@@ -233,31 +235,70 @@ pub fn chat(args: &ChatArgs) -> Exit {
         let body = serde_json::json!({
             "messages": history, "stream": true, "max_tokens": args.max_tokens, "temperature": args.temperature,
         });
+        let mut answer = String::new();
         let result = rt.block_on(async {
-            let bytes = serde_json::to_vec(&body).map_err(|e| ClientError::Config(e.to_string()))?;
-            let (resp, fresh) = client
-                .call_reverifying(&policy, &options, "POST", veil_wire::http::openai::CHAT_COMPLETIONS_PATH, bytes)
-                .await?;
-            if let Some(fresh) = fresh {
-                eprintln!("(the entry restarted: route verified again; sending your message again)");
-                client = fresh;
+            let turn = async {
+                let bytes = serde_json::to_vec(&body).map_err(|e| ClientError::Config(e.to_string()))?;
+                let (resp, fresh) = client
+                    .call_reverifying(&policy, &options, "POST", veil_wire::http::openai::CHAT_COMPLETIONS_PATH, bytes)
+                    .await?;
+                if let Some(fresh) = fresh {
+                    eprintln!("(the entry restarted: route verified again; sending your message again)");
+                    client = fresh;
+                }
+                stream_answer(resp, &mut answer).await
+            };
+            // Ctrl-C stops this answer only (dropping the stream closes the
+            // request); the conversation goes on.
+            tokio::select! {
+                ended = turn => ended,
+                Ok(()) = tokio::signal::ctrl_c() => Ok(Ending::Interrupted),
             }
-            stream_answer(resp).await
         });
         match result {
-            Ok(answer) => history.push(serde_json::json!({"role": "assistant", "content": answer})),
+            Ok(ending) => {
+                match ending {
+                    Ending::Complete => {}
+                    Ending::Length => eprintln!("[cut at --max-tokens {}]", args.max_tokens),
+                    Ending::Interrupted => {
+                        println!();
+                        eprintln!("(stopped; the conversation goes on)");
+                    }
+                }
+                if answer.is_empty() && matches!(ending, Ending::Interrupted) {
+                    history.pop(); // stopped before any answer: as if not asked
+                } else {
+                    // What was shown is what the model said, also when stopped.
+                    history.push(serde_json::json!({"role": "assistant", "content": answer}));
+                }
+            }
             Err(e) => {
                 // One line; the turn is dropped and the conversation kept.
                 let first = e.to_string();
                 eprintln!("\nerror: {}", first.lines().next().unwrap_or_default());
                 history.pop();
+                unanswered += 1;
             }
         }
+    }
+    // A script (stdin not a terminal) learns that a turn went unanswered.
+    if !interactive && unanswered > 0 {
+        return Exit::Unanswered;
     }
     Exit::Accepted
 }
 
-async fn stream_answer(mut resp: crate::seal::OpenedResponse) -> Result<String, ClientError> {
+/// How an answer ended.
+enum Ending {
+    /// The model finished (or a stop string).
+    Complete,
+    /// Cut at `max_tokens`.
+    Length,
+    /// Ctrl-C.
+    Interrupted,
+}
+
+async fn stream_answer(mut resp: crate::seal::OpenedResponse, answer: &mut String) -> Result<Ending, ClientError> {
     if resp.status != 200 {
         let status = resp.status;
         let body = resp.collect().await?;
@@ -268,13 +309,16 @@ async fn stream_answer(mut resp: crate::seal::OpenedResponse) -> Result<String, 
             .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
         return Err(ClientError::Api { status, message });
     }
-    let mut pending = String::new();
-    let mut answer = String::new();
+    // Bytes until an event is whole: a character split across two pieces
+    // must not become two replacement characters.
+    let mut pending: Vec<u8> = Vec::new();
+    let mut ending = Ending::Complete;
     let mut out = std::io::stdout();
     while let Some(piece) = resp.next().await? {
-        pending.push_str(&String::from_utf8_lossy(&piece));
-        while let Some(end) = pending.find("\n\n") {
-            let event: String = pending.drain(..end + 2).collect();
+        pending.extend_from_slice(&piece);
+        while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+            let event: Vec<u8> = pending.drain(..end + 2).collect();
+            let event = String::from_utf8(event).map_err(|_| ClientError::Protocol("an event is not UTF-8".into()))?;
             // An event's data lines; comment lines (`:`, the entry's padding) are ignored.
             let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
             if data.is_empty() {
@@ -295,8 +339,11 @@ async fn stream_answer(mut resp: crate::seal::OpenedResponse) -> Result<String, 
                 let _ = out.write_all(t.as_bytes());
                 let _ = out.flush();
             }
+            if v["choices"][0]["finish_reason"] == "length" {
+                ending = Ending::Length;
+            }
         }
     }
     println!();
-    Ok(answer)
+    Ok(ending)
 }

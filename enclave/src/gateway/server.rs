@@ -247,7 +247,7 @@ impl Gateway {
                 full(StatusCode::OK, "text/plain; version=0.0.4", self.entry.counters().render().into())
             }
             ("POST", SEALED_PATH) => self.sealed(req).await,
-            _ => plain_error(StatusCode::NOT_FOUND, "unknown endpoint"),
+            _ => plain_error(StatusCode::NOT_FOUND, veil_wire::http::NOT_FOUND_MESSAGE),
         }
     }
 

@@ -39,6 +39,40 @@ fn tokenizer_ids_equal_llamacpp() {
     }
 }
 
+/// An answer cut at `max_tokens` inside a character (a byte-level token
+/// holding only part of its UTF-8) ends before that character: the stream
+/// never emits a replacement character, and the kept text is what was sent.
+#[test]
+fn a_cut_inside_a_character_drops_it_instead_of_sending_a_replacement() {
+    use veil_enclave::generate::TextStream;
+    let Some(path) = model_path() else { return };
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    let text = "ok 🦜";
+    let ids = tok.encode(text, false).unwrap();
+    let whole_char = tok.decode(&ids).unwrap();
+    assert_eq!(whole_char, text);
+    // The parrot is several byte tokens: every cut inside it.
+    let before = tok.encode("ok ", false).unwrap().len();
+    assert!(ids.len() >= before + 2, "the emoji is not split into byte tokens: {ids:?}");
+    for cut in before + 1..ids.len() {
+        let mut stream = TextStream::new(&tok, Vec::new());
+        let mut sent = String::new();
+        for &id in &ids[..cut] {
+            sent.push_str(&stream.push(id).unwrap().piece);
+        }
+        let (rest, _, kept) = stream.finish(false).unwrap();
+        sent.push_str(&rest);
+        assert_eq!(sent, kept, "cut after {cut} tokens");
+        assert!(!sent.contains('\u{FFFD}'), "cut after {cut} tokens sent {sent:?}");
+        assert!(text.starts_with(sent.trim_end()), "cut after {cut} tokens sent {sent:?}");
+    }
+    // Uncut, the character arrives whole.
+    let mut stream = TextStream::new(&tok, Vec::new());
+    let mut sent: String = ids.iter().map(|&id| stream.push(id).unwrap().piece).collect();
+    sent.push_str(&stream.finish(false).unwrap().0);
+    assert_eq!(sent, text);
+}
+
 #[test]
 fn chat_template_renders_like_the_reference() {
     let Some(path) = model_path() else { return };

@@ -505,9 +505,9 @@ fn veil_chat_survives_an_entry_restart_and_reports_errors_in_one_line() {
     c.start_all();
     let url = format!("http://{}", c.route.sealed_listen.unwrap());
     let policy = c.route.policy.clone();
-    let chat = |temperature: &str| {
+    let chat_with = |temperature: &str, max_tokens: &str| {
         std::process::Command::new(&veil)
-            .args(["chat", &url, "--max-tokens", "12", "--temperature", temperature, "--policy"])
+            .args(["chat", &url, "--max-tokens", max_tokens, "--temperature", temperature, "--policy"])
             .arg(&policy)
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -515,6 +515,7 @@ fn veil_chat_survives_an_entry_restart_and_reports_errors_in_one_line() {
             .spawn()
             .unwrap()
     };
+    let chat = |temperature: &str| chat_with(temperature, "12");
     let mut child = chat("0");
     let mut stdin = child.stdin.take().unwrap();
     let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
@@ -535,8 +536,9 @@ fn veil_chat_survives_an_entry_restart_and_reports_errors_in_one_line() {
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
     assert!(status.success(), "{err}");
     assert!(err.contains("verified again") && !second.trim().is_empty(), "second turn: {second:?}\n{err}");
-    // A request error: one line per failed turn, and the session goes on.
-    let mut child = chat("5");
+    // A request error: one line per failed turn, and the session goes on;
+    // with stdin not a terminal the exit status says a turn went unanswered.
+    let mut child = chat_with("0", "100000");
     let mut stdin = child.stdin.take().unwrap();
     stdin.write_all(b"Hello\nHello again\n").unwrap();
     drop(stdin);
@@ -544,6 +546,74 @@ fn veil_chat_survives_an_entry_restart_and_reports_errors_in_one_line() {
     let err = String::from_utf8_lossy(&done.stderr);
     let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error:")).collect();
     assert_eq!(errors.len(), 2, "{err}");
-    assert!(errors[0].contains("temperature") && !errors[0].contains('{'), "{err}");
-    assert!(done.status.success(), "{err}");
+    assert!(errors[0].contains("max_tokens") && errors[0].contains("context") && !errors[0].contains('{'), "{err}");
+    assert_eq!(done.status.code(), Some(3), "{err}");
+    // Out-of-range arguments are refused before anything is verified or sent.
+    for (temperature, max_tokens, says) in [("-1", "12", "between 0 and 2"), ("0", "0", "at least 1")] {
+        let done = chat_with(temperature, max_tokens).wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&done.stderr);
+        assert_eq!(done.status.code(), Some(2), "{err}");
+        assert!(err.contains(says) && !err.contains("verified"), "{err}");
+    }
+}
+
+/// Ctrl-C while an answer streams stops that answer only: the program
+/// keeps the conversation and answers the next message.
+#[test]
+fn veil_chat_ctrl_c_stops_the_answer_not_the_conversation() {
+    use std::io::{Read, Write};
+    let Some(path) = model_path() else { return };
+    let veil = std::path::PathBuf::from(env!("CARGO_BIN_EXE_veil-shard")).with_file_name("veil");
+    if !veil.exists() {
+        veil_tests::skip("veil is not built next to veil-shard");
+        return;
+    }
+    let mut c = Cluster::new("chat-interrupt", &path, &[15], &[1, 1]);
+    c.start_all();
+    let url = format!("http://{}", c.route.sealed_listen.unwrap());
+    let mut child = std::process::Command::new(&veil)
+        .args(["chat", &url, "--max-tokens", "1000", "--temperature", "0", "--policy"])
+        .arg(&c.route.policy)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = child.stdout.take().unwrap();
+    // Read the answer as it streams, on a thread.
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<u8>::new()));
+    let reader = {
+        let seen = seen.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 256];
+            while let Ok(n) = stdout.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                seen.lock().unwrap().extend_from_slice(&buf[..n]);
+            }
+        })
+    };
+    stdin.write_all(b"Write a very long story about a dragon who learns to cook, with many chapters.\n").unwrap();
+    stdin.flush().unwrap();
+    let started = std::time::Instant::now();
+    while seen.lock().unwrap().len() < 16 {
+        assert!(started.elapsed() < std::time::Duration::from_secs(120), "no answer began");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let status = std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    let at_interrupt = seen.lock().unwrap().len();
+    stdin.write_all(b"Say hello.\n").unwrap();
+    drop(stdin);
+    let done = child.wait().unwrap();
+    reader.join().unwrap();
+    let mut err = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    assert!(done.success(), "the program ended with {done:?}: {err}");
+    assert!(err.contains("(stopped; the conversation goes on)"), "{err}");
+    assert!(!err.contains("error:"), "{err}");
+    let seen = seen.lock().unwrap().clone();
+    assert!(seen.len() > at_interrupt + 1, "no answer to the next message after Ctrl-C");
 }
