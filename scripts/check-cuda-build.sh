@@ -12,7 +12,8 @@ cd "$(dirname "$0")/.."
 model="${1:-${VEIL_MODEL:-$(scripts/fetch-model.sh)}}"
 
 cargo build --locked -p veil-enclave --features cuda --bin veil-shard
-bin=target/debug/veil-shard
+bin="${CARGO_TARGET_DIR:-target}/debug/veil-shard"
+major="${VEIL_CUDA_MAJOR:-13}"   # the CUDA version scripts/cuda-toolchain.sh set up
 echo "libraries the CUDA build loads:"
 ldd "$bin" | grep -E "cuda|cublas|curand|nvrtc" | awk '{print "  " $1}'
 
@@ -20,11 +21,11 @@ ldd "$bin" | grep -E "cuda|cublas|curand|nvrtc" | awk '{print "  " $1}'
 rt="$(mktemp -d)"
 trap 'rm -rf "$rt"' EXIT
 cp "$VEIL_CUDA_STUBS/libcuda.so" "$rt/libcuda.so.1"
-cp "$VEIL_CUDA_STUBS/libcublas.so" "$rt/libcublas.so.13"
-cp "$VEIL_CUDA_STUBS/libcublasLt.so" "$rt/libcublasLt.so.13"
+cp "$VEIL_CUDA_STUBS/libcublas.so" "$rt/libcublas.so.$major"
+cp "$VEIL_CUDA_STUBS/libcublasLt.so" "$rt/libcublasLt.so.$major"
 cp "$VEIL_CUDA_STUBS/libcurand.so" "$rt/libcurand.so.10"
-cp "$VEIL_CUDA_STUBS/libnvrtc.so" "$rt/libnvrtc.so.13"
-cp -L "$VEIL_CUDA_STUBS/libcudart.so" "$rt/libcudart.so.13"
+cp "$VEIL_CUDA_STUBS/libnvrtc.so" "$rt/libnvrtc.so.$major"
+cp -L "$VEIL_CUDA_STUBS/libcudart.so" "$rt/libcudart.so.$major"
 export LD_LIBRARY_PATH="$rt"
 
 "$bin" synth-model --shape smoke --out "$rt/smoke.gguf"
