@@ -24,11 +24,15 @@
 # scripts/fetch-model.sh. OVMF: an AmdSev build (build-ovmf.sh) for the
 # measurement comparison; without one a fabricated firmware image with SNP
 # kernel hashes stands in (it is said). Prints one SKIP line and exits 0 where
-# QEMU cannot run (not root, no QEMU and no apt).
+# QEMU cannot run (not root, no QEMU and no apt). VEIL_CVM_IMAGE_ARGS adds
+# build-image.sh arguments (`--gpu`: the GPU image, with a `cuda` build of
+# veil-shard made for CUDA 12.4; no GPU here, so its shards compute on the
+# CPU), VEIL_CVM_IMAGE=DIR boots an image build-image.sh made before
+# instead of building one, VEIL_CVM_MEM sets each guest's memory (default 1536M).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-  -h|--help) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   '') ;;
   *) echo "check-cvm-cluster.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
@@ -72,9 +76,16 @@ trap cleanup EXIT
 
 # 1. The guest image, with the project's recipe.
 mirror="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
-say "building the guest image (debootstrap from $mirror: NOT the pinned snapshot; packages.txt lists versions)"
-deploy/cvm/build-image.sh --shard "$bin/veil-shard" --out "$work/guest" --mirror "$mirror" > "$work/build.log" 2>&1 ||
-  { tail -20 "$work/build.log"; fail "build-image.sh failed"; }
+if [ -n "${VEIL_CVM_IMAGE:-}" ]; then
+  say "guest image from $VEIL_CVM_IMAGE (built before; not rebuilt)"
+  mkdir -p "$work/guest" && cp "$VEIL_CVM_IMAGE"/{vmlinuz,initrd.img,cmdline,packages.txt} "$work/guest/"
+else
+  say "building the guest image (debootstrap from $mirror: NOT the pinned snapshot; packages.txt lists versions)"
+  # shellcheck disable=SC2086 # VEIL_CVM_IMAGE_ARGS: words, e.g. --gpu
+  deploy/cvm/build-image.sh --shard "$bin/veil-shard" --out "$work/guest" --mirror "$mirror" ${VEIL_CVM_IMAGE_ARGS:-} \
+    > "$work/build.log" 2>&1 ||
+    { tail -20 "$work/build.log"; fail "build-image.sh failed"; }
+fi
 kernel="$work/guest/vmlinuz" initrd="$work/guest/initrd.img" cmdline="$(cat "$work/guest/cmdline")"
 say "guest: $(du -h "$initrd" | cut -f1) initrd, $(wc -l < "$work/guest/packages.txt") packages, cmdline: $cmdline"
 
@@ -157,7 +168,7 @@ boot() {
   local name="$1" n
   case "$name" in stage0-0|evil-entry) n=0 ;; stage1-0) n=1 ;; stage1-1) n=2 ;; evil-env) n=3 ;; *) n=4 ;; esac
   ip netns exec "$ns" env VEIL_LAUNCH=emulated ACCEL="$accel" CPU="$cpu" BRIDGE=veilbr0 TAP="vt-$name" \
-    MAC="52:54:00:77:00:1$n" KERNEL="$kernel" INITRD="$initrd" CMDLINE="$cmdline" VCPUS=1 MEM=1536M \
+    MAC="52:54:00:77:00:1$n" KERNEL="$kernel" INITRD="$initrd" CMDLINE="$cmdline" VCPUS=1 MEM="${VEIL_CVM_MEM:-1536M}" \
     WEIGHTS="$work/weights.img" CONFIG="$work/$name.cfg.img" \
     deploy/cvm/launch-snp.sh >> "$work/$name.serial" 2>&1 &
   pids+=($!)

@@ -33,15 +33,16 @@ Runs as root on Debian with debootstrap and cpio.
                  for a GPU image)
   --out DIR      where the four files go
   --gpu          add the GPU stack from Debian's non-free archive: the NVIDIA
-                 open kernel module (built by DKMS for the image's kernel),
-                 nvidia-smi, NVML and libcuda; veil-gpu.service sets the
-                 confidential-computing ready state at boot
-  --cuda-libs DIR  with --gpu: the CUDA user libraries the `cuda` build of
-                 veil-shard links (libcublas, libcublasLt, libcurand, libnvrtc,
-                 libcudart, under their sonames; e.g. from NVIDIA's PyPI wheels
-                 of a CUDA version the image's driver supports), installed in
-                 /usr/local/lib/veil/cuda; the build refuses a veil-shard whose
-                 libraries are not all found
+                 open kernel module 550 (built by DKMS for the image's kernel),
+                 nvidia-smi, NVML, libcuda and CUDA 12.4's cuBLAS, cuRAND, NVRTC
+                 and runtime; veil-gpu.service sets the confidential-computing
+                 ready state at boot. The shard must be a `cuda` build made with
+                 VEIL_CUDA_VERSION=12.4 scripts/cuda-toolchain.sh (driver 550
+                 cannot load a CUDA 13 build's kernels; its libraries would be
+                 missing, and the build refuses a shard whose libraries are not
+                 all in the image)
+  --cuda-libs DIR  with --gpu: other CUDA user libraries (under their sonames),
+                 installed in /usr/local/lib/veil/cuda ahead of Debian's
   --mirror URL   Debian archive (default: the pinned snapshot
                  http://snapshot.debian.org/archive/debian/$SNAPSHOT/;
                  any other mirror is not pinned: compare packages.txt)
@@ -105,20 +106,67 @@ mirror="${mirror:-http://snapshot.debian.org/archive/debian/$SNAPSHOT/}"
 
 mkdir -p "$out"
 root="$(mktemp -d)"
-trap 'rm -rf "$root"' EXIT
+trap 'rm -rf --one-file-system "$root"' EXIT
 include="systemd-sysv,udev,iproute2,$KERNEL_PKG"
 components="main"
 if [ "$gpu" = 1 ]; then
-  # Debian's open kernel module supports Hopper confidential computing (535 and later).
-  include="$include,linux-headers-cloud-amd64,nvidia-open-kernel-dkms,nvidia-smi,libnvidia-ml1,libcuda1,nvidia-persistenced,firmware-nvidia-gsp"
+  include="$include,linux-headers-cloud-amd64"
   components="main,contrib,non-free,non-free-firmware"
 fi
-debootstrap --variant=minbase --components="$components" --include="$include" "$suite" "$root" "$mirror"
+debootstrap --variant=minbase --components="$components" --include="$include" "$suite" "$root" "$mirror" || {
+  cp "$root/debootstrap/debootstrap.log" "$out/debootstrap.log" 2>/dev/null &&
+    echo "build-image.sh: debootstrap failed; its log: $out/debootstrap.log" >&2
+  exit 1
+}
 if [ "$gpu" = 1 ]; then
-  # DKMS built the module for the image's kernel; the compilers are not needed at run time.
-  chroot "$root" sh -c 'ls /lib/modules/*/updates/dkms/nvidia.ko* >/dev/null' ||
+  # Debian's open kernel module (Hopper confidential computing needs the open
+  # module, 535 or later), NVML, libcuda, nvidia-smi, the persistence daemon,
+  # and the CUDA 12.4 user libraries the `cuda` build links (built with
+  # VEIL_CUDA_VERSION=12.4 scripts/cuda-toolchain.sh: driver 550 loads PTX up to 12.4).
+  gpu_packages=(nvidia-open-kernel-dkms nvidia-open-kernel-support firmware-nvidia-gsp nvidia-smi libnvidia-ml1
+    libcuda1 nvidia-persistenced libcudart12 libcublas12 libcublaslt12 libcurand10 libnvrtc12)
+  # Packages configure in the chroot with /proc and /dev, and start no daemons.
+  printf '#!/bin/sh\nexit 101\n' > "$root/usr/sbin/policy-rc.d"
+  chmod 0755 "$root/usr/sbin/policy-rc.d"
+  mount -t proc proc "$root/proc"
+  mount --bind /dev "$root/dev"
+  # (--one-file-system: never into the host's /dev, should an unmount fail)
+  unmount() { for m in dev proc; do umount "$root/$m" 2>/dev/null || umount -l "$root/$m" 2>/dev/null || true; done; }
+  trap 'unmount; rm -rf --one-file-system "$root"' EXIT
+  apt_in() { chroot "$root" env DEBIAN_FRONTEND=noninteractive "$@" >> "$out/gpu-packages.log" 2>&1; }
+  : > "$out/gpu-packages.log"
+  apt_in apt-get update -q || { echo "build-image.sh: apt-get update failed: $out/gpu-packages.log" >&2; exit 1; }
+  if ! apt_in apt-get install -y -q --no-install-recommends "${gpu_packages[@]}"; then
+    # Debian 13's driver 550.163.01 calls pci_resize_resource() with three
+    # arguments; trixie's kernel 6.12.117 took a fourth (exclude_bars) from
+    # a stable update, so the module does not compile (Debian's backport,
+    # 550.163.01-4~bpo13+1, neither). Where the kernel's header has the
+    # fourth argument, pass 0 (exclude no BAR: the call's old meaning) and
+    # configure again; any other failure stays a failure.
+    src="$(ls -d "$root"/usr/src/nvidia-current-open-550.* 2>/dev/null | head -1)"
+    if [ -n "$src" ] && grep -A1 'pci_resize_resource(struct pci_dev \*dev, int i, int size,' \
+        "$root"/usr/src/linux-headers-*-common/include/linux/pci.h | grep -q 'exclude_bars'; then
+      echo "build-image.sh: patching the NVIDIA module for this kernel's pci_resize_resource (exclude_bars = 0)" >&2
+      sed -i 's/pci_resize_resource(pci_dev, NV_GPU_BAR1, requested_size)/pci_resize_resource(pci_dev, NV_GPU_BAR1, requested_size, 0)/' \
+        "$src/nvidia/nv-pci.c"
+      apt_in dpkg --configure -a || true
+    fi
+    if ! chroot "$root" dpkg-query -W -f '${Status}\n' nvidia-open-kernel-dkms | grep -q "install ok installed"; then
+      for log in "$root"/var/lib/dkms/*/*/build/make.log; do
+        [ ! -f "$log" ] || cp "$log" "$out/dkms-make.log"
+      done
+      echo "build-image.sh: installing the GPU stack failed: $out/gpu-packages.log (and dkms-make.log)" >&2
+      exit 1
+    fi
+  fi
+  # DKMS built the module for the image's kernel (Debian names it
+  # nvidia-current-open; its modprobe alias answers to `nvidia`); the
+  # compilers are not needed at run time.
+  chroot "$root" sh -c 'ls /lib/modules/*/updates/dkms/nvidia*.ko* >/dev/null' ||
     { echo "build-image.sh: the NVIDIA module was not built for the image's kernel" >&2; exit 1; }
   chroot "$root" apt-get purge -y -q --auto-remove linux-headers-cloud-amd64 dkms >/dev/null
+  unmount
+  rm -f "$root/usr/sbin/policy-rc.d"
 fi
 chroot "$root" dpkg-query -W -f '${Package} ${Version}\n' | LC_ALL=C sort > "$out/packages.txt"
 
