@@ -35,12 +35,18 @@ case "${1:-}" in
   '') ;;
   *) echo "cuda-toolchain.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
+# CUDA 13.0, the default (deploy/k8s/cuda-libs.txt pins the same runtime and NVRTC).
+NVCC=13.0.88
+NVVM=13.0.88
+CRT=13.0.88
+RUNTIME=13.0.96
+CCCL=13.0.85
 version="${VEIL_CUDA_VERSION:-13.0}"
 case "$version" in
   13.0)
-    NVCC=13.0.88 major=13
-    wheels=("nvidia-cuda-nvcc==$NVCC" "nvidia-nvvm==13.0.88" "nvidia-cuda-crt==13.0.88"
-      "nvidia-cuda-runtime==13.0.96" "nvidia-cuda-cccl==13.0.85") ;;
+    major=13
+    wheels=("nvidia-cuda-nvcc==$NVCC" "nvidia-nvvm==$NVVM" "nvidia-cuda-crt==$CRT"
+      "nvidia-cuda-runtime==$RUNTIME" "nvidia-cuda-cccl==$CCCL") ;;
   12.4)
     NVCC=12.4.131 major=12
     # Debian 13 (trixie): nvcc and the CUDA headers (non-free), CCCL's headers (main); path and SHA-256.
