@@ -59,6 +59,67 @@ fn shard_json(role: &str, s: &VerifiedShard) -> serde_json::Value {
     })
 }
 
+/// The verified route as `veil verify --json` prints it (and the Python
+/// package's `Route.to_dict()` returns it): the verdict, the model, the peer
+/// policy and route shape digests, the drafter, the route checks and every
+/// shard's checks with its simulated flag.
+pub fn route_json(route: &crate::sdk::VerifiedRoute) -> serde_json::Value {
+    let mut shards = vec![shard_json("entry", route.entry())];
+    shards.extend(route.shards().iter().map(|s| shard_json("shard", s)));
+    serde_json::json!({
+        "accepted": true,
+        "simulated": route.simulated_count() > 0,
+        "simulated_shards": route.simulated_count(),
+        "verdict": format!("ACCEPTED{}", route.simulated_notice().map(|n| format!(" — {n}")).unwrap_or_default()),
+        "model": route.model(),
+        "peer_policy": route.peer_policy_digest().to_string(),
+        "route_shape": route.shape().digest().to_string(),
+        "drafter": route.drafter().map(|d| serde_json::json!({
+            "kind": d.kind,
+            "draft_manifest": d.draft_manifest.map(|m| m.to_string()),
+            "k_max": d.k_max,
+            "k": d.k,
+            "digest": d.digest().to_string(),
+        })),
+        "route_checks": route.checks().table,
+        "policy_gaps": route.checks().gaps.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        "warnings": route_warnings(route),
+        "shards": shards,
+    })
+}
+
+/// Every warning a reviewer must see: each shard's (simulated evidence
+/// accepted, fields this verifier does not know), each GPU's, then the
+/// route's simulated notice; in route order, without repeats.
+pub fn route_warnings(route: &crate::sdk::VerifiedRoute) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for s in std::iter::once(route.entry()).chain(route.shards()) {
+        let e = s.evidence();
+        let gpu = e.gpus().into_iter().flat_map(|g| g.appraisal().gpus.iter().flat_map(|t| t.warnings.iter()));
+        for w in e.checks().warnings.iter().chain(gpu) {
+            if !out.contains(w) {
+                out.push(w.clone());
+            }
+        }
+    }
+    out.extend(route.simulated_notice());
+    out
+}
+
+/// The check tables `veil verify` prints: each shard's (and its GPUs'),
+/// then the route's.
+pub fn route_text(route: &crate::sdk::VerifiedRoute) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    show_shard(&mut out, "entry", route.entry());
+    for s in route.shards() {
+        show_shard(&mut out, "shard", s);
+    }
+    let _ = writeln!(out, "== route: peer policy {}, shape {}", route.peer_policy_digest(), route.shape().digest());
+    let _ = writeln!(out, "{}", route.checks());
+    out
+}
+
 /// `veil verify URL --policy P --json`: the whole verdict for scripts.
 fn verify_json(args: &RouteVerifyArgs) -> Exit {
     let policy = match policy(&args.policy) {
@@ -84,28 +145,7 @@ fn verify_json(args: &RouteVerifyArgs) -> Exit {
     };
     let (out, exit) = match rt.block_on(Client::connect_with(&args.url, &policy, &options)) {
         Ok(client) => {
-            let route = client.route();
-            let mut shards = vec![shard_json("entry", route.entry())];
-            shards.extend(route.shards().iter().map(|s| shard_json("shard", s)));
-            let json = serde_json::json!({
-                "accepted": true,
-                "simulated": route.simulated_count() > 0,
-                "simulated_shards": route.simulated_count(),
-                "verdict": format!("ACCEPTED{}", route.simulated_notice().map(|n| format!(" — {n}")).unwrap_or_default()),
-                "model": route.model(),
-                "peer_policy": route.peer_policy_digest().to_string(),
-                "route_shape": route.shape().digest().to_string(),
-                "drafter": route.drafter().map(|d| serde_json::json!({
-                    "kind": d.kind,
-                    "draft_manifest": d.draft_manifest.map(|m| m.to_string()),
-                    "k_max": d.k_max,
-                    "k": d.k,
-                    "digest": d.digest().to_string(),
-                })),
-                "route_checks": route.checks().table,
-                "policy_gaps": route.checks().gaps.iter().map(ToString::to_string).collect::<Vec<_>>(),
-                "shards": shards,
-            });
+            let json = route_json(client.route());
             (json, Exit::Accepted)
         }
         Err(e) => {
@@ -144,14 +184,7 @@ pub fn verify(args: &RouteVerifyArgs) -> Exit {
         }
         Ok((_, client)) => {
             let route = client.route();
-            let mut out = String::new();
-            show_shard(&mut out, "entry", route.entry());
-            for s in route.shards() {
-                show_shard(&mut out, "shard", s);
-            }
-            let _ =
-                writeln!(out, "== route: peer policy {}, shape {}", route.peer_policy_digest(), route.shape().digest());
-            let _ = writeln!(out, "{}", route.checks());
+            let mut out = route_text(route);
             let _ = writeln!(
                 out,
                 "ACCEPTED{}: {} stage(s), {} shard process(es) on the route of {:?} verified against {}",
@@ -298,52 +331,14 @@ enum Ending {
     Interrupted,
 }
 
-async fn stream_answer(mut resp: crate::seal::OpenedResponse, answer: &mut String) -> Result<Ending, ClientError> {
-    if resp.status != 200 {
-        let status = resp.status;
-        let body = resp.collect().await?;
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
-        let message = v["error"]["message"]
-            .as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
-        return Err(ClientError::Api { status, message });
-    }
-    // Bytes until an event is whole: a character split across two pieces
-    // must not become two replacement characters.
-    let mut pending: Vec<u8> = Vec::new();
-    let mut ending = Ending::Complete;
+async fn stream_answer(resp: crate::seal::OpenedResponse, answer: &mut String) -> Result<Ending, ClientError> {
+    let mut stream = crate::sdk::TextStream::new(resp).await?;
     let mut out = std::io::stdout();
-    while let Some(piece) = resp.next().await? {
-        pending.extend_from_slice(&piece);
-        while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
-            let event: Vec<u8> = pending.drain(..end + 2).collect();
-            let event = String::from_utf8(event).map_err(|_| ClientError::Protocol("an event is not UTF-8".into()))?;
-            // An event's data lines; comment lines (`:`, the entry's padding) are ignored.
-            let data: Vec<&str> = event.lines().filter_map(|l| l.strip_prefix("data:")).map(str::trim_start).collect();
-            if data.is_empty() {
-                continue;
-            }
-            let data = data.join("\n");
-            let data = data.as_str();
-            if data == "[DONE]" {
-                continue;
-            }
-            let v: serde_json::Value = serde_json::from_str(data).map_err(|e| ClientError::Protocol(e.to_string()))?;
-            if let Some(err) = v.get("error") {
-                let message = err["message"].as_str().map(str::to_owned).unwrap_or_else(|| err.to_string());
-                return Err(ClientError::Api { status: 200, message });
-            }
-            if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
-                answer.push_str(t);
-                let _ = out.write_all(t.as_bytes());
-                let _ = out.flush();
-            }
-            if v["choices"][0]["finish_reason"] == "length" {
-                ending = Ending::Length;
-            }
-        }
+    while let Some(t) = stream.next_text().await? {
+        answer.push_str(&t);
+        let _ = out.write_all(t.as_bytes());
+        let _ = out.flush();
     }
     println!();
-    Ok(ending)
+    Ok(if stream.finish_reason() == Some("length") { Ending::Length } else { Ending::Complete })
 }

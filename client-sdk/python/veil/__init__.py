@@ -1,0 +1,331 @@
+"""Veil for Python: verify a private inference route and seal requests to it,
+in-process.
+
+Every check runs in the Rust SDK compiled into this package (``veil._native``),
+the same code as the ``veil`` command: each shard's hardware attestation
+against your policy, the route, the seal (Oblivious HTTP) to the attested
+entry, and the opening of each answer. Nothing is sent before the route
+verifies, and an answer the host cut short or altered raises ``Truncated``.
+
+    import veil
+
+    route = veil.verify("http://127.0.0.1:8080", policy="policy.toml")
+    print(route.checks)
+
+    client = veil.Client("http://127.0.0.1:8080", policy="policy.toml")
+    answer = client.chat([{"role": "user", "content": "Hello"}], max_tokens=32)
+    print(answer.text)
+    for piece in client.stream([{"role": "user", "content": "Hello"}]):
+        print(piece, end="", flush=True)
+
+    openai = veil.openai("http://127.0.0.1:8080", policy="policy.toml")
+    openai.chat.completions.create(model="veil", messages=[...])
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
+
+from . import _native
+from ._native import (
+    ApiError,
+    AttestationError,
+    ConfigError,
+    ProtocolError,
+    Refused,
+    Route,
+    RouteRejected,
+    Timeout,
+    Truncated,
+    Unreachable,
+    VeilError,
+)
+
+__all__ = [
+    "ApiError",
+    "AttestationError",
+    "ChatResult",
+    "ChatStream",
+    "Client",
+    "ConfigError",
+    "ProtocolError",
+    "Refused",
+    "Route",
+    "RouteRejected",
+    "Timeout",
+    "Truncated",
+    "Unreachable",
+    "VeilError",
+    "async_openai",
+    "openai",
+    "verify",
+]
+
+__version__: str = _native.__version__
+
+PathLike = Union[str, "os.PathLike[str]"]
+Message = Mapping[str, Any]
+
+CHAT_COMPLETIONS_PATH = "/v1/chat/completions"
+
+
+def verify(
+    url: str,
+    policy: PathLike,
+    *,
+    policy_key: Optional[PathLike] = None,
+    ca: Optional[PathLike] = None,
+    timeout: float = 30.0,
+) -> Route:
+    """Fetches the route's attestation through the host at ``url`` (a fresh
+    nonce) and verifies every shard against ``policy`` (a policy TOML file, or
+    a signed bundle with ``policy_key``). Returns the verified route; raises
+    ``RouteRejected`` (``AttestationError`` for a shard's evidence) with the
+    failed check table otherwise."""
+    return Client(url, policy, policy_key=policy_key, ca=ca, attest_timeout=timeout).route
+
+
+class ChatResult:
+    """A complete chat answer, opened and authenticated."""
+
+    def __init__(self, body: Dict[str, Any], route_used: Optional[str], drafter_used: Optional[str]):
+        self.json: Dict[str, Any] = body
+        choice = (body.get("choices") or [{}])[0]
+        self.text: str = (choice.get("message") or {}).get("content") or ""
+        self.finish_reason: Optional[str] = choice.get("finish_reason")
+        self.usage: Optional[Dict[str, Any]] = body.get("usage")
+        self.route_used = route_used
+        self.drafter_used = drafter_used
+
+    def __repr__(self) -> str:
+        return f"ChatResult(text={self.text!r}, finish_reason={self.finish_reason!r})"
+
+
+class ChatStream:
+    """A streamed chat answer: iterate for text pieces. It ends only at the
+    seal's authenticated end; a stream the host cut or altered raises
+    ``Truncated`` instead of ending early. ``finish_reason``, ``usage``,
+    ``route_used`` and ``drafter_used`` are set once it has ended."""
+
+    def __init__(self, native: "_native.NativeTextStream"):
+        self._native = native
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            piece = self._native.next_text()
+            if piece is None:
+                return
+            yield piece
+
+    def close(self) -> None:
+        """Stops the answer (the connection closes; the entry cancels it)."""
+        self._native.close()
+
+    def __enter__(self) -> "ChatStream":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def finish_reason(self) -> Optional[str]:
+        return self._native.finish_reason
+
+    @property
+    def usage(self) -> Optional[Dict[str, Any]]:
+        usage = self._native.usage
+        return None if usage is None else json.loads(usage)
+
+    @property
+    def route_used(self) -> Optional[str]:
+        return self._native.route_used
+
+    @property
+    def drafter_used(self) -> Optional[str]:
+        return self._native.drafter_used
+
+
+class Client:
+    """A verified connection to a Veil host.
+
+    Creating one verifies the route (as ``verify`` does) and raises before
+    anything is sent when it fails. Calls are sealed to the attested entry;
+    waits release the GIL. When the host refuses a call or the connection
+    fails, the route is verified again and the call re-sent only if the
+    entry's attested key changed (a restart), never on a status alone.
+
+    ``attest_timeout``, ``first_byte_timeout`` and ``between_chunks_timeout``
+    bound each wait in seconds (defaults 30, 300, 120); ``ca`` adds a PEM CA
+    file for a host served over https.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        policy: PathLike,
+        *,
+        policy_key: Optional[PathLike] = None,
+        ca: Optional[PathLike] = None,
+        attest_timeout: float = 30.0,
+        first_byte_timeout: float = 300.0,
+        between_chunks_timeout: float = 120.0,
+    ):
+        self.url = url.rstrip("/")
+        self._native = _native.NativeClient(
+            url,
+            os.fspath(policy),
+            policy_key=None if policy_key is None else os.fspath(policy_key),
+            ca=None if ca is None else os.fspath(ca),
+            attest_timeout=attest_timeout,
+            first_byte_timeout=first_byte_timeout,
+            between_chunks_timeout=between_chunks_timeout,
+        )
+        self.route: Route = self._native.route()
+
+    def chat(self, messages: Sequence[Message], **params: Any) -> ChatResult:
+        """``POST /v1/chat/completions`` with ``messages`` and further OpenAI
+        parameters (``max_tokens``, ``temperature``, ``seed``, ...). Raises
+        ``ApiError`` when the entry refuses a parameter."""
+        body = _chat_body(messages, params, stream=False)
+        resp = self._native.call("POST", CHAT_COMPLETIONS_PATH, body)
+        raw = bytearray()
+        while True:
+            piece = resp.read()
+            if piece is None:
+                break
+            raw += piece
+        if resp.status != 200:
+            raise _api_error(resp.status, bytes(raw))
+        try:
+            answer = json.loads(raw)
+        except ValueError as e:
+            raise ProtocolError(f"the answer is not JSON: {e}") from None
+        return ChatResult(answer, resp.route_used, resp.drafter_used)
+
+    def stream(self, messages: Sequence[Message], **params: Any) -> ChatStream:
+        """``chat`` as a stream of text pieces (see ``ChatStream``)."""
+        body = _chat_body(messages, params, stream=True)
+        return ChatStream(self._native.stream(CHAT_COMPLETIONS_PATH, body))
+
+    def __repr__(self) -> str:
+        return f"<veil.Client {self.url} {self.route!r}>"
+
+
+def _chat_body(messages: Sequence[Message], params: Mapping[str, Any], *, stream: bool) -> bytes:
+    if "messages" in params or "stream" in params:
+        raise ConfigError("give messages as the first argument; chat() and stream() set `stream` themselves")
+    body: Dict[str, Any] = dict(params)
+    body["messages"] = [dict(m) for m in messages]
+    body["stream"] = stream
+    try:
+        return json.dumps(body).encode()
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"the request does not encode as JSON: {e}") from None
+
+
+def _api_error(status: int, body: bytes) -> ApiError:
+    try:
+        message = json.loads(body)["error"]["message"]
+    except (ValueError, KeyError, TypeError):
+        message = body[:1024].decode("utf-8", "replace")
+    err = ApiError(f"{status}: {message}")
+    err.status = status
+    err.checks = None
+    return err
+
+
+def _httpx() -> Any:
+    """The HTTP library the installed ``openai`` package is built on:
+    ``httpx2`` (openai 3), else ``httpx``."""
+    try:
+        import httpx2
+
+        return httpx2
+    except ImportError:
+        import httpx
+
+        return httpx
+
+
+def _request_path(request: Any) -> str:
+    raw = request.url.raw_path
+    return raw.decode("ascii") if isinstance(raw, bytes) else str(raw)
+
+
+def openai(url: str, policy: PathLike, **options: Any) -> Any:
+    """An ``openai.OpenAI`` client whose HTTP transport verifies the route and
+    seals every call in-process (no proxy): every method of the official
+    client works, streams included. The route is verified here, before the
+    client is returned; ``options`` are ``Client``'s. Veil's exceptions
+    (``RouteRejected``, ``Truncated``, ...) propagate through the openai
+    client unchanged."""
+    import openai as openai_module
+
+    httpx = _httpx()
+    client = Client(url, policy, **options)
+
+    class _Stream(httpx.SyncByteStream):
+        def __init__(self, resp: Any):
+            self._resp = resp
+
+        def __iter__(self) -> Iterator[bytes]:
+            while True:
+                piece = self._resp.read()
+                if piece is None:
+                    return
+                yield piece
+
+        def close(self) -> None:
+            self._resp.close()
+
+    class _Transport(httpx.BaseTransport):
+        def handle_request(self, request: Any) -> Any:
+            body = request.read()
+            resp = client._native.call(request.method, _request_path(request), body)
+            return httpx.Response(resp.status, headers=resp.headers, stream=_Stream(resp), request=request)
+
+    return openai_module.OpenAI(
+        base_url=client.url + "/v1",
+        api_key="veil",
+        http_client=httpx.Client(transport=_Transport()),
+    )
+
+
+def async_openai(url: str, policy: PathLike, **options: Any) -> Any:
+    """``openai`` for asyncio: an ``openai.AsyncOpenAI`` whose transport
+    verifies and seals in-process. Each wait runs in a worker thread with the
+    GIL released, so the event loop and concurrent requests keep running.
+    The route is verified here (a blocking call), before it returns."""
+    import anyio.to_thread
+    import openai as openai_module
+
+    httpx = _httpx()
+    client = Client(url, policy, **options)
+
+    class _AsyncStream(httpx.AsyncByteStream):
+        def __init__(self, resp: Any):
+            self._resp = resp
+
+        async def __aiter__(self) -> Any:
+            while True:
+                piece = await anyio.to_thread.run_sync(self._resp.read)
+                if piece is None:
+                    return
+                yield piece
+
+        async def aclose(self) -> None:
+            self._resp.close()
+
+    class _AsyncTransport(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: Any) -> Any:
+            body = await request.aread()
+            resp = await anyio.to_thread.run_sync(client._native.call, request.method, _request_path(request), body)
+            return httpx.Response(resp.status, headers=resp.headers, stream=_AsyncStream(resp), request=request)
+
+    return openai_module.AsyncOpenAI(
+        base_url=client.url + "/v1",
+        api_key="veil",
+        http_client=httpx.AsyncClient(transport=_AsyncTransport()),
+    )
