@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: `cargo test --workspace --locked` (extra arguments are
-# passed on), the Python package's tests (scripts/check-python.sh: the wheel
-# built and tested against a local cluster), then the checks that did not
+# passed on), the clients' tests (scripts/build-wasm.sh builds the npm
+# package of the WebAssembly client; scripts/check-python.sh builds the
+# Python wheel and tests both against a local cluster), then the checks that did not
 # run for lack of input, counted (the test harness hides a passing test's
 # SKIP line; each is recorded in target/debug/veil-skipped.txt). It fails
 # when either test suite fails.
@@ -20,7 +21,16 @@ skipped="${CARGO_TARGET_DIR:-target}/debug/veil-skipped.txt"
 rm -f "$skipped"
 cargo test --workspace --locked "$@"
 status=$?
-echo "== Python package (scripts/check-python.sh)"
+echo "== npm package of the WebAssembly client (scripts/build-wasm.sh)"
+if ! scripts/build-wasm.sh; then
+  if [ -n "${VEIL_REQUIRE_WASM:-}" ]; then
+    echo "FAIL: scripts/build-wasm.sh (VEIL_REQUIRE_WASM=1)"
+    status=1
+  else
+    echo "SKIP: the WebAssembly client did not build; its Node test will skip"
+  fi
+fi
+echo "== Python package and the WebAssembly client in Node (scripts/check-python.sh)"
 scripts/check-python.sh || status=1
 if [ -s "$skipped" ]; then
   echo "== skipped checks (no input here; README, \"Test\", says what each needs)"

@@ -16,11 +16,19 @@
 //!   typed `ClientError`s, re-verification after a key rotation.
 //! * [`seal`]: the client half of chunked Oblivious HTTP; a request can only
 //!   be sealed to a `VerifiedRoute`.
+//! * [`report`]: the verified route's check tables and JSON document.
 //! * [`cli`]: one module per `veil` subcommand; [`input`] reads evidence files.
+//!
+//! Without the default feature `net` only [`seal`] and [`report`] build (no
+//! sockets, no clock): the WebAssembly client (`client-sdk/wasm`) uses them.
 
 #![warn(missing_docs, unreachable_pub)]
 
+#[cfg(feature = "net")]
 pub mod cli;
+#[cfg(feature = "net")]
 pub mod input;
+pub mod report;
+#[cfg(feature = "net")]
 pub mod sdk;
 pub mod seal;

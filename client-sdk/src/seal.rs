@@ -124,14 +124,27 @@ pub async fn seal(
     route: &veil_attestation::route::VerifiedRoute,
     request: bhttp::Message,
 ) -> Result<(Vec<u8>, ResponseOpener), SealError> {
-    seal_to_config(route.key_config(), request).await
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    seal_to_config(route.key_config(), request, now).await
+}
+
+/// [`seal`] with the time it is sealed at given (Unix seconds): for a
+/// platform without a system clock (wasm32 in a browser, whose clock the
+/// caller reads).
+pub async fn seal_at(
+    route: &veil_attestation::route::VerifiedRoute,
+    request: bhttp::Message,
+    sent_at: u64,
+) -> Result<(Vec<u8>, ResponseOpener), SealError> {
+    seal_to_config(route.key_config(), request, sent_at).await
 }
 
 /// Seals to a raw key configuration, with no route verified: only for tests
 /// and benchmarks of the seal itself (feature `unverified-seal`).
 #[cfg(feature = "unverified-seal")]
 pub async fn seal_unverified(config: &[u8], request: bhttp::Message) -> Result<(Vec<u8>, ResponseOpener), SealError> {
-    seal_to_config(config, request).await
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    seal_to_config(config, request, now).await
 }
 
 /// Header written inside every sealed request: when it was sealed (Unix
@@ -139,8 +152,11 @@ pub async fn seal_unverified(config: &[u8], request: bhttp::Message) -> Result<(
 /// its clock), so a captured request cannot be replayed later.
 pub use veil_wire::http::SENT_AT_FIELD;
 
-async fn seal_to_config(config: &[u8], mut request: bhttp::Message) -> Result<(Vec<u8>, ResponseOpener), SealError> {
-    let sent_at = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+async fn seal_to_config(
+    config: &[u8],
+    mut request: bhttp::Message,
+    sent_at: u64,
+) -> Result<(Vec<u8>, ResponseOpener), SealError> {
     request.put_header(SENT_AT_FIELD, sent_at.to_string());
     let mut plain = Vec::new();
     request.write_bhttp(bhttp::Mode::KnownLength, &mut plain).map_err(|e| SealError::Seal(e.to_string()))?;

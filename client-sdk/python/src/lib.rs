@@ -189,12 +189,12 @@ struct Route {
 
 impl Route {
     fn new(route: &veil_client::sdk::VerifiedRoute) -> Self {
-        let json = veil_client::cli::route::route_json(route);
+        let json = veil_client::report::route_json(route);
         Self {
-            checks: veil_client::cli::route::route_text(route),
+            checks: veil_client::report::route_text(route),
             simulated: route.simulated_count() > 0,
             simulated_shards: route.simulated_count(),
-            warnings: veil_client::cli::route::route_warnings(route),
+            warnings: veil_client::report::route_warnings(route),
             model: route.model().to_owned(),
             verdict: json["verdict"].as_str().unwrap_or_default().to_owned(),
             json: json.to_string(),

@@ -3,7 +3,8 @@
 
 use std::io::{BufRead, IsTerminal, Write};
 
-use crate::sdk::{Client, ClientError, VerifiedShard};
+use crate::report::{route_json, route_text};
+use crate::sdk::{Client, ClientError};
 
 use super::{ChatArgs, Exit, RouteVerifyArgs};
 
@@ -30,94 +31,6 @@ fn connect(
         }
         Err(e) => Err((Exit::Unreadable, e.to_string())),
     }
-}
-
-fn show_shard(out: &mut String, name: &str, s: &VerifiedShard) {
-    use std::fmt::Write as _;
-    let _ = writeln!(out, "== {name}: stage {} replica {}, layers {}", s.stage(), s.replica(), s.layers());
-    let _ = writeln!(out, "{}", s.evidence().checks());
-    if let Some(gpus) = s.evidence().gpus() {
-        let _ = writeln!(out, "{}", gpus.appraisal());
-    }
-}
-
-fn shard_json(role: &str, s: &VerifiedShard) -> serde_json::Value {
-    let e = s.evidence();
-    serde_json::json!({
-        "role": role,
-        "stage": s.stage(),
-        "replica": s.replica(),
-        "layers": s.layers().to_string(),
-        "simulated": e.is_simulated(),
-        "verdict": e.checks().verdict(),
-        "checks": e.checks(),
-        "gpus": e.gpus().map(|g| g.appraisal().gpus.iter().map(|t| serde_json::json!({
-            "gpu_index": t.gpu_index,
-            "verdict": t.verdict(),
-            "checks": t.results,
-        })).collect::<Vec<_>>()),
-    })
-}
-
-/// The verified route as `veil verify --json` prints it (and the Python
-/// package's `Route.to_dict()` returns it): the verdict, the model, the peer
-/// policy and route shape digests, the drafter, the route checks and every
-/// shard's checks with its simulated flag.
-pub fn route_json(route: &crate::sdk::VerifiedRoute) -> serde_json::Value {
-    let mut shards = vec![shard_json("entry", route.entry())];
-    shards.extend(route.shards().iter().map(|s| shard_json("shard", s)));
-    serde_json::json!({
-        "accepted": true,
-        "simulated": route.simulated_count() > 0,
-        "simulated_shards": route.simulated_count(),
-        "verdict": format!("ACCEPTED{}", route.simulated_notice().map(|n| format!(" — {n}")).unwrap_or_default()),
-        "model": route.model(),
-        "peer_policy": route.peer_policy_digest().to_string(),
-        "route_shape": route.shape().digest().to_string(),
-        "drafter": route.drafter().map(|d| serde_json::json!({
-            "kind": d.kind,
-            "draft_manifest": d.draft_manifest.map(|m| m.to_string()),
-            "k_max": d.k_max,
-            "k": d.k,
-            "digest": d.digest().to_string(),
-        })),
-        "route_checks": route.checks().table,
-        "policy_gaps": route.checks().gaps.iter().map(ToString::to_string).collect::<Vec<_>>(),
-        "warnings": route_warnings(route),
-        "shards": shards,
-    })
-}
-
-/// Every warning a reviewer must see: each shard's (simulated evidence
-/// accepted, fields this verifier does not know), each GPU's, then the
-/// route's simulated notice; in route order, without repeats.
-pub fn route_warnings(route: &crate::sdk::VerifiedRoute) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    for s in std::iter::once(route.entry()).chain(route.shards()) {
-        let e = s.evidence();
-        let gpu = e.gpus().into_iter().flat_map(|g| g.appraisal().gpus.iter().flat_map(|t| t.warnings.iter()));
-        for w in e.checks().warnings.iter().chain(gpu) {
-            if !out.contains(w) {
-                out.push(w.clone());
-            }
-        }
-    }
-    out.extend(route.simulated_notice());
-    out
-}
-
-/// The check tables `veil verify` prints: each shard's (and its GPUs'),
-/// then the route's.
-pub fn route_text(route: &crate::sdk::VerifiedRoute) -> String {
-    use std::fmt::Write as _;
-    let mut out = String::new();
-    show_shard(&mut out, "entry", route.entry());
-    for s in route.shards() {
-        show_shard(&mut out, "shard", s);
-    }
-    let _ = writeln!(out, "== route: peer policy {}, shape {}", route.peer_policy_digest(), route.shape().digest());
-    let _ = writeln!(out, "{}", route.checks());
-    out
 }
 
 /// `veil verify URL --policy P --json`: the whole verdict for scripts.
