@@ -293,7 +293,7 @@ impl NativeClient {
             return Err(VeilError::new_err("the response was already read"));
         };
         let stream = wait(py, TextStream::new(resp))?.map_err(|e| py_error(py, e))?;
-        Ok(NativeTextStream { inner: Mutex::new(Some(stream)), end: Mutex::new(None) })
+        Ok(NativeTextStream { inner: Mutex::new(Some(stream)), end: EndSlot::default() })
     }
 }
 
@@ -303,13 +303,30 @@ impl NativeClient {
     }
 }
 
-/// What a response said about itself once read to its authenticated end.
+/// What a response said about itself once read to its authenticated end
+/// (all `None` before): the route and drafter the entry reports (inside the
+/// seal), and for a stream its finish reason and token counts (JSON).
+#[pyclass(module = "veil._native", frozen, get_all)]
 #[derive(Debug, Clone, Default)]
 struct Ending {
     route_used: Option<String>,
     drafter_used: Option<String>,
     finish_reason: Option<String>,
     usage: Option<String>,
+}
+
+/// Where a reader leaves its [`Ending`].
+#[derive(Debug, Default)]
+struct EndSlot(Mutex<Option<Ending>>);
+
+impl EndSlot {
+    fn get(&self) -> Ending {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).clone().unwrap_or_default()
+    }
+
+    fn set(&self, ending: Ending) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(ending);
+    }
 }
 
 /// An opened response: its authenticated status and headers, then the body
@@ -325,12 +342,17 @@ struct NativeResponse {
     headers: Vec<(String, String)>,
     /// Taken out while a piece is read (never held across a wait).
     inner: Mutex<Option<OpenedResponse>>,
-    end: Mutex<Option<Ending>>,
+    end: EndSlot,
 }
 
 impl NativeResponse {
     fn new(resp: OpenedResponse) -> Self {
-        Self { status: resp.status, headers: resp.fields.clone(), inner: Mutex::new(Some(resp)), end: Mutex::new(None) }
+        Self {
+            status: resp.status,
+            headers: resp.fields.clone(),
+            inner: Mutex::new(Some(resp)),
+            end: EndSlot::default(),
+        }
     }
 
     fn take(&self) -> Option<OpenedResponse> {
@@ -355,7 +377,7 @@ impl NativeResponse {
                 Ok(Some(PyBytes::new(py, &piece)))
             }
             (resp, Ok(None)) => {
-                *self.end.lock().unwrap_or_else(PoisonError::into_inner) = Some(Ending {
+                self.end.set(Ending {
                     route_used: resp.route_used().map(str::to_owned),
                     drafter_used: resp.drafter_used().map(str::to_owned),
                     ..Ending::default()
@@ -371,22 +393,10 @@ impl NativeResponse {
         drop(self.take());
     }
 
-    /// The route the entry reports this answer ran on, once read to its end.
+    /// What the response said about itself, once read to its end.
     #[getter]
-    fn route_used(&self) -> Option<String> {
-        self.ending().route_used
-    }
-
-    /// The drafter the entry reports ran, once read to its end.
-    #[getter]
-    fn drafter_used(&self) -> Option<String> {
-        self.ending().drafter_used
-    }
-}
-
-impl NativeResponse {
     fn ending(&self) -> Ending {
-        self.end.lock().unwrap_or_else(PoisonError::into_inner).clone().unwrap_or_default()
+        self.end.get()
     }
 }
 
@@ -395,7 +405,7 @@ impl NativeResponse {
 #[derive(Debug)]
 struct NativeTextStream {
     inner: Mutex<Option<TextStream>>,
-    end: Mutex<Option<Ending>>,
+    end: EndSlot,
 }
 
 #[pymethods]
@@ -417,7 +427,7 @@ impl NativeTextStream {
             }
             (stream, Ok(None)) => {
                 let resp = stream.response();
-                *self.end.lock().unwrap_or_else(PoisonError::into_inner) = Some(Ending {
+                self.end.set(Ending {
                     route_used: resp.route_used().map(str::to_owned),
                     drafter_used: resp.drafter_used().map(str::to_owned),
                     finish_reason: stream.finish_reason().map(str::to_owned),
@@ -434,34 +444,10 @@ impl NativeTextStream {
         drop(self.inner.lock().unwrap_or_else(PoisonError::into_inner).take());
     }
 
-    /// Why the model stopped (`stop`, `length`), once the stream ended.
+    /// What the stream said about itself, once it ended.
     #[getter]
-    fn finish_reason(&self) -> Option<String> {
-        self.ending().finish_reason
-    }
-
-    /// The token counts as JSON, when the stream carried them.
-    #[getter]
-    fn usage(&self) -> Option<String> {
-        self.ending().usage
-    }
-
-    /// The route the entry reports this answer ran on, once ended.
-    #[getter]
-    fn route_used(&self) -> Option<String> {
-        self.ending().route_used
-    }
-
-    /// The drafter the entry reports ran, once ended.
-    #[getter]
-    fn drafter_used(&self) -> Option<String> {
-        self.ending().drafter_used
-    }
-}
-
-impl NativeTextStream {
     fn ending(&self) -> Ending {
-        self.end.lock().unwrap_or_else(PoisonError::into_inner).clone().unwrap_or_default()
+        self.end.get()
     }
 }
 
@@ -473,6 +459,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<NativeClient>()?;
     m.add_class::<NativeResponse>()?;
     m.add_class::<NativeTextStream>()?;
+    m.add_class::<Ending>()?;
     m.add("VeilError", py.get_type::<VeilError>())?;
     m.add("ConfigError", py.get_type::<ConfigError>())?;
     m.add("Unreachable", py.get_type::<Unreachable>())?;

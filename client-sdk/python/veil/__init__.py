@@ -131,20 +131,20 @@ class ChatStream:
 
     @property
     def finish_reason(self) -> Optional[str]:
-        return self._native.finish_reason
+        return self._native.ending.finish_reason
 
     @property
     def usage(self) -> Optional[Dict[str, Any]]:
-        usage = self._native.usage
+        usage = self._native.ending.usage
         return None if usage is None else json.loads(usage)
 
     @property
     def route_used(self) -> Optional[str]:
-        return self._native.route_used
+        return self._native.ending.route_used
 
     @property
     def drafter_used(self) -> Optional[str]:
-        return self._native.drafter_used
+        return self._native.ending.drafter_used
 
 
 class Client:
@@ -202,7 +202,7 @@ class Client:
             answer = json.loads(raw)
         except ValueError as e:
             raise ProtocolError(f"the answer is not JSON: {e}") from None
-        return ChatResult(answer, resp.route_used, resp.drafter_used)
+        return ChatResult(answer, resp.ending.route_used, resp.ending.drafter_used)
 
     def stream(self, messages: Sequence[Message], **params: Any) -> ChatStream:
         """``chat`` as a stream of text pieces (see ``ChatStream``)."""

@@ -60,19 +60,23 @@ class Route:
     def to_json(self) -> str:
         """The whole verdict: the document `veil verify --json` prints."""
 
+class Ending:
+    """What a response said about itself once read to its authenticated end."""
+
+    route_used: Optional[str]
+    drafter_used: Optional[str]
+    finish_reason: Optional[str]
+    usage: Optional[str]
+
 class NativeResponse:
     status: int
     headers: List[Tuple[str, str]]
-    route_used: Optional[str]
-    drafter_used: Optional[str]
+    ending: Ending
     def read(self) -> Optional[bytes]: ...
     def close(self) -> None: ...
 
 class NativeTextStream:
-    finish_reason: Optional[str]
-    usage: Optional[str]
-    route_used: Optional[str]
-    drafter_used: Optional[str]
+    ending: Ending
     def next_text(self) -> Optional[str]: ...
     def close(self) -> None: ...
 
