@@ -197,6 +197,15 @@ if [ "$verified" != 1 ]; then
 fi
 say "veil verify through the relay: accepted (simulated evidence, measurement and HOST_DATA pinned)"
 grep -i "measurement\|host_data" "$work/verify.log" | head -4 || true
+# A GPU image: with no GPU here the driver cannot bind, but its modules must
+# be there for modprobe to find (a build that lost them fails on a GPU host).
+if grep -q '^nvidia-open-kernel-support ' "$work/guest/packages.txt"; then
+  if grep -a "modprobe: FATAL: Module nvidia" "$work/stage0-0.serial"; then
+    fail "the GPU image lacks the NVIDIA modules its modprobe configuration names"
+  fi
+  say "GPU image: the NVIDIA modules load by name (no GPU here, so veil-gpu.service fails and the shards compute on the CPU):"
+  grep -a "NVRM\|veil-gpu" "$work/stage0-0.serial" | head -4 || true
+fi
 
 # 5. One answer, compared with one local process.
 prompt="Name three colours of the rainbow."

@@ -159,12 +159,27 @@ if [ "$gpu" = 1 ]; then
       exit 1
     fi
   fi
-  # DKMS built the module for the image's kernel (Debian names it
-  # nvidia-current-open; its modprobe alias answers to `nvidia`); the
-  # compilers are not needed at run time.
-  chroot "$root" sh -c 'ls /lib/modules/*/updates/dkms/nvidia*.ko* >/dev/null' ||
+  # DKMS built the modules for the image's kernel (Debian names them
+  # nvidia-current-open*; its modprobe configuration answers `nvidia` with
+  # them). The compilers are not needed at run time, but purging dkms also
+  # removes nvidia-open-kernel-dkms, whose removal deletes the modules it
+  # built: keep them aside, purge, and install them as plain modules.
+  kver="$(basename "$(ls -d "$root"/lib/modules/* | head -1)")"
+  built="$root/lib/modules/$kver/updates/dkms"
+  ls "$built"/nvidia-current-open*.ko* >/dev/null 2>&1 ||
     { echo "build-image.sh: the NVIDIA module was not built for the image's kernel" >&2; exit 1; }
+  aside="$(mktemp -d)"
+  cp "$built"/nvidia-current-open*.ko* "$aside/"
   chroot "$root" apt-get purge -y -q --auto-remove linux-headers-cloud-amd64 dkms >/dev/null
+  mkdir -p "$root/lib/modules/$kver/updates/nvidia"
+  cp "$aside"/* "$root/lib/modules/$kver/updates/nvidia/"
+  rm -rf "$aside"
+  chroot "$root" depmod "$kver"
+  # What the guest's modprobe will look up, resolved in the image.
+  for m in nvidia-current-open nvidia-current-open-uvm; do
+    chroot "$root" modinfo -k "$kver" -F filename "$m" >/dev/null 2>&1 ||
+      { echo "build-image.sh: module $m is not in the image after removing the build tools" >&2; exit 1; }
+  done
   unmount
   rm -f "$root/usr/sbin/policy-rc.d"
 fi
