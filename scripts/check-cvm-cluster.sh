@@ -203,6 +203,7 @@ if grep -q '^nvidia-open-kernel-support ' "$work/guest/packages.txt"; then
   if grep -a "modprobe: FATAL: Module nvidia" "$work/stage0-0.serial"; then
     fail "the GPU image lacks the NVIDIA modules its modprobe configuration names"
   fi
+  grep -aq "NVRM:" "$work/stage0-0.serial" || fail "the GPU image's NVIDIA driver never ran (no NVRM line at boot)"
   say "GPU image: the NVIDIA modules load by name (no GPU here, so veil-gpu.service fails and the shards compute on the CPU):"
   grep -a "NVRM\|veil-gpu" "$work/stage0-0.serial" | head -4 || true
 fi
