@@ -3,7 +3,10 @@
 # with maturin (debug profile, in the workspace's target directory, so it
 # reuses what cargo built), installs it with the official openai client and
 # pytest into a fresh venv (target/python-venv), and runs its tests against a
-# local three-stage cluster of the workspace's debug binaries.
+# local three-stage cluster of the workspace's debug binaries; the chat page
+# of `veil web` is tested in headless Chromium (selenium, Debian's chromium
+# and chromium-driver; skipped where they are missing unless
+# VEIL_REQUIRE_BROWSER=1), its screenshots left in target/browser-screenshots.
 #
 #   scripts/check-python.sh [--help] [PYTEST ARGS]
 # Needs: `cargo build --workspace` (or `cargo test`) done, python3 with venv
@@ -13,7 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-  -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 target="${CARGO_TARGET_DIR:-target}"
 skip() {
@@ -26,7 +29,8 @@ venv="$target/python-venv"
 rm -rf "$venv" "$target/wheels"
 python3 -m venv "$venv" >/dev/null 2>&1 || skip "python3 cannot make a venv (apt install python3-venv)"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
-  maturin==1.16.0 pytest==9.2.0 openai==3.57.0 anyio==4.16.0 || skip "PyPI unreachable (maturin, pytest, openai)"
+  maturin==1.16.0 pytest==9.2.0 openai==3.57.0 anyio==4.16.0 selenium==4.50.0 ||
+  skip "PyPI unreachable (maturin, pytest, openai, selenium)"
 "$venv/bin/maturin" build --manifest-path client-sdk/python/Cargo.toml --locked --out "$target/wheels" \
   --interpreter "$venv/bin/python" --target-dir "$target"
 "$venv/bin/python" -m pip install --quiet --disable-pip-version-check "$target"/wheels/veil_client-*.whl

@@ -193,7 +193,7 @@ impl ConnectOptions {
         Ok(self)
     }
 
-    fn http_client(&self, https: bool) -> Result<HttpClient, ClientError> {
+    pub(crate) fn http_client(&self, https: bool) -> Result<HttpClient, ClientError> {
         let mut roots = rustls::RootCertStore::empty();
         if https {
             // Unreadable system certificates are skipped; an empty store is
@@ -294,7 +294,7 @@ fn with_causes(e: &(dyn std::error::Error + 'static)) -> String {
     out
 }
 
-type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+pub(crate) type HttpClient = hyper_util::client::legacy::Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
 
 /// Most bytes of an unsealed error body read (the host wrote them; only the
 /// first KiB is kept as the error's message).

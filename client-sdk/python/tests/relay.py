@@ -6,6 +6,8 @@ can do all of this; the client must notice each."""
 from __future__ import annotations
 
 import http.client
+import re
+import secrets
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,7 +21,10 @@ class Relay:
     """Modes: ``pass``; ``truncate`` (a sealed response ends cleanly after
     ``at`` bytes); ``tamper`` (the byte at offset ``at`` of a sealed response
     is flipped); ``stall`` (a sealed request gets no answer for ``at``
-    seconds)."""
+    seconds); ``replay`` (an attestation request is forwarded with a nonce
+    the relay chose, so the answer is evidence made for another request,
+    as a replayed document is); ``flood`` (an attestation request is
+    answered with ``at`` MiB of junk)."""
 
     def __init__(self, upstream: str):
         parts = urlsplit(upstream)
@@ -63,11 +68,27 @@ class Relay:
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else None
         sealed = h.command == "POST" and h.path.startswith(SEALED_PATH)
+        path = h.path
+        if self.mode == "replay" and h.command == "GET" and path.startswith("/v1/attestation"):
+            path = re.sub(r"nonce=[0-9a-fA-F]*", "nonce=" + secrets.token_hex(32), path)
+        if self.mode == "flood" and h.command == "GET" and path.startswith("/v1/attestation"):
+            h.send_response(200)
+            h.send_header("Content-Type", "application/json")
+            h.send_header("Transfer-Encoding", "chunked")
+            h.end_headers()
+            try:
+                for _ in range(int(self.at) * 16):
+                    self._chunk(h, b"{" * 65536)
+                h.wfile.write(b"0\r\n\r\n")
+                h.wfile.flush()
+            except (BrokenPipeError, ConnectionResetError):
+                pass
+            return
         if sealed and self.mode == "stall":
             time.sleep(self.at)
         conn = http.client.HTTPConnection(*self.upstream, timeout=600)
         headers = {k: v for k, v in h.headers.items() if k.lower() in ("content-type", "content-length")}
-        conn.request(h.command, h.path, body=body, headers=headers)
+        conn.request(h.command, path, body=body, headers=headers)
         resp = conn.getresponse()
         h.send_response(resp.status)
         if resp.getheader("Content-Type"):

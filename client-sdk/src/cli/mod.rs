@@ -18,6 +18,7 @@ pub mod proxy;
 pub mod route;
 pub mod sim_init;
 pub mod verify;
+pub mod web;
 
 use std::path::PathBuf;
 
@@ -60,6 +61,8 @@ pub enum Command {
     Chat(ChatArgs),
     /// A local OpenAI-compatible endpoint that seals every call to a verified route.
     Proxy(ProxyArgs),
+    /// The private chat page on loopback: it verifies the route and seals every prompt in the browser.
+    Web(WebArgs),
     /// Policies.
     #[command(subcommand)]
     Policy(PolicyCommand),
@@ -307,6 +310,26 @@ pub struct ProxyArgs {
     pub ca: Option<PathBuf>,
 }
 
+/// `veil web URL`
+#[derive(Debug, Args)]
+pub struct WebArgs {
+    /// The host's public URL (`http://HOST:PORT` or `https://HOST:PORT`).
+    pub url: String,
+    /// The policy every shard must satisfy (handed to the page, which verifies against it).
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Where to serve the page (loopback only).
+    #[arg(long, default_value = "127.0.0.1:8001")]
+    pub listen: std::net::SocketAddr,
+    /// Also trust these PEM certificate authorities for the host's https:// URL.
+    #[arg(long)]
+    pub ca: Option<PathBuf>,
+    /// The WebAssembly client's package (scripts/build-wasm.sh). Default:
+    /// $VEIL_WEB_PKG, else npm/veil-client beside this executable's directory.
+    #[arg(long, value_name = "DIR")]
+    pub pkg: Option<PathBuf>,
+}
+
 /// `veil verify URL`
 #[derive(Debug, Args)]
 pub struct RouteVerifyArgs {
@@ -495,6 +518,7 @@ pub fn run(cli: Cli) -> Exit {
         Command::Verify(args) => route::verify(&args),
         Command::Chat(args) => route::chat(&args),
         Command::Proxy(args) => proxy::run(&args),
+        Command::Web(args) => web::run(&args),
         Command::Policy(PolicyCommand::Init(args)) => policy_init::run(&args),
         Command::Policy(PolicyCommand::Check(args)) => policy_check::run(&args),
         Command::Policy(PolicyCommand::Keygen(args)) => policy_bundle::keygen(&args),

@@ -20,7 +20,7 @@ const SEALED_PATH = "/v1/sealed";
 const SEALED_REQUEST_TYPE = "message/ohttp-chunked-req";
 const CHAT_COMPLETIONS_PATH = "/v1/chat/completions";
 /** The largest attestation document read (the SDK's MAX_DOC_BYTES). */
-const MAX_DOC_BYTES = 4 << 20;
+const MAX_DOC_BYTES = 8 << 20;
 
 let ready;
 
