@@ -333,15 +333,42 @@ fn p384_point(spki: &spki::SubjectPublicKeyInfoOwned) -> Result<&[u8], CertError
     spki.subject_public_key.as_bytes().ok_or_else(|| CertError::Malformed("public key bit string".into()))
 }
 
+/// Certificate and CRL signatures that verified, by the digest of exactly
+/// what was verified (algorithm, signed bytes, signature, key). A route
+/// repeats the same chains for every shard (AMD's ARK and ASK, 4096-bit
+/// RSA; the upper NVIDIA chain and simulated roots, P-384), and in
+/// WebAssembly each verification costs milliseconds. The same bytes always
+/// verify the same way, so a success is remembered; a failure never is, and
+/// validity times, revocation and every other check still run each time.
+/// Bounded: cleared when full.
+fn verified_signatures() -> &'static std::sync::Mutex<std::collections::HashSet<[u8; 32]>> {
+    static SEEN: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<[u8; 32]>>> =
+        std::sync::OnceLock::new();
+    SEEN.get_or_init(Default::default)
+}
+
+const VERIFIED_SIGNATURES_MAX: usize = 1024;
+
+/// SHA-256 over the length-prefixed algorithm, signed bytes, signature and key.
+fn verified_digest(algorithm: &ObjectIdentifier, tbs: &[u8], signature: &[u8], key: &[u8]) -> [u8; 32] {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for part in [algorithm.as_bytes(), tbs, signature, key] {
+        h.update((part.len() as u64).to_be_bytes());
+        h.update(part);
+    }
+    h.finalize().into()
+}
+
 pub(crate) fn verify_signature(
     algorithm: &ObjectIdentifier,
     tbs: &[u8],
     signature: Option<&[u8]>,
     issuer_spki: &spki::SubjectPublicKeyInfoOwned,
 ) -> Result<(), CertError> {
-    use ring::signature::{UnparsedPublicKey, ECDSA_P384_SHA384_ASN1, RSA_PSS_2048_8192_SHA384};
+    use ring::signature::{UnparsedPublicKey, VerificationAlgorithm, ECDSA_P384_SHA384_ASN1, RSA_PSS_2048_8192_SHA384};
     let signature = signature.ok_or_else(|| CertError::Malformed("signature bit string has unused bits".into()))?;
-    match *algorithm {
+    let (scheme, key): (&'static dyn VerificationAlgorithm, &[u8]) = match *algorithm {
         RSASSA_PSS => {
             // AMD signs with RSASSA-PSS, SHA-384, MGF1-SHA-384, salt 48. We
             // verify with exactly those parameters; a certificate that
@@ -353,18 +380,23 @@ pub(crate) fn verify_signature(
                 .subject_public_key
                 .as_bytes()
                 .ok_or_else(|| CertError::Malformed("public key bit string".into()))?;
-            UnparsedPublicKey::new(&RSA_PSS_2048_8192_SHA384, key)
-                .verify(tbs, signature)
-                .map_err(|_| CertError::BadSignature)
+            (&RSA_PSS_2048_8192_SHA384, key)
         }
-        ECDSA_WITH_SHA384 => {
-            let point = p384_point(issuer_spki)?;
-            UnparsedPublicKey::new(&ECDSA_P384_SHA384_ASN1, point)
-                .verify(tbs, signature)
-                .map_err(|_| CertError::BadSignature)
-        }
-        other => Err(CertError::UnsupportedAlgorithm(other.to_string())),
+        ECDSA_WITH_SHA384 => (&ECDSA_P384_SHA384_ASN1, p384_point(issuer_spki)?),
+        other => return Err(CertError::UnsupportedAlgorithm(other.to_string())),
+    };
+    let seen = verified_digest(algorithm, tbs, signature, key);
+    if verified_signatures().lock().is_ok_and(|s| s.contains(&seen)) {
+        return Ok(());
     }
+    UnparsedPublicKey::new(scheme, key).verify(tbs, signature).map_err(|_| CertError::BadSignature)?;
+    if let Ok(mut s) = verified_signatures().lock() {
+        if s.len() >= VERIFIED_SIGNATURES_MAX {
+            s.clear();
+        }
+        s.insert(seen);
+    }
+    Ok(())
 }
 
 fn common_name(name: &x509_cert::name::Name) -> Option<String> {
@@ -446,6 +478,35 @@ mod tests {
         assert_eq!(fmt_time(t), "2025-12-10T22:14:21Z");
         assert_eq!(fmt_time(parse_time("2025-06-01").unwrap()), "2025-06-01T00:00:00Z");
         assert!(parse_time("yesterday").is_none());
+    }
+
+    /// A remembered success answers only for exactly the same bytes: the
+    /// same signature over other bytes, or another signature, still fails.
+    #[test]
+    fn a_remembered_signature_covers_only_the_same_bytes() {
+        let ark = crate::snp::Product::Genoa.amd_ark();
+        let ask = crate::snp::Product::Genoa.amd_ask();
+        let tbs = ask.tbs_bytes().to_vec();
+        let sig = ask.cert.signature.as_bytes().expect("the ASK is signed").to_vec();
+        let (ark_key, ask_key) =
+            (&ark.cert.tbs_certificate.subject_public_key_info, &ask.cert.tbs_certificate.subject_public_key_info);
+        for _ in 0..2 {
+            verify_signature(&RSASSA_PSS, &tbs, Some(&sig), ark_key).unwrap();
+        }
+        assert!(verified_signatures().lock().unwrap().contains(&verified_digest(
+            &RSASSA_PSS,
+            &tbs,
+            &sig,
+            ark_key.subject_public_key.as_bytes().unwrap()
+        )));
+        let mut other_tbs = tbs.clone();
+        other_tbs[40] ^= 1;
+        assert!(matches!(verify_signature(&RSASSA_PSS, &other_tbs, Some(&sig), ark_key), Err(CertError::BadSignature)));
+        let mut other_sig = sig.clone();
+        other_sig[10] ^= 1;
+        assert!(matches!(verify_signature(&RSASSA_PSS, &tbs, Some(&other_sig), ark_key), Err(CertError::BadSignature)));
+        // The ASK's signature under the ASK's own key (another key) fails.
+        assert!(verify_signature(&RSASSA_PSS, &tbs, Some(&sig), ask_key).is_err());
     }
 
     #[test]
