@@ -27,6 +27,22 @@ def binary(name: str) -> str:
     return str(path)
 
 
+def npm_package() -> Path:
+    """The WebAssembly client's npm package (scripts/build-wasm.sh)."""
+    return Path(os.environ.get("VEIL_NPM_PACKAGE", REPO / "target" / "npm" / "veil-client"))
+
+
+def unavailable(test: str, why: str, require: str) -> None:
+    """A test's input is missing: fails under the environment variable
+    `require`, else records the skip among the skipped checks and skips."""
+    if os.environ.get(require):
+        pytest.fail(f"{why} ({require}=1)")
+    skipped = Path(os.environ.get("VEIL_BIN_DIR", REPO / "target" / "debug")) / "veil-skipped.txt"
+    with open(skipped, "a") as f:
+        f.write(f"{test}: {why}\n")
+    pytest.skip(why)
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

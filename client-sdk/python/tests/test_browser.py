@@ -19,7 +19,7 @@ from typing import Iterator
 
 import pytest
 
-from conftest import REPO, Cluster, binary, free_port
+from conftest import REPO, Cluster, binary, free_port, npm_package, unavailable
 from relay import Relay
 
 PROMPT = "Name three colours of the rainbow."
@@ -28,16 +28,11 @@ SHOTS = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target")) / "browser-scr
 
 
 def package() -> Path:
-    return Path(os.environ.get("VEIL_NPM_PACKAGE", REPO / "target" / "npm" / "veil-client"))
+    return npm_package()
 
 
 def skip_or_fail(why: str) -> None:
-    if os.environ.get("VEIL_REQUIRE_BROWSER"):
-        pytest.fail(why + " (VEIL_REQUIRE_BROWSER=1)")
-    skipped = Path(os.environ.get("VEIL_BIN_DIR", REPO / "target" / "debug")) / "veil-skipped.txt"
-    with open(skipped, "a") as f:
-        f.write(f"test_browser: {why}\n")
-    pytest.skip(why)
+    unavailable("test_browser", why, "VEIL_REQUIRE_BROWSER")
 
 
 class Web:

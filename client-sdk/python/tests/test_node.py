@@ -9,28 +9,18 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
-from conftest import REPO, Cluster, binary
+from conftest import REPO, Cluster, binary, npm_package, unavailable
 
 PROMPT = "Name three colours of the rainbow."
 TOKENS = 24
 
 
 def package() -> Path:
-    pkg = Path(os.environ.get("VEIL_NPM_PACKAGE", REPO / "target" / "npm" / "veil-client"))
-    why = None
+    pkg = npm_package()
     if not (pkg / "veil.js").is_file():
-        why = f"{pkg} not built (scripts/build-wasm.sh)"
-    elif shutil.which("node") is None:
-        why = "node is not installed (apt install nodejs)"
-    if why:
-        if os.environ.get("VEIL_REQUIRE_WASM"):
-            pytest.fail(why + " (VEIL_REQUIRE_WASM=1)")
-        skipped = Path(os.environ.get("VEIL_BIN_DIR", REPO / "target" / "debug")) / "veil-skipped.txt"
-        with open(skipped, "a") as f:
-            f.write(f"test_node: {why}\n")
-        pytest.skip(why)
+        unavailable("test_node", f"{pkg} not built (scripts/build-wasm.sh)", "VEIL_REQUIRE_WASM")
+    if shutil.which("node") is None:
+        unavailable("test_node", "node is not installed (apt install nodejs)", "VEIL_REQUIRE_WASM")
     return pkg
 
 

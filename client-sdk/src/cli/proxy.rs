@@ -20,8 +20,8 @@ use super::{Exit, ProxyArgs};
 use crate::sdk::{Client, ClientError, ConnectOptions};
 use crate::seal::OpenedResponse;
 
-type BodyError = Box<dyn std::error::Error + Send + Sync>;
-type Body = http_body_util::combinators::BoxBody<Bytes, BodyError>;
+pub(super) type BodyError = Box<dyn std::error::Error + Send + Sync>;
+pub(super) type Body = http_body_util::combinators::BoxBody<Bytes, BodyError>;
 
 /// Largest request body forwarded.
 const MAX_BODY: usize = 1 << 20;
@@ -239,15 +239,25 @@ pub async fn serve_on(
     }
     println!("listening on http://{listen}/v1");
     let proxy = Arc::new(Proxy { policy, options, client: RwLock::new(Arc::new(client)) });
+    serve_until_ctrl_c(&listener, move |req| proxy.clone().handle(req)).await
+}
+
+/// Serves HTTP/1.1 on `listener`, every request answered by `handle`, until
+/// Ctrl-C (`veil proxy`, `veil web`).
+pub(super) async fn serve_until_ctrl_c<F, Fut>(listener: &tokio::net::TcpListener, handle: F) -> Exit
+where
+    F: Fn(Request<Incoming>) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = Response<Body>> + Send + 'static,
+{
     loop {
         tokio::select! {
             _ = tokio::signal::ctrl_c() => return Exit::Accepted,
-            (tcp, _) = veil_wire::net::accept(&listener) => {
-                let proxy = proxy.clone();
+            (tcp, _) = veil_wire::net::accept(listener) => {
+                let handle = handle.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| {
-                        let proxy = proxy.clone();
-                        async move { Ok::<_, Infallible>(proxy.handle(req).await) }
+                        let answer = handle(req);
+                        async move { Ok::<_, Infallible>(answer.await) }
                     });
                     let io = hyper_util::rt::TokioIo::new(tcp);
                     let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;

@@ -9,7 +9,6 @@
 //! refused. The host's relay sends no CORS headers, and should not: a page
 //! the relay served could be any code the host chose.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -25,8 +24,7 @@ use veil_attestation::route::MAX_DOC_BYTES;
 use super::{Exit, WebArgs};
 use crate::sdk::{ConnectOptions, HttpClient};
 
-type BodyError = Box<dyn std::error::Error + Send + Sync>;
-type Body = http_body_util::combinators::BoxBody<Bytes, BodyError>;
+use super::proxy::{Body, BodyError};
 
 /// The page's own files, part of this binary.
 const PAGE: [(&str, &str, &str); 3] = [
@@ -335,22 +333,7 @@ fn loopback_hosts(listen: SocketAddr) -> Vec<String> {
 async fn serve(listener: tokio::net::TcpListener, web: Arc<Web>, listen: SocketAddr) -> Exit {
     eprintln!("veil web: the page verifies the route and seals every prompt itself; this server forwards sealed bytes");
     println!("open http://{listen}/");
-    loop {
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Exit::Accepted,
-            (tcp, _) = veil_wire::net::accept(&listener) => {
-                let web = web.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let web = web.clone();
-                        async move { Ok::<_, Infallible>(web.handle(req).await) }
-                    });
-                    let io = hyper_util::rt::TokioIo::new(tcp);
-                    let _ = hyper::server::conn::http1::Builder::new().serve_connection(io, service).await;
-                });
-            }
-        }
-    }
+    super::proxy::serve_until_ctrl_c(&listener, move |req| web.clone().handle(req)).await
 }
 
 #[cfg(test)]
