@@ -33,9 +33,16 @@ impl LocalSession {
         self.len() == 0
     }
 
-    /// Rolls every slice back to `len` positions.
-    pub fn truncate(&mut self, len: usize) {
-        self.kvs.iter_mut().for_each(|k| k.truncate(len));
+    /// Rolls every slice back to `len` positions; refused, with nothing
+    /// changed, below what a sliding-window layer still holds (except to 0)
+    /// ([`SessionKv::min_rollback`]).
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        if let Some(floor) = self.kvs.iter().map(SessionKv::min_rollback).max().filter(|f| len > 0 && len < *f) {
+            return Err(ModelError::Invalid(format!(
+                "cannot roll back to position {len}: sliding-window layers keep positions from {floor} on"
+            )));
+        }
+        self.kvs.iter_mut().try_for_each(|k| k.truncate(len))
     }
 }
 

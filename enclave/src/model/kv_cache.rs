@@ -5,6 +5,13 @@
 //! KV head `g` occupies `[(t·heads + g)·head_dim, +head_dim)`. Appending is
 //! an extend and rollback a truncate; attention reads f16 directly.
 //!
+//! A sliding-window layer (gpt-oss, Gemma 3) attends to its last `window`
+//! positions only, so on the CPU path its cache keeps only those plus
+//! [`ROLLBACK_SLACK`] positions for speculation's rollback: older rows are
+//! dropped once twice that many are held, which bounds its memory at any
+//! context length. Rolling back further than what is kept is refused
+//! ([`SessionKv::truncate`]); the caller starts the session over.
+//!
 //! A slice that computes on a device keeps its cache there instead: per
 //! layer one f16 tensor of keys and one of values, `(positions, KV heads,
 //! head_dim)`, grown by concatenation and rolled back by narrowing.
@@ -14,11 +21,21 @@ use half::f16;
 
 use super::error::{ModelError, Result};
 
+/// Positions a sliding-window layer keeps beyond its window, so a
+/// speculation round (at most `MAX_K + 1` positions) can always be rolled
+/// back.
+pub const ROLLBACK_SLACK: usize = 64;
+
 /// Keys and values of one session for the layers of one slice.
 #[derive(Debug, Clone)]
 pub struct SessionKv {
     keys: Vec<Vec<f16>>,
     values: Vec<Vec<f16>>,
+    /// Per layer: the absolute position of its first row held (non-zero
+    /// once a sliding-window layer has dropped old rows).
+    first: Vec<usize>,
+    /// Per layer: the sliding window, for layers that have one (CPU path).
+    windows: Vec<Option<usize>>,
     /// On a device: per layer keys and values, `None` until the first append.
     device: Option<Vec<Option<(Tensor, Tensor)>>>,
     /// Values per position per layer for keys (and for values): heads × head_dim.
@@ -31,8 +48,15 @@ impl SessionKv {
     /// An empty cache for `n_layers` layers of `width` key values per
     /// position (KV heads × head size); `budget_bytes` caps the total.
     pub fn new(n_layers: usize, width: usize, budget_bytes: usize) -> Self {
+        Self::with_windows(vec![None; n_layers], width, budget_bytes)
+    }
+
+    /// [`new`](Self::new) for layers of which some attend to a sliding
+    /// window (`windows[l]`): those keep only the window and the slack.
+    pub fn with_windows(windows: Vec<Option<usize>>, width: usize, budget_bytes: usize) -> Self {
+        let n_layers = windows.len();
         let (keys, values) = (vec![Vec::new(); n_layers], vec![Vec::new(); n_layers]);
-        Self { keys, values, device: None, width, len: 0, budget_bytes }
+        Self { keys, values, first: vec![0; n_layers], windows, device: None, width, len: 0, budget_bytes }
     }
 
     /// An empty cache held in device memory (for a slice computing on a device).
@@ -60,9 +84,11 @@ impl SessionKv {
         self.keys.len() * 2 * self.width * std::mem::size_of::<f16>()
     }
 
-    /// Bytes held.
+    /// Bytes held (committed positions; a sliding-window layer counts only
+    /// the rows it keeps).
     pub fn bytes(&self) -> usize {
-        self.len * self.bytes_per_position()
+        let rows: usize = self.first.iter().map(|f| self.len - f.min(&self.len)).sum();
+        rows * 2 * self.width * std::mem::size_of::<f16>()
     }
 
     /// The memory budget.
@@ -72,7 +98,7 @@ impl SessionKv {
 
     /// Refuses growth beyond the budget before any work is done.
     pub fn reserve(&self, extra_positions: usize) -> Result<()> {
-        let needed = (self.len + extra_positions).saturating_mul(self.bytes_per_position());
+        let needed = self.bytes().saturating_add(extra_positions.saturating_mul(self.bytes_per_position()));
         if needed > self.budget_bytes {
             return Err(ModelError::KvBudget { needed_bytes: needed, budget_bytes: self.budget_bytes });
         }
@@ -86,7 +112,8 @@ impl SessionKv {
             (Some(k), Some(v)) => (k, v),
             _ => return Err(ModelError::Invalid(format!("no KV slot for layer {layer}"))),
         };
-        if k.len() != v.len() || !k.len().is_multiple_of(self.width) || keys.len() != self.len * self.width {
+        let held = self.len - self.first[layer];
+        if k.len() != v.len() || !k.len().is_multiple_of(self.width) || keys.len() != held * self.width {
             return Err(ModelError::Invalid("KV rows do not match the cache layout".into()));
         }
         keys.extend(k.iter().map(|&x| f16::from_f32(x)));
@@ -122,21 +149,69 @@ impl SessionKv {
         }
     }
 
-    /// Keys and values of `layer` for every position appended so far.
-    pub(crate) fn layer(&self, layer: usize) -> (&[f16], &[f16]) {
-        (&self.keys[layer], &self.values[layer])
+    /// Keys and values of `layer` for the positions it holds, and the
+    /// absolute position of the first (0 unless a sliding-window layer has
+    /// dropped old rows).
+    pub(crate) fn layer(&self, layer: usize) -> (&[f16], &[f16], usize) {
+        (&self.keys[layer], &self.values[layer], self.first[layer])
     }
 
-    /// Marks `n` new positions as committed after every layer appended them.
+    /// Marks `n` new positions as committed after every layer appended
+    /// them; a sliding-window layer holding twice its window and slack drops
+    /// all but the last window and slack.
     pub(crate) fn advance(&mut self, n: usize) {
         self.len += n;
+        for (l, window) in self.windows.iter().enumerate() {
+            let Some(w) = window else { continue };
+            let keep = w.saturating_add(ROLLBACK_SLACK);
+            let held = self.len - self.first[l];
+            if held > keep.saturating_mul(2) {
+                let drop = held - keep;
+                self.keys[l].drain(..drop * self.width);
+                self.values[l].drain(..drop * self.width);
+                self.first[l] += drop;
+            }
+        }
+    }
+
+    /// Drops the positions appended but not committed (a forward that failed part-way).
+    pub(crate) fn discard_uncommitted(&mut self) {
+        let len = self.len;
+        // Rolling back to the committed length never needs a dropped row.
+        let _ = self.truncate(len);
+    }
+
+    /// The shortest length other than 0 (starting over) this cache can roll
+    /// back to: a sliding-window layer that has dropped rows needs its whole
+    /// window before the next position.
+    pub fn min_rollback(&self) -> usize {
+        self.first
+            .iter()
+            .zip(&self.windows)
+            .filter(|(first, _)| **first > 0)
+            .map(|(first, w)| (first + w.unwrap_or(0)).saturating_sub(1))
+            .max()
+            .unwrap_or(0)
+            .min(self.len)
     }
 
     /// Drops every position at or after `len` (speculation rollback, or
-    /// undoing a forward that failed part-way).
-    pub fn truncate(&mut self, len: usize) {
-        let keep = len.min(self.len) * self.width;
-        for (k, v) in self.keys.iter_mut().zip(&mut self.values) {
+    /// undoing a forward that failed part-way). Refused, with nothing
+    /// changed, below [`min_rollback`](Self::min_rollback) unless to 0: a sliding-window
+    /// layer no longer holds what attention from there would read.
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        if len == 0 {
+            // Starting over is always possible.
+            self.first.iter_mut().for_each(|f| *f = 0);
+        } else if len < self.min_rollback() {
+            return Err(ModelError::Invalid(format!(
+                "cannot roll back to position {len}: sliding-window layers keep positions from {} on",
+                self.min_rollback()
+            )));
+        }
+        let target = len.min(self.len);
+        for ((k, v), first) in self.keys.iter_mut().zip(&mut self.values).zip(&self.first) {
+            let keep = (target - first.min(&target)) * self.width;
             k.truncate(keep);
             v.truncate(keep);
         }
@@ -162,5 +237,6 @@ impl SessionKv {
             };
         }
         self.len = self.len.min(len);
+        Ok(())
     }
 }

@@ -244,7 +244,11 @@ impl LayerSlice {
         let width = self.config.n_head_kv * self.config.head_dim;
         match self.accel {
             Some(_) => SessionKv::new_on_device(self.layers.len(), width, budget_bytes),
-            None => SessionKv::new(self.layers.len(), width, budget_bytes),
+            None => {
+                let window = self.config.swa.as_ref().map(|s| s.window);
+                let windows = self.layers.iter().map(|l| window.filter(|_| l.swa)).collect();
+                SessionKv::with_windows(windows, width, budget_bytes)
+            }
         }
     }
 
@@ -328,10 +332,7 @@ impl LayerSlice {
             for it in items.iter_mut() {
                 match &result {
                     Ok(_) => it.kv.advance(it.hidden.n()),
-                    Err(_) => {
-                        let len = it.kv.len();
-                        it.kv.truncate(len);
-                    }
+                    Err(_) => it.kv.discard_uncommitted(),
                 }
             }
             return result;
@@ -342,8 +343,7 @@ impl LayerSlice {
             let result = self.run_layers(items);
             if result.is_err() {
                 for it in items.iter_mut() {
-                    let len = it.kv.len();
-                    it.kv.truncate(len);
+                    it.kv.discard_uncommitted();
                 }
             }
             let x = result?;
@@ -405,13 +405,16 @@ impl LayerSlice {
             // sessions, so all of those agree bit for bit.
             y.par_chunks_mut(hd).enumerate().for_each(|(task, out)| {
                 let (r, head) = (task / c.n_head, task % c.n_head);
-                let (keys, values) = caches[owner[r]];
+                // A sliding-window layer's cache may start past position 0
+                // (`first`); the window never reaches below it.
+                let (keys, values, first) = caches[owner[r]];
                 let query = &q[r * q_width + head * hd..][..hd];
                 let g = head / group;
                 let end = positions[r] + 1;
                 let from = if layer.swa { end.saturating_sub(window) } else { 0 };
                 let sink = layer.sinks.as_ref().map(|s| s[head]);
-                attend(query, keys, values, from..end, kv_width, g * hd, scale, sink, out);
+                let held = from.max(first) - first..end - first;
+                attend(query, keys, values, held, kv_width, g * hd, scale, sink, out);
             });
             let mut o = layer.o.matmul(&y, m)?;
             if let Some(b) = &layer.o_bias {

@@ -202,12 +202,15 @@ impl StageWorker {
                 continue;
             }
             let kv = self.sessions.entry(job.session).or_insert_with(|| self.slice.new_session(self.budget_bytes));
+            let mut rollback = Ok(());
             if let Some(t) = job.truncate_to {
                 used -= kv.bytes();
-                kv.truncate(t);
+                rollback = kv.truncate(t);
                 used += kv.bytes();
             }
-            let error = if job.start != kv.len() {
+            let error = if let Err(e) = rollback {
+                Some((ErrorCode::Invalid, e.to_string()))
+            } else if job.start != kv.len() {
                 Some((
                     ErrorCode::Invalid,
                     format!("start position {} but {} positions are cached", job.start, kv.len()),

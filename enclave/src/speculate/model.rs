@@ -82,8 +82,12 @@ impl ModelDrafter {
         if context.is_empty() {
             return Err(ModelError::Invalid("nothing to draft from".into()));
         }
-        let common = self.fed.iter().zip(context).take_while(|(a, b)| a == b).count().min(context.len() - 1);
-        self.session.truncate(common);
+        let mut common = self.fed.iter().zip(context).take_while(|(a, b)| a == b).count().min(context.len() - 1);
+        if self.session.truncate(common).is_err() {
+            // Further back than a sliding-window layer keeps: start over.
+            common = 0;
+            self.session.truncate(0)?;
+        }
         self.fed.truncate(common);
         let logits = self.model.model.step_last(&mut self.session, &context[common..])?;
         self.fed.extend_from_slice(&context[common..]);

@@ -126,7 +126,7 @@ fn the_device_path_split_batched_and_rolled_back_equals_itself_exactly() {
     };
     logits(&mut kv, &PROMPT, 0);
     logits(&mut kv, &[5, 6, 7], PROMPT.len());
-    kv.truncate(PROMPT.len());
+    kv.truncate(PROMPT.len()).unwrap();
     let after_rollback = logits(&mut kv, &[42], PROMPT.len());
     let mut fresh = slice.new_session(DEFAULT_KV_BUDGET_BYTES);
     logits(&mut fresh, &PROMPT, 0);

@@ -217,6 +217,65 @@ fn every_family_and_quantisation_agrees_with_llama_cpp() {
     }
 }
 
+/// A sliding-window layer's cache keeps only its window and the rollback
+/// slack at any length: decoding far past the window gives the same logits,
+/// bit for bit, as a cache that keeps every position, in bounded bytes; a
+/// speculation-sized rollback works there, one past what is kept is refused
+/// with nothing changed, and starting over is always possible.
+#[test]
+fn sliding_window_caches_keep_only_their_window_and_decode_the_same() {
+    use candle_core::quantized::GgmlDType;
+    use veil_enclave::model::kv_cache::ROLLBACK_SLACK;
+    use veil_enclave::model::SessionKv;
+    let tmp = TempDir::new("swa-kv");
+    for (name, shape, dtype) in [
+        ("gpt-oss", Shape::GPT_OSS_SMOKE, TensorType::Mxfp4),
+        ("gemma3", Shape::GEMMA3_SMOKE, TensorType::Ggml(GgmlDType::Q8_0)),
+    ] {
+        let path = tmp.path().join(format!("{name}.gguf"));
+        write_with(&path, shape, &Options { sharpen: 8.0, ..Options::new(dtype) }).unwrap();
+        let slice = LayerSlice::load(&path, 0..shape.n_layer).unwrap();
+        let c = slice.config();
+        let width = c.n_head_kv * c.head_dim;
+        let keep = shape.window + ROLLBACK_SLACK;
+        let tokens: Vec<u32> = (0..keep * 4).map(|i| (i as u32 * 37 + 5) % 500).collect();
+        let mut trimmed = slice.new_session(1 << 28);
+        let mut full = SessionKv::new(shape.n_layer, width, 1 << 28);
+        let run = |kv: &mut SessionKv, from: usize, to: usize| {
+            logits(slice.forward(slice.embed(&tokens[from..to]).unwrap(), kv, from, Logits::All).unwrap())
+        };
+        assert_eq!(run(&mut trimmed, 0, 8), run(&mut full, 0, 8), "{name}: prefill");
+        for t in 8..tokens.len() {
+            assert_eq!(run(&mut trimmed, t, t + 1), run(&mut full, t, t + 1), "{name}: position {t}");
+        }
+        let swa = (0..shape.n_layer).filter(|&l| c.is_swa(l)).count();
+        assert!(swa > 0, "{name}: the shape has sliding-window layers");
+        let row = 2 * width * 2;
+        let bound = ((shape.n_layer - swa) * tokens.len() + swa * 2 * keep) * row;
+        assert!(trimmed.bytes() <= bound, "{name}: {} bytes held, bound {bound}", trimmed.bytes());
+        assert!(trimmed.bytes() < full.bytes(), "{name}: nothing was dropped");
+        // A speculation round's rollback, then other tokens.
+        let len = tokens.len();
+        let back = len - 17;
+        trimmed.truncate(back).unwrap();
+        full.truncate(back).unwrap();
+        assert_eq!(run(&mut trimmed, back, len), run(&mut full, back, len), "{name}: after a rollback");
+        // Past what is kept: refused, nothing changed, decoding goes on.
+        let floor = trimmed.min_rollback();
+        assert!(floor > 0 && floor <= len - ROLLBACK_SLACK, "{name}: rollback floor {floor} of {len}");
+        assert!(matches!(trimmed.truncate(floor - 1), Err(ModelError::Invalid(_))), "{name}");
+        assert_eq!(trimmed.len(), len);
+        trimmed.truncate(floor).unwrap();
+        full.truncate(floor).unwrap();
+        assert_eq!(run(&mut trimmed, floor, floor + 3), run(&mut full, floor, floor + 3), "{name}: at the floor");
+        // Starting over.
+        trimmed.truncate(0).unwrap();
+        assert_eq!((trimmed.len(), trimmed.bytes()), (0, 0));
+        let mut fresh = SessionKv::new(shape.n_layer, width, 1 << 28);
+        assert_eq!(run(&mut trimmed, 0, 5), run(&mut fresh, 0, 5), "{name}: after starting over");
+    }
+}
+
 /// A mixture of experts (and Gemma 3's sliding windows) batched with other
 /// sessions, and split into three slices, equals each session run alone in
 /// one slice, bit for bit; one prompt is longer than the sliding window.

@@ -256,7 +256,7 @@ fn truncate_then_continue_equals_never_having_gone_further() {
     model.step(&mut a, &prompt).unwrap();
     model.step(&mut a, &[100]).unwrap();
     model.step(&mut a, &[200, 300, 400]).unwrap(); // rejected draft
-    a.truncate(prompt.len() + 1);
+    a.truncate(prompt.len() + 1).unwrap();
     let after_rollback = logits_rows(&model.step(&mut a, &[500]).unwrap());
     let mut b = model.session(DEFAULT_KV_BUDGET_BYTES);
     model.step(&mut b, &prompt).unwrap();
