@@ -667,3 +667,30 @@ fn wrong_endpoints_get_a_hint_not_a_bare_error() {
     let err = stderr(&o) + &stdout(&o);
     assert!(err.contains(&format!("try http://{addr}")), "{err}");
 }
+
+/// `veil web` refuses to start, with exit 2 and the reason, when it would
+/// serve beyond this machine, when the WebAssembly client is missing (it
+/// never serves a page without its verifier), or when the policy is bad.
+#[test]
+fn veil_web_refuses_to_start_without_what_the_page_needs() {
+    let d = tempdir("web");
+    let policy = d.join("policy.toml");
+    std::fs::write(&policy, "").unwrap();
+    let empty = d.join("no-package");
+    std::fs::create_dir_all(&empty).unwrap();
+    let o = veil(&["web", "http://127.0.0.1:9", "--policy", s(&policy), "--listen", "0.0.0.0:0", "--pkg", s(&empty)]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("loopback"), "{}", stderr(&o));
+    let o = veil(&["web", "http://127.0.0.1:9", "--policy", s(&policy), "--listen", "127.0.0.1:0", "--pkg", s(&empty)]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("veil.js") && stderr(&o).contains("build-wasm.sh"), "{}", stderr(&o));
+    std::fs::write(&policy, "no_such_setting = 1\n").unwrap();
+    let o = veil(&["web", "http://127.0.0.1:9", "--policy", s(&policy), "--listen", "127.0.0.1:0", "--pkg", s(&empty)]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("policy"), "{}", stderr(&o));
+    std::fs::write(&policy, "").unwrap();
+    let o = veil(&["web", "ftp://127.0.0.1:9", "--policy", s(&policy), "--pkg", s(&empty)]);
+    assert_eq!(code(&o), 2);
+    assert!(stderr(&o).contains("http://"), "{}", stderr(&o));
+    std::fs::remove_dir_all(&d).unwrap();
+}
