@@ -153,6 +153,7 @@ def test_the_page_verifies_the_route_in_the_browser_and_answers_like_the_rust_sd
     assert not browser.find_elements(By.CSS_SELECTOR, "tr.status-failed")  # type: ignore[attr-defined]
     for b in boxes:
         b.click()
+    browser.execute_script("window.scrollTo(0, 0)")  # type: ignore[attr-defined]
     browser.save_screenshot(str(SHOTS / "1-verified.png"))  # type: ignore[attr-defined]
     assert relay.sealed_requests() == [], "nothing is sent before the user asks"
     for b in boxes:
