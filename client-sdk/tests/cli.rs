@@ -419,6 +419,10 @@ fn verify_composite_simulated_cpu_and_gpu_binding() {
     let out = stdout(&o);
     assert!(out.contains("gpu_evidence_binding   PASS") && out.contains("overall: ACCEPTED"), "{out}");
     assert!(stderr(&o).contains("SIMULATED GPU evidence"), "{}", stderr(&o));
+    // Rows judging values the simulated device chain chose are flagged;
+    // the format row is not.
+    assert!(out.contains("gpu_nonce              PASS(SIM)"), "{out}");
+    assert!(out.lines().any(|l| l.contains("gpu_evidence_format") && !l.contains("(SIM)")), "{out}");
     assert!(out.contains("gpu_revocation         SKIP"), "{out}");
     // OCSP responses for the device chain: good and current → PASS; one revoked → exit 1.
     let now = std::time::SystemTime::now();

@@ -213,8 +213,10 @@ fn appraise_one(
     let (format, parsed) = check_format(g);
     t.record(C::EvidenceFormat, format);
     let x = GpuInput { index, g, digest, expect, policy, now, parsed, certs: chain::parse_chain_der(&g.cert_chain) };
+    let mut simulated_chain = false;
     let chain_ok = match check_device_chain(&x) {
         Ok((detail, simulated)) => {
+            simulated_chain = simulated;
             if simulated {
                 t.warnings.push(
                     "SIMULATED GPU evidence: signed by Veil's software device chain, not by an NVIDIA GPU. \
@@ -244,6 +246,12 @@ fn appraise_one(
     t.record(C::VbiosVersion, version_row(vbios.as_deref(), policy.gpu.min_vbios_version.as_deref(), false));
     t.record(C::RimMeasurements, check_rim_measurements(&x, driver.as_deref(), vbios.as_deref()));
     t.record(C::RimSignature, rim_signature_row(expect.rims, policy, now));
+    if simulated_chain {
+        // Under a simulated device chain every value the rows judged was
+        // chosen by that software root: flag them, as the SNP table does.
+        // The format check and the RIMs' own signature judge other inputs.
+        t.table.mark_simulated(&[C::EvidenceFormat, C::RimSignature]);
+    }
     t
 }
 
