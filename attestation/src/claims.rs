@@ -17,8 +17,10 @@
 //! commitment to the shards it has verified and linked, in nonce-bound
 //! evidence), 11 drafter (the entry's digest of the drafter it speculates
 //! with: kind, draft model manifest root, k settings; see
-//! `route::DrafterInfo`). Every field has a fixed id and a length, so two
-//! different claim sets never encode to the same bytes.
+//! `route::DrafterInfo`), 12 receipt_key (the entry's Ed25519 public key
+//! that signs a receipt for every answer, `crate::receipt`). Every field has
+//! a fixed id and a length, so two different claim sets never encode to the
+//! same bytes.
 
 use std::fmt;
 
@@ -145,6 +147,12 @@ digest_newtype!(
 digest_newtype!(
     /// SHA-256 of the entry's drafter description (`route::DrafterInfo::digest`).
     DrafterDigest,
+    32
+);
+digest_newtype!(
+    /// The entry's receipt-signing public key (Ed25519, 32 bytes): generated
+    /// inside the entry at start, never leaves it (`crate::receipt`).
+    ReceiptKey,
     32
 );
 digest_newtype!(
@@ -299,6 +307,9 @@ pub struct Claims {
     /// The entry's drafter (what it speculates with), by digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drafter: Option<DrafterDigest>,
+    /// The entry's receipt-signing public key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub receipt_key: Option<ReceiptKey>,
 }
 
 impl Claims {
@@ -316,7 +327,7 @@ impl Claims {
             b[4..].copy_from_slice(&r.end.to_be_bytes());
             b
         });
-        let fields: [(u8, Option<&[u8]>); 11] = [
+        let fields: [(u8, Option<&[u8]>); 12] = [
             (1, self.tls_key_hash.as_ref().map(|h| &h.0[..])),
             (2, self.hpke_config_hash.as_ref().map(|h| &h.0[..])),
             (3, self.manifest_root.as_ref().map(|h| &h.0[..])),
@@ -328,6 +339,7 @@ impl Claims {
             (9, self.route_shape.as_ref().map(|h| &h.0[..])),
             (10, self.route_links.as_ref().map(|h| &h.0[..])),
             (11, self.drafter.as_ref().map(|h| &h.0[..])),
+            (12, self.receipt_key.as_ref().map(|h| &h.0[..])),
         ];
         let mut out = Vec::with_capacity(256);
         out.extend_from_slice(CLAIMS_DOMAIN);
@@ -388,6 +400,7 @@ mod tests {
             route_shape: Some(RouteDigest([5; 32])),
             route_links: None,
             drafter: Some(DrafterDigest([8; 32])),
+            receipt_key: Some(ReceiptKey([10; 32])),
         }
     }
 
@@ -425,6 +438,12 @@ mod tests {
         let mut c = sample();
         c.drafter = None;
         variants.push(c);
+        let mut c = sample();
+        c.receipt_key = Some(ReceiptKey([11; 32]));
+        variants.push(c);
+        let mut c = sample();
+        c.receipt_key = None;
+        variants.push(c);
         for v in variants {
             assert_ne!(v.report_data().unwrap(), base, "{v:?}");
         }
@@ -442,6 +461,8 @@ mod tests {
         let e = Claims { drafter: Some(DrafterDigest([7; 32])), ..Default::default() };
         assert_ne!(d.encode().unwrap(), e.encode().unwrap());
         assert_ne!(e.encode().unwrap(), Claims::default().encode().unwrap());
+        let r = Claims { receipt_key: Some(ReceiptKey([7; 32])), ..Default::default() };
+        assert_ne!(r.encode().unwrap(), e.encode().unwrap());
         assert_ne!(a.encode().unwrap(), c.encode().unwrap());
     }
 

@@ -63,6 +63,7 @@ pub mod nonce_batch;
 pub mod policy;
 pub mod policy_bundle;
 pub mod ratls;
+pub mod receipt;
 pub mod route;
 pub mod simulated;
 pub mod snp;
@@ -73,7 +74,7 @@ pub use attester::Attester;
 pub use check::{CheckId, CheckReport, GpuCheckId, Outcome};
 pub use claims::{
     Claims, DrafterDigest, KeyHash, LayerRange, LinksCommitment, ManifestRoot, Measurement, Nonce, PolicyDigest,
-    ReportData, RouteDigest,
+    ReceiptKey, ReportData, RouteDigest,
 };
 pub use error::{Error, GpuFailure, Malformed, Rejection};
 pub use evidence::EvidenceBundle;

@@ -25,6 +25,7 @@ use http_body_util::{BodyExt, BodyStream, Full};
 use hyper_rustls::HttpsConnector;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
+use veil_attestation::receipt::{SavedRoute, SAVED_ROUTE_VERSION};
 use veil_attestation::route::{verify_route, AttestationDoc, RouteError, MAX_DOC_BYTES};
 use veil_attestation::{Nonce, Policy};
 
@@ -349,6 +350,7 @@ pub struct Client {
     base: String,
     http: HttpClient,
     route: VerifiedRoute,
+    saved: SavedRoute,
     timeouts: Timeouts,
 }
 
@@ -385,12 +387,16 @@ impl Client {
                 }
                 other => other,
             })?;
-        let route = verify_route(&doc, policy, &nonce, SystemTime::now()).map_err(|e| match e {
+        // Whole seconds: the saved route verifies again as of this instant.
+        let verified_at = SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(verified_at);
+        let route = verify_route(&doc, policy, &nonce, at).map_err(|e| match e {
             RouteError::Evidence { who, source } => ClientError::Attestation { who, source },
             RouteError::Rejected(r) => ClientError::RouteRejected(r),
             other => ClientError::Route(other.to_string()),
         })?;
-        Ok(Self { base, http, route, timeouts: options.timeouts })
+        let saved = SavedRoute { version: SAVED_ROUTE_VERSION, nonce, verified_at, doc };
+        Ok(Self { base, http, route, saved, timeouts: options.timeouts })
     }
 
     async fn fetch_doc(
@@ -470,6 +476,13 @@ impl Client {
     /// The verified route.
     pub fn route(&self) -> &VerifiedRoute {
         &self.route
+    }
+
+    /// The route document as verified (with the nonce and the time), to
+    /// keep beside the answers' receipts: `veil receipt verify` checks a
+    /// receipt against it later, offline.
+    pub fn saved_route(&self) -> &SavedRoute {
+        &self.saved
     }
 
     /// After the host refused a sealed request or the connection failed:

@@ -12,7 +12,9 @@
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use veil_wire::http::{DRAFTER_FIELD, ROUTE_FIELD};
+use sha2::{Digest, Sha256};
+use veil_attestation::receipt::{Digest32, Receipt, ReceiptCheck, ReceiptExpectation, ReceiptFailure};
+use veil_wire::http::{DRAFTER_FIELD, RECEIPT_FIELD, ROUTE_FIELD};
 
 use bhttp::stream::AsyncReadMessage;
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -34,6 +36,11 @@ pub enum SealError {
     /// client's between-chunks timeout). Nothing unauthenticated was shown.
     #[error("the host stalled the response: {0}")]
     Stalled(String),
+    /// The answer opened, but its receipt is missing or fails a check
+    /// (`veil_attestation::receipt`): the entry did not sign for this
+    /// request, this body and the verified route.
+    #[error("the answer's receipt: {0}")]
+    Receipt(ReceiptFailure),
 }
 
 /// A read error from the response stream: a stall the transport timed out
@@ -77,8 +84,10 @@ impl AsyncWrite for Shared {
 type OpenFn =
     Box<dyn FnOnce(Pin<Box<dyn AsyncRead + Send>>) -> Result<Pin<Box<dyn AsyncRead + Send>>, SealError> + Send>;
 
-/// Opens the response to one sealed request (single use).
-pub struct ResponseOpener(OpenFn);
+/// Opens the response to one sealed request (single use), and checks the
+/// receipt of a completed answer when the request was sealed to a verified
+/// route.
+pub struct ResponseOpener(OpenFn, Option<ReceiptExpectation>);
 
 impl std::fmt::Debug for ResponseOpener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -108,6 +117,9 @@ pub struct OpenedResponse {
     /// Trailer fields (lower-case names), once the body has been read to its end.
     pub trailer: Vec<(String, String)>,
     done: bool,
+    expect: Option<ReceiptExpectation>,
+    content: Sha256,
+    receipt: Option<Receipt>,
 }
 
 impl std::fmt::Debug for OpenedResponse {
@@ -125,7 +137,7 @@ pub async fn seal(
     request: bhttp::Message,
 ) -> Result<(Vec<u8>, ResponseOpener), SealError> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    seal_to_config(route.key_config(), request, now).await
+    seal_to_config(route.key_config(), request, now, Some(ReceiptExpectation::of_route(route))).await
 }
 
 /// [`seal`] with the time it is sealed at given (Unix seconds): for a
@@ -136,7 +148,7 @@ pub async fn seal_at(
     request: bhttp::Message,
     sent_at: u64,
 ) -> Result<(Vec<u8>, ResponseOpener), SealError> {
-    seal_to_config(route.key_config(), request, sent_at).await
+    seal_to_config(route.key_config(), request, sent_at, Some(ReceiptExpectation::of_route(route))).await
 }
 
 /// Seals to a raw key configuration, with no route verified: only for tests
@@ -144,7 +156,7 @@ pub async fn seal_at(
 #[cfg(feature = "unverified-seal")]
 pub async fn seal_unverified(config: &[u8], request: bhttp::Message) -> Result<(Vec<u8>, ResponseOpener), SealError> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
-    seal_to_config(config, request, now).await
+    seal_to_config(config, request, now, None).await
 }
 
 /// Header written inside every sealed request: when it was sealed (Unix
@@ -156,6 +168,7 @@ async fn seal_to_config(
     config: &[u8],
     mut request: bhttp::Message,
     sent_at: u64,
+    expect: Option<ReceiptExpectation>,
 ) -> Result<(Vec<u8>, ResponseOpener), SealError> {
     request.put_header(SENT_AT_FIELD, sent_at.to_string());
     let mut plain = Vec::new();
@@ -170,10 +183,18 @@ async fn seal_to_config(
         let plain = writer.response(src).map_err(|e| SealError::Open(e.to_string()))?;
         Ok(Box::pin(plain) as Pin<Box<dyn AsyncRead + Send>>)
     });
-    Ok((sealed, ResponseOpener(open)))
+    let expect = expect.map(|e| ReceiptExpectation { request: Some(Digest32::of(&sealed)), ..e });
+    Ok((sealed, ResponseOpener(open, expect)))
 }
 
 impl ResponseOpener {
+    /// Requires a completed answer's receipt to meet `expect` (what
+    /// [`seal`] sets from the verified route and the sealed bytes): for an
+    /// opener from `seal_unverified`, in tests and benchmarks.
+    pub fn expect_receipt(self, expect: ReceiptExpectation) -> Self {
+        Self(self.0, Some(expect))
+    }
+
     /// Starts opening the sealed response read from `src`; reads the head.
     pub async fn open(self, src: Pin<Box<dyn AsyncRead + Send>>) -> Result<OpenedResponse, SealError> {
         let plain = SharedReader(Arc::new(Mutex::new((self.0)(src)?)));
@@ -187,7 +208,17 @@ impl ResponseOpener {
                 (String::from_utf8_lossy(f.name()).to_lowercase(), String::from_utf8_lossy(f.value()).into_owned())
             })
             .collect();
-        Ok(OpenedResponse { message, rest: plain, status, fields, trailer: Vec::new(), done: false })
+        Ok(OpenedResponse {
+            message,
+            rest: plain,
+            status,
+            fields,
+            trailer: Vec::new(),
+            done: false,
+            expect: self.1,
+            content: Sha256::new(),
+            receipt: None,
+        })
     }
 }
 
@@ -218,10 +249,40 @@ impl OpenedResponse {
                 return Err(SealError::Open("data after the end of the message".into()));
             }
             self.done = true;
+            self.check_receipt()?;
             return Ok(None);
         }
         buf.truncate(n);
+        self.content.update(&buf);
         Ok(Some(buf))
+    }
+
+    /// A completed answer (status 200) to a request sealed to a verified
+    /// route must end with the entry's receipt for this request, this body
+    /// and that route, signed by the key the entry attested.
+    fn check_receipt(&mut self) -> Result<(), SealError> {
+        let Some(expect) = &self.expect else { return Ok(()) };
+        if self.status != 200 {
+            return Ok(());
+        }
+        let Some((_, json)) = self.trailer.iter().find(|(n, _)| n == RECEIPT_FIELD) else {
+            return Err(SealError::Receipt(ReceiptFailure {
+                check: ReceiptCheck::Format,
+                expected: format!("a `{RECEIPT_FIELD}` trailer at the end of the answer"),
+                actual: "none".into(),
+            }));
+        };
+        let receipt = Receipt::from_json(json.as_bytes()).map_err(SealError::Receipt)?;
+        let expect = ReceiptExpectation { response: Some(Digest32(self.content.clone().finalize().into())), ..expect.clone() };
+        receipt.check(&expect).map_err(SealError::Receipt)?;
+        self.receipt = Some(receipt);
+        Ok(())
+    }
+
+    /// The entry's receipt for this answer, checked: once the body of a
+    /// completed answer (status 200) has been read to its end.
+    pub fn receipt(&self) -> Option<&Receipt> {
+        self.receipt.as_ref()
     }
 
     /// The route the entry reports this generation ran on (`veil-route`, a

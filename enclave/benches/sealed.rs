@@ -97,6 +97,7 @@ fn main() {
         format!("http://{host}"),
         policy.clone(),
         veil_client::sdk::ConnectOptions::default(),
+        None,
     ));
     let proxied = || -> (f64, f64) {
         let body = serde_json::json!({

@@ -215,7 +215,8 @@ impl Node {
                 loaded.policy,
                 loaded.shape,
                 drafter,
-            );
+            )
+            .map_err(Error::Internal)?;
             tracing::info!(%sealed, "gateway: sealed requests and evidence (ciphertext only)");
             tokio::spawn(Arc::new(gw).serve(listener));
         }

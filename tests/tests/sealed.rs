@@ -158,3 +158,91 @@ async fn the_entry_refuses_replays_foreign_keys_and_junk() {
     let resp = opener.open(reader(chunks.concat())).await.unwrap();
     assert_eq!(resp.collect().await.unwrap(), b"ok");
 }
+
+/// The entry's side of a completed answer, ending with `receipt` (given the
+/// sealed request's digest and the body's) as its trailer, or with none.
+async fn answer_with(
+    key: &SealKey,
+    sealed: Vec<u8>,
+    body: &str,
+    receipt: impl Fn([u8; 32], [u8; 32]) -> Option<String>,
+) -> Vec<u8> {
+    let mut opened = key.open(sealed).await.unwrap();
+    let mut out = opened.response.take_output().unwrap();
+    opened.response.head(200, &[("content-type", "application/json")]).await.unwrap();
+    opened.response.body(body.as_bytes()).await.unwrap();
+    match receipt(opened.sealed_digest, opened.response.content_digest()) {
+        Some(r) => opened.response.finish_with_trailer(&[(veil_enclave::gateway::server::RECEIPT_FIELD, r.as_str())]).await.unwrap(),
+        None => opened.response.finish().await.unwrap(),
+    }
+    let mut wire = Vec::new();
+    while let Ok(c) = out.try_recv() {
+        wire.extend(c);
+    }
+    wire
+}
+
+#[tokio::test]
+async fn a_completed_answer_needs_the_attested_entrys_receipt_for_this_request_and_body() {
+    use veil_attestation::receipt::{Answered, Digest32, ReceiptCheck, ReceiptExpectation, ReceiptSigner};
+    use veil_attestation::ManifestRoot;
+    let key = SealKey::generate(3).unwrap();
+    let entry_key = ReceiptSigner::generate().unwrap();
+    let other_entry = ReceiptSigner::generate().unwrap();
+    let (route, model) = (Digest32([7; 32]), ManifestRoot([9; 32]));
+    let sign = |by: &ReceiptSigner, request: [u8; 32], response: [u8; 32], route: Digest32| {
+        let answered = Answered {
+            request: Digest32(request),
+            response: Digest32(response),
+            model,
+            route,
+            prompt_tokens: 5,
+            completion_tokens: 2,
+            drafter: "none".into(),
+            shards: "s1r0:00".into(),
+        };
+        Some(by.sign(answered, std::time::SystemTime::now()).to_json())
+    };
+    type Case<'a> = (&'a str, Box<dyn Fn([u8; 32], [u8; 32]) -> Option<String> + 'a>, Option<ReceiptCheck>);
+    let cases: Vec<Case> = vec![
+        ("signed for this request and body", Box::new(|q, b| sign(&entry_key, q, b, route)), None),
+        ("no receipt (cut before it)", Box::new(|_, _| None), Some(ReceiptCheck::Format)),
+        ("not JSON", Box::new(|_, _| Some("{".into())), Some(ReceiptCheck::Format)),
+        ("another entry's key", Box::new(|q, b| sign(&other_entry, q, b, route)), Some(ReceiptCheck::Key)),
+        ("another route", Box::new(|q, b| sign(&entry_key, q, b, Digest32([8; 32]))), Some(ReceiptCheck::Route)),
+        ("another request", Box::new(|_, b| sign(&entry_key, [0; 32], b, route)), Some(ReceiptCheck::Request)),
+        ("another body", Box::new(|q, _| sign(&entry_key, q, [0; 32], route)), Some(ReceiptCheck::Response)),
+    ];
+    for (what, receipt, want) in cases {
+        let (sealed, opener) = seal(key.config(), request("{}")).await.unwrap();
+        let expect = ReceiptExpectation {
+            key: Some(entry_key.public()),
+            route,
+            model,
+            request: Some(Digest32::of(&sealed)),
+            response: None,
+            not_before: None,
+        };
+        let wire = answer_with(&key, sealed, r#"{"ok":true}"#, receipt).await;
+        let mut resp = opener.expect_receipt(expect).open(reader(wire)).await.unwrap();
+        let mut body = Vec::new();
+        let end = loop {
+            match resp.next().await {
+                Ok(Some(p)) => body.extend(p),
+                other => break other,
+            }
+        };
+        match (want, end) {
+            (None, Ok(None)) => {
+                let r = resp.receipt().expect("a checked receipt");
+                assert_eq!((r.prompt_tokens, r.completion_tokens), (5, 2));
+                assert_eq!(body, br#"{"ok":true}"#, "{what}");
+            }
+            (Some(check), Err(ClientError::Receipt(f))) => {
+                assert_eq!(f.check, check, "{what}: {f}");
+                assert!(resp.receipt().is_none(), "{what}");
+            }
+            (want, got) => panic!("{what}: wanted {want:?}, got {got:?}"),
+        }
+    }
+}

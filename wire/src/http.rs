@@ -44,6 +44,10 @@ pub const ROUTE_FIELD: &str = "veil-route";
 /// when the session did not speculate, else its name and how many rounds
 /// carried drafts). What it may be is the attested `drafter` of the route.
 pub const DRAFTER_FIELD: &str = "veil-drafter";
+/// Inside the sealed answer, the last field of every completed one (a
+/// trailer): the entry's signed receipt, JSON
+/// (`veil_attestation::receipt::Receipt`).
+pub const RECEIPT_FIELD: &str = "veil-receipt";
 /// Inside the sealed request: when it was sealed (Unix seconds), for the
 /// entry's replay window.
 pub const SENT_AT_FIELD: &str = "veil-sent-at";

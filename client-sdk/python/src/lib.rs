@@ -73,6 +73,12 @@ create_exception!(
 );
 create_exception!(
     _native,
+    ReceiptError,
+    VeilError,
+    "The answer opened to its authenticated end, but the entry's receipt for it is missing or fails a check (`check` names it): the attested entry did not sign for this request, this answer and the verified route."
+);
+create_exception!(
+    _native,
     Timeout,
     VeilError,
     "The host did not answer within the client's limit for a stage (`stage`). Nothing is retried."
@@ -132,6 +138,7 @@ fn py_error(py: Python<'_>, e: ClientError) -> PyErr {
         ClientError::Refused { .. } => Refused::new_err(message),
         ClientError::Api { .. } => ApiError::new_err(message),
         ClientError::Seal(SealError::Open(_)) => Truncated::new_err(message),
+        ClientError::Seal(SealError::Receipt(_)) => ReceiptError::new_err(message),
         ClientError::Seal(SealError::Stalled(_)) | ClientError::Timeout { .. } => Timeout::new_err(message),
         _ => ProtocolError::new_err(message),
     };
@@ -146,6 +153,7 @@ fn py_error(py: Python<'_>, e: ClientError) -> PyErr {
                 }
                 ClientError::Timeout { stage, .. } => value.setattr("stage", stage.to_string()),
                 ClientError::Seal(SealError::Stalled(_)) => value.setattr("stage", "between response chunks"),
+                ClientError::Seal(SealError::Receipt(f)) => value.setattr("check", f.check.name()),
                 _ => Ok(()),
             }
         };
@@ -185,10 +193,14 @@ struct Route {
     /// `ACCEPTED`, with the simulated notice where there is one.
     #[pyo3(get)]
     verdict: String,
+    /// The route document as verified, with the nonce and the time (JSON):
+    /// what `veil receipt verify --route` checks receipts against.
+    #[pyo3(get)]
+    saved: String,
 }
 
 impl Route {
-    fn new(route: &veil_client::sdk::VerifiedRoute) -> Self {
+    fn new(route: &veil_client::sdk::VerifiedRoute, saved: &veil_attestation::receipt::SavedRoute) -> Self {
         let json = veil_client::report::route_json(route);
         Self {
             checks: veil_client::report::route_text(route),
@@ -198,6 +210,7 @@ impl Route {
             model: route.model().to_owned(),
             verdict: json["verdict"].as_str().unwrap_or_default().to_owned(),
             json: json.to_string(),
+            saved: serde_json::to_string(saved).unwrap_or_default(),
         }
     }
 }
@@ -268,7 +281,8 @@ impl NativeClient {
 
     /// The verified route.
     fn route(&self) -> Route {
-        Route::new(self.current().route())
+        let client = self.current();
+        Route::new(client.route(), client.saved_route())
     }
 
     /// Sends one API call sealed to the entry and returns the response once
@@ -313,6 +327,7 @@ struct Ending {
     drafter_used: Option<String>,
     finish_reason: Option<String>,
     usage: Option<String>,
+    receipt: Option<String>,
 }
 
 /// Where a reader leaves its [`Ending`].
@@ -380,6 +395,7 @@ impl NativeResponse {
                 self.end.set(Ending {
                     route_used: resp.route_used().map(str::to_owned),
                     drafter_used: resp.drafter_used().map(str::to_owned),
+                    receipt: resp.receipt().map(|r| r.to_json()),
                     ..Ending::default()
                 });
                 Ok(None)
@@ -432,6 +448,7 @@ impl NativeTextStream {
                     drafter_used: resp.drafter_used().map(str::to_owned),
                     finish_reason: stream.finish_reason().map(str::to_owned),
                     usage: stream.usage().map(ToString::to_string),
+                    receipt: resp.receipt().map(|r| r.to_json()),
                 });
                 Ok(None)
             }
@@ -468,6 +485,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("AttestationError", py.get_type::<AttestationError>())?;
     m.add("Refused", py.get_type::<Refused>())?;
     m.add("ApiError", py.get_type::<ApiError>())?;
+    m.add("ReceiptError", py.get_type::<ReceiptError>())?;
     m.add("Truncated", py.get_type::<Truncated>())?;
     m.add("Timeout", py.get_type::<Timeout>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -17,6 +17,8 @@ verifies, and an answer the host cut short or altered raises ``Truncated``.
     print(answer.text)
     for piece in client.stream([{"role": "user", "content": "Hello"}]):
         print(piece, end="", flush=True)
+    answer.receipt  # the entry's signed receipt (checked), a dict
+    open("route.json", "w").write(client.saved_route())  # for `veil receipt verify`
 
     openai = veil.openai("http://127.0.0.1:8080", policy="policy.toml")
     openai.chat.completions.create(model="veil", messages=[...])
@@ -34,6 +36,7 @@ from ._native import (
     AttestationError,
     ConfigError,
     ProtocolError,
+    ReceiptError,
     Refused,
     Route,
     RouteRejected,
@@ -51,6 +54,7 @@ __all__ = [
     "Client",
     "ConfigError",
     "ProtocolError",
+    "ReceiptError",
     "Refused",
     "Route",
     "RouteRejected",
@@ -90,7 +94,13 @@ def verify(
 class ChatResult:
     """A complete chat answer, opened and authenticated."""
 
-    def __init__(self, body: Dict[str, Any], route_used: Optional[str], drafter_used: Optional[str]):
+    def __init__(
+        self,
+        body: Dict[str, Any],
+        route_used: Optional[str],
+        drafter_used: Optional[str],
+        receipt: Optional[str] = None,
+    ):
         self.json: Dict[str, Any] = body
         choice = (body.get("choices") or [{}])[0]
         self.text: str = (choice.get("message") or {}).get("content") or ""
@@ -98,6 +108,9 @@ class ChatResult:
         self.usage: Optional[Dict[str, Any]] = body.get("usage")
         self.route_used = route_used
         self.drafter_used = drafter_used
+        # The entry's signed receipt, already checked against the verified
+        # route, the sealed request and this answer (``ReceiptError`` if not).
+        self.receipt: Optional[Dict[str, Any]] = None if receipt is None else json.loads(receipt)
 
     def __repr__(self) -> str:
         return f"ChatResult(text={self.text!r}, finish_reason={self.finish_reason!r})"
@@ -106,8 +119,9 @@ class ChatResult:
 class ChatStream:
     """A streamed chat answer: iterate for text pieces. It ends only at the
     seal's authenticated end; a stream the host cut or altered raises
-    ``Truncated`` instead of ending early. ``finish_reason``, ``usage``,
-    ``route_used`` and ``drafter_used`` are set once it has ended."""
+    ``Truncated`` instead of ending early, and one whose receipt is missing
+    or wrong raises ``ReceiptError``. ``finish_reason``, ``usage``,
+    ``route_used``, ``drafter_used`` and ``receipt`` are set once it has ended."""
 
     def __init__(self, native: "_native.NativeTextStream"):
         self._native = native
@@ -145,6 +159,11 @@ class ChatStream:
     @property
     def drafter_used(self) -> Optional[str]:
         return self._native.ending.drafter_used
+
+    @property
+    def receipt(self) -> Optional[Dict[str, Any]]:
+        receipt = self._native.ending.receipt
+        return None if receipt is None else json.loads(receipt)
 
 
 class Client:
@@ -202,12 +221,18 @@ class Client:
             answer = json.loads(raw)
         except ValueError as e:
             raise ProtocolError(f"the answer is not JSON: {e}") from None
-        return ChatResult(answer, resp.ending.route_used, resp.ending.drafter_used)
+        return ChatResult(answer, resp.ending.route_used, resp.ending.drafter_used, resp.ending.receipt)
 
     def stream(self, messages: Sequence[Message], **params: Any) -> ChatStream:
         """``chat`` as a stream of text pieces (see ``ChatStream``)."""
         body = _chat_body(messages, params, stream=True)
         return ChatStream(self._native.stream(CHAT_COMPLETIONS_PATH, body))
+
+    def saved_route(self) -> str:
+        """The route document as this client last verified it, with its nonce
+        and time (JSON): keep it beside the receipts; ``veil receipt verify
+        RECEIPT --route FILE --policy P`` checks them against it offline."""
+        return self._native.route().saved
 
     def __repr__(self) -> str:
         return f"<veil.Client {self.url} {self.route!r}>"

@@ -40,6 +40,11 @@ class ApiError(VeilError):
 class Truncated(VeilError):
     """The sealed response did not open to its authenticated end (cut short or altered)."""
 
+class ReceiptError(VeilError):
+    """The answer's receipt is missing or fails a check (`check` names it)."""
+
+    check: str
+
 class Timeout(VeilError):
     """The host did not answer within a stage's limit."""
 
@@ -57,6 +62,8 @@ class Route:
     """Every warning a reviewer must see (simulated evidence, unknown fields)."""
     model: str
     verdict: str
+    saved: str
+    """The route document as verified, with its nonce and time (JSON), for `veil receipt verify`."""
     def to_json(self) -> str:
         """The whole verdict: the document `veil verify --json` prints."""
 
@@ -67,6 +74,7 @@ class Ending:
     drafter_used: Optional[str]
     finish_reason: Optional[str]
     usage: Optional[str]
+    receipt: Optional[str]
 
 class NativeResponse:
     status: int

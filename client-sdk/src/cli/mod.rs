@@ -15,6 +15,7 @@ pub mod policy_check;
 pub mod policy_edit;
 pub mod policy_init;
 pub mod proxy;
+pub mod receipt;
 pub mod route;
 pub mod sim_init;
 pub mod verify;
@@ -66,6 +67,9 @@ pub enum Command {
     /// Policies.
     #[command(subcommand)]
     Policy(PolicyCommand),
+    /// Answers' receipts, signed by the attested entry.
+    #[command(subcommand)]
+    Receipt(ReceiptCommand),
     /// Compare the route's greedy answers to canary prompts with a reference recorded locally (`veil-shard canary`).
     Canary(CanaryArgs),
     /// Reproduce the SEV-SNP launch measurement of a guest from its launch inputs (firmware, kernel, initrd, command line, vCPUs).
@@ -294,6 +298,26 @@ impl PolicyArgs {
     }
 }
 
+/// `veil receipt …`
+#[derive(Debug, Subcommand)]
+pub enum ReceiptCommand {
+    /// Check receipts offline against the saved route documents they were answered on; exit 0 when every one verifies.
+    Verify(ReceiptVerifyArgs),
+}
+
+/// `veil receipt verify RECEIPTS --route ROUTES --policy P`
+#[derive(Debug, Args)]
+pub struct ReceiptVerifyArgs {
+    /// A receipt (JSON), or JSON lines of them (`veil proxy --receipts`'s file).
+    pub receipts: PathBuf,
+    /// The saved route document (`veil verify --save-route`), or JSON lines of them (the proxy's file again).
+    #[arg(long, value_name = "FILE")]
+    pub route: PathBuf,
+    /// The policy the route was verified against.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
 /// `veil proxy URL`
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
@@ -308,6 +332,10 @@ pub struct ProxyArgs {
     /// Also trust these PEM certificate authorities for the host's https:// URL.
     #[arg(long)]
     pub ca: Option<PathBuf>,
+    /// Append every verified route document and every answer's checked receipt to FILE, as JSON lines
+    /// (`veil receipt verify FILE --route FILE`).
+    #[arg(long, value_name = "FILE")]
+    pub receipts: Option<PathBuf>,
 }
 
 /// `veil web URL`
@@ -344,6 +372,9 @@ pub struct RouteVerifyArgs {
     /// Print the whole verdict as JSON (every table, simulated flags) for scripts.
     #[arg(long)]
     pub json: bool,
+    /// Write the route document as verified (with its nonce and time) to FILE, to check receipts against later.
+    #[arg(long, value_name = "FILE")]
+    pub save_route: Option<PathBuf>,
 }
 
 /// `veil chat URL`
@@ -527,6 +558,7 @@ pub fn run(cli: Cli) -> Exit {
         Command::Policy(PolicyCommand::New(args)) => policy_edit::new(&args),
         Command::Policy(PolicyCommand::Edit(edit)) => policy_edit::run(&edit),
         Command::Measure(args) => measure::run(&args),
+        Command::Receipt(ReceiptCommand::Verify(args)) => receipt::verify(&args),
     }
 }
 

@@ -5,6 +5,8 @@
 //! only if the attested entry's key really changed. A sealed response that
 //! fails to open is never passed on: a complete one becomes a 502, a stream
 //! gets an error event and is aborted without its chunked terminator.
+//! With `--receipts FILE` it appends each route document it verified and
+//! each answer's checked receipt to FILE as JSON lines.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -19,6 +21,7 @@ use tokio::sync::RwLock;
 use super::{Exit, ProxyArgs};
 use crate::sdk::{Client, ClientError, ConnectOptions};
 use crate::seal::OpenedResponse;
+use veil_attestation::receipt::{Receipt, SavedRoute};
 
 pub(super) type BodyError = Box<dyn std::error::Error + Send + Sync>;
 pub(super) type Body = http_body_util::combinators::BoxBody<Bytes, BodyError>;
@@ -32,6 +35,44 @@ struct Proxy {
     policy: veil_attestation::Policy,
     options: ConnectOptions,
     client: RwLock<Arc<Client>>,
+    receipts: Option<Arc<ReceiptLog>>,
+}
+
+/// `--receipts FILE`: JSON lines `{"route": SavedRoute}` (each route the
+/// proxy verified, before the first answer on it) and `{"receipt": Receipt}`
+/// (each answer's receipt, checked by the SDK before it is written).
+#[derive(Debug)]
+pub struct ReceiptLog {
+    file: std::sync::Mutex<(std::fs::File, Option<u64>)>,
+}
+
+impl ReceiptLog {
+    /// Opens `path` for appending (created if missing).
+    pub fn open(path: &std::path::Path) -> std::io::Result<Self> {
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Self { file: std::sync::Mutex::new((file, None)) })
+    }
+
+    fn append(&self, route: &SavedRoute, receipt: Option<&Receipt>) {
+        use std::io::Write as _;
+        let mut guard = self.file.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (file, last) = &mut *guard;
+        // A route is written once, before the first receipt on it (its
+        // verification time tells one verification from the next).
+        let mut lines = String::new();
+        if *last != Some(route.verified_at) {
+            lines += &serde_json::json!({ "route": route }).to_string();
+            lines.push('\n');
+        }
+        if let Some(r) = receipt {
+            lines += &serde_json::json!({ "receipt": r }).to_string();
+            lines.push('\n');
+        }
+        match file.write_all(lines.as_bytes()).and_then(|()| file.flush()) {
+            Ok(()) => *last = Some(route.verified_at),
+            Err(e) => tracing::error!(error = %e, "cannot append to the receipts file"),
+        }
+    }
 }
 
 fn error_body(message: &str, kind: &str) -> serde_json::Value {
@@ -50,13 +91,25 @@ impl Proxy {
     /// Sends once; through a key rotation the entry's evidence proves (not a
     /// status code the host chose), re-seals to the new key and keeps the
     /// re-verified client (`Client::call_reverifying`).
-    async fn call(&self, method: &str, path: &str, body: Vec<u8>) -> Result<OpenedResponse, ClientError> {
+    /// Also returns the route the answer is on.
+    async fn call(&self, method: &str, path: &str, body: Vec<u8>) -> Result<(OpenedResponse, Arc<Client>), ClientError> {
         let client = self.client.read().await.clone();
         let (answer, fresh) = client.call_reverifying(&self.policy, &self.options, method, path, body).await?;
-        if let Some(fresh) = fresh {
-            *self.client.write().await = Arc::new(fresh);
+        match fresh {
+            Some(fresh) => {
+                let fresh = Arc::new(fresh);
+                *self.client.write().await = fresh.clone();
+                Ok((answer, fresh))
+            }
+            None => Ok((answer, client)),
         }
-        Ok(answer)
+    }
+
+    /// Appends the answer's receipt (and its route, the first time) to the log.
+    fn log_receipt(log: Option<&ReceiptLog>, client: &Client, opened: &OpenedResponse) {
+        if let (Some(log), Some(receipt)) = (log, opened.receipt()) {
+            log.append(client.saved_route(), Some(receipt));
+        }
     }
 
     async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
@@ -70,7 +123,7 @@ impl Proxy {
             Ok(b) => b.to_bytes().to_vec(),
             Err(_) => return json_error(StatusCode::PAYLOAD_TOO_LARGE, "request body too large"),
         };
-        let mut opened = match self.call(&method, &path, body).await {
+        let (mut opened, client) = match self.call(&method, &path, body).await {
             Ok(o) => o,
             Err(e @ ClientError::Timeout { .. }) => return json_error(StatusCode::GATEWAY_TIMEOUT, &e.to_string()),
             Err(e) => return json_error(StatusCode::BAD_GATEWAY, &e.to_string()),
@@ -94,6 +147,7 @@ impl Proxy {
                     }
                 }
             }
+            Self::log_receipt(self.receipts.as_deref(), &client, &opened);
             let mut r = Response::new(Full::new(Bytes::from(all)).map_err(|e| match e {}).boxed());
             *r.status_mut() = status;
             if let Ok(v) = content_type.parse() {
@@ -102,6 +156,7 @@ impl Proxy {
             return r;
         }
         let (tx, mut rx) = tokio::sync::mpsc::channel::<Result<Bytes, BodyError>>(16);
+        let log = self.receipts.clone();
         tokio::spawn(async move {
             // The stream's terminator (`data: [DONE]`) is held back until the
             // sealed stream's authenticated end has been read: a client that
@@ -123,6 +178,7 @@ impl Proxy {
                         }
                     }
                     Ok(None) => {
+                        Self::log_receipt(log.as_deref(), &client, &opened);
                         if let Some(h) = held.take() {
                             let _ = tx.send(Ok(h)).await;
                         }
@@ -185,10 +241,23 @@ pub fn run(args: &ProxyArgs) -> Exit {
             return Exit::Unreadable;
         }
     };
-    rt.block_on(serve(args.url.clone(), policy, options, args.listen))
+    let receipts = match args.receipts.as_deref().map(ReceiptLog::open).transpose() {
+        Ok(log) => log.map(Arc::new),
+        Err(e) => {
+            eprintln!("veil proxy: --receipts: {e}");
+            return Exit::Unreadable;
+        }
+    };
+    rt.block_on(serve(args.url.clone(), policy, options, args.listen, receipts))
 }
 
-async fn serve(url: String, policy: veil_attestation::Policy, options: ConnectOptions, listen: SocketAddr) -> Exit {
+async fn serve(
+    url: String,
+    policy: veil_attestation::Policy,
+    options: ConnectOptions,
+    listen: SocketAddr,
+    receipts: Option<Arc<ReceiptLog>>,
+) -> Exit {
     let listener = match tokio::net::TcpListener::bind(listen).await {
         Ok(l) => l,
         Err(e) => {
@@ -196,17 +265,19 @@ async fn serve(url: String, policy: veil_attestation::Policy, options: ConnectOp
             return Exit::Unreadable;
         }
     };
-    serve_on(listener, url, policy, options).await
+    serve_on(listener, url, policy, options, receipts).await
 }
 
 /// Verifies the route at `url` against `policy`, then serves the plain API
 /// on `listener` until Ctrl-C; refuses to start (returns) when verification
 /// fails. The listener should be on loopback: what it serves is plaintext.
+/// With `receipts`, every verified route and answer's receipt is appended.
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
     url: String,
     policy: veil_attestation::Policy,
     options: ConnectOptions,
+    receipts: Option<Arc<ReceiptLog>>,
 ) -> Exit {
     let listen = match listener.local_addr() {
         Ok(a) => a,
@@ -238,7 +309,10 @@ pub async fn serve_on(
         eprintln!("veil proxy: WARNING: {notice}");
     }
     println!("listening on http://{listen}/v1");
-    let proxy = Arc::new(Proxy { policy, options, client: RwLock::new(Arc::new(client)) });
+    if let Some(log) = &receipts {
+        log.append(client.saved_route(), None);
+    }
+    let proxy = Arc::new(Proxy { policy, options, client: RwLock::new(Arc::new(client)), receipts });
     serve_until_ctrl_c(&listener, move |req| proxy.clone().handle(req)).await
 }
 

@@ -33,6 +33,14 @@ fn connect(
     }
 }
 
+/// `--save-route FILE`: the route document as verified, with its nonce and
+/// time, for `veil receipt verify` (written only for an accepted route).
+fn save_route(path: Option<&std::path::Path>, client: &Client) -> Result<(), (Exit, String)> {
+    let Some(path) = path else { return Ok(()) };
+    let json = serde_json::to_string_pretty(client.saved_route()).unwrap_or_default();
+    std::fs::write(path, json + "\n").map_err(|e| (Exit::Unreadable, format!("--save-route {}: {e}", path.display())))
+}
+
 /// `veil verify URL --policy P --json`: the whole verdict for scripts.
 fn verify_json(args: &RouteVerifyArgs) -> Exit {
     let policy = match policy(&args.policy) {
@@ -58,6 +66,10 @@ fn verify_json(args: &RouteVerifyArgs) -> Exit {
     };
     let (out, exit) = match rt.block_on(Client::connect_with(&args.url, &policy, &options)) {
         Ok(client) => {
+            if let Err((exit, message)) = save_route(args.save_route.as_deref(), &client) {
+                eprintln!("{message}");
+                return exit;
+            }
             let json = route_json(client.route());
             (json, Exit::Accepted)
         }
@@ -96,6 +108,10 @@ pub fn verify(args: &RouteVerifyArgs) -> Exit {
             exit
         }
         Ok((_, client)) => {
+            if let Err((exit, message)) = save_route(args.save_route.as_deref(), &client) {
+                eprintln!("{message}");
+                return exit;
+            }
             let route = client.route();
             let mut out = route_text(route);
             let _ = writeln!(

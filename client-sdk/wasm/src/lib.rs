@@ -36,6 +36,7 @@ fn error(kind: &str, message: &str, checks: Option<String>, who: Option<&str>) -
 fn seal_error(e: SealError) -> JsValue {
     match e {
         SealError::Open(_) => error("truncated", &e.to_string(), None, None),
+        SealError::Receipt(_) => error("receipt", &e.to_string(), None, None),
         _ => error("protocol", &e.to_string(), None, None),
     }
 }

@@ -145,6 +145,8 @@ pub struct Opened {
     pub request: bhttp::Message,
     /// Seals the response to the same client.
     pub response: ResponseSealer,
+    /// SHA-256 of the sealed request as received (what its receipt names).
+    pub sealed_digest: [u8; 32],
 }
 
 impl std::fmt::Debug for Opened {
@@ -196,6 +198,7 @@ impl SealKey {
         }
         let mut enc = [0u8; ENC_LEN];
         enc.copy_from_slice(&sealed[HEADER_LEN..HEADER_LEN + ENC_LEN]);
+        let sealed_digest: [u8; 32] = Sha256::digest(&sealed).into();
         let mut request = self.server.clone().decapsulate_stream(Cursor::new(sealed));
         let mut plain = Vec::new();
         request.read_to_end(&mut plain).await.map_err(|e| GatewaySealError::Open(e.to_string()))?;
@@ -222,7 +225,8 @@ impl SealKey {
         let probe = tx.clone();
         let writer = request.response(ChannelWriter(tx)).map_err(|e| GatewaySealError::Open(e.to_string()))?;
         let writer: Pin<Box<dyn AsyncWrite + Send>> = Box::pin(writer);
-        Ok(Opened { request: message, response: ResponseSealer { writer, out: Some(rx), probe, state: State::Head } })
+        let response = ResponseSealer { writer, out: Some(rx), probe, state: State::Head, content: Sha256::new() };
+        Ok(Opened { request: message, response, sealed_digest })
     }
 
     fn remember(&self, enc: [u8; ENC_LEN], sent: u64, until: u64, now: u64) -> Result<(), GatewaySealError> {
@@ -269,6 +273,8 @@ pub struct ResponseSealer {
     /// reader (the connection to the client, through the host) is gone.
     probe: mpsc::UnboundedSender<Vec<u8>>,
     state: State,
+    /// SHA-256 of the body written so far (what the receipt names).
+    content: Sha256,
 }
 
 impl std::fmt::Debug for ResponseSealer {
@@ -332,10 +338,17 @@ impl ResponseSealer {
         if piece.is_empty() {
             return Ok(());
         }
+        self.content.update(piece);
         let mut b = Vec::with_capacity(piece.len() + 8);
         varint(piece.len() as u64, &mut b);
         b.extend_from_slice(piece);
         self.write(&b).await
+    }
+
+    /// SHA-256 of the body written so far: once it is whole, the digest a
+    /// client computes over what it read.
+    pub fn content_digest(&self) -> [u8; 32] {
+        self.content.clone().finalize().into()
     }
 
     /// Ends the body and trailers and closes the seal with the final chunk.

@@ -30,6 +30,7 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use serde_json::json;
 use tokio::sync::mpsc;
+use veil_attestation::receipt::{route_id, Answered, Digest32, ReceiptSigner};
 use veil_attestation::route::{links_commitment, AttestationDoc, DrafterInfo, LinkedShard, RouteShape, DOC_VERSION};
 use veil_attestation::{Attester, Claims, Nonce, Policy};
 
@@ -39,7 +40,7 @@ use crate::pipeline::entry::{Entry, Failure, GenerateEvent};
 use veil_wire::Blame;
 
 use veil_wire::http::{ATTESTATION_PATH, EVENT_STREAM_TYPE, HEALTH_PATH, JSON_TYPE, METRICS_PATH, SEALED_PATH};
-pub use veil_wire::http::{DRAFTER_FIELD, ROUTE_FIELD, SEALED_REQUEST_TYPE, SEALED_RESPONSE_TYPE};
+pub use veil_wire::http::{DRAFTER_FIELD, RECEIPT_FIELD, ROUTE_FIELD, SEALED_REQUEST_TYPE, SEALED_RESPONSE_TYPE};
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
@@ -54,6 +55,8 @@ pub struct Gateway {
     shape: RouteShape,
     /// The drafter this entry speculates with (its digest is in `claims`).
     drafter: DrafterInfo,
+    /// Signs a receipt for every answer; its public key is in `claims`.
+    receipts: ReceiptSigner,
     /// Evidence generations in flight for requests without a nonce: more
     /// get 503, so the attestation endpoint cannot be used to burn the
     /// entry's CPU.
@@ -123,7 +126,8 @@ impl Gateway {
     /// A gateway for `entry`, sealing with `key`; fresh evidence comes from
     /// `attester` over `claims` (the entry's, including the key's hash and
     /// the digests of `peer_policy` and `shape`, which the document
-    /// publishes) and the digest of `drafter`, which it publishes too.
+    /// publishes) and the digest of `drafter`, which it publishes too, and
+    /// the public half of a receipt key generated here.
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         entry: Arc<Entry>,
@@ -134,11 +138,12 @@ impl Gateway {
         peer_policy: Arc<Policy>,
         shape: RouteShape,
         drafter: DrafterInfo,
-    ) -> Self {
+    ) -> Result<Self, String> {
         let evidence_permits = Arc::new(tokio::sync::Semaphore::new(MAX_EVIDENCE_IN_FLIGHT));
-        let claims = Claims { drafter: Some(drafter.digest()), ..claims };
+        let receipts = ReceiptSigner::generate()?;
+        let claims = Claims { drafter: Some(drafter.digest()), receipt_key: Some(receipts.public()), ..claims };
         let (batch_tx, batch_rx) = mpsc::channel(MAX_ATTESTATION_QUEUE);
-        Self {
+        Ok(Self {
             entry,
             key,
             attester,
@@ -147,10 +152,11 @@ impl Gateway {
             peer_policy,
             shape,
             drafter,
+            receipts,
             evidence_permits,
             batch_tx,
             batch_rx: std::sync::Mutex::new(Some(batch_rx)),
-        }
+        })
     }
 
     /// Builds evidence for waiting verifiers, a batch at a time: every nonce
@@ -192,13 +198,7 @@ impl Gateway {
         nonce: Option<Nonce>,
     ) -> Result<(veil_attestation::EvidenceBundle, Vec<LinkedShard>), EvidenceFailure> {
         // The shards listed are exactly those this fresh evidence commits to.
-        let shards: Vec<LinkedShard> = self
-            .entry
-            .verified_shards()
-            .await
-            .into_iter()
-            .map(|s| LinkedShard { stage: s.stage as u32, replica: s.replica as u32, evidence: s.bundle })
-            .collect();
+        let shards = self.linked_shards().await;
         let claims = Claims { nonce, route_links: Some(links_commitment(&shards)), ..self.claims.clone() };
         let attester = self.attester.clone();
         match tokio::task::spawn_blocking(move || attester.evidence(&claims)).await {
@@ -206,6 +206,36 @@ impl Gateway {
             Ok(Err(e)) => Err(EvidenceFailure::Attester(e.to_string())),
             Err(_) => Err(EvidenceFailure::Task),
         }
+    }
+
+    /// The shards the entry has verified and holds live links to.
+    async fn linked_shards(&self) -> Vec<LinkedShard> {
+        self.entry
+            .verified_shards()
+            .await
+            .into_iter()
+            .map(|s| LinkedShard { stage: s.stage as u32, replica: s.replica as u32, evidence: s.bundle })
+            .collect()
+    }
+
+    /// The signed receipt (JSON) for an answer whose whole body hashes to
+    /// `response` (`ResponseSealer::content_digest`), naming the route as the entry's evidence would attest
+    /// it now (`veil_attestation::receipt::route_id`).
+    async fn receipt(&self, request: [u8; 32], response: [u8; 32], tokens: (usize, usize), ran: [&str; 2]) -> String {
+        let links = links_commitment(&self.linked_shards().await);
+        let claims = Claims { route_links: Some(links), ..self.claims.clone() };
+        let answered = Answered {
+            request: Digest32(request),
+            response: Digest32(response),
+            model: self.claims.manifest_root.unwrap_or(veil_attestation::ManifestRoot([0; 32])),
+            // Our own claims encode: they were bound into evidence at start.
+            route: route_id(&claims).unwrap_or(Digest32([0; 32])),
+            prompt_tokens: tokens.0 as u64,
+            completion_tokens: tokens.1 as u64,
+            drafter: ran[0].to_owned(),
+            shards: ran[1].to_owned(),
+        };
+        self.receipts.sign(answered, SystemTime::now()).to_json()
     }
 
     /// Serves the gateway until the listener fails.
@@ -321,6 +351,7 @@ impl Gateway {
             return plain_error(StatusCode::INTERNAL_SERVER_ERROR, "response stream unavailable");
         };
         let request = opened.request;
+        let sealed_digest = opened.sealed_digest;
         let control = request.control();
         let method = control.method().unwrap_or_default().to_vec();
         let path = control.path().unwrap_or_default().to_vec();
@@ -346,7 +377,7 @@ impl Gateway {
             let result = match routed {
                 Ok(Route::Model) => respond(sealer, 200, JSON_TYPE, &openai::model_body(&gw.model_name, now())).await,
                 Ok(Route::Models) => respond(sealer, 200, JSON_TYPE, &openai::models_body(&gw.model_name, now())).await,
-                Ok(Route::Generate(call)) => gw.run(*call, sealer).await,
+                Ok(Route::Generate(call)) => gw.run(*call, sealer, sealed_digest).await,
                 Err(e) => respond(sealer, e.status, JSON_TYPE, &e.body()).await,
             };
             if let Err(e) = result {
@@ -363,7 +394,7 @@ impl Gateway {
         r
     }
 
-    async fn run(&self, call: Call, mut sealer: ResponseSealer) -> Result<(), GatewaySealError> {
+    async fn run(&self, call: Call, mut sealer: ResponseSealer, sealed: [u8; 32]) -> Result<(), GatewaySealError> {
         let (tx, mut rx) = mpsc::unbounded_channel();
         let (routes_tx, mut routes_rx) = mpsc::unbounded_channel();
         let prompt_tokens = call.request.prompt_ids.len();
@@ -418,7 +449,9 @@ impl Gateway {
                         ];
                         sealer.head(200, &fields).await?;
                         sealer.body(&openai::pad_body(body)).await?;
-                        return sealer.finish().await;
+                        let tokens = (prompt_tokens, g.ids.len());
+                        let receipt = self.receipt(sealed, sealer.content_digest(), tokens, [&drafter, &route]).await;
+                        return sealer.finish_with_trailer(&[(RECEIPT_FIELD, receipt.as_str())]).await;
                     }
                     GenerateEvent::Error(f) => {
                         let e = server_error(&f);
@@ -457,9 +490,14 @@ impl Gateway {
                     sealer.body(&openai::sse_done()).await?;
                     let route = routes_used();
                     let drafter = drafter_ran(&g);
-                    return sealer
-                        .finish_with_trailer(&[(ROUTE_FIELD, route.as_str()), (DRAFTER_FIELD, drafter.as_str())])
-                        .await;
+                    let tokens = (prompt_tokens, g.ids.len());
+                    let receipt = self.receipt(sealed, sealer.content_digest(), tokens, [&drafter, &route]).await;
+                    let trailer = [
+                        (ROUTE_FIELD, route.as_str()),
+                        (DRAFTER_FIELD, drafter.as_str()),
+                        (RECEIPT_FIELD, receipt.as_str()),
+                    ];
+                    return sealer.finish_with_trailer(&trailer).await;
                 }
                 GenerateEvent::Error(f) => {
                     sealer.body(&openai::sse_error(&server_error(&f))).await?;

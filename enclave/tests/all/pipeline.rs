@@ -350,9 +350,33 @@ fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
         // speculate), and named inside the seal as the one that ran.
         assert_eq!(client.route().drafter().map(|d| d.kind.as_str()), Some("none"));
         assert_eq!(resp.drafter_used(), Some("none"));
-        let v: serde_json::Value = serde_json::from_slice(&resp.collect().await.unwrap()).unwrap();
+        let mut resp = resp;
+        let mut body = Vec::new();
+        while let Some(p) = resp.next().await.unwrap() {
+            body.extend(p);
+        }
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(v["choices"][0]["message"]["content"], expected.text);
         assert_eq!(v["usage"]["completion_tokens"], expected.ids.len());
+        // The entry's receipt, checked by the SDK as the answer ended: its
+        // counts are the answer's, and it verifies offline against the route
+        // document as saved (a file written and read back), which pins it to
+        // this route: another policy refuses it, and an edited receipt fails.
+        let receipt = resp.receipt().expect("a completed answer carries its checked receipt").clone();
+        assert_eq!(receipt.completion_tokens as usize, expected.ids.len());
+        assert_eq!(receipt.prompt_tokens, v["usage"]["prompt_tokens"].as_u64().unwrap());
+        assert_eq!(receipt.shards, want_route);
+        let saved: veil_attestation::receipt::SavedRoute =
+            serde_json::from_str(&serde_json::to_string(client.saved_route()).unwrap()).unwrap();
+        saved.check_receipt(&receipt, &policy).unwrap();
+        let mut edited = receipt.clone();
+        edited.completion_tokens += 1;
+        let failed = saved.check_receipt(&edited, &policy).unwrap_err();
+        assert_eq!(failed.check, veil_attestation::receipt::ReceiptCheck::Signature, "{failed}");
+        let mut stricter = policy.clone();
+        stricter.allow_simulated = false;
+        let failed = saved.check_receipt(&receipt, &stricter).unwrap_err();
+        assert_eq!(failed.check, veil_attestation::receipt::ReceiptCheck::RouteDocument, "{failed}");
         // Streamed: the deltas add up to the same text; usage before [DONE].
         let mut stream_req = chat.clone();
         stream_req["stream"] = true.into();
@@ -366,6 +390,11 @@ fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
         }
         assert_eq!(resp.route_used(), Some(want_route.as_str()), "the stream's trailer names its route");
         assert_eq!(resp.drafter_used(), Some("none"), "the stream's trailer names its drafter");
+        let streamed = resp.receipt().expect("the stream's trailer carries its receipt");
+        assert_eq!(streamed.completion_tokens as usize, expected.ids.len());
+        assert_ne!(streamed.id, receipt.id);
+        assert_ne!(streamed.request, receipt.request, "each receipt names its own sealed request");
+        saved.check_receipt(streamed, &policy).unwrap();
         let sse = String::from_utf8(sse).unwrap();
         // The last event is the end marker (padded, like every event).
         let last = sse.trim_end_matches('\n').rsplit("\n\n").next().unwrap();
