@@ -12,8 +12,10 @@
 //!   client reads: SSE events or the JSON answer, padding included);
 //! - `model`: the entry's manifest root;
 //! - `route`: the [`RouteId`] of the route that served it (see [`route_id`]);
-//! - prompt and completion token counts, the drafter that ran, the shards
-//!   the session ran on, the entry's time, and a random receipt id.
+//! - `shards`: the shards the session ran on, each by stage, replica and
+//!   attested TLS key hash (the `veil-route` field);
+//! - prompt and completion token counts, the drafter that ran, the entry's
+//!   time, and a random receipt id.
 //!
 //! The signature is over a canonical, domain-separated encoding
 //! ([`Receipt::signed_bytes`]): `"veil/receipt/v1\0"`, then for each field in
@@ -91,16 +93,18 @@ impl<'de> Deserialize<'de> for Digest32 {
 }
 
 /// The identity of a route a receipt names: SHA-256 of
-/// `"veil/receipt-route/v1\0" ‖ encode(entry claims without nonce and GPU
-/// evidence hash)`. It covers the entry's TLS and sealing keys, receipt
-/// key, manifest root, layers, software version, peer policy, route shape,
-/// drafter, and the commitment to every linked shard's evidence; it leaves
-/// out what changes with each verifier's nonce.
+/// `"veil/receipt-route/v1\0" ‖ encode(entry claims without nonce, GPU
+/// evidence hash and links commitment)`. It covers the entry's TLS and
+/// sealing keys, receipt key, manifest root, layers, software version, the
+/// peer policy every shard enforces, the route shape and the drafter. It
+/// leaves out what changes with each verifier's nonce, and the set of
+/// linked replicas, which changes when one restarts or joins: the receipt
+/// names the shards the answer ran on in its signed `shards` field instead.
 pub type RouteId = Digest32;
 
 /// [`RouteId`] of the route whose entry makes `claims`.
 pub fn route_id(claims: &Claims) -> Result<RouteId, String> {
-    let stable = Claims { nonce: None, gpu_evidence_hash: None, ..claims.clone() };
+    let stable = Claims { nonce: None, gpu_evidence_hash: None, route_links: None, ..claims.clone() };
     let mut h = Sha256::new();
     h.update(ROUTE_ID_DOMAIN);
     h.update(stable.encode()?);
@@ -559,7 +563,7 @@ mod tests {
     }
 
     #[test]
-    fn the_route_id_ignores_the_nonce_but_not_the_links_or_keys() {
+    fn the_route_id_ignores_the_nonce_and_relinks_but_not_keys_or_policy() {
         let base = Claims {
             nonce: Some(Nonce::new(vec![1; 32]).unwrap()),
             receipt_key: Some(ReceiptKey([5; 32])),
@@ -570,8 +574,12 @@ mod tests {
         let other_nonce = Claims { nonce: Some(Nonce::new(vec![2; 32]).unwrap()), ..base.clone() };
         assert_eq!(route_id(&other_nonce).unwrap(), id);
         let relinked = Claims { route_links: Some(crate::LinksCommitment([7; 32])), ..base.clone() };
-        assert_ne!(route_id(&relinked).unwrap(), id);
-        let rekeyed = Claims { receipt_key: Some(ReceiptKey([8; 32])), ..base };
+        assert_eq!(route_id(&relinked).unwrap(), id);
+        let rekeyed = Claims { receipt_key: Some(ReceiptKey([8; 32])), ..base.clone() };
         assert_ne!(route_id(&rekeyed).unwrap(), id);
+        let other_policy = Claims { peer_policy: Some(crate::PolicyDigest([9; 32])), ..base.clone() };
+        assert_ne!(route_id(&other_policy).unwrap(), id);
+        let other_shape = Claims { route_shape: Some(crate::RouteDigest([9; 32])), ..base };
+        assert_ne!(route_id(&other_shape).unwrap(), id);
     }
 }

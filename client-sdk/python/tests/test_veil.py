@@ -205,3 +205,104 @@ def test_a_stalling_host_times_out(cluster: Cluster, relay: Relay) -> None:
     with pytest.raises(veil.Timeout) as late:
         client.chat(MESSAGES, max_tokens=4)
     assert "first byte" in late.value.stage
+
+
+def receipt_verify(receipts: object, route: object, policy: object) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [binary("veil"), "receipt", "verify", str(receipts), "--route", str(route), "--policy", str(policy)],
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_receipts_verify_offline_and_an_edit_fails_on_the_check_it_touches(cluster: Cluster, tmp_path) -> None:
+    client = veil.Client(cluster.url, policy=cluster.policy)
+    answer = client.chat(MESSAGES, max_tokens=8, temperature=0)
+    receipt = answer.receipt
+    assert receipt and answer.usage, "a completed answer carries the entry's checked receipt"
+    assert receipt["completion_tokens"] == answer.usage["completion_tokens"]
+    assert receipt["prompt_tokens"] == answer.usage["prompt_tokens"]
+    assert receipt["shards"] == answer.route_used and receipt["drafter"] == answer.drafter_used
+    streamed = client.stream(MESSAGES, max_tokens=8, temperature=0)
+    assert "".join(streamed) == answer.text
+    assert streamed.receipt and streamed.receipt["id"] != receipt["id"]
+    assert streamed.receipt["route"] == receipt["route"] and streamed.receipt["request"] != receipt["request"]
+
+    route = tmp_path / "route.json"
+    route.write_text(client.saved_route())
+    saved = tmp_path / "receipt.json"
+    saved.write_text(json.dumps(receipt))
+    ok = receipt_verify(saved, route, cluster.policy)
+    assert ok.returncode == 0 and "ACCEPTED: 1 of 1 receipt(s)" in ok.stdout, ok.stdout + ok.stderr
+
+    def flip(hex_digits: str) -> str:
+        return ("1" if hex_digits[0] == "0" else "0") + hex_digits[1:]
+
+    edits = [
+        ("completion_tokens", receipt["completion_tokens"] + 1, "signature"),
+        ("prompt_tokens", 0, "signature"),
+        ("drafter", "none", "signature"),
+        ("request", flip(receipt["request"]), "signature"),
+        ("route", flip(receipt["route"]), "route"),
+        ("model", flip(receipt["model"]), "model"),
+        ("key", flip(receipt["key"]), "key"),
+        ("time", 1, "time"),
+        ("version", 2, "format"),
+    ]
+    for field, value, check in edits:
+        edited = dict(receipt, **{field: value})
+        saved.write_text(json.dumps(edited))
+        bad = receipt_verify(saved, route, cluster.policy)
+        assert bad.returncode == 1 and f"check `{check}` failed" in bad.stdout, (field, bad.stdout + bad.stderr)
+    saved.write_text(json.dumps(receipt))
+
+    # The route document edited (another nonce than the one the evidence binds).
+    doc = json.loads(client.saved_route())
+    doc["nonce"] = flip(doc["nonce"])
+    other = tmp_path / "other-route.json"
+    other.write_text(json.dumps(doc))
+    bad = receipt_verify(saved, other, cluster.policy)
+    assert bad.returncode == 1 and "check `route_document` failed" in bad.stdout, bad.stdout
+    # Another policy: one pinning another layer count refuses the route.
+    other_policy = tmp_path / "other-policy.toml"
+    other_policy.write_text(cluster.policy.read_text())
+    subprocess.run([binary("veil"), "policy", "set-layers", str(other_policy), "31"], check=True, capture_output=True)
+    bad = receipt_verify(saved, route, other_policy)
+    assert bad.returncode == 1 and "check `route_document` failed" in bad.stdout, bad.stdout
+    assert "route_shape" in bad.stdout, bad.stdout
+    # Unreadable input is exit 2, not a verdict.
+    assert receipt_verify(tmp_path / "missing.json", route, cluster.policy).returncode == 2
+
+
+def test_veil_proxy_appends_routes_and_receipts_that_verify(cluster: Cluster, tmp_path) -> None:
+    import urllib.request
+
+    from conftest import free_port
+
+    log = tmp_path / "receipts.jsonl"
+    port = free_port()
+    proxy = subprocess.Popen(
+        [binary("veil"), "proxy", cluster.url, "--policy", str(cluster.policy), "--listen", f"127.0.0.1:{port}",
+         "--receipts", str(log)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proxy.stdout is not None
+        assert "listening on" in proxy.stdout.readline()
+        for stream in (False, True):
+            body = json.dumps({"model": cluster.model_id, "messages": MESSAGES, "max_tokens": 6, "temperature": 0,
+                               "stream": stream}).encode()
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                         headers={"content-type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                assert resp.status == 200
+                resp.read()
+        deadline = time.monotonic() + 10
+        while log.read_text().count('"receipt"') < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        proxy.terminate()
+        proxy.wait(timeout=30)
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [next(iter(line)) for line in lines] == ["route", "receipt", "receipt"], lines
+    ok = receipt_verify(log, log, cluster.policy)
+    assert ok.returncode == 0 and "ACCEPTED: 2 of 2 receipt(s)" in ok.stdout, ok.stdout + ok.stderr

@@ -3,7 +3,7 @@
 /** Every failure; `kind` says whose fault it is. */
 export interface VeilError extends Error {
   name: "VeilError";
-  kind: "config" | "unreachable" | "protocol" | "attestation" | "route_rejected" | "refused" | "api" | "truncated";
+  kind: "config" | "unreachable" | "protocol" | "attestation" | "route_rejected" | "refused" | "api" | "truncated" | "receipt";
   /** The failed check table, for attestation and route_rejected. */
   checks: string | null;
   /** The shard whose evidence failed, for attestation. */
@@ -50,5 +50,7 @@ export declare class VerifiedRoute {
 export declare class ChatStream implements AsyncIterable<string> {
   /** `stop` or `length`, once the stream has ended. */
   readonly finishReason: string | null;
+  /** The entry's signed receipt for this answer, checked (fields as `veil receipt verify` reads them), once the stream has ended. */
+  readonly receipt: Record<string, unknown> | null;
   [Symbol.asyncIterator](): AsyncIterator<string>;
 }

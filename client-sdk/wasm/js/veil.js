@@ -11,7 +11,8 @@
 // Every failure is a VeilError with a `kind`: config, unreachable, protocol,
 // attestation, route_rejected (nothing was sent; `checks` holds the failed
 // table), refused (the host's status), api (the attested entry's error),
-// truncated (the answer did not open to its authenticated end).
+// truncated (the answer did not open to its authenticated end), receipt (it
+// opened, but the entry's signed receipt for it is missing or wrong).
 
 import init, { verifyDocument } from "./veil_wasm.js";
 
@@ -118,7 +119,11 @@ export class VerifiedRoute {
   }
 }
 
-/** A streamed chat answer; `finishReason` is set once it has ended. */
+/**
+ * A streamed chat answer; `finishReason` and `receipt` (the entry's signed
+ * receipt, checked against the verified route, the sealed request and the
+ * answer) are set once it has ended.
+ */
 export class ChatStream {
   constructor(route, messages, params) {
     if ("messages" in params || "stream" in params) {
@@ -127,6 +132,7 @@ export class ChatStream {
     this.route = route;
     this.body = JSON.stringify({ ...params, messages, stream: true });
     this.finishReason = null;
+    this.receipt = null;
   }
 
   async *[Symbol.asyncIterator]() {
@@ -204,6 +210,8 @@ export class ChatStream {
         }
       }
       if (buffer.trim()) throw fail("protocol", "the stream ended inside an event");
+      const receipt = opening.receipt;
+      this.receipt = receipt === undefined ? null : JSON.parse(receipt);
     } finally {
       abort.abort();
       await pump;

@@ -155,7 +155,11 @@ impl Sealed {
         let opener =
             self.opener.take().ok_or_else(|| error("config", "this answer is already being opened", None, None))?;
         let (tx, rx) = mpsc::unbounded::<std::io::Result<Vec<u8>>>();
-        Ok(Opening { tx: RefCell::new(Some(tx)), state: Rc::new(RefCell::new(State::Unopened(opener, Some(rx)))) })
+        Ok(Opening {
+            tx: RefCell::new(Some(tx)),
+            state: Rc::new(RefCell::new(State::Unopened(opener, Some(rx)))),
+            receipt: Rc::new(RefCell::new(None)),
+        })
     }
 }
 
@@ -175,6 +179,8 @@ enum State {
 pub struct Opening {
     tx: RefCell<Option<mpsc::UnboundedSender<std::io::Result<Vec<u8>>>>>,
     state: Rc<RefCell<State>>,
+    /// The checked receipt (JSON), once a completed answer has ended.
+    receipt: Rc<RefCell<Option<String>>>,
 }
 
 #[wasm_bindgen]
@@ -224,11 +230,21 @@ impl Opening {
         })
     }
 
+    /// The entry's receipt for a completed answer (JSON), checked against
+    /// the verified route, the sealed request and the body: once `next()`
+    /// has resolved to `undefined`; `undefined` before, or for an error.
+    #[wasm_bindgen(getter)]
+    pub fn receipt(&self) -> Option<String> {
+        self.receipt.borrow().clone()
+    }
+
     /// Resolves to the next authenticated piece of the body (a
     /// `Uint8Array`), or to `undefined` at its authenticated end; rejects
-    /// with kind `truncated` when the host cut or altered it.
+    /// with kind `truncated` when the host cut or altered it, and kind
+    /// `receipt` when a completed answer's receipt is missing or wrong.
     pub fn next(&self) -> js_sys::Promise {
         let state = self.state.clone();
+        let receipt = self.receipt.clone();
         wasm_bindgen_futures::future_to_promise(async move {
             let taken = std::mem::replace(&mut *state.borrow_mut(), State::Busy);
             let mut resp = match taken {
@@ -253,6 +269,7 @@ impl Opening {
                     Ok(js_sys::Uint8Array::from(piece.as_slice()).into())
                 }
                 Ok(None) => {
+                    *receipt.borrow_mut() = resp.receipt().map(|r| r.to_json());
                     *state.borrow_mut() = State::Ended;
                     Ok(JsValue::UNDEFINED)
                 }

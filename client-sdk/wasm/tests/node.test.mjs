@@ -55,6 +55,9 @@ test("a greedy answer equals the Rust SDK's", async () => {
   for await (const t of stream) text += t;
   assert.equal(text.trim(), process.env.VEIL_EXPECTED);
   assert.ok(["stop", "length"].includes(stream.finishReason));
+  // The entry's receipt, checked in wasm before the stream ended.
+  assert.ok(/^[0-9a-f]{64}$/.test(stream.receipt.route) && /^[0-9a-f]{128}$/.test(stream.receipt.signature));
+  assert.ok(stream.receipt.completion_tokens > 0 && stream.receipt.prompt_tokens > 0);
 });
 
 test("an answer the host cut or altered rejects as truncated", async () => {

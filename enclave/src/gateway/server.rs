@@ -219,17 +219,16 @@ impl Gateway {
     }
 
     /// The signed receipt (JSON) for an answer whose whole body hashes to
-    /// `response` (`ResponseSealer::content_digest`), naming the route as the entry's evidence would attest
-    /// it now (`veil_attestation::receipt::route_id`).
-    async fn receipt(&self, request: [u8; 32], response: [u8; 32], tokens: (usize, usize), ran: [&str; 2]) -> String {
-        let links = links_commitment(&self.linked_shards().await);
-        let claims = Claims { route_links: Some(links), ..self.claims.clone() };
+    /// `response` (`ResponseSealer::content_digest`), naming the route by
+    /// the id the entry's evidence attests (`veil_attestation::receipt::route_id`)
+    /// and, in `ran`, the drafter that ran and the shards the session ran on.
+    fn receipt(&self, request: [u8; 32], response: [u8; 32], tokens: (usize, usize), ran: [&str; 2]) -> String {
         let answered = Answered {
             request: Digest32(request),
             response: Digest32(response),
             model: self.claims.manifest_root.unwrap_or(veil_attestation::ManifestRoot([0; 32])),
-            // Our own claims encode: they were bound into evidence at start.
-            route: route_id(&claims).unwrap_or(Digest32([0; 32])),
+            // Our own claims encode: they are bound into every evidence.
+            route: route_id(&self.claims).unwrap_or(Digest32([0; 32])),
             prompt_tokens: tokens.0 as u64,
             completion_tokens: tokens.1 as u64,
             drafter: ran[0].to_owned(),
@@ -375,8 +374,8 @@ impl Gateway {
                 })
             });
             let result = match routed {
-                Ok(Route::Model) => respond(sealer, 200, JSON_TYPE, &openai::model_body(&gw.model_name, now())).await,
-                Ok(Route::Models) => respond(sealer, 200, JSON_TYPE, &openai::models_body(&gw.model_name, now())).await,
+                Ok(Route::Model) => gw.listing(sealer, sealed_digest, &openai::model_body(&gw.model_name, now())).await,
+                Ok(Route::Models) => gw.listing(sealer, sealed_digest, &openai::models_body(&gw.model_name, now())).await,
                 Ok(Route::Generate(call)) => gw.run(*call, sealer, sealed_digest).await,
                 Err(e) => respond(sealer, e.status, JSON_TYPE, &e.body()).await,
             };
@@ -392,6 +391,15 @@ impl Gateway {
             r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
         }
         r
+    }
+
+    /// A model listing: a completed answer, so it carries a receipt too
+    /// (no tokens, no shards).
+    async fn listing(&self, mut sealer: ResponseSealer, sealed: [u8; 32], body: &[u8]) -> Result<(), GatewaySealError> {
+        sealer.head(200, &[("content-type", JSON_TYPE)]).await?;
+        sealer.body(&openai::pad_body(body.to_vec())).await?;
+        let receipt = self.receipt(sealed, sealer.content_digest(), (0, 0), ["none", ""]);
+        sealer.finish_with_trailer(&[(RECEIPT_FIELD, receipt.as_str())]).await
     }
 
     async fn run(&self, call: Call, mut sealer: ResponseSealer, sealed: [u8; 32]) -> Result<(), GatewaySealError> {
@@ -450,7 +458,7 @@ impl Gateway {
                         sealer.head(200, &fields).await?;
                         sealer.body(&openai::pad_body(body)).await?;
                         let tokens = (prompt_tokens, g.ids.len());
-                        let receipt = self.receipt(sealed, sealer.content_digest(), tokens, [&drafter, &route]).await;
+                        let receipt = self.receipt(sealed, sealer.content_digest(), tokens, [&drafter, &route]);
                         return sealer.finish_with_trailer(&[(RECEIPT_FIELD, receipt.as_str())]).await;
                     }
                     GenerateEvent::Error(f) => {
@@ -491,7 +499,7 @@ impl Gateway {
                     let route = routes_used();
                     let drafter = drafter_ran(&g);
                     let tokens = (prompt_tokens, g.ids.len());
-                    let receipt = self.receipt(sealed, sealer.content_digest(), tokens, [&drafter, &route]).await;
+                    let receipt = self.receipt(sealed, sealer.content_digest(), tokens, [&drafter, &route]);
                     let trailer = [
                         (ROUTE_FIELD, route.as_str()),
                         (DRAFTER_FIELD, drafter.as_str()),
@@ -499,17 +507,20 @@ impl Gateway {
                     ];
                     return sealer.finish_with_trailer(&trailer).await;
                 }
+                // A stream is a 200 answer once its head is out: one that
+                // ends in an error event is complete too, and signed for.
                 GenerateEvent::Error(f) => {
                     sealer.body(&openai::sse_error(&server_error(&f))).await?;
-                    return sealer.finish().await;
+                    break;
                 }
                 GenerateEvent::Refused(e) => {
                     sealer.body(&openai::sse_error(&ApiError::invalid("request", e))).await?;
-                    return sealer.finish().await;
+                    break;
                 }
             }
         }
-        sealer.finish().await
+        let receipt = self.receipt(sealed, sealer.content_digest(), (prompt_tokens, 0), ["none", &routes_used()]);
+        sealer.finish_with_trailer(&[(RECEIPT_FIELD, receipt.as_str())]).await
     }
 }
 
