@@ -237,10 +237,14 @@ impl Receipt {
     /// Parses a receipt (JSON), within the limits.
     pub fn from_json(bytes: &[u8]) -> Result<Self, ReceiptFailure> {
         if bytes.len() > MAX_RECEIPT_BYTES {
-            return Err(fail(ReceiptCheck::Format, format!("at most {MAX_RECEIPT_BYTES} bytes"), bytes.len().to_string()));
+            return Err(fail(
+                ReceiptCheck::Format,
+                format!("at most {MAX_RECEIPT_BYTES} bytes"),
+                bytes.len().to_string(),
+            ));
         }
-        let r: Receipt = serde_json::from_slice(bytes)
-            .map_err(|e| fail(ReceiptCheck::Format, "a receipt (JSON)", e.to_string()))?;
+        let r: Receipt =
+            serde_json::from_slice(bytes).map_err(|e| fail(ReceiptCheck::Format, "a receipt (JSON)", e.to_string()))?;
         if r.version != RECEIPT_VERSION {
             return Err(fail(ReceiptCheck::Format, format!("version {RECEIPT_VERSION}"), r.version.to_string()));
         }
@@ -267,10 +271,18 @@ impl Receipt {
             return Err(fail(ReceiptCheck::Key, format!("the attested entry's key {key}"), self.key.to_string()));
         }
         if self.route != expect.route {
-            return Err(fail(ReceiptCheck::Route, format!("the verified route {}", expect.route), self.route.to_string()));
+            return Err(fail(
+                ReceiptCheck::Route,
+                format!("the verified route {}", expect.route),
+                self.route.to_string(),
+            ));
         }
         if self.model != expect.model {
-            return Err(fail(ReceiptCheck::Model, format!("the attested model {}", expect.model), self.model.to_string()));
+            return Err(fail(
+                ReceiptCheck::Model,
+                format!("the attested model {}", expect.model),
+                self.model.to_string(),
+            ));
         }
         if let Some(request) = expect.request {
             if self.request != request {
@@ -425,6 +437,16 @@ impl ReceiptSigner {
     }
 }
 
+/// A saved route document that no longer verifies, as a receipt failure
+/// (`route_document`) naming the route check or shard that failed.
+pub fn route_document_failure(e: RouteError) -> ReceiptFailure {
+    let named = match &e {
+        RouteError::Rejected(r) => format!("route check `{}` failed: {e}", r.check),
+        _ => e.to_string(),
+    };
+    fail(ReceiptCheck::RouteDocument, "a route document that verifies against the policy", named)
+}
+
 /// A route document as a client verified it, kept so its receipts can be
 /// checked later: the document, the nonce the client asked with, and when.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -458,13 +480,7 @@ impl SavedRoute {
                 self.version.to_string(),
             ));
         }
-        let route = self.verify(policy).map_err(|e| {
-            let named = match &e {
-                RouteError::Rejected(r) => format!("route check `{}` failed: {e}", r.check),
-                _ => e.to_string(),
-            };
-            fail(ReceiptCheck::RouteDocument, "a route document that verifies against the policy", named)
-        })?;
+        let route = self.verify(policy).map_err(route_document_failure)?;
         let expect = ReceiptExpectation { not_before: Some(self.verified_at), ..ReceiptExpectation::of_route(&route) };
         receipt.check(&expect)?;
         Ok(route)

@@ -9,10 +9,10 @@
 // The session cores: no unwrap or expect outside tests (a panic here would drop sessions).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+use sha2::{Digest, Sha256};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use sha2::{Digest, Sha256};
 use veil_attestation::receipt::{Digest32, Receipt, ReceiptCheck, ReceiptExpectation, ReceiptFailure};
 use veil_wire::http::{DRAFTER_FIELD, RECEIPT_FIELD, ROUTE_FIELD};
 
@@ -273,7 +273,8 @@ impl OpenedResponse {
             }));
         };
         let receipt = Receipt::from_json(json.as_bytes()).map_err(SealError::Receipt)?;
-        let expect = ReceiptExpectation { response: Some(Digest32(self.content.clone().finalize().into())), ..expect.clone() };
+        let expect =
+            ReceiptExpectation { response: Some(Digest32(self.content.clone().finalize().into())), ..expect.clone() };
         receipt.check(&expect).map_err(SealError::Receipt)?;
         self.receipt = Some(receipt);
         Ok(())

@@ -172,7 +172,11 @@ async fn answer_with(
     opened.response.head(200, &[("content-type", "application/json")]).await.unwrap();
     opened.response.body(body.as_bytes()).await.unwrap();
     match receipt(opened.sealed_digest, opened.response.content_digest()) {
-        Some(r) => opened.response.finish_with_trailer(&[(veil_enclave::gateway::server::RECEIPT_FIELD, r.as_str())]).await.unwrap(),
+        Some(r) => opened
+            .response
+            .finish_with_trailer(&[(veil_enclave::gateway::server::RECEIPT_FIELD, r.as_str())])
+            .await
+            .unwrap(),
         None => opened.response.finish().await.unwrap(),
     }
     let mut wire = Vec::new();

@@ -92,7 +92,12 @@ impl Proxy {
     /// status code the host chose), re-seals to the new key and keeps the
     /// re-verified client (`Client::call_reverifying`).
     /// Also returns the route the answer is on.
-    async fn call(&self, method: &str, path: &str, body: Vec<u8>) -> Result<(OpenedResponse, Arc<Client>), ClientError> {
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+    ) -> Result<(OpenedResponse, Arc<Client>), ClientError> {
         let client = self.client.read().await.clone();
         let (answer, fresh) = client.call_reverifying(&self.policy, &self.options, method, path, body).await?;
         match fresh {

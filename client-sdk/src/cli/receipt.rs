@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde_json::Value;
 use veil_attestation::receipt::{
-    Receipt, ReceiptCheck, ReceiptExpectation, ReceiptFailure, SavedRoute, MAX_RECEIPT_BYTES,
+    route_document_failure, Receipt, ReceiptCheck, ReceiptExpectation, ReceiptFailure, SavedRoute, MAX_RECEIPT_BYTES,
 };
 use veil_attestation::route::MAX_DOC_BYTES;
 
@@ -110,11 +110,7 @@ pub fn verify(args: &ReceiptVerifyArgs) -> Exit {
         .map(|s| {
             s.verify(&policy)
                 .map(|r| ReceiptExpectation { not_before: Some(s.verified_at), ..ReceiptExpectation::of_route(&r) })
-                .map_err(|e| ReceiptFailure {
-                    check: ReceiptCheck::RouteDocument,
-                    expected: "a route document that verifies against the policy".into(),
-                    actual: e.to_string(),
-                })
+                .map_err(route_document_failure)
         })
         .collect();
     let mut out = std::io::stdout().lock();

@@ -375,7 +375,9 @@ impl Gateway {
             });
             let result = match routed {
                 Ok(Route::Model) => gw.listing(sealer, sealed_digest, &openai::model_body(&gw.model_name, now())).await,
-                Ok(Route::Models) => gw.listing(sealer, sealed_digest, &openai::models_body(&gw.model_name, now())).await,
+                Ok(Route::Models) => {
+                    gw.listing(sealer, sealed_digest, &openai::models_body(&gw.model_name, now())).await
+                }
                 Ok(Route::Generate(call)) => gw.run(*call, sealer, sealed_digest).await,
                 Err(e) => respond(sealer, e.status, JSON_TYPE, &e.body()).await,
             };
