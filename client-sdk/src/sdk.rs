@@ -207,7 +207,8 @@ impl ConnectOptions {
                 return Err(ClientError::Config("no trusted certificate authority for https".into()));
             }
         }
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        // X25519MLKEM768 offered first (`veil_tls_pq`), classical groups after.
+        let provider = veil_tls_pq::client_provider();
         let builder = rustls::ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| ClientError::Config(e.to_string()))?;

@@ -106,6 +106,10 @@ struct Metrics {
     latency_count: AtomicU64,
     latency_micros: AtomicU64,
     entry_up: AtomicU64,
+    /// TLS handshakes on the public side that negotiated X25519MLKEM768,
+    /// and those that fell back to a classical group.
+    tls_hybrid: AtomicU64,
+    tls_classical: AtomicU64,
 }
 
 impl Metrics {
@@ -129,6 +133,9 @@ impl Metrics {
         out +=
             &format!("veil_relay_requests_total{{endpoint=\"attestation\",outcome=\"ok\"}} {}\n", g(&self.attestation));
         out += &format!("veil_relay_requests_total{{endpoint=\"any\",outcome=\"rejected\"}} {}\n", g(&self.rejected));
+        out += "# HELP veil_relay_tls_handshakes_total TLS handshakes on the public side, by key exchange.\n# TYPE veil_relay_tls_handshakes_total counter\n";
+        out += &format!("veil_relay_tls_handshakes_total{{group=\"X25519MLKEM768\"}} {}\n", g(&self.tls_hybrid));
+        out += &format!("veil_relay_tls_handshakes_total{{group=\"classical\"}} {}\n", g(&self.tls_classical));
         out += "# HELP veil_relay_bytes_total Ciphertext bytes relayed.\n# TYPE veil_relay_bytes_total counter\n";
         out += &format!("veil_relay_bytes_total{{direction=\"in\"}} {}\n", g(&self.bytes_in));
         out += &format!("veil_relay_bytes_total{{direction=\"out\"}} {}\n", g(&self.bytes_out));
@@ -252,7 +259,16 @@ impl Relay {
                 // that stalls it holds a connection no longer than one that
                 // stalls its request head.
                 match tokio::time::timeout(relay.config.header_timeout, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => relay.serve_connection(tls, peer.ip()).await,
+                    Ok(Ok(tls)) => {
+                        let group = tls.get_ref().1.negotiated_key_exchange_group().map(|g| g.name());
+                        let counter = if group == Some(rustls::NamedGroup::X25519MLKEM768) {
+                            &relay.metrics.tls_hybrid
+                        } else {
+                            &relay.metrics.tls_classical
+                        };
+                        counter.fetch_add(1, Ordering::Relaxed);
+                        relay.serve_connection(tls, peer.ip()).await
+                    }
                     Ok(Err(e)) => tracing::debug!(error = %e, "TLS handshake failed"),
                     Err(_) => tracing::debug!("TLS handshake timed out"),
                 }
@@ -472,7 +488,8 @@ pub fn tls_server_config(
     }
     let key = PrivateKeyDer::from_pem_file(key)
         .map_err(|e| TlsConfigError::Key { path: key.display().to_string(), reason: e.to_string() })?;
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    // X25519MLKEM768 preferred, classical groups for clients without it.
+    let provider = veil_tls_pq::server_provider();
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])?
         .with_no_client_auth()

@@ -261,6 +261,20 @@ fn sealed_chat_over_https(dir: &std::path::Path, gateway: SocketAddr) {
         let resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
         let v: serde_json::Value = serde_json::from_slice(&resp.collect().await.unwrap()).unwrap();
         assert!(v["choices"][0]["message"]["content"].is_string(), "{v}");
+        // The SDK's connections negotiated the hybrid post-quantum group (the
+        // relay counts them; the metrics request is one more), and a client
+        // without it still connects, on X25519.
+        let ca = dir.join("ca.crt");
+        let hybrid = veil_tls_pq::client_provider();
+        let (metrics, group) = https_get(hybrid.clone(), &ca, &url, "/metrics").await;
+        assert_eq!(group, Some(rustls::NamedGroup::X25519MLKEM768));
+        let sdk = handshakes(&metrics, "X25519MLKEM768");
+        assert!(sdk >= 2 && handshakes(&metrics, "classical") == 0, "{metrics}");
+        let classical = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let (_, group) = https_get(classical, &ca, &url, "/metrics").await;
+        assert_eq!(group, Some(rustls::NamedGroup::X25519));
+        let (metrics, _) = https_get(hybrid, &ca, &url, "/metrics").await;
+        assert_eq!((handshakes(&metrics, "X25519MLKEM768"), handshakes(&metrics, "classical")), (sdk + 1, 1));
         // http:// against the TLS host: the error says to try https://.
         let plain = url.replacen("https://", "http://", 1);
         let err = veil_client::sdk::Client::connect(&plain, &policy).await.unwrap_err().to_string();
@@ -288,6 +302,42 @@ fn sealed_chat_over_https(dir: &std::path::Path, gateway: SocketAddr) {
         assert!(veil_client::sdk::Client::connect(&url, &policy).await.is_err());
         served.abort();
     });
+}
+
+/// One HTTPS GET of `path` from the relay at `url` (trusting `ca`) with
+/// `provider`'s key exchange groups: the response and the negotiated group.
+async fn https_get(
+    provider: std::sync::Arc<rustls::crypto::CryptoProvider>,
+    ca: &std::path::Path,
+    url: &str,
+    path: &str,
+) -> (String, Option<rustls::NamedGroup>) {
+    use rustls_pki_types::pem::PemObject as _;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(rustls_pki_types::CertificateDer::from_pem_file(ca).unwrap()).unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let port: u16 = url.rsplit(':').next().unwrap().parse().unwrap();
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let name = rustls_pki_types::ServerName::try_from("localhost").unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)).connect(name, tcp).await.unwrap();
+    let group = tls.get_ref().1.negotiated_key_exchange_group().map(|g| g.name());
+    tls.write_all(format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tls.read_to_end(&mut out).await;
+    (String::from_utf8_lossy(&out).into_owned(), group)
+}
+
+/// The relay's count of TLS handshakes that negotiated `group`.
+fn handshakes(metrics: &str, group: &str) -> u64 {
+    let prefix = format!("veil_relay_tls_handshakes_total{{group=\"{group}\"}} ");
+    metrics.lines().find_map(|l| l.strip_prefix(prefix.as_str())).and_then(|n| n.parse().ok()).unwrap()
 }
 
 /// `veil policy init` pins what the route presented, simulated roots

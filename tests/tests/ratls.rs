@@ -329,3 +329,49 @@ async fn a_binding_signature_replayed_on_a_live_connection_is_refused() {
     client_sending(addr, &client_id, |ekm| client_id.sign_binding(Role::Client, ekm)).await;
     verdicts.recv().await.unwrap().expect("an honest binding was refused after a replay");
 }
+
+#[tokio::test]
+async fn links_negotiate_x25519mlkem768_and_refuse_a_classical_only_peer() {
+    use rustls::NamedGroup;
+    let server_id = RaTlsIdentity::new(&sim(Product::Genoa), claims((0, 10))).unwrap();
+    let client_id = RaTlsIdentity::new(&sim(Product::Milan), claims((10, 20))).unwrap();
+
+    // Two shards: the hybrid group, seen from both ends.
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let server_verifier = verifier(sim_policy());
+    let server = tokio::spawn(async move {
+        let (tcp, _) = listener.accept().await.unwrap();
+        let (tls, _) = ratls_tokio::accept(tcp, &server_id, server_verifier.clone()).await.unwrap();
+        let group = tls.get_ref().1.negotiated_key_exchange_group().map(|g| g.name());
+        // Then a peer that offers X25519 alone.
+        let (tcp, _) = listener.accept().await.unwrap();
+        let refused = ratls_tokio::accept(tcp, &server_id, server_verifier).await.err();
+        (group, refused)
+    });
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let (tls, _) = ratls_tokio::connect(tcp, &client_id, verifier(sim_policy())).await.unwrap();
+    assert_eq!(tls.get_ref().1.negotiated_key_exchange_group().map(|g| g.name()), Some(NamedGroup::X25519MLKEM768));
+    drop(tls);
+
+    let classical = Arc::new(rustls::crypto::CryptoProvider {
+        kx_groups: vec![rustls::crypto::ring::kx_group::X25519],
+        ..rustls::crypto::ring::default_provider()
+    });
+    let (chain, key) = client_id.rustls_parts().unwrap();
+    let config = rustls::ClientConfig::builder_with_provider(classical)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .dangerous()
+        .with_custom_certificate_verifier(verifier(sim_policy()))
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let name = rustls::pki_types::ServerName::try_from("veil-shard.invalid").unwrap();
+    let attempt = tokio_rustls::TlsConnector::from(Arc::new(config)).connect(name, tcp).await;
+    assert!(attempt.is_err(), "a classical-only peer must not complete a link handshake");
+    let (group, refused) = tokio::time::timeout(std::time::Duration::from_secs(10), server).await.unwrap().unwrap();
+    assert_eq!(group, Some(NamedGroup::X25519MLKEM768));
+    let refused = refused.expect("the shard refuses the classical-only peer").to_string();
+    assert!(refused.contains("handshake") || refused.contains("group"), "{refused}");
+}

@@ -30,6 +30,8 @@
 //! certificate's SNP evidence with the GPUs received — before it is a
 //! [`VerifiedPeer`] (SECURITY-CASES D8).
 
+/// The hybrid post-quantum TLS group links negotiate (crate `veil-tls-pq`).
+pub use veil_tls_pq as pq;
 mod verifier;
 
 use std::sync::Arc;

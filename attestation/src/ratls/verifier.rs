@@ -41,7 +41,8 @@ impl RaTlsVerifier {
         Self {
             policy,
             expected,
-            provider: Arc::new(rustls::crypto::ring::default_provider()),
+            // Links negotiate the hybrid post-quantum group only (`pq`).
+            provider: super::pq::link_provider(),
             verified: Mutex::new(Vec::new()),
         }
     }
