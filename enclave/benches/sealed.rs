@@ -3,8 +3,7 @@
 //! loopback), by the SDK and by a plain HTTP client through `veil proxy`,
 //! next to the same generation on the entry's internal plaintext endpoint,
 //! measured in the same run; and the seal's own cost per request and per
-//! chunk, in process, next to what a receipt adds per request (the entry's
-//! Ed25519 signature, the client's checks and verification).
+//! chunk, in process (a receipt's cost: `cargo bench -p veil-tests --bench trust`).
 //!
 //! `cargo bench -p veil-enclave --bench sealed` (needs `scripts/fetch-model.sh`).
 
@@ -187,7 +186,6 @@ fn main() {
         open_all(opener, &mut out).await;
         (per_request, t.elapsed() / chunks)
     });
-    let (sign, check) = receipt_costs();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
     println!("\nSmolLM2-135M-Instruct Q4_1, 3 shards on loopback, streamed chat of {TOKENS} tokens, median of {RUNS}");
     println!("{:<48} {:>12} {:>14} {:>10}", "", "sealed", "plaintext ref", "added");
@@ -203,43 +201,4 @@ fn main() {
     println!("{:<48} {:>10.2}ms {:>12.2}ms {:>8.2}ms", "inter-token latency (veil proxy)", xi, pi, xi - pi);
     println!("{:<48} {:>10.1}µs", "seal cost per request (both ends, in process)", ms(per_request) * 1000.0);
     println!("{:<48} {:>10.1}µs", "seal cost per chunk (both ends, in process)", ms(per_chunk) * 1000.0);
-    println!("{:<48} {:>10.1}µs", "receipt: entry signs (per request)", ms(sign) * 1000.0);
-    println!("{:<48} {:>10.1}µs", "receipt: client checks and verifies (per request)", ms(check) * 1000.0);
-}
-
-/// A receipt's cost per request, in process: the entry's signing (JSON
-/// encoding included) and the client's parse, checks and verification.
-fn receipt_costs() -> (Duration, Duration) {
-    use veil_attestation::receipt::{Answered, Digest32, Receipt, ReceiptExpectation, ReceiptSigner};
-    let signer = ReceiptSigner::generate().unwrap();
-    let answered = Answered {
-        request: Digest32([1; 32]),
-        response: Digest32([2; 32]),
-        model: veil_attestation::ManifestRoot([3; 32]),
-        route: Digest32([4; 32]),
-        prompt_tokens: 120,
-        completion_tokens: TOKENS as u64,
-        drafter: "ngram 12/16".into(),
-        shards: "s1r0:0011223344556677,s2r0:8899aabbccddeeff".into(),
-    };
-    let expect = ReceiptExpectation {
-        key: Some(signer.public()),
-        route: answered.route,
-        model: answered.model,
-        request: Some(answered.request),
-        response: Some(answered.response),
-        not_before: None,
-    };
-    let n = 2000u32;
-    let t = Instant::now();
-    let mut json = String::new();
-    for _ in 0..n {
-        json = std::hint::black_box(signer.sign(answered.clone(), std::time::SystemTime::now()).to_json());
-    }
-    let sign = t.elapsed() / n;
-    let t = Instant::now();
-    for _ in 0..n {
-        Receipt::from_json(std::hint::black_box(json.as_bytes())).unwrap().check(&expect).unwrap();
-    }
-    (sign, t.elapsed() / n)
 }

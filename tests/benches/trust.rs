@@ -1,4 +1,12 @@
-//! What post-quantum key exchange costs: TLS 1.3 handshakes in memory with
+//! What the trust mechanisms cost, each next to a reference measured in the
+//! same run.
+//!
+//! Receipts, per request: a sealed request and its answer, both ends in
+//! process (seal, open, answer, open the answer: the reference), against
+//! the same with the entry signing a receipt into the trailer and the client
+//! checking it (`veil_attestation::receipt`); and signing and checking alone.
+//!
+//! Post-quantum key exchange, per connection: TLS 1.3 handshakes in memory with
 //! X25519 (the reference, measured in the same run) and with X25519MLKEM768
 //! (`veil-tls-pq`), for an RA-TLS link between two shards (mutual, with
 //! the RA-TLS verifiers, which remember evidence they have verified, so the
@@ -6,7 +14,7 @@
 //! (a plain server certificate); and the key exchange alone. One thread;
 //! median of the runs.
 //!
-//! Run: `cargo bench -p veil-tests --bench handshake`
+//! Run: `cargo bench -p veil-tests --bench trust`
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
@@ -105,7 +113,8 @@ fn link_configs(provider: Arc<CryptoProvider>) -> (Arc<ClientConfig>, Arc<Server
 
 fn relay_configs(provider: Arc<CryptoProvider>) -> (Arc<ClientConfig>, Arc<ServerConfig>) {
     let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["veil-shard.invalid".to_string()]).unwrap().self_signed(&key).unwrap();
+    let cert =
+        rcgen::CertificateParams::new(vec!["veil-shard.invalid".to_string()]).unwrap().self_signed(&key).unwrap();
     let mut roots = rustls::RootCertStore::empty();
     roots.add(cert.der().clone()).unwrap();
     let client = ClientConfig::builder_with_provider(provider.clone())
@@ -123,16 +132,90 @@ fn relay_configs(provider: Arc<CryptoProvider>) -> (Arc<ClientConfig>, Arc<Serve
     (Arc::new(client), Arc::new(server))
 }
 
+/// One sealed exchange, both ends in process; with `receipt`, the entry
+/// signs one into the trailer and the client checks it.
+async fn exchange(
+    key: &veil_enclave::gateway::seal::SealKey,
+    receipt: Option<&veil_attestation::receipt::ReceiptSigner>,
+) {
+    use veil_attestation::receipt::{Answered, Digest32, ReceiptExpectation};
+    let mut m =
+        bhttp::Message::request(b"POST".to_vec(), b"https".to_vec(), b"e".to_vec(), b"/v1/chat/completions".to_vec());
+    m.write_content(br#"{"messages":[{"role":"user","content":"hello"}]}"#);
+    let (sealed, opener) = veil_client::seal::seal_unverified(key.config(), m).await.unwrap();
+    let (route, model) = (Digest32([4; 32]), veil_attestation::ManifestRoot([3; 32]));
+    let opener = match receipt {
+        Some(signer) => opener.expect_receipt(ReceiptExpectation {
+            key: Some(signer.public()),
+            route,
+            model,
+            request: Some(Digest32::of(&sealed)),
+            response: None,
+            not_before: None,
+        }),
+        None => opener,
+    };
+    let mut opened = key.open(sealed).await.unwrap();
+    let mut out = opened.response.take_output().unwrap();
+    opened.response.head(200, &[("content-type", "application/json")]).await.unwrap();
+    opened.response.body(br#"{"choices":[{"message":{"content":"hi"}}]}"#).await.unwrap();
+    match receipt {
+        Some(signer) => {
+            let answered = Answered {
+                request: Digest32(opened.sealed_digest),
+                response: Digest32(opened.response.content_digest()),
+                model,
+                route,
+                prompt_tokens: 120,
+                completion_tokens: 64,
+                drafter: "ngram; 12 of 16 rounds drafted".into(),
+                shards: "s1r0:0011223344556677,s2r0:8899aabbccddeeff".into(),
+            };
+            let json = signer.sign(answered, std::time::SystemTime::now()).to_json();
+            let field = veil_enclave::gateway::server::RECEIPT_FIELD;
+            opened.response.finish_with_trailer(&[(field, json.as_str())]).await.unwrap();
+        }
+        None => opened.response.finish().await.unwrap(),
+    }
+    let mut wire = Vec::new();
+    while let Ok(c) = out.try_recv() {
+        wire.extend(c);
+    }
+    let mut resp = opener.open(Box::pin(futures::io::Cursor::new(wire))).await.unwrap();
+    while resp.next().await.unwrap().is_some() {}
+    assert_eq!(resp.receipt().is_some(), receipt.is_some());
+}
+
 fn main() {
     // `cargo test --benches` runs this once as a check.
     let quick = !std::env::args().any(|a| a == "--bench");
     let runs = if quick { 1 } else { 101 };
     let us = |d: Duration| d.as_secs_f64() * 1e6;
+
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let key = veil_enclave::gateway::seal::SealKey::generate(1).unwrap();
+    let signer = veil_attestation::receipt::ReceiptSigner::generate().unwrap();
+    let n = if quick { 1 } else { 1001 };
+    let before = median(|| rt.block_on(exchange(&key, None)), n);
+    let after = median(|| rt.block_on(exchange(&key, Some(&signer))), n);
+    println!("\nA sealed request and its answer, both ends in process, one thread, median of {n}");
+    println!("| per request | without a receipt (reference) | with a receipt signed and checked | added |");
+    println!("|---|---|---|---|");
+    println!(
+        "| seal, open, answer, open | {:.0} µs | {:.0} µs | {:+.0} µs |",
+        us(before),
+        us(after),
+        us(after) - us(before)
+    );
+
     println!("\nTLS 1.3 handshakes in memory, one thread, median of {runs}");
     println!("| handshake | X25519 (reference) | X25519MLKEM768 | added |");
     println!("|---|---|---|---|");
     for (what, configs) in [
-        ("RA-TLS link (mutual; each verifier has seen the peer's evidence before)", link_configs as fn(Arc<CryptoProvider>) -> _),
+        (
+            "RA-TLS link (mutual; each verifier has seen the peer's evidence before)",
+            link_configs as fn(Arc<CryptoProvider>) -> _,
+        ),
         ("client to relay (server certificate)", relay_configs),
     ] {
         let (c0, s0) = configs(classical());
