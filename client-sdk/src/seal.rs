@@ -87,7 +87,7 @@ type OpenFn =
 /// Opens the response to one sealed request (single use), and checks the
 /// receipt of a completed answer when the request was sealed to a verified
 /// route.
-pub struct ResponseOpener(OpenFn, Option<ReceiptExpectation>);
+pub struct ResponseOpener(OpenFn, Option<Box<ReceiptExpectation>>);
 
 impl std::fmt::Debug for ResponseOpener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -117,9 +117,9 @@ pub struct OpenedResponse {
     /// Trailer fields (lower-case names), once the body has been read to its end.
     pub trailer: Vec<(String, String)>,
     done: bool,
-    expect: Option<ReceiptExpectation>,
+    expect: Option<Box<ReceiptExpectation>>,
     content: Sha256,
-    receipt: Option<Receipt>,
+    receipt: Option<Box<Receipt>>,
 }
 
 impl std::fmt::Debug for OpenedResponse {
@@ -183,7 +183,7 @@ async fn seal_to_config(
         let plain = writer.response(src).map_err(|e| SealError::Open(e.to_string()))?;
         Ok(Box::pin(plain) as Pin<Box<dyn AsyncRead + Send>>)
     });
-    let expect = expect.map(|e| ReceiptExpectation { request: Some(Digest32::of(&sealed)), ..e });
+    let expect = expect.map(|e| Box::new(ReceiptExpectation { request: Some(Digest32::of(&sealed)), ..e }));
     Ok((sealed, ResponseOpener(open, expect)))
 }
 
@@ -192,7 +192,7 @@ impl ResponseOpener {
     /// [`seal`] sets from the verified route and the sealed bytes): for an
     /// opener from `seal_unverified`, in tests and benchmarks.
     pub fn expect_receipt(self, expect: ReceiptExpectation) -> Self {
-        Self(self.0, Some(expect))
+        Self(self.0, Some(Box::new(expect)))
     }
 
     /// Starts opening the sealed response read from `src`; reads the head.
@@ -273,17 +273,19 @@ impl OpenedResponse {
             }));
         };
         let receipt = Receipt::from_json(json.as_bytes()).map_err(SealError::Receipt)?;
-        let expect =
-            ReceiptExpectation { response: Some(Digest32(self.content.clone().finalize().into())), ..expect.clone() };
+        let expect = ReceiptExpectation {
+            response: Some(Digest32(self.content.clone().finalize().into())),
+            ..(**expect).clone()
+        };
         receipt.check(&expect).map_err(SealError::Receipt)?;
-        self.receipt = Some(receipt);
+        self.receipt = Some(Box::new(receipt));
         Ok(())
     }
 
     /// The entry's receipt for this answer, checked: once the body of a
     /// completed answer (status 200) has been read to its end.
     pub fn receipt(&self) -> Option<&Receipt> {
-        self.receipt.as_ref()
+        self.receipt.as_deref()
     }
 
     /// The route the entry reports this generation ran on (`veil-route`, a

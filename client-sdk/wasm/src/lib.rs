@@ -166,7 +166,7 @@ impl Sealed {
 #[derive(Debug)]
 enum State {
     Unopened(ResponseOpener, Option<mpsc::UnboundedReceiver<std::io::Result<Vec<u8>>>>),
-    Open(OpenedResponse),
+    Open(Box<OpenedResponse>),
     /// A read is in progress (its future holds the response).
     Busy,
     Ended,
@@ -219,7 +219,7 @@ impl Opening {
             match opener.open(reader).await {
                 Ok(resp) => {
                     let status = resp.status;
-                    *state.borrow_mut() = State::Open(resp);
+                    *state.borrow_mut() = State::Open(Box::new(resp));
                     Ok(JsValue::from(status))
                 }
                 Err(e) => {
