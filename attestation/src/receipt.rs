@@ -470,9 +470,10 @@ impl SavedRoute {
         verify_route(&self.doc, policy, &self.nonce, at)
     }
 
-    /// Checks `receipt` against this saved route under `policy`: the route
-    /// document first (every check the client ran), then the receipt.
-    pub fn check_receipt(&self, receipt: &Receipt, policy: &Policy) -> Result<VerifiedRoute, ReceiptFailure> {
+    /// Verifies the saved route again under `policy` (every check the
+    /// client ran, as of when it ran them) and returns it with what its
+    /// receipts must carry.
+    pub fn expectation(&self, policy: &Policy) -> Result<(VerifiedRoute, ReceiptExpectation), ReceiptFailure> {
         if self.version != SAVED_ROUTE_VERSION {
             return Err(fail(
                 ReceiptCheck::RouteDocument,
@@ -482,6 +483,13 @@ impl SavedRoute {
         }
         let route = self.verify(policy).map_err(route_document_failure)?;
         let expect = ReceiptExpectation { not_before: Some(self.verified_at), ..ReceiptExpectation::of_route(&route) };
+        Ok((route, expect))
+    }
+
+    /// Checks `receipt` against this saved route under `policy`: the route
+    /// document first ([`expectation`](Self::expectation)), then the receipt.
+    pub fn check_receipt(&self, receipt: &Receipt, policy: &Policy) -> Result<VerifiedRoute, ReceiptFailure> {
+        let (route, expect) = self.expectation(policy)?;
         receipt.check(&expect)?;
         Ok(route)
     }

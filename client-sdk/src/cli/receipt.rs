@@ -17,7 +17,7 @@ use std::path::Path;
 
 use serde_json::Value;
 use veil_attestation::receipt::{
-    route_document_failure, Receipt, ReceiptCheck, ReceiptExpectation, ReceiptFailure, SavedRoute, MAX_RECEIPT_BYTES,
+    Receipt, ReceiptCheck, ReceiptExpectation, ReceiptFailure, SavedRoute, MAX_RECEIPT_BYTES,
 };
 use veil_attestation::route::MAX_DOC_BYTES;
 
@@ -105,14 +105,8 @@ pub fn verify(args: &ReceiptVerifyArgs) -> Exit {
     };
     // Each saved route verified once: what its receipts must carry, or why
     // it does not verify.
-    let verified: Vec<Result<ReceiptExpectation, ReceiptFailure>> = routes
-        .iter()
-        .map(|s| {
-            s.verify(&policy)
-                .map(|r| ReceiptExpectation { not_before: Some(s.verified_at), ..ReceiptExpectation::of_route(&r) })
-                .map_err(route_document_failure)
-        })
-        .collect();
+    let verified: Vec<Result<ReceiptExpectation, ReceiptFailure>> =
+        routes.iter().map(|s| s.expectation(&policy).map(|(_, expect)| expect)).collect();
     let mut out = std::io::stdout().lock();
     let mut failed = 0usize;
     for receipt in &receipts {

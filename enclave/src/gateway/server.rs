@@ -57,6 +57,8 @@ pub struct Gateway {
     drafter: DrafterInfo,
     /// Signs a receipt for every answer; its public key is in `claims`.
     receipts: ReceiptSigner,
+    /// The route id every receipt names (`route_id` of `claims`, fixed at start).
+    route_id: Digest32,
     /// Evidence generations in flight for requests without a nonce: more
     /// get 503, so the attestation endpoint cannot be used to burn the
     /// entry's CPU.
@@ -142,6 +144,7 @@ impl Gateway {
         let evidence_permits = Arc::new(tokio::sync::Semaphore::new(MAX_EVIDENCE_IN_FLIGHT));
         let receipts = ReceiptSigner::generate()?;
         let claims = Claims { drafter: Some(drafter.digest()), receipt_key: Some(receipts.public()), ..claims };
+        let route_id = route_id(&claims)?;
         let (batch_tx, batch_rx) = mpsc::channel(MAX_ATTESTATION_QUEUE);
         Ok(Self {
             entry,
@@ -153,6 +156,7 @@ impl Gateway {
             shape,
             drafter,
             receipts,
+            route_id,
             evidence_permits,
             batch_tx,
             batch_rx: std::sync::Mutex::new(Some(batch_rx)),
@@ -227,8 +231,7 @@ impl Gateway {
             request: Digest32(request),
             response: Digest32(response),
             model: self.claims.manifest_root.unwrap_or(veil_attestation::ManifestRoot([0; 32])),
-            // Our own claims encode: they are bound into every evidence.
-            route: route_id(&self.claims).unwrap_or(Digest32([0; 32])),
+            route: self.route_id,
             prompt_tokens: tokens.0 as u64,
             completion_tokens: tokens.1 as u64,
             drafter: ran[0].to_owned(),
