@@ -66,6 +66,7 @@ pub mod ratls;
 pub mod receipt;
 pub mod route;
 pub mod simulated;
+pub mod tlog;
 pub mod snp;
 pub mod verify;
 pub mod x509;
