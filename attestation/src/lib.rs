@@ -66,8 +66,8 @@ pub mod ratls;
 pub mod receipt;
 pub mod route;
 pub mod simulated;
-pub mod tlog;
 pub mod snp;
+pub mod tlog;
 pub mod verify;
 pub mod x509;
 

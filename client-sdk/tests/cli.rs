@@ -598,7 +598,8 @@ fn signed_policy_bundles_verify_and_refuse_rollback() {
     let verify = |bundle: &Path, key: Option<&Path>| {
         let mut args = vec!["attest", "verify", "--policy", s(bundle), "--evidence", s(&ev)];
         if let Some(k) = key {
-            args.extend(["--policy-key", s(k)]);
+            // No transparency log here (tests/transparency.rs has it).
+            args.extend(["--policy-key", s(k), "--unlogged"]);
         }
         let o = Command::new(env!("CARGO_BIN_EXE_veil")).args(&args).env("VEIL_STATE_DIR", &state).output().unwrap();
         (code(&o), stderr(&o))
@@ -606,6 +607,7 @@ fn signed_policy_bundles_verify_and_refuse_rollback() {
     let (c, err) = verify(&v1, Some(&public));
     assert_eq!(c, 0, "{err}");
     assert!(err.contains("policy bundle version 1"), "{err}");
+    assert!(err.contains("without a transparency log (--unlogged)"), "{err}");
     assert_eq!(verify(&v2, Some(&public)).0, 0);
     // Version 1 again, after version 2 was accepted: a rollback.
     let (c, err) = verify(&v1, Some(&public));

@@ -25,6 +25,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use veil_attestation::tlog::http as tlog_http;
 use veil_wire::http::{
     ATTESTATION_PATH, HEALTH_PATH, METRICS_PATH, NOT_FOUND_MESSAGE, SEALED_PATH, SEALED_REQUEST_TYPE,
 };
@@ -61,6 +62,9 @@ pub struct RelayConfig {
     pub body_timeout: Duration,
     /// Serve HTTPS with this configuration instead of plain HTTP.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// A copy of the policy transparency log to serve read-only under
+    /// `/v1/log/` (clients verify every checkpoint and proof themselves).
+    pub log: Option<std::path::PathBuf>,
 }
 
 impl RelayConfig {
@@ -75,6 +79,7 @@ impl RelayConfig {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             tls: None,
+            log: None,
         }
     }
 }
@@ -299,7 +304,35 @@ impl Relay {
             ("GET", METRICS_PATH) => text(StatusCode::OK, self.metrics.render() + &self.entry_metrics().await),
             ("GET", ATTESTATION_PATH) => self.attestation(req.uri().query().map(str::to_owned), client).await,
             ("POST", SEALED_PATH) => self.sealed(req, client).await,
+            ("GET", path) if path.starts_with(tlog_http::RELAY_PREFIX) => self.log(req.uri()).await,
             _ => text(StatusCode::NOT_FOUND, format!("{NOT_FOUND_MESSAGE}\n")),
+        }
+    }
+
+    /// `/v1/log/…`: the log's read API from the directory configured, if any.
+    async fn log(&self, uri: &hyper::Uri) -> Response<Body> {
+        let Some(dir) = self.config.log.clone() else {
+            return text(StatusCode::NOT_FOUND, "this host serves no transparency log\n");
+        };
+        let path = uri.path().strip_prefix(tlog_http::RELAY_PREFIX).unwrap_or_default().to_owned();
+        let query = uri.query().map(str::to_owned);
+        let answer = tokio::task::spawn_blocking(move || match veil_attestation::tlog::store::LogDir::open(&dir) {
+            Ok(log) => tlog_http::serve(&log, &path, query.as_deref()),
+            Err(e) => {
+                tlog_http::Answer { status: 503, content_type: "text/plain", body: format!("{e}\n").into_bytes() }
+            }
+        })
+        .await;
+        match answer {
+            Ok(a) => {
+                let mut r = text(StatusCode::from_u16(a.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), "");
+                *r.body_mut() = Full::new(Bytes::from(a.body)).map_err(|never| match never {}).boxed();
+                if let Ok(v) = hyper::header::HeaderValue::from_str(a.content_type) {
+                    r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
+                }
+                r
+            }
+            Err(_) => text(StatusCode::INTERNAL_SERVER_ERROR, "log read failed\n"),
         }
     }
 

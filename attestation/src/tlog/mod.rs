@@ -21,6 +21,7 @@
 //! Pure apart from [`store`]: the caller passes the log's answers in through
 //! [`LogSource`] and keeps the state.
 
+pub mod http;
 pub mod note;
 pub mod store;
 
@@ -266,17 +267,25 @@ impl LogState {
     /// with `trust`, and that checkpoint to extend the one accepted before.
     /// Call [`accept`](Self::accept) with the result to remember it.
     pub fn check_logged(&self, entry: &[u8], trust: &LogTrust, source: &dyn LogSource) -> Result<Logged, LogError> {
-        let cp = trust.verify_checkpoint(&source.checkpoint()?)?;
+        let cp = self.check_checkpoint(trust, source)?;
         let leaf = leaf_hash(entry);
         if cp.size == 0 {
             return Err(LogError::Inclusion { size: 0 });
         }
         let (index, proof) = source.inclusion(&leaf, cp.size)?;
         check_inclusion(&cp, index, &leaf, &proof)?;
+        Ok(Logged { checkpoint: cp, index })
+    }
+
+    /// The log's latest checkpoint, verified with `trust`, and proven to
+    /// extend the one accepted before (what a witness checks before it
+    /// cosigns, too).
+    pub fn check_checkpoint(&self, trust: &LogTrust, source: &dyn LogSource) -> Result<Checkpoint, LogError> {
+        let cp = trust.verify_checkpoint(&source.checkpoint()?)?;
         let seen = self.logs.get(&cp.origin).cloned().unwrap_or_default();
         let proof = if seen.size > 0 && cp.size > seen.size { source.consistency(seen.size, cp.size)? } else { vec![] };
         check_consistency(&seen, &cp, &proof)?;
-        Ok(Logged { checkpoint: cp, index })
+        Ok(cp)
     }
 
     /// Remembers a checkpoint (only ever moves forward).

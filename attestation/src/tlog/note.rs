@@ -76,7 +76,8 @@ impl NoteVerifier {
         check_name(name)?;
         let key = B64.decode(key).map_err(|_| bad("the key is not base64"))?;
         let (&kind, public) = key.split_first().ok_or_else(|| bad("empty key"))?;
-        let kind = KeyKind::from_byte(kind).ok_or_else(|| bad("not an Ed25519 note (0x01) or cosignature (0x04) key"))?;
+        let kind =
+            KeyKind::from_byte(kind).ok_or_else(|| bad("not an Ed25519 note (0x01) or cosignature (0x04) key"))?;
         let public: [u8; 32] = public.try_into().map_err(|_| bad("an Ed25519 key has 32 bytes"))?;
         let want = key_id(name, kind, &public);
         if hex::encode(want) != id {

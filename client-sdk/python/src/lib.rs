@@ -248,21 +248,30 @@ fn seconds(what: &str, s: f64) -> PyResult<Duration> {
 impl NativeClient {
     /// Fetches the route's attestation with a fresh nonce and verifies every
     /// shard against the policy file (TOML, or a signed bundle with
-    /// `policy_key`). Raises before anything is sent when it fails.
+    /// `policy_key`, found in the transparency log `log` under `log_key` and
+    /// `witnesses_required` of `witnesses`, or `unlogged`). Raises before
+    /// anything is sent when it fails.
     #[new]
-    #[pyo3(signature = (url, policy, *, policy_key=None, ca=None, attest_timeout=30.0, first_byte_timeout=300.0, between_chunks_timeout=120.0))]
+    #[pyo3(signature = (url, policy, *, policy_key=None, log=None, log_key=None, witnesses=Vec::new(), witnesses_required=0, unlogged=false, ca=None, attest_timeout=30.0, first_byte_timeout=300.0, between_chunks_timeout=120.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         url: &str,
         policy: PathBuf,
         policy_key: Option<PathBuf>,
+        log: Option<String>,
+        log_key: Option<PathBuf>,
+        witnesses: Vec<PathBuf>,
+        witnesses_required: usize,
+        unlogged: bool,
         ca: Option<PathBuf>,
         attest_timeout: f64,
         first_byte_timeout: f64,
         between_chunks_timeout: f64,
     ) -> PyResult<Self> {
-        let policy = veil_client::cli::policy_bundle::load_policy(&policy, policy_key.as_deref())
+        let log = veil_client::cli::LogTrustArgs { source: log, log_key, witnesses, witnesses_required, unlogged };
+        let policy = py
+            .detach(|| veil_client::cli::policy_bundle::load_policy(&policy, policy_key.as_deref(), &log))
             .map_err(|e| ConfigError::new_err(e.to_string()))?;
         let mut options = ConnectOptions {
             timeouts: Timeouts {

@@ -80,15 +80,33 @@ def verify(
     policy: PathLike,
     *,
     policy_key: Optional[PathLike] = None,
+    log: Optional[str] = None,
+    log_key: Optional[PathLike] = None,
+    witnesses: Sequence[PathLike] = (),
+    witnesses_required: int = 0,
+    unlogged: bool = False,
     ca: Optional[PathLike] = None,
     timeout: float = 30.0,
 ) -> Route:
     """Fetches the route's attestation through the host at ``url`` (a fresh
     nonce) and verifies every shard against ``policy`` (a policy TOML file, or
-    a signed bundle with ``policy_key``). Returns the verified route; raises
-    ``RouteRejected`` (``AttestationError`` for a shard's evidence) with the
-    failed check table otherwise."""
-    return Client(url, policy, policy_key=policy_key, ca=ca, attest_timeout=timeout).route
+    a signed bundle with ``policy_key`` that must be in the transparency log
+    ``log`` (URL or directory) under ``log_key``, with ``witnesses_required``
+    cosignatures of ``witnesses``, unless ``unlogged``). Returns the verified
+    route; raises ``RouteRejected`` (``AttestationError`` for a shard's
+    evidence) with the failed check table otherwise."""
+    return Client(
+        url,
+        policy,
+        policy_key=policy_key,
+        log=log,
+        log_key=log_key,
+        witnesses=witnesses,
+        witnesses_required=witnesses_required,
+        unlogged=unlogged,
+        ca=ca,
+        attest_timeout=timeout,
+    ).route
 
 
 class ChatResult:
@@ -177,7 +195,10 @@ class Client:
 
     ``attest_timeout``, ``first_byte_timeout`` and ``between_chunks_timeout``
     bound each wait in seconds (defaults 30, 300, 120); ``ca`` adds a PEM CA
-    file for a host served over https.
+    file for a host served over https. A signed policy bundle (``policy_key``)
+    must be in the transparency log ``log`` (a URL or directory) signed with
+    ``log_key``, cosigned by ``witnesses_required`` of ``witnesses``; pass
+    ``unlogged=True`` to accept one without a log (no split-view protection).
     """
 
     def __init__(
@@ -186,6 +207,11 @@ class Client:
         policy: PathLike,
         *,
         policy_key: Optional[PathLike] = None,
+        log: Optional[str] = None,
+        log_key: Optional[PathLike] = None,
+        witnesses: Sequence[PathLike] = (),
+        witnesses_required: int = 0,
+        unlogged: bool = False,
         ca: Optional[PathLike] = None,
         attest_timeout: float = 30.0,
         first_byte_timeout: float = 300.0,
@@ -196,6 +222,11 @@ class Client:
             url,
             os.fspath(policy),
             policy_key=None if policy_key is None else os.fspath(policy_key),
+            log=None if log is None else os.fspath(log),
+            log_key=None if log_key is None else os.fspath(log_key),
+            witnesses=[os.fspath(w) for w in witnesses],
+            witnesses_required=witnesses_required,
+            unlogged=unlogged,
             ca=None if ca is None else os.fspath(ca),
             attest_timeout=attest_timeout,
             first_byte_timeout=first_byte_timeout,

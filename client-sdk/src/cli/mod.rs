@@ -9,6 +9,7 @@
 pub mod canary;
 pub mod error;
 pub mod inspect;
+pub mod log;
 pub mod measure;
 pub mod policy_bundle;
 pub mod policy_check;
@@ -70,6 +71,9 @@ pub enum Command {
     /// Answers' receipts, signed by the attested entry.
     #[command(subcommand)]
     Receipt(ReceiptCommand),
+    /// The transparency log of policy bundles: create, append, serve, prove, audit, witness.
+    #[command(subcommand)]
+    Log(LogCommand),
     /// Compare the route's greedy answers to canary prompts with a reference recorded locally (`veil-shard canary`).
     Canary(CanaryArgs),
     /// Reproduce the SEV-SNP launch measurement of a guest from its launch inputs (firmware, kernel, initrd, command line, vCPUs).
@@ -252,6 +256,9 @@ pub struct PolicySignArgs {
     /// Where to write the bundle.
     #[arg(long)]
     pub out: PathBuf,
+    /// Also append the bundle to this log directory (`veil log init`), in the same step.
+    #[arg(long, value_name = "DIR")]
+    pub log: Option<PathBuf>,
 }
 
 /// `veil policy check POLICY`
@@ -289,13 +296,145 @@ pub struct PolicyArgs {
     /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
     #[arg(long, value_name = "PEM")]
     pub policy_key: Option<PathBuf>,
+    /// Where a signed bundle must be logged.
+    #[command(flatten)]
+    pub log: LogTrustArgs,
 }
 
 impl PolicyArgs {
     /// Reads the policy (see [`policy_bundle::load_policy`]).
     pub fn load(&self) -> Result<veil_attestation::Policy, error::CliError> {
-        policy_bundle::load_policy(&self.path, self.policy_key.as_deref())
+        policy_bundle::load_policy(&self.path, self.policy_key.as_deref(), &self.log)
     }
+}
+
+/// The transparency log a signed policy bundle must be in (`--log`,
+/// `--log-key`, witnesses), or `--unlogged` to accept one that is not.
+#[derive(Debug, Clone, Default, Args)]
+pub struct LogTrustArgs {
+    /// The transparency log holding signed bundles: its URL (`veil log serve`, or a Veil host's
+    /// `https://HOST/v1/log`) or its directory.
+    #[arg(long = "log", value_name = "URL|DIR")]
+    pub source: Option<String>,
+    /// The log's verifier key (the `NAME+ID+KEY` line `veil log init` wrote to log.vkey).
+    #[arg(long, value_name = "FILE", requires = "source")]
+    pub log_key: Option<PathBuf>,
+    /// A witness's verifier key (`veil log keygen --witness`); repeatable.
+    #[arg(long = "witness", value_name = "FILE", requires = "log_key")]
+    pub witnesses: Vec<PathBuf>,
+    /// How many of the listed witnesses must have cosigned the log's checkpoint.
+    #[arg(long, default_value_t = 0, requires = "log_key")]
+    pub witnesses_required: usize,
+    /// Accept a signed bundle that is in no transparency log: its publisher could show you
+    /// a different bundle than everyone else and nobody would see it.
+    #[arg(long, conflicts_with_all = ["source", "log_key"])]
+    pub unlogged: bool,
+}
+
+/// `veil log …`
+#[derive(Debug, Subcommand)]
+pub enum LogCommand {
+    /// Create an empty log in DIR with a fresh key; prints its verifier key (also in DIR/log.vkey).
+    Init(LogInitArgs),
+    /// Make a witness's key pair (FILE, mode 0600, and FILE.vkey).
+    Keygen(LogKeygenArgs),
+    /// Append entries (signed policy bundles, reference values) and sign the new checkpoint.
+    Append(LogAppendArgs),
+    /// Serve a log directory's read API over HTTP (checkpoint, entries, proofs).
+    Serve(LogServeArgs),
+    /// Prove that FILE is in the log: verify the checkpoint and the inclusion proof, print both as JSON.
+    Prove(LogProveArgs),
+    /// Audit a whole log: recompute its root from every entry, and refuse two different bundles
+    /// one publisher signed with the same version.
+    Verify(LogVerifyArgs),
+    /// As a witness: check the log's checkpoint extends the last one this witness cosigned, then cosign it.
+    Cosign(LogCosignArgs),
+}
+
+/// `veil log init DIR --origin NAME`
+#[derive(Debug, Args)]
+pub struct LogInitArgs {
+    /// The log's directory (created).
+    pub dir: PathBuf,
+    /// The log's name, the first line of every checkpoint (e.g. `policy.example.org/log`).
+    #[arg(long)]
+    pub origin: String,
+}
+
+/// `veil log keygen --name NAME --out FILE`
+#[derive(Debug, Args)]
+pub struct LogKeygenArgs {
+    /// The witness's name (e.g. `witness.example.org`).
+    #[arg(long)]
+    pub name: String,
+    /// Where to write the private key (mode 0600); the verifier key goes to FILE.vkey.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// `veil log append DIR FILE…`
+#[derive(Debug, Args)]
+pub struct LogAppendArgs {
+    /// The log's directory.
+    pub dir: PathBuf,
+    /// The entries (one file each).
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// The publisher's public key (PEM): a policy bundle must verify with it, and is refused when the log
+    /// already holds a different bundle of the same version from this publisher.
+    #[arg(long, value_name = "PEM")]
+    pub policy_key: Option<PathBuf>,
+}
+
+/// `veil log serve DIR --listen ADDR`
+#[derive(Debug, Args)]
+pub struct LogServeArgs {
+    /// The log's directory.
+    pub dir: PathBuf,
+    /// Where to serve.
+    #[arg(long, default_value = "127.0.0.1:8002")]
+    pub listen: std::net::SocketAddr,
+}
+
+/// `veil log prove FILE --log URL|DIR --log-key FILE`
+#[derive(Debug, Args)]
+pub struct LogProveArgs {
+    /// The entry (e.g. a signed policy bundle).
+    pub file: PathBuf,
+    /// The log and the checkpoint's signers.
+    #[command(flatten)]
+    pub log: LogTrustArgs,
+    /// Also prove the checkpoint extends the tree of this size (a consistency proof).
+    #[arg(long, value_name = "SIZE")]
+    pub since: Option<u64>,
+}
+
+/// `veil log verify --log URL|DIR --log-key FILE`
+#[derive(Debug, Args)]
+pub struct LogVerifyArgs {
+    /// The log and the checkpoint's signers.
+    #[command(flatten)]
+    pub log: LogTrustArgs,
+    /// Publishers' public keys (PEM) whose bundles are checked for two versions alike; repeatable.
+    #[arg(long = "policy-key", value_name = "PEM")]
+    pub policy_keys: Vec<PathBuf>,
+}
+
+/// `veil log cosign --log URL|DIR --log-key FILE --key WITNESS_KEY --state DIR`
+#[derive(Debug, Args)]
+pub struct LogCosignArgs {
+    /// The log and its key.
+    #[command(flatten)]
+    pub log: LogTrustArgs,
+    /// The witness's private key (`veil log keygen`).
+    #[arg(long)]
+    pub key: PathBuf,
+    /// The witness's own state directory (the last checkpoint it cosigned per log).
+    #[arg(long, value_name = "DIR")]
+    pub state: PathBuf,
+    /// Write the cosigned checkpoint here; by default, when the log is a directory, it is added there.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 /// `veil receipt …`
@@ -457,6 +596,9 @@ pub struct VerifyArgs {
     /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
     #[arg(long, value_name = "PEM")]
     pub policy_key: Option<PathBuf>,
+    /// Where a signed bundle must be logged.
+    #[command(flatten)]
+    pub log: LogTrustArgs,
     /// Evidence bundle (JSON).
     #[arg(long, conflicts_with_all = ["report", "vcek"])]
     pub evidence: Option<PathBuf>,
@@ -559,6 +701,7 @@ pub fn run(cli: Cli) -> Exit {
         Command::Policy(PolicyCommand::Edit(edit)) => policy_edit::run(&edit),
         Command::Measure(args) => measure::run(&args),
         Command::Receipt(ReceiptCommand::Verify(args)) => receipt::verify(&args),
+        Command::Log(command) => log::run(&command),
     }
 }
 

@@ -10,7 +10,7 @@ use veil_attestation::policy_bundle::{self, PolicySigner};
 use veil_attestation::Policy;
 
 use super::error::CliError;
-use super::{Exit, PolicyKeygenArgs, PolicySignArgs};
+use super::{Exit, LogTrustArgs, PolicyKeygenArgs, PolicySignArgs};
 
 /// Where the highest bundle version accepted per publisher is kept:
 /// `$VEIL_STATE_DIR`, else `$XDG_STATE_HOME/veil`, else `~/.local/state/veil`.
@@ -47,13 +47,15 @@ pub fn read_toml(path: &Path) -> Result<Policy, CliError> {
 
 /// Reads the policy at `path`: TOML, or a signed bundle verified with the
 /// public key at `key` (required then) whose version is not below the
-/// highest accepted before from that publisher; the floor is then raised.
-pub fn load_policy(path: &Path, key: Option<&Path>) -> Result<Policy, CliError> {
+/// highest accepted before from that publisher, and which is in the
+/// transparency log `log` names (unless `--unlogged`); the floor, the log's
+/// checkpoint and the bundle's digest are then kept in the state directory.
+pub fn load_policy(path: &Path, key: Option<&Path>, log: &LogTrustArgs) -> Result<Policy, CliError> {
     let bytes = std::fs::read(path).map_err(CliError::read(path))?;
     if !policy_bundle::is_bundle(&bytes) {
-        if key.is_some() {
+        if key.is_some() || log.source.is_some() || log.unlogged {
             return Err(CliError::Usage(format!(
-                "{}: --policy-key was given but this policy is not a signed bundle",
+                "{}: --policy-key, --log or --unlogged was given but this policy is not a signed bundle",
                 path.display()
             )));
         }
@@ -73,11 +75,24 @@ pub fn load_policy(path: &Path, key: Option<&Path>) -> Result<Policy, CliError> 
     let opened = policy_bundle::open(&bytes, &[public], |signer| floors.get(&signer.to_string()).copied())
         .map_err(CliError::malformed(path))?;
     let signer = opened.signer.to_string();
+    let logged = if log.unlogged {
+        eprintln!(
+            "WARNING: policy bundle accepted without a transparency log (--unlogged): a split view would go unseen"
+        );
+        None
+    } else {
+        Some(
+            super::log::require_logged(&bytes, &signer, opened.version, log, &dir)
+                .map_err(CliError::malformed(path))?,
+        )
+    };
     if floors.get(&signer).is_none_or(|seen| *seen < opened.version) {
         floors.insert(signer.clone(), opened.version);
         write_floors(&dir, &floors)?;
     }
-    eprintln!("policy bundle version {} from publisher {} (signature verified)", opened.version, &signer[..16]);
+    let where_ =
+        logged.map(|l| format!(", in log {} at index {} of {}", l.origin, l.index, l.size)).unwrap_or_default();
+    eprintln!("policy bundle version {} from publisher {} (signature verified{where_})", opened.version, &signer[..16]);
     Ok(opened.policy)
 }
 
@@ -116,16 +131,26 @@ fn write_private(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
 
 /// `veil policy sign POLICY --key KEY --version N --out BUNDLE`
 pub fn sign(args: &PolicySignArgs) -> Exit {
-    let result = (|| {
+    let result = (|| -> Result<Option<(u64, u64)>, CliError> {
         let text = std::fs::read_to_string(&args.policy).map_err(CliError::io(&args.policy))?;
         let pem = std::fs::read_to_string(&args.key).map_err(CliError::io(&args.key))?;
         let signer = PolicySigner::from_pem(&pem).map_err(CliError::malformed(&args.key))?;
         let bundle = signer.sign(&text, args.version).map_err(CliError::malformed(&args.policy))?;
-        std::fs::write(&args.out, bundle).map_err(CliError::io(&args.out))
+        // Logged first: a bundle the log refuses (another bundle of this
+        // version is there) is not handed out either.
+        let logged = match &args.log {
+            Some(dir) => Some(super::log::append_bundle(dir, &bundle, &signer.public_key())?),
+            None => None,
+        };
+        std::fs::write(&args.out, bundle).map_err(CliError::io(&args.out))?;
+        Ok(logged)
     })();
     match result {
-        Ok(()) => {
+        Ok(logged) => {
             println!("signed {} as version {} into {}", args.policy.display(), args.version, args.out.display());
+            if let Some((index, size)) = logged {
+                println!("appended to the log as entry {index} (checkpoint size {size})");
+            }
             Exit::Accepted
         }
         Err(e) => {

@@ -36,7 +36,7 @@ pub struct Prepared {
 /// Resolves flags into inputs; any error here is "unreadable input".
 pub fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
     let mut policy = match &args.policy {
-        Some(path) => super::policy_bundle::load_policy(path, args.policy_key.as_deref())?,
+        Some(path) => super::policy_bundle::load_policy(path, args.policy_key.as_deref(), &args.log)?,
         None if args.policy_key.is_some() => return Err(CliError::Usage("--policy-key needs --policy".into())),
         None => Policy::default(),
     };

@@ -38,6 +38,9 @@ pub struct ClusterArgs {
     /// HTTPS for the public API.
     #[command(flatten)]
     pub tls: super::TlsArgs,
+    /// Serve this copy of the policy transparency log (`veil log init`) read-only under /v1/log.
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<std::path::PathBuf>,
 }
 
 /// First restart delay; doubles per crash up to [`MAX_BACKOFF`].
@@ -127,8 +130,11 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             let listener = tokio::net::TcpListener::bind(args.listen)
                 .await
                 .with_context(|| format!("listening on {}", args.listen))?;
-            let relay =
-                crate::relay::Relay::new(crate::relay::RelayConfig { tls, ..crate::relay::RelayConfig::new(gateway) });
+            let relay = crate::relay::Relay::new(crate::relay::RelayConfig {
+                tls,
+                log: args.log_dir.clone(),
+                ..crate::relay::RelayConfig::new(gateway)
+            });
             let listen = args.listen;
             let id = cluster_id.clone();
             Some(tokio::spawn(async move {

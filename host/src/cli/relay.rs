@@ -31,6 +31,9 @@ pub struct RelayArgs {
     /// Attestation fetches in flight at once from one client address; more get 429.
     #[arg(long, default_value_t = 2)]
     pub max_attestation_per_client: usize,
+    /// Serve this copy of the policy transparency log (`veil log init`) read-only under /v1/log.
+    #[arg(long, value_name = "DIR")]
+    pub log_dir: Option<std::path::PathBuf>,
 }
 
 /// Runs the relay until SIGTERM or Ctrl-C.
@@ -47,6 +50,7 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
         max_concurrent: args.max_concurrent,
         max_per_client: args.max_per_client,
         max_attestation_per_client: args.max_attestation_per_client,
+        log: args.log_dir,
         ..RelayConfig::new(args.entry)
     });
     println!("listening on {scheme}://{} (entry {})", args.listen, args.entry);
