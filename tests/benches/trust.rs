@@ -208,6 +208,48 @@ fn main() {
         us(after) - us(before)
     );
 
+    // The two receipt steps alone, as shares of the cost added above.
+    let answered = || veil_attestation::receipt::Answered {
+        request: veil_attestation::receipt::Digest32([1; 32]),
+        response: veil_attestation::receipt::Digest32([2; 32]),
+        model: veil_attestation::ManifestRoot([3; 32]),
+        route: veil_attestation::receipt::Digest32([4; 32]),
+        prompt_tokens: 120,
+        completion_tokens: 64,
+        drafter: "ngram; 12 of 16 rounds drafted".into(),
+        shards: "s1r0:0011223344556677,s2r0:8899aabbccddeeff".into(),
+    };
+    let now = std::time::SystemTime::now();
+    let receipt = signer.sign(answered(), now);
+    let expect = veil_attestation::receipt::ReceiptExpectation {
+        key: Some(signer.public()),
+        route: veil_attestation::receipt::Digest32([4; 32]),
+        model: veil_attestation::ManifestRoot([3; 32]),
+        request: Some(veil_attestation::receipt::Digest32([1; 32])),
+        response: Some(veil_attestation::receipt::Digest32([2; 32])),
+        not_before: None,
+    };
+    receipt.check(&expect).unwrap();
+    let sign = median(|| _ = std::hint::black_box(signer.sign(answered(), now).to_json()), n);
+    let check = median(
+        || {
+            let r = veil_attestation::receipt::Receipt::from_json(receipt.to_json().as_bytes()).unwrap();
+            r.check(&expect).unwrap();
+        },
+        n,
+    );
+    let added = us(after) - us(before);
+    println!(
+        "| of which: sign a receipt and encode it (entry) | | {:.0} µs | {:.0}% of the added cost |",
+        us(sign),
+        100.0 * us(sign) / added
+    );
+    println!(
+        "| of which: parse and check a receipt (client) | | {:.0} µs | {:.0}% of the added cost |",
+        us(check),
+        100.0 * us(check) / added
+    );
+
     println!("\nTLS 1.3 handshakes in memory, one thread, median of {runs}");
     println!("| handshake | X25519 (reference) | X25519MLKEM768 | added |");
     println!("|---|---|---|---|");

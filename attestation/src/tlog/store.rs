@@ -124,14 +124,13 @@ impl LogDir {
 
     /// The index of the first entry with `leaf` hash below `size`.
     pub fn find(&self, leaf: &Hash, size: u64) -> Result<Option<u64>, LogError> {
-        let reader = FileHashes(&self.path("hashes"));
-        for i in 0..size {
-            let idx = tlog_tiles::stored_hash_index(0, i);
-            if reader.read_hashes(&[idx])?.first() == Some(leaf) {
-                return Ok(Some(i));
-            }
-        }
-        Ok(None)
+        let path = self.path("hashes");
+        let stored = std::fs::read(&path).map_err(io(&path))?;
+        Ok((0..size).find(|&i| {
+            let at = usize::try_from(tlog_tiles::stored_hash_index(0, i)).unwrap_or(usize::MAX);
+            stored.get(at.saturating_mul(HASH_SIZE)..at.saturating_add(1).saturating_mul(HASH_SIZE))
+                == Some(&leaf.0[..])
+        }))
     }
 
     /// Appends `entry`, signs the new checkpoint and returns its index; an

@@ -306,3 +306,32 @@ def test_veil_proxy_appends_routes_and_receipts_that_verify(cluster: Cluster, tm
     assert [next(iter(line)) for line in lines] == ["route", "receipt", "receipt"], lines
     ok = receipt_verify(log, log, cluster.policy)
     assert ok.returncode == 0 and "ACCEPTED: 2 of 2 receipt(s)" in ok.stdout, ok.stdout + ok.stderr
+
+
+def test_a_signed_policy_must_be_in_the_transparency_log(cluster: Cluster, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("VEIL_STATE_DIR", str(tmp_path / "state"))
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        done = subprocess.run([binary("veil"), *args], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        return done
+
+    run("log", "init", str(tmp_path / "log"), "--origin", "policy.example.org/log")
+    run("policy", "keygen", "--out", str(tmp_path / "publisher.key"))
+    bundle = tmp_path / "policy.v1.json"
+    run("policy", "sign", str(cluster.policy), "--key", str(tmp_path / "publisher.key"), "--version", "1",
+        "--out", str(bundle), "--log", str(tmp_path / "log"))
+    key = tmp_path / "publisher.pub"
+    # Without a log the bundle is refused before anything is fetched; with one it verifies.
+    with pytest.raises(veil.ConfigError, match="must be in a transparency log"):
+        veil.verify(cluster.url, bundle, policy_key=key)
+    route = veil.verify(cluster.url, bundle, policy_key=key, log=str(tmp_path / "log"),
+                        log_key=tmp_path / "log" / "log.vkey")
+    assert route.verdict.startswith("ACCEPTED"), route.verdict
+    # Two witnesses required, none cosigned: refused.
+    for w in ("w1", "w2"):
+        run("log", "keygen", "--name", f"{w}.example", "--out", str(tmp_path / w))
+    with pytest.raises(veil.ConfigError, match="0 of the 2 required witness cosignatures"):
+        veil.verify(cluster.url, bundle, policy_key=key, log=str(tmp_path / "log"),
+                    log_key=tmp_path / "log" / "log.vkey",
+                    witnesses=[tmp_path / "w1.vkey", tmp_path / "w2.vkey"], witnesses_required=2)

@@ -1,6 +1,6 @@
 """Type stubs of the compiled module (src/lib.rs). Use the package ``veil``."""
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 __version__: str
 
@@ -95,6 +95,11 @@ class NativeClient:
         policy: str,
         *,
         policy_key: Optional[str] = None,
+        log: Optional[str] = None,
+        log_key: Optional[str] = None,
+        witnesses: Sequence[str] = (),
+        witnesses_required: int = 0,
+        unlogged: bool = False,
         ca: Optional[str] = None,
         attest_timeout: float = 30.0,
         first_byte_timeout: float = 300.0,
