@@ -137,6 +137,7 @@ pub async fn seal(
     request: bhttp::Message,
 ) -> Result<(Vec<u8>, ResponseOpener), SealError> {
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    require_hybrid(route.key_config())?;
     seal_to_config(route.key_config(), request, now, Some(ReceiptExpectation::of_route(route))).await
 }
 
@@ -148,7 +149,27 @@ pub async fn seal_at(
     request: bhttp::Message,
     sent_at: u64,
 ) -> Result<(Vec<u8>, ResponseOpener), SealError> {
+    require_hybrid(route.key_config())?;
     seal_to_config(route.key_config(), request, sent_at, Some(ReceiptExpectation::of_route(route))).await
+}
+
+/// The KEM a verified entry's key configuration must name: X-Wing
+/// (ML-KEM-768 and X25519, HPKE codepoint 0x647a).
+pub const HYBRID_KEM: u16 = 0x647a;
+
+/// Refuses to seal to a key configuration (RFC 9458 §3: key id, then the
+/// KEM id) that is not the hybrid KEM: a request sealed with X25519 alone
+/// could be recorded now and opened by a later quantum computer.
+pub fn require_hybrid(config: &[u8]) -> Result<(), SealError> {
+    let kem = config.get(1..3).map(|k| u16::from_be_bytes([k[0], k[1]]));
+    match kem {
+        Some(HYBRID_KEM) => Ok(()),
+        Some(other) => Err(SealError::Config(format!(
+            "the entry's key configuration uses KEM {other:#06x}, not the hybrid X-Wing ({HYBRID_KEM:#06x}); \
+             refused: a request sealed to it could be opened by a later quantum computer"
+        ))),
+        None => Err(SealError::Config("the entry's key configuration is too short".into())),
+    }
 }
 
 /// Seals to a raw key configuration, with no route verified: only for tests
