@@ -84,7 +84,8 @@ impl LogDir {
         }
         let signer = NoteSigner::generate(origin, super::KeyKind::Log)?;
         std::fs::create_dir_all(log.path("entries")).map_err(io(dir))?;
-        write_private(&log.path("log.key"), signer.private_text().as_bytes())?;
+        let key = log.path("log.key");
+        write_private(&key, signer.private_text().as_bytes()).map_err(io(&key))?;
         let vkey = signer.verifier().clone();
         write_atomic(&log.path("log.vkey"), format!("{vkey}\n").as_bytes())?;
         std::fs::write(log.path("hashes"), b"").map_err(io(dir))?;
@@ -214,14 +215,14 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), LogError> {
     std::fs::rename(&tmp, path).map_err(io(path))
 }
 
-/// Writes a private key file readable by its owner only.
-pub fn write_private(path: &Path, bytes: &[u8]) -> Result<(), LogError> {
+/// Writes a new private key file readable by its owner only (mode 0600;
+/// an existing file is an error, never overwritten).
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-    let mut f = options.open(path).map_err(io(path))?;
-    f.write_all(bytes).map_err(io(path))
+    options.open(path)?.write_all(bytes)
 }
 
 #[cfg(test)]

@@ -100,8 +100,13 @@ impl LogSource for HttpLog {
     }
 }
 
+/// Whether a `--log` value is a URL (else a directory).
+fn is_url(spec: &str) -> bool {
+    spec.starts_with("http://") || spec.starts_with("https://")
+}
+
 fn source(spec: &str) -> Result<Box<dyn LogSource>, LogError> {
-    if spec.starts_with("http://") || spec.starts_with("https://") {
+    if is_url(spec) {
         Ok(Box::new(HttpLog::new(spec)?))
     } else {
         Ok(Box::new(LogDir::open(Path::new(spec))?))
@@ -254,7 +259,7 @@ fn init(args: &LogInitArgs) -> Result<Exit, CliError> {
 
 fn keygen(args: &LogKeygenArgs) -> Result<Exit, CliError> {
     let signer = NoteSigner::generate(&args.name, KeyKind::Witness).map_err(CliError::failed)?;
-    store::write_private(&args.out, signer.private_text().as_bytes()).map_err(CliError::failed)?;
+    store::write_private(&args.out, signer.private_text().as_bytes()).map_err(CliError::io(&args.out))?;
     let public = args.out.with_extension("vkey");
     std::fs::write(&public, format!("{}\n", signer.verifier())).map_err(CliError::io(&public))?;
     println!("{}", signer.verifier());
@@ -367,7 +372,7 @@ fn cosign(args: &LogCosignArgs) -> Result<Exit, CliError> {
     note.cosign(&witness, now).map_err(CliError::failed)?;
     match &args.out {
         Some(out) => std::fs::write(out, note.to_text()).map_err(CliError::io(out))?,
-        None if !spec.contains("://") => {
+        None if !is_url(&spec) => {
             LogDir::open(Path::new(&spec)).and_then(|l| l.add_cosignatures(&note)).map_err(CliError::failed)?;
         }
         None => return Err(CliError::Usage("the log is a URL: write the cosigned checkpoint with --out".into())),

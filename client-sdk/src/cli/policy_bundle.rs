@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use veil_attestation::policy_bundle::{self, PolicySigner};
+use veil_attestation::tlog::store::write_private;
 use veil_attestation::Policy;
 
 use super::error::CliError;
@@ -102,7 +103,7 @@ pub fn keygen(args: &PolicyKeygenArgs) -> Exit {
     let public = args.out.with_extension("pub");
     let result = (|| {
         let private = signer.private_pem().map_err(CliError::failed)?;
-        write_private(&args.out, private.as_bytes())?;
+        write_private(&args.out, private.as_bytes()).map_err(CliError::io(&args.out))?;
         std::fs::write(&public, signer.public_pem().map_err(CliError::failed)?).map_err(CliError::io(&public))
     })();
     match result {
@@ -115,18 +116,6 @@ pub fn keygen(args: &PolicyKeygenArgs) -> Exit {
             Exit::Unreadable
         }
     }
-}
-
-fn write_private(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    use std::io::Write as _;
-    #[cfg(unix)]
-    use std::os::unix::fs::OpenOptionsExt as _;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create_new(true);
-    #[cfg(unix)]
-    options.mode(0o600);
-    let mut f = options.open(path).map_err(CliError::io(path))?;
-    f.write_all(bytes).map_err(CliError::io(path))
 }
 
 /// `veil policy sign POLICY --key KEY --version N --out BUNDLE`
