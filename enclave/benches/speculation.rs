@@ -47,7 +47,7 @@ fn start(
         drafter: DrafterKind::Ngram,
         draft_model: Some(draft.to_owned()),
         k_max: 8,
-        k: None,
+        ..Speculation::default()
     });
     if delay_ms == 0 {
         c.start_all();
@@ -75,7 +75,13 @@ fn request(prompt: &str, drafter: Option<&str>, script: Option<Vec<u32>>) -> Gen
     (r.prompt, r.prompt_ids, r.chat) = (Some(prompt.into()), None, true);
     r.speculation = match drafter {
         None => SpeculationRequest { enabled: Some(false), ..Default::default() },
-        Some(d) => SpeculationRequest { enabled: Some(true), drafter: Some(d.parse().unwrap()), k: None, script },
+        Some(d) => SpeculationRequest {
+            enabled: Some(true),
+            drafter: Some(d.parse().unwrap()),
+            k: None,
+            depth: Some(1),
+            script,
+        },
     };
     r
 }

@@ -103,6 +103,18 @@ pub struct SpeculationFile {
     /// A fixed k instead of adaptive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub k: Option<usize>,
+    /// Most verification rounds one session keeps in flight (pipelined
+    /// speculation; 1 = one round per trip around the ring).
+    #[serde(default = "default_depth_max")]
+    pub depth_max: usize,
+    /// A fixed number of rounds in flight instead of adaptive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<usize>,
+}
+
+/// The default most rounds in flight per session.
+pub fn default_depth_max() -> usize {
+    4
 }
 
 /// `[entry]`.

@@ -56,13 +56,17 @@ pub(super) fn generate_remote(addr: std::net::SocketAddr, args: &GenerateArgs) -
                     println!();
                     if let Some(s) = &g.speculation {
                         eprintln!(
-                            "speculation ({}): {} rounds for {} tokens, {} of {} drafted tokens kept ({:.0}%)",
+                            "speculation ({}): {} rounds for {} tokens, {} of {} drafted tokens kept ({:.0}%); \
+                             {} rounds pipelined, {} cancelled, at most {} in flight",
                             s.drafter,
                             s.rounds,
                             g.ids.len(),
                             s.accepted,
                             s.drafted,
-                            100.0 * s.acceptance()
+                            100.0 * s.acceptance(),
+                            s.pipelined_rounds,
+                            s.cancelled_rounds,
+                            s.max_depth
                         );
                     }
                 }
@@ -96,6 +100,7 @@ fn wire(args: &GenerateArgs) -> crate::pipeline::entry::GenerateWire {
             enabled: args.drafter.map(|d| d != veil_wire::route::Drafter::None),
             drafter: args.drafter,
             k: args.draft_k,
+            depth: args.draft_depth,
             script: None,
         },
     }

@@ -297,6 +297,10 @@ struct GenerateArgs {
     /// With `--entry`: draft exactly this many tokens per round instead of adaptive k.
     #[arg(long, requires = "entry")]
     draft_k: Option<usize>,
+    /// With `--entry`: keep exactly this many verification rounds in flight
+    /// (1 = one round per trip around the ring) instead of adaptive depth.
+    #[arg(long, requires = "entry")]
+    draft_depth: Option<usize>,
 }
 
 /// Why a `--layers` value is not a layer range (the caller is to blame).

@@ -275,9 +275,11 @@ impl Gateway {
                 plain_error(StatusCode::SERVICE_UNAVAILABLE, "waiting for a verified shard per stage")
             }
             ("GET", ATTESTATION_PATH) => self.attestation(req.uri().query()).await,
-            ("GET", METRICS_PATH) => {
-                full(StatusCode::OK, "text/plain; version=0.0.4", self.entry.counters().render().into())
-            }
+            ("GET", METRICS_PATH) => full(
+                StatusCode::OK,
+                "text/plain; version=0.0.4",
+                self.entry.counters().render_with(self.entry.stage_counters()).into(),
+            ),
             ("POST", SEALED_PATH) => self.sealed(req).await,
             _ => plain_error(StatusCode::NOT_FOUND, veil_wire::http::NOT_FOUND_MESSAGE),
         }

@@ -128,6 +128,8 @@ impl LinkState {
             (Frame::Ping(_) | Frame::Pong(_) | Frame::Error(_), ..) => true,
             (Frame::Forward(_), LinkRole::Data, Side::Dialer) => true,
             (Frame::EndSession(_), _, Side::Dialer) => true,
+            // Only the entry, which knows which drafts a verdict rejected, cancels.
+            (Frame::Cancel(_), LinkRole::Control, Side::Dialer) => true,
             (Frame::Verdict(_), LinkRole::Control, Side::Acceptor) => true,
             _ => false,
         };
@@ -248,5 +250,18 @@ mod tests {
             kv_lens: vec![],
         });
         assert!(matches!(s.on_receive(&v), Err(Violation::NotAllowed { .. })));
+        // Cancels only from the entry on a control link: an upstream shard
+        // may not cancel another stage's work on a data link, nor a shard
+        // send one back to the entry.
+        let cancel = Frame::Cancel(super::super::frame::Cancel { session: SessionId(1), through: 4 });
+        let mut s = LinkState::new(Side::Acceptor, require());
+        s.on_receive(&hello(LinkRole::Control, (0, 10), 1)).unwrap();
+        s.on_receive(&cancel).unwrap();
+        let mut s = LinkState::new(Side::Acceptor, require());
+        s.on_receive(&hello(LinkRole::Data, (0, 10), 1)).unwrap();
+        assert!(matches!(s.on_receive(&cancel), Err(Violation::NotAllowed { frame: "cancel", .. })));
+        let mut s = LinkState::new(Side::Dialer, require());
+        s.on_receive(&hello(LinkRole::Control, (0, 10), 1)).unwrap();
+        assert!(matches!(s.on_receive(&cancel), Err(Violation::NotAllowed { .. })));
     }
 }

@@ -38,7 +38,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use veil_attestation::{LayerRange, ManifestRoot};
-use veil_wire::route::{default_k_max, EntryFile, RouteFile, SpeculationFile, StageFile};
+use veil_wire::route::{default_depth_max, default_k_max, EntryFile, RouteFile, SpeculationFile, StageFile};
 
 use crate::link::frame::Precision;
 
@@ -59,11 +59,22 @@ pub struct Speculation {
     pub k_max: usize,
     /// A fixed k instead of adaptive.
     pub k: Option<usize>,
+    /// Most rounds one session keeps in flight (pipelined speculation).
+    pub depth_max: usize,
+    /// A fixed number of rounds in flight instead of adaptive.
+    pub depth: Option<usize>,
 }
 
 impl Default for Speculation {
     fn default() -> Self {
-        Self { drafter: DrafterKind::None, draft_model: None, k_max: default_k_max(), k: None }
+        Self {
+            drafter: DrafterKind::None,
+            draft_model: None,
+            k_max: default_k_max(),
+            k: None,
+            depth_max: default_depth_max(),
+            depth: None,
+        }
     }
 }
 
@@ -174,7 +185,21 @@ impl Route {
                 if sp.k.is_some_and(|k| k > sp.k_max) {
                     return bad("speculation.k is larger than k_max".into());
                 }
-                Speculation { drafter, draft_model: None, k_max: sp.k_max, k: sp.k }
+                let depths = 1..=crate::speculate::pipeline::MAX_DEPTH;
+                if !depths.contains(&sp.depth_max) || sp.depth.is_some_and(|d| !depths.contains(&d)) {
+                    return bad(format!(
+                        "speculation.depth_max and depth must be 1..={}",
+                        crate::speculate::pipeline::MAX_DEPTH
+                    ));
+                }
+                Speculation {
+                    drafter,
+                    draft_model: None,
+                    k_max: sp.k_max,
+                    k: sp.k,
+                    depth_max: sp.depth_max,
+                    depth: sp.depth,
+                }
             }
         };
         let mut stages = Vec::with_capacity(f.stage.len());
@@ -348,6 +373,8 @@ impl From<&Route> for RouteFile {
                 draft_model: sp.draft_model.as_deref().map(path),
                 k_max: sp.k_max,
                 k: sp.k,
+                depth_max: sp.depth_max,
+                depth: sp.depth,
             }),
             entry: EntryFile { generate_listen: r.generate_listen, sealed_listen: r.sealed_listen },
             stage: r
@@ -439,6 +466,8 @@ replicas = ["127.0.0.1:7720", "127.0.0.1:7721"]
             OK.replace("[entry]", "[speculation]\ndrafter = \"oracle\"\n[entry]"),
             OK.replace("[entry]", "[speculation]\ndrafter = \"ngram\"\nk_max = 99\n[entry]"),
             OK.replace("[entry]", "[speculation]\ndrafter = \"ngram\"\nk_max = 4\nk = 5\n[entry]"),
+            OK.replace("[entry]", "[speculation]\ndrafter = \"ngram\"\ndepth_max = 0\n[entry]"),
+            OK.replace("[entry]", "[speculation]\ndrafter = \"ngram\"\ndepth = 9\n[entry]"),
         ];
         for c in cases {
             assert!(Route::parse(&c, Path::new("/")).is_err(), "{c}");

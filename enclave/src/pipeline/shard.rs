@@ -258,6 +258,9 @@ async fn serve_link(
             Frame::EndSession(s) => {
                 let _ = cmd_tx.send(Command::End(s)).await;
             }
+            Frame::Cancel(c) => {
+                let _ = cmd_tx.send(Command::Cancel { session: c.session, through: c.through }).await;
+            }
             Frame::Forward(f) => {
                 if f.route.len() != stages_after_entry || f.width as usize != width {
                     return Err(Error::Peer(format!(

@@ -4,6 +4,7 @@
 //! prefill chunk of another share every weight read.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::mpsc;
@@ -87,6 +88,35 @@ pub enum Command {
     Run(Job),
     /// Free a session.
     End(SessionId),
+    /// Drop the session's jobs with `seq <= through` that have not run
+    /// (pipelined speculation: rounds built on rejected drafts).
+    Cancel {
+        /// The session.
+        session: SessionId,
+        /// Last sequence number dropped.
+        through: u64,
+    },
+}
+
+/// What a worker ran and what it dropped, across sessions (counts only).
+#[derive(Debug, Default)]
+pub struct WorkerCounters {
+    /// Jobs run.
+    pub jobs: AtomicU64,
+    /// Positions run.
+    pub positions: AtomicU64,
+    /// Jobs dropped unrun because the entry cancelled them.
+    pub cancelled_jobs: AtomicU64,
+    /// Positions of those jobs.
+    pub cancelled_positions: AtomicU64,
+}
+
+impl WorkerCounters {
+    /// (jobs run, positions run, jobs cancelled, positions cancelled).
+    pub fn snapshot(&self) -> (u64, u64, u64, u64) {
+        let l = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        (l(&self.jobs), l(&self.positions), l(&self.cancelled_jobs), l(&self.cancelled_positions))
+    }
 }
 
 /// What the worker produces.
@@ -113,12 +143,70 @@ pub struct StageWorker {
     stage: usize,
     budget_bytes: usize,
     sessions: HashMap<SessionId, SessionKv>,
+    /// Per session, the last cancelled sequence number (a job arriving later
+    /// with a sequence number up to it is dropped) and how many jobs were
+    /// dropped. Bounded like `sessions`, and forgotten with the session.
+    cancelled: HashMap<SessionId, (u64, u64)>,
+    counters: Arc<WorkerCounters>,
 }
 
 impl StageWorker {
     /// A worker for stage `stage` holding at most `budget_bytes` of KV.
     pub fn new(slice: Arc<LayerSlice>, stage: usize, budget_bytes: usize) -> Self {
-        Self { slice, stage, budget_bytes, sessions: HashMap::new() }
+        Self {
+            slice,
+            stage,
+            budget_bytes,
+            sessions: HashMap::new(),
+            cancelled: HashMap::new(),
+            counters: Arc::new(WorkerCounters::default()),
+        }
+    }
+
+    /// The worker's counts, readable from other threads while it runs.
+    pub fn counters(&self) -> Arc<WorkerCounters> {
+        self.counters.clone()
+    }
+
+    /// Whether a job was cancelled before it ran.
+    fn is_cancelled(&self, job: &Job) -> bool {
+        self.cancelled.get(&job.session).is_some_and(|&(through, _)| job.seq <= through)
+    }
+
+    fn count_cancelled(&mut self, job: &Job) {
+        if let Some((_, n)) = self.cancelled.get_mut(&job.session) {
+            *n += 1;
+        }
+        self.counters.cancelled_jobs.fetch_add(1, Ordering::Relaxed);
+        self.counters.cancelled_positions.fetch_add(job.input.len() as u64, Ordering::Relaxed);
+    }
+
+    /// Records a cancel, dropping matching jobs from `queued` (not yet run).
+    fn cancel(&mut self, session: SessionId, through: u64, queued: &mut Vec<Job>) {
+        if !self.cancelled.contains_key(&session) && self.cancelled.len() >= MAX_SESSIONS {
+            // A bounded record: forget the cancels of sessions no longer held.
+            let sessions = &self.sessions;
+            self.cancelled.retain(|s, _| sessions.contains_key(s));
+            if self.cancelled.len() >= MAX_SESSIONS {
+                return;
+            }
+        }
+        let t = &mut self.cancelled.entry(session).or_insert((0, 0)).0;
+        *t = (*t).max(through);
+        let (dead, live): (Vec<Job>, Vec<Job>) =
+            queued.drain(..).partition(|j| j.session == session && j.seq <= through);
+        *queued = live;
+        dead.iter().for_each(|j| self.count_cancelled(j));
+    }
+
+    /// Frees a session, noting how many of its frames were cancelled unrun.
+    fn end(&mut self, session: SessionId) {
+        self.sessions.remove(&session);
+        if let Some((_, dropped)) = self.cancelled.remove(&session) {
+            if dropped > 0 {
+                tracing::info!(stage = self.stage, %session, dropped, "session ended; cancelled frames dropped unrun");
+            }
+        }
     }
 
     /// Sessions held.
@@ -152,9 +240,21 @@ impl StageWorker {
             let mut rest = VecDeque::new();
             while let Some(c) = queue.pop_front() {
                 match c {
-                    Command::End(s) if !busy.contains(&s) => {
-                        self.sessions.remove(&s);
+                    Command::End(s) if !busy.contains(&s) => self.end(s),
+                    Command::Cancel { session, through } => {
+                        // Takes effect at once, on this batch and on the
+                        // commands still queued behind it.
+                        self.cancel(session, through, &mut batch);
+                        let mut kept = VecDeque::with_capacity(rest.len());
+                        for c in rest.drain(..) {
+                            match c {
+                                Command::Run(j) if j.session == session && j.seq <= through => self.count_cancelled(&j),
+                                other => kept.push_back(other),
+                            }
+                        }
+                        rest = kept;
                     }
+                    Command::Run(j) if self.is_cancelled(&j) => self.count_cancelled(&j),
                     Command::Run(j)
                         if !busy.contains(&j.session)
                             && (batch.is_empty() || positions + j.input.len() <= MAX_BATCH_POSITIONS) =>
@@ -192,6 +292,17 @@ impl StageWorker {
         let per_position = self.slice.new_session(0).bytes_per_position();
         let mut used = self.kv_bytes();
         for mut job in jobs {
+            if !self.sessions.contains_key(&job.session) && job.start != 0 {
+                // A late frame of a session already ended (or never begun
+                // here): refused without creating state for it.
+                outputs.push(Output::Error(ErrorReport {
+                    session: Some(job.session),
+                    seq: job.seq,
+                    code: ErrorCode::Invalid,
+                    message: format!("start position {} for a session this shard does not hold", job.start),
+                }));
+                continue;
+            }
             if !self.sessions.contains_key(&job.session) && self.sessions.len() >= MAX_SESSIONS {
                 outputs.push(Output::Error(ErrorReport {
                     session: Some(job.session),
@@ -241,6 +352,9 @@ impl StageWorker {
             return outputs;
         }
         let results = self.forward(&mut ready);
+        self.counters.jobs.fetch_add(ready.len() as u64, Ordering::Relaxed);
+        let positions: usize = ready.iter().map(|(_, h)| h.n()).sum();
+        self.counters.positions.fetch_add(positions as u64, Ordering::Relaxed);
         for ((job, _), result) in ready.into_iter().zip(results) {
             match result {
                 Ok(out) => outputs.extend(self.deliver(job, out)),

@@ -24,6 +24,7 @@
 pub mod derive;
 pub mod model;
 pub mod ngram;
+pub mod pipeline;
 pub mod script;
 
 use std::time::Duration;
@@ -108,6 +109,23 @@ pub struct RoundOutcome {
 /// `sampler`'s random stream.
 pub fn verify_round(draft: &Draft, p: &[Distribution], greedy: bool, sampler: &mut Sampler) -> RoundOutcome {
     let k = draft.tokens.len().min(p.len().saturating_sub(1));
+    let mut out = verify_drafts(draft, &p[..k], greedy, sampler);
+    if out.accepted == k {
+        let last = &p[k.min(p.len().saturating_sub(1))];
+        out.tokens.push(if greedy { last.first().map_or(0, |e| e.0) } else { sampler.draw(last) });
+    }
+    out
+}
+
+/// The first `p.len()` drafted tokens checked against `p` (the target's
+/// distribution before each), with no bonus token: the kept prefix, then at
+/// the first rejection the target's own token in its place. When every
+/// token is kept (`accepted == p.len()`) the chain of drafts continues and
+/// the next distribution decides the next token: pipelined speculation
+/// verifies one chain of drafts that spans several rounds this way, so its
+/// outcome is that of one round over the whole chain.
+pub fn verify_drafts(draft: &Draft, p: &[Distribution], greedy: bool, sampler: &mut Sampler) -> RoundOutcome {
+    let k = draft.tokens.len().min(p.len());
     let mut tokens = Vec::with_capacity(k + 1);
     for (i, &x) in draft.tokens[..k].iter().enumerate() {
         let target = &p[i];
@@ -127,8 +145,6 @@ pub fn verify_round(draft: &Draft, p: &[Distribution], greedy: bool, sampler: &m
         tokens.push(correction);
         return RoundOutcome { tokens, accepted: i };
     }
-    let last = &p[k.min(p.len().saturating_sub(1))];
-    tokens.push(if greedy { last.first().map_or(0, |e| e.0) } else { sampler.draw(last) });
     RoundOutcome { tokens, accepted: k }
 }
 
@@ -180,6 +196,17 @@ pub struct SpecStats {
     /// Decode rounds by the number of tokens drafted (index = k).
     #[serde(default)]
     pub rounds_by_k: Vec<u64>,
+    /// Rounds sent while an earlier round of the session was still in
+    /// flight (pipelined speculation), cancelled ones included.
+    #[serde(default)]
+    pub pipelined_rounds: u64,
+    /// Pipelined rounds cancelled because a verdict rejected a draft they
+    /// were built on.
+    #[serde(default)]
+    pub cancelled_rounds: u64,
+    /// Most rounds the session had in flight at once.
+    #[serde(default)]
+    pub max_depth: u64,
 }
 
 impl SpecStats {
@@ -318,6 +345,17 @@ impl AdaptiveK {
         best.0
     }
 
+    /// The expected time from sending a round of `k` drafts to its
+    /// verdict, once any round has been measured.
+    pub fn round_estimate(&self, k: usize) -> Option<Duration> {
+        self.round_time(k.min(self.k_max)).map(|t| Duration::from_secs_f64(t.max(0.0)))
+    }
+
+    /// The measured cost of drafting `k` tokens.
+    pub fn draft_estimate(&self, k: usize) -> Duration {
+        Duration::from_secs_f64(self.draft_per_token * k as f64)
+    }
+
     /// Records a round: `k` drafted, `accepted` kept (a rejection observed
     /// when `accepted < k`), its round time and the time spent drafting.
     pub fn observe(&mut self, k: usize, accepted: usize, round: Duration, drafting: Duration) {
@@ -325,6 +363,13 @@ impl AdaptiveK {
         if let Some(slot) = self.round.get_mut(k) {
             *slot = Some(slot.map_or(secs, |t| 0.7 * t + 0.3 * secs));
         }
+        self.observe_drafts(k, accepted, drafting);
+    }
+
+    /// Records `k` drafted tokens of which `accepted` were kept, and the
+    /// time drafting them took, without a round time (a pipelined round
+    /// cancelled after its first draft was rejected).
+    pub fn observe_drafts(&mut self, k: usize, accepted: usize, drafting: Duration) {
         if k > 0 {
             self.kept = self.kept * DECAY.powi(k as i32) + accepted as f64;
             self.rejected = self.rejected * DECAY.powi(k as i32) + f64::from(u8::from(accepted < k));

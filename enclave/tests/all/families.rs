@@ -403,7 +403,7 @@ fn experts_over_three_processes_equal_one_and_survive_a_killed_shard() {
     let expected: Vec<_> = requests.iter().map(|r| local(&model, &tok, r)).collect();
 
     let mut c = Cluster::with_layers("moe", &path, &[1, 2], &[1, 2, 1], 3);
-    c.set_speculation(Speculation { drafter: DrafterKind::Ngram, draft_model: None, k_max: 4, k: None });
+    c.set_speculation(Speculation { drafter: DrafterKind::Ngram, k_max: 4, ..Speculation::default() });
     // Only the first replica of the middle stage at first, so sessions use it.
     c.spawn(2, 0);
     c.spawn(1, 0);

@@ -630,12 +630,11 @@ fn a_stage_holds_a_bounded_number_of_sessions() {
     let Some(path) = model_path() else { return };
     let slice = std::sync::Arc::new(LayerSlice::load(&path, 29..30).unwrap());
     let mut w = StageWorker::new(slice, 2, DEFAULT_KV_BUDGET_BYTES);
-    // Jobs that claim a position no session holds: refused, but each
-    // names a fresh session.
+    // One position each, and each names a fresh session.
     let job = |session: u64| Job {
         session: veil_enclave::link::frame::SessionId(session),
         seq: 1,
-        start: 7,
+        start: 0,
         truncate_to: None,
         want: Want::Nothing,
         route: vec![0, 0],
@@ -768,7 +767,7 @@ fn no_session_can_continue_from_another_sessions_cached_prefix() {
     let reuse = worker.step(vec![job(2, prompt.len(), vec![42])]);
     match reuse.as_slice() {
         [Output::Error(ErrorReport { session: Some(veil_enclave::link::frame::SessionId(2)), message, .. })] => {
-            assert!(message.contains("0 positions are cached"), "{message}")
+            assert!(message.contains("a session this shard does not hold"), "{message}")
         }
         other => panic!("a session continued from another's cache: {other:?}"),
     }
@@ -780,6 +779,66 @@ fn no_session_can_continue_from_another_sessions_cached_prefix() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Issue 28: a cancel drops the session's queued frames up to its sequence
+/// number unrun (none is computed or passed on), and frames that arrive
+/// after it too; later frames and other sessions run; a frame of a session
+/// the stage no longer holds is refused without creating state.
+#[test]
+fn a_stage_drops_cancelled_frames_unrun_and_counts_them() {
+    use std::sync::Arc;
+    use veil_enclave::link::frame::{Precision, SessionId, Want};
+    use veil_enclave::pipeline::worker::{Command, Input, Job, Output, StageWorker};
+    let Some(path) = model_path() else { return };
+    let slice = Arc::new(LayerSlice::load(&path, 0..2).unwrap());
+    let worker = StageWorker::new(slice, 0, DEFAULT_KV_BUDGET_BYTES);
+    let counters = worker.counters();
+    let job = |session: u64, seq: u64, start: usize, truncate_to: Option<usize>, n: usize| {
+        Command::Run(Job {
+            session: SessionId(session),
+            seq,
+            start,
+            truncate_to,
+            want: Want::Nothing,
+            route: vec![0],
+            kv_lens: Vec::new(),
+            sampling: None,
+            precision: Precision::F32,
+            input: Input::Tokens(vec![42; n]),
+        })
+    };
+    let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(64);
+    let (out_tx, mut out_rx) = tokio::sync::mpsc::channel(64);
+    // Everything is queued before the worker starts, so it sees it at once:
+    // session 1's prompt and two rounds on top, session 2's prompt, then the
+    // cancel of session 1's frames 1..=3, a late frame 3, and the round
+    // that rolls back.
+    for c in [
+        job(1, 1, 0, None, 4),
+        job(1, 2, 4, None, 3),
+        job(2, 1, 0, None, 5),
+        job(1, 3, 7, None, 2),
+        Command::Cancel { session: SessionId(1), through: 3 },
+        job(1, 3, 7, None, 2),
+        job(1, 4, 0, Some(0), 6),
+    ] {
+        cmd_tx.try_send(c).unwrap();
+    }
+    drop(cmd_tx);
+    std::thread::spawn(move || worker.run(cmd_rx, out_tx)).join().unwrap();
+    let mut ran = Vec::new();
+    while let Ok(o) = out_rx.try_recv() {
+        match o {
+            Output::Downstream { frame, .. } => ran.push((frame.session.0, frame.seq, frame.kv_lens)),
+            other => panic!("{other:?}"),
+        }
+    }
+    ran.sort();
+    assert_eq!(ran, vec![(1, 4, vec![6]), (2, 1, vec![5])], "only the frames not cancelled ran");
+    let (jobs, positions, cancelled, cancelled_positions) = counters.snapshot();
+    assert_eq!((jobs, positions), (2, 11));
+    assert_eq!((cancelled, cancelled_positions), (4, 4 + 3 + 2 + 2));
 }
 
 /// SECURITY-CASES G5: the resident-weights digest is a function of what is

@@ -445,6 +445,7 @@ fn a_large_vocabulary_serves_greedy_and_sampled_plain_and_speculative() {
             enabled: Some(true),
             drafter: Some(veil_wire::route::Drafter::Script),
             k: Some(3),
+            depth: None,
             script: Some(vec![5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]),
         },
         ..r.clone()

@@ -27,7 +27,13 @@ fn fixture_prompts() -> Vec<Vec<u32>> {
 
 fn with(req: &GenerateWire, drafter: &str, k: Option<usize>, script: Option<Vec<u32>>) -> GenerateWire {
     GenerateWire {
-        speculation: SpeculationRequest { enabled: Some(true), drafter: Some(drafter.parse().unwrap()), k, script },
+        speculation: SpeculationRequest {
+            enabled: Some(true),
+            drafter: Some(drafter.parse().unwrap()),
+            k,
+            depth: None,
+            script,
+        },
         ..req.clone()
     }
 }
@@ -45,7 +51,12 @@ fn speculation_through_three_shards() {
     let mut c = Cluster::new("speculation", &path, &[10, 20], &[1, 1, 1]);
     let draft = c.dir.join("draft24.gguf");
     veil_enclave::speculate::derive::derive_draft(&path, &draft, 24, None).unwrap();
-    c.set_speculation(Speculation { drafter: DrafterKind::Ngram, draft_model: Some(draft), k_max: 8, k: None });
+    c.set_speculation(Speculation {
+        drafter: DrafterKind::Ngram,
+        draft_model: Some(draft),
+        k_max: 8,
+        ..Speculation::default()
+    });
     c.start_all();
 
     greedy_is_token_identical_for_every_drafter_and_k(&c, &model, &tok);

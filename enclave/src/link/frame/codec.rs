@@ -5,8 +5,8 @@ use veil_attestation::{LayerRange, ManifestRoot};
 
 use super::wire::{Reader, Writer};
 use super::{
-    ErrorCode, ErrorReport, Forward, Frame, FrameError, Hello, LinkRole, Precision, SamplingSpec, SessionId, Verdict,
-    Want, MAX_DISTRIBUTION, MAX_HISTORY, MAX_MESSAGE, PAD_HISTORY, PAD_ROWS,
+    Cancel, ErrorCode, ErrorReport, Forward, Frame, FrameError, Hello, LinkRole, Precision, SamplingSpec, SessionId,
+    Verdict, Want, MAX_DISTRIBUTION, MAX_HISTORY, MAX_MESSAGE, PAD_HISTORY, PAD_ROWS,
 };
 
 const KIND_HELLO: u8 = 1;
@@ -16,6 +16,7 @@ const KIND_END: u8 = 4;
 const KIND_ERROR: u8 = 5;
 const KIND_PING: u8 = 6;
 const KIND_PONG: u8 = 7;
+const KIND_CANCEL: u8 = 8;
 
 impl Frame {
     /// The frame's name, for logs and errors.
@@ -25,6 +26,7 @@ impl Frame {
             Self::Forward(_) => "forward",
             Self::Verdict(_) => "verdict",
             Self::EndSession(_) => "end-session",
+            Self::Cancel(_) => "cancel",
             Self::Error(_) => "error",
             Self::Ping(_) => "ping",
             Self::Pong(_) => "pong",
@@ -119,6 +121,11 @@ impl Frame {
                 w.u8(KIND_END);
                 w.u64(s.0);
             }
+            Self::Cancel(c) => {
+                w.u8(KIND_CANCEL);
+                w.u64(c.session.0);
+                w.u64(c.through);
+            }
             Self::Error(e) => {
                 w.u8(KIND_ERROR);
                 match e.session {
@@ -160,6 +167,7 @@ impl Frame {
             KIND_FORWARD => "forward",
             KIND_VERDICT => "verdict",
             KIND_END => "end-session",
+            KIND_CANCEL => "cancel",
             KIND_ERROR => "error",
             KIND_PING => "ping",
             KIND_PONG => "pong",
@@ -211,6 +219,7 @@ impl Frame {
                 Self::Verdict(Verdict { session, seq, positions, kv_lens })
             }
             KIND_END => Self::EndSession(SessionId(r.u64()?)),
+            KIND_CANCEL => Self::Cancel(Cancel { session: SessionId(r.u64()?), through: r.u64()? }),
             KIND_ERROR => {
                 let session = match r.u8()? {
                     0 => None,

@@ -18,8 +18,8 @@ use veil_attestation::{LayerRange, ManifestRoot};
 pub use self::decoder::FrameDecoder;
 
 /// Version spoken by this build; peers must match exactly (2: padded
-/// forward frames).
-pub const PROTOCOL_VERSION: u16 = 2;
+/// forward frames; 3: cancel frames).
+pub const PROTOCOL_VERSION: u16 = 3;
 /// A forward frame of more than one position carries its rows padded to a
 /// multiple of this many (zero rows on the wire, dropped by the receiver), so
 /// the link's traffic gives a prompt's length only to within this many
@@ -194,6 +194,19 @@ pub struct ErrorReport {
     pub message: String,
 }
 
+/// The entry's order to drop a session's frames: every frame of `session`
+/// with a sequence number up to `through` that the shard has not run yet is
+/// dropped unrun (and not passed on); frames it already ran are unaffected.
+/// The next valid frame rolls the KV back (`truncate_to`), so a shard that
+/// ran a cancelled frame anyway wastes work but computes nothing wrong.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Cancel {
+    /// The session.
+    pub session: SessionId,
+    /// Last sequence number dropped.
+    pub through: u64,
+}
+
 /// Every frame.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Frame {
@@ -205,6 +218,10 @@ pub enum Frame {
     Verdict(Verdict),
     /// Free a session's state.
     EndSession(SessionId),
+    /// Drop a session's frames that are no longer valid (entry → shard, on
+    /// the control link): pipelined speculation sent rounds built on drafts
+    /// a verdict has since rejected.
+    Cancel(Cancel),
     /// Failure report.
     Error(ErrorReport),
     /// Heartbeat.

@@ -44,6 +44,7 @@ fn all_frames() -> Vec<Frame> {
             kv_lens: vec![12, 12, 12],
         }),
         Frame::EndSession(SessionId(7)),
+        Frame::Cancel(Cancel { session: SessionId(7), through: 9 }),
         Frame::Error(ErrorReport {
             session: Some(SessionId(7)),
             seq: 3,

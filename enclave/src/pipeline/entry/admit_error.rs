@@ -3,6 +3,7 @@
 //! each message is the text the client has always read.
 
 use crate::model::ModelError;
+use crate::speculate::pipeline::MAX_DEPTH;
 use crate::speculate::MAX_K;
 
 /// Why a request was refused at admission.
@@ -34,4 +35,7 @@ pub(crate) enum SpeculationError {
     /// `k` above [`MAX_K`].
     #[error("speculation k must be at most {max}", max = MAX_K)]
     KTooLarge,
+    /// `depth` outside `1..=MAX_DEPTH`.
+    #[error("speculation depth must be 1 to {max}", max = MAX_DEPTH)]
+    DepthOutOfRange,
 }

@@ -58,6 +58,10 @@ pub struct SpeculationRequest {
     /// A fixed k instead of adaptive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub k: Option<usize>,
+    /// A fixed number of rounds in flight (1 = one round per trip around
+    /// the ring) instead of adaptive pipelining.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub depth: Option<usize>,
     /// The continuation the `"script"` drafter proposes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub script: Option<Vec<u32>>,

@@ -15,9 +15,25 @@ pub struct SpecCounters {
     pub accepted: AtomicU64,
     /// Tokens committed by decode rounds.
     pub committed: AtomicU64,
+    /// Rounds sent while another round of the session was in flight.
+    pub pipelined_rounds: AtomicU64,
+    /// Rounds cancelled in flight because a verdict rejected a draft they
+    /// were built on.
+    pub cancelled_rounds: AtomicU64,
 }
 
 impl SpecCounters {
+    /// Prometheus text, with the entry stage's cancelled frames.
+    pub fn render_with(&self, stage: &crate::pipeline::worker::WorkerCounters) -> String {
+        let (_, _, frames, positions) = stage.snapshot();
+        let mut out = self.render();
+        out += "# HELP veil_entry_cancelled_frames_total Frames the entry's own stage dropped unrun after a cancel.\n# TYPE veil_entry_cancelled_frames_total counter\n";
+        out += &format!("veil_entry_cancelled_frames_total {frames}\n");
+        out += "# HELP veil_entry_cancelled_positions_total Positions of those frames.\n# TYPE veil_entry_cancelled_positions_total counter\n";
+        out += &format!("veil_entry_cancelled_positions_total {positions}\n");
+        out
+    }
+
     /// Prometheus text.
     pub fn render(&self) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -32,6 +48,10 @@ impl SpecCounters {
         out += &format!("veil_entry_accepted_tokens_total {}\n", g(&self.accepted));
         out += "# HELP veil_entry_committed_tokens_total Tokens committed by decode rounds (tokens per round = this / rounds).\n# TYPE veil_entry_committed_tokens_total counter\n";
         out += &format!("veil_entry_committed_tokens_total {}\n", g(&self.committed));
+        out += "# HELP veil_entry_pipelined_rounds_total Rounds sent while an earlier round of the session was in flight.\n# TYPE veil_entry_pipelined_rounds_total counter\n";
+        out += &format!("veil_entry_pipelined_rounds_total {}\n", g(&self.pipelined_rounds));
+        out += "# HELP veil_entry_cancelled_rounds_total Rounds in flight cancelled because a verdict rejected a draft they built on.\n# TYPE veil_entry_cancelled_rounds_total counter\n";
+        out += &format!("veil_entry_cancelled_rounds_total {}\n", g(&self.cancelled_rounds));
         out
     }
 }

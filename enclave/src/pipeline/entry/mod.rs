@@ -19,11 +19,12 @@ use veil_attestation::EvidenceBundle;
 use super::net::{Downstream, ForwardError, PeerInRole, Trust};
 use super::route::{DrafterKind, Route};
 use super::sessions::{random_id, SessionTable};
-use super::worker::{Command, Output, StageWorker};
+use super::worker::{Command, Output, StageWorker, WorkerCounters};
 use crate::generate::{check_request, GenerateRequest, Generation};
-use crate::link::frame::{ErrorCode, ErrorReport, Frame, SessionId};
+use crate::link::frame::{Cancel, ErrorCode, ErrorReport, Frame, SessionId};
 use crate::model::LayerSlice;
 use crate::speculate::model::DraftModel;
+use crate::speculate::pipeline::{Depth, MAX_DEPTH};
 use crate::speculate::{AdaptiveK, DraftMode, DrafterSpec, SpecStats, MAX_K};
 use crate::text::sampler::{Sampler, SamplingParams};
 use crate::text::tokenizer::Tokenizer;
@@ -101,6 +102,7 @@ pub struct Entry {
     replicas: Mutex<Vec<Vec<Replica>>>,
     draft_model: Option<Arc<DraftModel>>,
     counters: SpecCounters,
+    stage_counters: Arc<WorkerCounters>,
 }
 
 impl Entry {
@@ -116,6 +118,7 @@ impl Entry {
         let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
         let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
         let worker = StageWorker::new(slice.clone(), 0, route.kv_budget_bytes);
+        let stage_counters = worker.counters();
         std::thread::Builder::new()
             .name("stage-0".into())
             .spawn(move || worker.run(cmd_rx, out_tx))
@@ -133,6 +136,7 @@ impl Entry {
             replicas: Mutex::new(replicas),
             draft_model,
             counters: SpecCounters::default(),
+            stage_counters,
         });
         let downstream = route.stages.get(1).map(|s| Downstream::new(trust, s.clone()));
         let e = entry.clone();
@@ -214,6 +218,11 @@ impl Entry {
         &self.counters
     }
 
+    /// What the entry's own stage ran and dropped (counts only).
+    pub fn stage_counters(&self) -> &WorkerCounters {
+        &self.stage_counters
+    }
+
     /// The session's speculation, from the request and the route.
     fn speculation_for(
         &self,
@@ -243,6 +252,9 @@ impl Entry {
         if r.k.is_some_and(|k| k > MAX_K) {
             return Err(SpeculationError::KTooLarge);
         }
+        if r.depth.is_some_and(|d| d == 0 || d > MAX_DEPTH) {
+            return Err(SpeculationError::DepthOutOfRange);
+        }
         if req.sampling.repetition_penalty != 1.0 {
             // The last shard would need each drafted token in the penalty's
             // history to verify losslessly; plain decoding instead.
@@ -253,7 +265,8 @@ impl Entry {
             if req.sampling.temperature == 0.0 { DraftMode::Greedy } else { DraftMode::Sample(req.sampling.clone()) };
         let stats = SpecStats { drafter: drafter.name().to_owned(), ..SpecStats::default() };
         let k = AdaptiveK::new(route.k_max, r.k.or(route.k));
-        Ok(Some((Drafting::new(drafter, mode), SpecState { k, stats })))
+        let depth = Depth::new(route.depth_max, r.depth.or(route.depth));
+        Ok(Some((Drafting::new(drafter, mode), SpecState { k, depth, stats })))
     }
 
     /// A route for a new or re-routed session: per stage the live replica
@@ -315,6 +328,19 @@ impl Entry {
             })
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// Drops the session's frames up to `through` that the entry's worker
+    /// and the shards on `route` have not run yet.
+    async fn cancel(&self, session: SessionId, route: &[u8], through: u64) {
+        let _ = self.worker.send(Command::Cancel { session, through }).await;
+        let controls: Vec<mpsc::Sender<Frame>> = {
+            let reps = self.replicas.lock().await;
+            route.iter().enumerate().filter_map(|(s, &r)| reps[s][usize::from(r)].control.clone()).collect()
+        };
+        for c in controls {
+            let _ = c.send(Frame::Cancel(Cancel { session, through })).await;
+        }
     }
 
     async fn release(&self, session: SessionId, route: &[u8]) {
@@ -425,11 +451,12 @@ impl Entry {
                 }
                 Some(Action::Draft { k }) => {
                     let (draft, took) = match drafting.as_mut() {
-                        Some(d) => d.draft(core.history(), k).await,
+                        Some(d) => d.draft(&core.draft_context(), k).await,
                         None => Default::default(),
                     };
                     core.drafted(draft, took, Instant::now());
                 }
+                Some(Action::Cancel { through }) => self.cancel(id, core.route(), through).await,
                 Some(Action::Send(job)) => {
                     if self.worker.send(Command::Run(job)).await.is_err() {
                         break Err(SessionError::WorkerStopped);

@@ -23,6 +23,17 @@
 //! after each round every stage must report exactly the committed positions
 //! plus those just verified; a re-route rebuilds the new route's KV from the
 //! prompt and the committed tokens, so the text continues unchanged.
+//!
+//! Pipelined speculation: while rounds are in flight the session may ask
+//! for another draft (`Draft`) on top of every draft in flight and send it
+//! as a continuation round (its frame starts where the last round in flight
+//! ends, with no rollback). The drafts of all rounds in flight form one
+//! chain: each round's last distribution checks the next round's first
+//! draft. Verdicts are taken oldest first; one that rejects a draft commits
+//! the correction and cancels every later round (`Cancel`: the entry's
+//! worker and every shard drop those frames unrun), and the next round
+//! rolls every stage back to the committed positions. How many rounds go
+//! in flight is [`crate::speculate::pipeline::Depth`]'s decision.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -32,7 +43,8 @@ use super::metrics::SpecCounters;
 use crate::generate::{Generation, TextStream};
 use crate::link::frame::{ErrorCode, ErrorReport, Precision, SamplingSpec, SessionId, Verdict, Want};
 use crate::pipeline::worker::{Input, Job};
-use crate::speculate::{verify_round, AdaptiveK, Draft, SpecStats};
+use crate::speculate::pipeline::{Depth, InFlight};
+use crate::speculate::{verify_drafts, AdaptiveK, Draft, SpecStats};
 use crate::text::sampler::{Sampler, SamplingParams};
 use crate::text::tokenizer::Tokenizer;
 
@@ -60,14 +72,20 @@ pub enum Action {
     /// Start the drafter's background preparation (a draft model's prefill)
     /// on this context; fire and forget.
     Prepare(Vec<u32>),
-    /// Draft up to `k` tokens after [`SessionCore::history`]; answer with
-    /// [`SessionCore::drafted`].
+    /// Draft up to `k` tokens after [`SessionCore::draft_context`]; answer
+    /// with [`SessionCore::drafted`].
     Draft {
         /// Most tokens to propose.
         k: usize,
     },
     /// Hand this job to the entry's stage worker.
     Send(Job),
+    /// Tell the entry's stage worker and every shard on the route to drop
+    /// this session's frames up to `through` that they have not run.
+    Cancel {
+        /// Last sequence number cancelled.
+        through: u64,
+    },
     /// Send this text to the client.
     Emit(String),
     /// Release the current route and choose another; answer with
@@ -187,16 +205,46 @@ pub struct Env {
 /// What the session waits for.
 #[derive(Debug)]
 enum Expect {
-    /// Nothing: the next round starts on the next poll.
-    Round,
-    /// The drafter's proposal of up to `k` tokens.
-    Draft { k: usize },
-    /// The verdict on the round whose frames are `first..=seq`.
-    Verdict { first: u64, seq: u64, draft: Draft, drafting: Duration, sent: Instant },
+    /// Verdicts on the rounds in flight; with none in flight the next round
+    /// starts on the next poll.
+    Active,
+    /// The drafter's proposal of up to `k` tokens: for the next round, or
+    /// (`more`) for a round on top of those in flight.
+    Draft { k: usize, more: bool },
     /// A new route.
     Route,
     /// Nothing more: finished or failed.
     Done,
+}
+
+/// A round in flight: frames `first..=seq`.
+#[derive(Debug)]
+struct Round {
+    first: u64,
+    seq: u64,
+    /// The drafts this round's frame adds to the chain.
+    draft: Draft,
+    /// The frame starts with the last committed token (a round sent with
+    /// nothing in flight); otherwise it is a continuation whose first draft
+    /// the previous round's last distribution checks.
+    base: bool,
+    /// A continuation's first draft was checked and kept.
+    head_kept: bool,
+    /// A decode round (not the prompt, not a rebuild).
+    decode: bool,
+    /// Positions every stage holds after it.
+    kv_end: u32,
+    drafting: Duration,
+    sent: Instant,
+    /// Its verdict, once arrived (verdicts are taken oldest first).
+    verdict: Option<Verdict>,
+}
+
+impl Round {
+    /// Drafts not yet checked.
+    fn unverified(&self) -> &[u32] {
+        &self.draft.tokens[usize::from(self.head_kept)..]
+    }
 }
 
 /// The session's speculation state (the drafter itself is the driver's).
@@ -204,6 +252,8 @@ enum Expect {
 pub struct SpecState {
     /// Chooses k per round.
     pub k: AdaptiveK,
+    /// Chooses how many rounds go in flight.
+    pub depth: Depth,
     /// The counts reported with the generation.
     pub stats: SpecStats,
 }
@@ -231,6 +281,7 @@ pub struct SessionCore<'e> {
     reroutes: usize,
     started: Instant,
     state: Expect,
+    inflight: VecDeque<Round>,
     out: VecDeque<Action>,
 }
 
@@ -283,7 +334,8 @@ impl<'e> SessionCore<'e> {
             prompt_round: true,
             reroutes: 0,
             started: now,
-            state: Expect::Round,
+            state: Expect::Active,
+            inflight: VecDeque::new(),
             out: VecDeque::new(),
         }
     }
@@ -298,19 +350,64 @@ impl<'e> SessionCore<'e> {
         &self.route
     }
 
+    /// What the next draft continues: the committed ids, then every draft
+    /// in flight not yet checked.
+    pub fn draft_context(&self) -> Vec<u32> {
+        let mut ctx = self.history.clone();
+        self.inflight.iter().for_each(|r| ctx.extend_from_slice(r.unverified()));
+        ctx
+    }
+
+    /// Rounds in flight.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.len()
+    }
+
     /// Whether the session waits for a pipeline event (a verdict).
     pub fn awaits_event(&self) -> bool {
-        self.out.is_empty() && matches!(self.state, Expect::Verdict { .. })
+        self.out.is_empty() && !self.inflight.is_empty() && matches!(self.state, Expect::Active)
     }
 
     /// The next action, or `None` when the session waits for an input: a
     /// draft, a pipeline event ([`awaits_event`](Self::awaits_event)), a
     /// route, or nothing more (after `Finish`/`Fail`).
     pub fn poll(&mut self, env: Env) -> Option<Action> {
-        if self.out.is_empty() && matches!(self.state, Expect::Round) {
-            self.start_round(env);
+        if self.out.is_empty() && matches!(self.state, Expect::Active) {
+            if self.inflight.is_empty() {
+                self.start_round(env);
+            } else if let Some(k) = self.another_round(env) {
+                self.state = Expect::Draft { k, more: true };
+                self.out.push_back(Action::Draft { k });
+            }
         }
         self.out.pop_front()
+    }
+
+    /// k for another round on top of those in flight, when one should go.
+    fn another_round(&mut self, env: Env) -> Option<usize> {
+        if env.client_gone || env.drafter_preparing || !self.inflight.iter().all(|r| r.decode) {
+            return None;
+        }
+        let front = self.inflight.front()?;
+        let unverified: usize = self.inflight.iter().map(|r| r.unverified().len()).sum();
+        let sp = self.spec.as_mut()?;
+        let now = InFlight {
+            rounds: self.inflight.len(),
+            drafts: unverified,
+            acceptance: sp.k.acceptance(),
+            oldest_elapsed: env.now.saturating_duration_since(front.sent),
+            oldest_expected: sp.k.round_estimate(front.draft.tokens.len()),
+            next_draft: sp.k.draft_estimate(front.draft.tokens.len().max(1)),
+        };
+        if !sp.depth.another(now) {
+            return None;
+        }
+        // Committed at most: history, the drafts in flight, this round's, one more.
+        let pending = self.history.len() + unverified;
+        let room = self.cfg.context.saturating_sub(pending + 1);
+        let limit = self.max_tokens.saturating_sub(self.generated + unverified + 1).min(room);
+        let k = sp.k.next_k(limit);
+        (k > 0).then_some(k)
     }
 
     fn start_round(&mut self, env: Env) {
@@ -332,7 +429,7 @@ impl<'e> SessionCore<'e> {
                 let limit = self.max_tokens.saturating_sub(self.generated + 1).min(room);
                 let k = sp.k.next_k(limit);
                 if k > 0 {
-                    self.state = Expect::Draft { k };
+                    self.state = Expect::Draft { k, more: false };
                     self.out.push_back(Action::Draft { k });
                     return;
                 }
@@ -342,13 +439,53 @@ impl<'e> SessionCore<'e> {
     }
 
     /// The drafter's proposal (answers [`Action::Draft`]), the time drafting
-    /// took, and now; ignored in any other state.
+    /// took, and now; ignored in any other state (a verdict that arrived
+    /// meanwhile voids a draft built on the rounds in flight).
     pub fn drafted(&mut self, mut draft: Draft, drafting: Duration, now: Instant) {
-        let Expect::Draft { k } = self.state else { return };
+        let Expect::Draft { k, more } = self.state else { return };
+        self.state = Expect::Active;
         draft.tokens.truncate(k);
         draft.q.truncate(k);
-        let from = self.pending.0;
-        self.send_round(from, false, draft, drafting, now);
+        if !more {
+            let from = self.pending.0;
+            return self.send_round(from, false, draft, drafting, now);
+        }
+        if draft.tokens.is_empty() {
+            return;
+        }
+        let Some(start) = self.inflight.back().map(|r| r.kv_end as usize) else { return };
+        self.seq += 1;
+        let job = Job {
+            session: self.id,
+            seq: self.seq,
+            start,
+            truncate_to: None,
+            want: Want::All,
+            route: self.route.clone(),
+            kv_lens: Vec::new(),
+            sampling: Some(self.sampling_spec()),
+            precision: self.cfg.precision,
+            input: Input::Tokens(draft.tokens.clone()),
+        };
+        self.out.push_back(Action::Send(job));
+        let kv_end = (start + draft.tokens.len()) as u32;
+        self.inflight.push_back(Round {
+            first: self.seq,
+            seq: self.seq,
+            draft,
+            base: false,
+            head_kept: false,
+            decode: true,
+            kv_end,
+            drafting,
+            sent: now,
+            verdict: None,
+        });
+        if let Some(sp) = self.spec.as_mut() {
+            sp.stats.pipelined_rounds += 1;
+            self.counters.pipelined_rounds.fetch_add(1, Ordering::Relaxed);
+            sp.stats.max_depth = sp.stats.max_depth.max(self.inflight.len() as u64);
+        }
     }
 
     /// Sends positions `[from, history)` in prefill-sized chunks, then the
@@ -391,7 +528,22 @@ impl<'e> SessionCore<'e> {
             self.out.push_back(Action::Send(job));
             start = stop;
         }
-        self.state = Expect::Verdict { first, seq: self.seq, draft, drafting, sent: now };
+        let kv_end = (self.history.len() + draft.tokens.len()) as u32;
+        self.inflight.push_back(Round {
+            first,
+            seq: self.seq,
+            draft,
+            base: true,
+            head_kept: false,
+            decode: !self.prompt_round && !rebuild,
+            kv_end,
+            drafting,
+            sent: now,
+            verdict: None,
+        });
+        if let Some(sp) = self.spec.as_mut() {
+            sp.stats.max_depth = sp.stats.max_depth.max(1);
+        }
     }
 
     fn sampling_spec(&self) -> SamplingSpec {
@@ -411,15 +563,25 @@ impl<'e> SessionCore<'e> {
         }
     }
 
-    /// An event from the pipeline; only a session awaiting a verdict acts on
-    /// one (the driver reads events only then).
+    /// An event from the pipeline; only a session with rounds in flight
+    /// acts on one (the driver reads events only then).
     pub fn handle(&mut self, event: SessionEvent, now: Instant) {
-        let Expect::Verdict { first, seq, .. } = self.state else { return };
+        if self.inflight.is_empty() || matches!(self.state, Expect::Route | Expect::Done) {
+            return;
+        }
         match event {
-            SessionEvent::Verdict(v) if v.seq == seq => self.on_verdict(v, now),
-            SessionEvent::Verdict(_) => {}
-            // Any chunk of this round failing fails the round; older rounds' errors are stale.
-            SessionEvent::Error(e) if !(first..=seq).contains(&e.seq) => {}
+            SessionEvent::Verdict(v) => {
+                let Some(round) = self.inflight.iter_mut().find(|r| r.seq == v.seq) else { return };
+                round.verdict = Some(v);
+                if matches!(self.state, Expect::Draft { more: true, .. }) {
+                    // The draft asked for builds on rounds this verdict may settle.
+                    self.state = Expect::Active;
+                }
+                self.take_verdicts(now);
+            }
+            // Any chunk of a round in flight failing fails it; errors about
+            // finished or cancelled rounds are stale.
+            SessionEvent::Error(e) if !self.inflight.iter().any(|r| (r.first..=r.seq).contains(&e.seq)) => {}
             SessionEvent::Error(e) if e.code == ErrorCode::Unavailable => self.reroute(),
             SessionEvent::Error(e) => self.fail(SessionError::Shard { code: e.code, message: e.message }),
             SessionEvent::Down { stage, replica } if self.route.get(stage.wrapping_sub(1)) == Some(&replica) => {
@@ -433,12 +595,31 @@ impl<'e> SessionCore<'e> {
 
     /// A shard on the route died: new route, rebuild from what is committed.
     fn reroute(&mut self) {
+        // The entry's worker may still hold frames of the rounds in flight.
+        self.cancel_in_flight(false);
         self.reroutes += 1;
         if self.reroutes > self.cfg.max_reroutes {
             return self.fail(SessionError::TooManyReroutes);
         }
         self.state = Expect::Route;
         self.out.push_back(Action::Reroute);
+    }
+
+    /// Drops every round in flight and asks for their frames to be cancelled;
+    /// `rejected`: because a verdict rejected a draft they build on (counted).
+    fn cancel_in_flight(&mut self, rejected: bool) {
+        if self.inflight.is_empty() {
+            return;
+        }
+        let n = self.inflight.len() as u64;
+        self.inflight.clear();
+        if rejected {
+            if let Some(sp) = self.spec.as_mut() {
+                sp.stats.cancelled_rounds += n;
+            }
+            self.counters.cancelled_rounds.fetch_add(n, Ordering::Relaxed);
+        }
+        self.out.push_back(Action::Cancel { through: self.seq });
     }
 
     /// The new route (answers [`Action::Reroute`]); its KV is rebuilt from
@@ -449,66 +630,80 @@ impl<'e> SessionCore<'e> {
         }
         self.route = route;
         self.pending = (0, true);
-        self.state = Expect::Round;
+        self.state = Expect::Active;
     }
 
-    fn on_verdict(&mut self, v: Verdict, now: Instant) {
-        let Expect::Verdict { draft, drafting, sent, .. } = std::mem::replace(&mut self.state, Expect::Round) else {
-            return;
-        };
-        let round = now.saturating_duration_since(sent);
-        let rebuild = self.pending.1;
-        // Every stage must hold exactly the positions just sent on top of
-        // the committed ones: rejected drafts were rolled back.
-        let expected = (self.history.len() + draft.tokens.len()) as u32;
-        if let Err(e) = check_kv_lens(&v.kv_lens, self.cfg.stages, expected) {
+    /// Takes the verdicts of the oldest rounds, in order, while they are here.
+    fn take_verdicts(&mut self, now: Instant) {
+        while self.inflight.front().is_some_and(|r| r.verdict.is_some()) && !matches!(self.state, Expect::Done) {
+            let Some(round) = self.inflight.pop_front() else { return };
+            self.on_verdict(round, now);
+        }
+    }
+
+    fn on_verdict(&mut self, mut round: Round, now: Instant) {
+        let Some(v) = round.verdict.take() else { return };
+        let elapsed = now.saturating_duration_since(round.sent);
+        // Every stage must hold exactly the committed positions plus those
+        // of the rounds sent so far: rejected drafts were rolled back.
+        if let Err(e) = check_kv_lens(&v.kv_lens, self.cfg.stages, round.kv_end) {
             return self.fail(e);
         }
         let greedy = self.params.temperature == 0.0;
-        let tokens = if draft.tokens.is_empty() {
-            let Some(p) = v.positions.first() else {
-                return self.fail(SessionError::ShortVerdict { got: 0, want: 1 });
-            };
-            vec![self.sampler.draw(p)]
-        } else {
-            // The final frame carried the last committed token and the drafts.
-            let n = draft.tokens.len() + 1;
-            if v.positions.len() < n {
-                return self.fail(SessionError::ShortVerdict { got: v.positions.len(), want: n });
-            }
-            verify_round(&draft, &v.positions[v.positions.len() - n..], greedy, &mut self.sampler).tokens
-        };
-        let decode_round = !self.prompt_round && !rebuild;
-        let c = self.counters;
-        if let Some(sp) = self.spec.as_mut() {
-            sp.stats.kv_checked += 1;
-            if decode_round {
-                let accepted = tokens.len() - 1;
-                let k = draft.tokens.len();
-                sp.k.observe(k, accepted, round, drafting);
-                sp.stats.rounds += 1;
-                sp.stats.spec_rounds += u64::from(k > 0);
-                sp.stats.drafted += k as u64;
-                sp.stats.accepted += accepted as u64;
-                sp.stats.draft_micros += drafting.as_micros() as u64;
-                sp.stats.round_micros += round.as_micros() as u64;
-                if sp.stats.rounds_by_k.len() <= k {
-                    sp.stats.rounds_by_k.resize(k + 1, 0);
-                }
-                sp.stats.rounds_by_k[k] += 1;
-                c.rounds.fetch_add(1, Ordering::Relaxed);
-                c.spec_rounds.fetch_add(u64::from(k > 0), Ordering::Relaxed);
-                c.drafted.fetch_add(k as u64, Ordering::Relaxed);
-                c.accepted.fetch_add(accepted as u64, Ordering::Relaxed);
-                c.committed.fetch_add(tokens.len() as u64, Ordering::Relaxed);
-            }
-        } else if decode_round {
-            c.rounds.fetch_add(1, Ordering::Relaxed);
-            c.committed.fetch_add(1, Ordering::Relaxed);
+        // A base round's frame is the last committed token then its drafts;
+        // a continuation's is its drafts, the first already checked.
+        let n = round.draft.tokens.len() + usize::from(round.base);
+        if v.positions.len() < n || n == 0 {
+            return self.fail(SessionError::ShortVerdict { got: v.positions.len(), want: n.max(1) });
         }
+        let p = &v.positions[v.positions.len() - n..];
+        let skip = usize::from(!round.base);
+        let check = Draft {
+            tokens: round.draft.tokens[skip..].to_vec(),
+            q: round.draft.q.get(skip..).map(<[_]>::to_vec).unwrap_or_default(),
+        };
+        let (checked, tail) = p.split_at(n - 1);
+        let outcome = verify_drafts(&check, checked, greedy, &mut self.sampler);
+        let mut tokens = outcome.tokens;
+        let accepted = outcome.accepted + usize::from(round.head_kept);
+        let mut rejected = outcome.accepted < check.tokens.len();
+        if !rejected {
+            // The last distribution checks the next round's first draft, or
+            // draws the bonus token when nothing follows.
+            match self.inflight.front_mut() {
+                Some(next) => {
+                    let head = Draft {
+                        tokens: next.draft.tokens[..1].to_vec(),
+                        q: next.draft.q.first().cloned().into_iter().collect(),
+                    };
+                    let o = verify_drafts(&head, tail, greedy, &mut self.sampler);
+                    next.head_kept = o.accepted == 1;
+                    rejected = !next.head_kept;
+                    if rejected {
+                        let drafting = next.drafting;
+                        if let Some(sp) = self.spec.as_mut() {
+                            // One draft of the cancelled round checked, and rejected.
+                            sp.k.observe_drafts(1, 0, drafting);
+                            sp.stats.drafted += 1;
+                            sp.stats.draft_micros += drafting.as_micros() as u64;
+                        }
+                    }
+                    tokens.extend(o.tokens);
+                }
+                None => {
+                    let last = &tail[0];
+                    tokens.push(if greedy { last.first().map_or(0, |e| e.0) } else { self.sampler.draw(last) });
+                }
+            }
+        }
+        if rejected {
+            self.cancel_in_flight(true);
+        }
+        self.count_round(&round, accepted, tokens.len(), elapsed);
         self.prompt_round = false;
         for next in tokens {
             if self.stop_ids.contains(&next) {
+                self.cancel_in_flight(false);
                 return self.finish(false);
             }
             self.history.push(next);
@@ -521,14 +716,45 @@ impl<'e> SessionCore<'e> {
             if !step.piece.is_empty() {
                 self.out.push_back(Action::Emit(step.piece));
             }
-            if step.stopped {
-                return self.finish(true);
-            }
-            if self.generated >= self.max_tokens {
-                return self.finish(false);
+            if step.stopped || self.generated >= self.max_tokens {
+                self.cancel_in_flight(false);
+                return self.finish(step.stopped);
             }
         }
-        self.pending = (self.history.len() - 1, false);
+        if self.inflight.is_empty() {
+            self.pending = (self.history.len() - 1, false);
+        }
+    }
+
+    /// Counts a verified round: `accepted` of its drafts kept, `committed`
+    /// tokens committed by it, `elapsed` from sending to verdict.
+    fn count_round(&mut self, round: &Round, accepted: usize, committed: usize, elapsed: Duration) {
+        let c = self.counters;
+        if !round.decode {
+            if let Some(sp) = self.spec.as_mut() {
+                sp.stats.kv_checked += 1;
+            }
+            return;
+        }
+        c.rounds.fetch_add(1, Ordering::Relaxed);
+        c.committed.fetch_add(committed as u64, Ordering::Relaxed);
+        let Some(sp) = self.spec.as_mut() else { return };
+        let k = round.draft.tokens.len();
+        sp.stats.kv_checked += 1;
+        sp.k.observe(k, accepted.min(k), elapsed, round.drafting);
+        sp.stats.rounds += 1;
+        sp.stats.spec_rounds += u64::from(k > 0);
+        sp.stats.drafted += k as u64;
+        sp.stats.accepted += accepted as u64;
+        sp.stats.draft_micros += round.drafting.as_micros() as u64;
+        sp.stats.round_micros += elapsed.as_micros() as u64;
+        if sp.stats.rounds_by_k.len() <= k {
+            sp.stats.rounds_by_k.resize(k + 1, 0);
+        }
+        sp.stats.rounds_by_k[k] += 1;
+        c.spec_rounds.fetch_add(u64::from(k > 0), Ordering::Relaxed);
+        c.drafted.fetch_add(k as u64, Ordering::Relaxed);
+        c.accepted.fetch_add(accepted as u64, Ordering::Relaxed);
     }
 
     fn finish(&mut self, stopped: bool) {

@@ -9,6 +9,8 @@ use candle_core::quantized::gguf_file::{self, Value};
 
 use super::*;
 use crate::model::GgufFile;
+use crate::speculate::pipeline::Depth;
+use crate::text::sampler::Distribution;
 
 // The test vocabulary (byte-level BPE): ids 0 and 5 are stop tokens.
 const EOS: u32 = 0;
@@ -204,7 +206,7 @@ fn a_lost_shard_on_the_route_reroutes_and_rebuilds_from_the_committed_tokens() {
     assert!(core.awaits_event(), "another replica's loss is not this session's");
     core.handle(SessionEvent::Down { stage: 2, replica: 1 }, h.t0);
     let a = drain(&mut core, h.env(0));
-    assert!(matches!(a.as_slice(), [Action::Reroute]), "{a:?}");
+    assert!(matches!(a.as_slice(), [Action::Cancel { through }, Action::Reroute] if *through == seq), "{a:?}");
     // A verdict that arrives for the abandoned round changes nothing.
     core.handle(verdict(seq, 3, &[D]), h.t0);
     assert!(core.poll(h.env(0)).is_none());
@@ -232,11 +234,11 @@ fn unavailable_and_timeouts_reroute_other_errors_fail_stale_errors_are_ignored()
     core.handle(link_error(1, ErrorCode::KvFull), h.t0);
     assert!(core.awaits_event());
     core.handle(link_error(3, ErrorCode::Unavailable), h.t0);
-    assert!(matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Reroute]));
+    assert!(matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Cancel { through: 3 }, Action::Reroute]));
     core.rerouted(vec![0, 0]);
     drain(&mut core, h.env(0));
     core.handle(SessionEvent::Timeout, h.t0);
-    assert!(matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Reroute]));
+    assert!(matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Cancel { through: 5 }, Action::Reroute]));
     core.rerouted(vec![0, 1]);
     let a = drain(&mut core, h.env(0));
     core.handle(link_error(jobs(&a)[0].seq, ErrorCode::KvFull), h.t0);
@@ -251,7 +253,7 @@ fn a_session_gives_up_after_its_reroutes_run_out() {
     for _ in 0..2 {
         drain(&mut core, h.env(0));
         core.handle(SessionEvent::Timeout, h.t0);
-        assert!(matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Reroute]));
+        assert!(matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Cancel { .. }, Action::Reroute]));
         core.rerouted(vec![0, 0]);
     }
     drain(&mut core, h.env(0));
@@ -262,7 +264,7 @@ fn a_session_gives_up_after_its_reroutes_run_out() {
 #[test]
 fn speculation_keeps_the_agreeing_prefix_and_rolls_every_stage_back() {
     let h = Harness::new();
-    let spec = SpecState { k: AdaptiveK::new(8, Some(3)), stats: SpecStats::default() };
+    let spec = SpecState { k: AdaptiveK::new(8, Some(3)), depth: Depth::new(1, None), stats: SpecStats::default() };
     let mut core = h.session(&[A, B], 10, &[], Some(spec));
     let a = drain(&mut core, h.env(0));
     assert!(matches!(&a[0], Action::Prepare(ctx) if ctx == &[A, B]), "the drafter prefills with the target");
@@ -305,7 +307,7 @@ fn speculation_keeps_the_agreeing_prefix_and_rolls_every_stage_back() {
 #[test]
 fn a_verdict_too_short_for_the_drafts_fails() {
     let h = Harness::new();
-    let spec = SpecState { k: AdaptiveK::new(8, Some(2)), stats: SpecStats::default() };
+    let spec = SpecState { k: AdaptiveK::new(8, Some(2)), depth: Depth::new(1, None), stats: SpecStats::default() };
     let mut core = h.session(&[A, B], 10, &[], Some(spec));
     drain(&mut core, h.env(0));
     core.handle(verdict(1, 2, &[C]), h.t0);
@@ -373,4 +375,304 @@ fn failures_are_blamed_on_who_caused_them() {
     assert_eq!(SessionError::ShortVerdict { got: 1, want: 2 }.blame(), Blame::Pipeline);
     assert_eq!(SessionError::Text("bad utf-8".into()).blame(), Blame::Internal);
     assert_eq!(Blame::Timeout.status(), 504);
+}
+
+// ---- Pipelined speculation, against a toy target ----
+
+/// The toy target's greedy next token after `ctx` (never a stop id).
+fn toy_next(ctx: &[u32]) -> u32 {
+    let h = ctx.iter().fold(7u64, |h, &t| h.wrapping_mul(31).wrapping_add(u64::from(t)));
+    [A, B, C, D][(h % 4) as usize]
+}
+
+/// The toy target's sampling distribution after `last`: a Markov chain on a, b, c, d.
+fn toy_p(last: u32) -> Distribution {
+    match last {
+        A => vec![(A, 0.1), (B, 0.2), (C, 0.3), (D, 0.4)],
+        B => vec![(A, 0.7), (B, 0.1), (C, 0.1), (D, 0.1)],
+        C => vec![(C, 0.6), (D, 0.4)],
+        _ => vec![(A, 0.25), (B, 0.25), (C, 0.25), (D, 0.25)],
+    }
+}
+
+/// The pipeline as the session sees it, in one process: every stage holds
+/// the same positions, frames run in order, one at a time, when the driver
+/// lets the oldest run. A cancel drops queued frames unrun (`honour_cancel`).
+struct ToyPipeline {
+    kv: Vec<u32>,
+    queue: VecDeque<Job>,
+    greedy: bool,
+    honour_cancel: bool,
+    /// Frames run, and (seq) those that ran although cancelled.
+    ran: usize,
+    ran_cancelled: Vec<u64>,
+    cancelled_through: u64,
+    dropped: usize,
+}
+
+impl ToyPipeline {
+    fn new(greedy: bool, honour_cancel: bool) -> Self {
+        Self {
+            kv: Vec::new(),
+            queue: VecDeque::new(),
+            greedy,
+            honour_cancel,
+            ran: 0,
+            ran_cancelled: Vec::new(),
+            cancelled_through: 0,
+            dropped: 0,
+        }
+    }
+
+    fn cancel(&mut self, through: u64) {
+        self.cancelled_through = self.cancelled_through.max(through);
+        if self.honour_cancel {
+            let before = self.queue.len();
+            self.queue.retain(|j| j.seq > through);
+            self.dropped += before - self.queue.len();
+        }
+    }
+
+    /// Runs the oldest frame; its verdict or error, if it yields one.
+    fn step(&mut self) -> Option<SessionEvent> {
+        let job = self.queue.pop_front().expect("the session waits with no frame in flight");
+        self.ran += 1;
+        if job.seq <= self.cancelled_through {
+            self.ran_cancelled.push(job.seq);
+        }
+        if let Some(t) = job.truncate_to {
+            assert!(t <= self.kv.len(), "rolled back to {t} of {}", self.kv.len());
+            self.kv.truncate(t);
+        }
+        assert_eq!(
+            job.start,
+            self.kv.len(),
+            "frame {} starts at {} over {} positions",
+            job.seq,
+            job.start,
+            self.kv.len()
+        );
+        self.kv.extend_from_slice(tokens(&job));
+        let n = tokens(&job).len();
+        let dist = |i: usize| {
+            if self.greedy {
+                vec![(toy_next(&self.kv[..=i]), 1.0)]
+            } else {
+                toy_p(self.kv[i])
+            }
+        };
+        let positions: Vec<Distribution> = match job.want {
+            Want::Nothing => return None,
+            Want::Last => vec![dist(self.kv.len() - 1)],
+            Want::All => (self.kv.len() - n..self.kv.len()).map(dist).collect(),
+        };
+        Some(SessionEvent::Verdict(Verdict {
+            session: job.session,
+            seq: job.seq,
+            positions,
+            kv_lens: vec![self.kv.len() as u32; 3],
+        }))
+    }
+}
+
+/// Drives `core` against `pipe` to the end, drafting with `draft(context, k)`.
+fn drive(
+    core: &mut SessionCore<'_>,
+    pipe: &mut ToyPipeline,
+    env: Env,
+    mut draft: impl FnMut(&[u32], usize) -> Draft,
+) -> Generation {
+    loop {
+        match core.poll(env) {
+            Some(Action::Draft { k }) => {
+                let d = draft(&core.draft_context(), k);
+                core.drafted(d, Duration::from_micros(10), env.now);
+            }
+            Some(Action::Send(job)) => pipe.queue.push_back(job),
+            Some(Action::Cancel { through }) => pipe.cancel(through),
+            Some(Action::Finish(g)) => return g,
+            Some(Action::Fail(e)) => panic!("the session failed: {e}"),
+            Some(Action::Reroute) => panic!("no shard was lost"),
+            Some(Action::Prepare(_) | Action::Emit(_)) => {}
+            None => {
+                assert!(core.awaits_event(), "the session waits for nothing");
+                if let Some(event) = pipe.step() {
+                    core.handle(event, env.now);
+                }
+            }
+        }
+    }
+}
+
+fn spec(k: usize, depth: usize) -> Option<SpecState> {
+    Some(SpecState { k: AdaptiveK::new(8, Some(k)), depth: Depth::new(4, Some(depth)), stats: SpecStats::default() })
+}
+
+/// Greedy drafters: right, always wrong, or wrong at every third position.
+fn toy_draft(kind: &str, ctx: &[u32], k: usize) -> Draft {
+    let mut ctx = ctx.to_vec();
+    let mut tokens = Vec::new();
+    for _ in 0..k {
+        let right = toy_next(&ctx);
+        let wrong = if right == A { B } else { A };
+        let t = match kind {
+            "oracle" => right,
+            "wrong" => wrong,
+            _ if ctx.len().is_multiple_of(3) => wrong,
+            _ => right,
+        };
+        tokens.push(t);
+        ctx.push(t);
+    }
+    Draft { tokens, q: Vec::new() }
+}
+
+/// Issue 28: greedy output of pipelined speculation is token for token
+/// plain decoding's, for every drafter, at depths 1–4 and k = 1–8; a
+/// rejected round cancels the rounds after it, which no stage then runs;
+/// an oracle cancels nothing.
+#[test]
+fn pipelined_rounds_keep_greedy_output_and_cancel_what_a_rejection_invalidates() {
+    let h = Harness::new();
+    let prompt = [A, B, C, D, A];
+    let mut pipe = ToyPipeline::new(true, true);
+    let want = drive(&mut h.session(&prompt, 40, &[], None), &mut pipe, h.env(0), |_, _| unreachable!());
+    assert_eq!(want.ids.len(), 40);
+    for kind in ["oracle", "wrong", "mixed"] {
+        for depth in 1..=4 {
+            for k in 1..=8 {
+                let mut pipe = ToyPipeline::new(true, true);
+                let mut core = h.session(&prompt, 40, &[], spec(k, depth));
+                let got = drive(&mut core, &mut pipe, h.env(0), |ctx, k| toy_draft(kind, ctx, k));
+                let case = format!("{kind} drafter, depth {depth}, k {k}");
+                assert_eq!(got.ids, want.ids, "{case}: output differs from plain decoding");
+                let s = got.speculation.expect("speculated");
+                assert!(pipe.ran_cancelled.is_empty(), "{case}: cancelled frames ran: {:?}", pipe.ran_cancelled);
+                assert_eq!(s.max_depth as usize, depth, "{case}");
+                match (kind, depth) {
+                    (_, 1) => assert_eq!((s.pipelined_rounds, s.cancelled_rounds, pipe.dropped), (0, 0, 0), "{case}"),
+                    ("oracle", _) => {
+                        assert!(s.pipelined_rounds > 0, "{case}");
+                        assert_eq!((s.cancelled_rounds, pipe.dropped), (0, 0), "{case}: an oracle is never cancelled");
+                        assert_eq!(s.accepted, s.drafted, "{case}");
+                    }
+                    _ => {
+                        assert!(s.cancelled_rounds > 0 && pipe.dropped > 0, "{case}: {s:?}");
+                        assert!(pipe.dropped as u64 <= s.cancelled_rounds, "{case}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A stage that ignores cancels (runs every frame, answers every verdict)
+/// wastes work but changes nothing: stale verdicts are ignored and the next
+/// round rolls its KV back.
+#[test]
+fn a_stage_that_ignores_cancels_changes_no_output() {
+    let h = Harness::new();
+    let prompt = [B, A, D];
+    let want = drive(
+        &mut h.session(&prompt, 30, &[], None),
+        &mut ToyPipeline::new(true, true),
+        h.env(0),
+        |_, _| unreachable!(),
+    );
+    for kind in ["wrong", "mixed"] {
+        let mut pipe = ToyPipeline::new(true, false);
+        let got =
+            drive(&mut h.session(&prompt, 30, &[], spec(3, 4)), &mut pipe, h.env(0), |ctx, k| toy_draft(kind, ctx, k));
+        assert_eq!(got.ids, want.ids, "{kind}");
+        assert!(!pipe.ran_cancelled.is_empty(), "{kind}: the double ran cancelled frames");
+    }
+}
+
+/// Sampled output keeps the target's distribution across pipelined rounds:
+/// a drafter far from the target (its own fixed `q`), k = 1 at depth 3, so
+/// the chain of drafts crosses rounds at every token. The joint
+/// distribution of the second to fourth tokens (the first comes from the
+/// prompt round; these three from base and continuation rounds) over 30,000
+/// sessions must be the target's (chi-square over 64 cells, 63 degrees of
+/// freedom, below 103.4, the 0.999 quantile; the seeds are fixed).
+#[test]
+fn pipelined_sampling_keeps_the_target_distribution() {
+    let h = Harness::new();
+    let q: Distribution = vec![(A, 0.4), (B, 0.1), (C, 0.1), (D, 0.4)];
+    let idx = |t: u32| [A, B, C, D].iter().position(|&x| x == t).unwrap();
+    let mut counts = [0u64; 64];
+    let mut drafter = Sampler::new(SamplingParams { temperature: 1.0, seed: 5, ..SamplingParams::default() }).unwrap();
+    let (mut pipelined, mut cancelled) = (0, 0);
+    for seed in 0..30_000u64 {
+        let params = SamplingParams { temperature: 1.0, seed: seed + 1, ..SamplingParams::default() };
+        let cfg = SessionConfig {
+            stages: 3,
+            prefill_chunk: 4,
+            precision: Precision::F32,
+            context: 64,
+            deadline: Duration::from_secs(600),
+            max_reroutes: 0,
+        };
+        let start = SessionStart {
+            id: SessionId(77),
+            route: vec![0, 1],
+            prompt_ids: vec![A],
+            sampler: Sampler::new(params.clone()).unwrap(),
+            params,
+            max_tokens: 5,
+            stop: Vec::new(),
+            spec: spec(1, 3),
+        };
+        let mut core = SessionCore::new(cfg, start, &h.tokenizer, &h.counters, h.t0);
+        let g = drive(&mut core, &mut ToyPipeline::new(false, true), h.env(0), |_, k| {
+            let tokens: Vec<u32> = (0..k).map(|_| drafter.draw(&q)).collect();
+            Draft { q: vec![q.clone(); tokens.len()], tokens }
+        });
+        let s = g.speculation.unwrap();
+        (pipelined, cancelled) = (pipelined + s.pipelined_rounds, cancelled + s.cancelled_rounds);
+        counts[idx(g.ids[1]) * 16 + idx(g.ids[2]) * 4 + idx(g.ids[3])] += 1;
+    }
+    assert!(pipelined > 10_000 && cancelled > 1_000, "the chains crossed rounds: {pipelined} / {cancelled}");
+    let p = |a: u32, b: u32| toy_p(a).iter().find(|e| e.0 == b).map_or(0.0, |e| f64::from(e.1));
+    let tok = [A, B, C, D];
+    // Σ over the first token t1 of p(t1 | a) p(t2 | t1) p(t3 | t2) p(t4 | t3).
+    let joint = |first: &dyn Fn(u32) -> f64| -> Vec<f64> {
+        (0..64)
+            .map(|c| {
+                let (t2, t3, t4) = (tok[c / 16], tok[c / 4 % 4], tok[c % 4]);
+                tok.iter().map(|&t1| first(t1) * p(t1, t2)).sum::<f64>() * p(t2, t3) * p(t3, t4)
+            })
+            .collect()
+    };
+    let expected = joint(&|t1| p(A, t1));
+    let chi = |expected: &[f64]| -> f64 {
+        let n: u64 = counts.iter().sum();
+        counts
+            .iter()
+            .zip(expected)
+            .map(|(&c, &e)| {
+                let m = e * n as f64;
+                if m == 0.0 {
+                    if c == 0 {
+                        0.0
+                    } else {
+                        f64::INFINITY
+                    }
+                } else {
+                    (c as f64 - m).powi(2) / m
+                }
+            })
+            .sum()
+    };
+    let got = chi(&expected);
+    assert!(got < 103.4, "chi-square {got:.1} over 63 degrees of freedom: {counts:?}");
+    // The test can fail: with the fourth token drawn after the second
+    // (as if the third were skipped) the counts are far off.
+    let skipped: Vec<f64> = (0..64)
+        .map(|c| {
+            let (t2, t3, t4) = (tok[c / 16], tok[c / 4 % 4], tok[c % 4]);
+            tok.iter().map(|&t1| p(A, t1) * p(t1, t2)).sum::<f64>() * p(t2, t3) * p(t2, t4)
+        })
+        .collect();
+    assert!(chi(&skipped) > 1000.0, "{}", chi(&skipped));
 }

@@ -1,0 +1,141 @@
+//! Pipelined speculation: how many verification rounds one session keeps in
+//! flight around the ring.
+//!
+//! Round n+1 is drafted and sent while round n travels, on the assumption
+//! that every draft still in flight will be kept. Its first token is checked
+//! against the last distribution of the round before it, so the drafts of
+//! all rounds in flight form one chain, verified as one round over the whole
+//! chain would verify it ([`super::verify_drafts`]). A verdict that rejects a
+//! draft cancels every round after it.
+//!
+//! Another round pays when it is likely to survive and there is time to
+//! draft it before the oldest verdict is due:
+//!
+//! - every draft in flight must be kept for the new round to count, so it
+//!   goes out only while `a^(drafts in flight)` is at least
+//!   [`MIN_SURVIVAL`], `a` the session's measured per-token acceptance;
+//! - drafting it must end before the oldest round's verdict is expected (the
+//!   measured round time for its k, minus the time it has travelled):
+//!   otherwise the entry would draft while that verdict waits. On loopback,
+//!   where a round takes about as long as drafting, nothing is pipelined.
+//!
+//! A fixed depth (route `speculation.depth`, a request's `depth`) skips both
+//! tests: tests and benchmarks compare depths with it.
+
+use std::time::Duration;
+
+/// Most rounds one session may have in flight.
+pub const MAX_DEPTH: usize = 8;
+/// Default most rounds in flight for adaptive depth.
+pub const DEFAULT_DEPTH_MAX: usize = 4;
+/// Least probability, at the measured acceptance, that every draft in
+/// flight is kept, for another round to be sent on top of them.
+pub const MIN_SURVIVAL: f64 = 0.5;
+
+/// How many rounds in flight one session may have.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Depth {
+    /// Most rounds in flight (1 = one round per trip, no pipelining).
+    pub max: usize,
+    /// Keep exactly `max` rounds in flight whenever drafting is possible,
+    /// whatever the acceptance and round time.
+    pub fixed: bool,
+}
+
+impl Default for Depth {
+    fn default() -> Self {
+        Self { max: DEFAULT_DEPTH_MAX, fixed: false }
+    }
+}
+
+/// What the session knows when it could send another round.
+#[derive(Clone, Copy, Debug)]
+pub struct InFlight {
+    /// Rounds in flight.
+    pub rounds: usize,
+    /// Drafted tokens in flight, not yet verified.
+    pub drafts: usize,
+    /// Measured per-token acceptance.
+    pub acceptance: f64,
+    /// How long the oldest round in flight has travelled.
+    pub oldest_elapsed: Duration,
+    /// Its expected round time (none before any round was measured).
+    pub oldest_expected: Option<Duration>,
+    /// The expected time to draft the next round.
+    pub next_draft: Duration,
+}
+
+impl Depth {
+    /// Adaptive depth up to `max`, or exactly `fixed`.
+    pub fn new(max: usize, fixed: Option<usize>) -> Self {
+        match fixed {
+            Some(d) => Self { max: d.clamp(1, MAX_DEPTH), fixed: true },
+            None => Self { max: max.clamp(1, MAX_DEPTH), fixed: false },
+        }
+    }
+
+    /// Whether to draft and send another round on top of those in flight.
+    pub fn another(&self, now: InFlight) -> bool {
+        if now.rounds == 0 || now.rounds >= self.max {
+            return now.rounds == 0;
+        }
+        if self.fixed {
+            return true;
+        }
+        let survival = now.acceptance.clamp(0.0, 1.0).powi(now.drafts.min(i32::MAX as usize) as i32);
+        let Some(expected) = now.oldest_expected else { return false };
+        let left = expected.saturating_sub(now.oldest_elapsed);
+        survival >= MIN_SURVIVAL && now.next_draft < left
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now(rounds: usize, drafts: usize, a: f64, elapsed_ms: u64, expected_ms: Option<u64>, draft_ms: u64) -> InFlight {
+        InFlight {
+            rounds,
+            drafts,
+            acceptance: a,
+            oldest_elapsed: Duration::from_millis(elapsed_ms),
+            oldest_expected: expected_ms.map(Duration::from_millis),
+            next_draft: Duration::from_millis(draft_ms),
+        }
+    }
+
+    #[test]
+    fn a_strong_drafter_on_a_slow_ring_fills_it_up_to_the_limit() {
+        let d = Depth::new(4, None);
+        // 150 ms rounds, 20 ms to draft: room for more rounds.
+        assert!(d.another(now(1, 6, 0.98, 0, Some(150), 20)));
+        assert!(d.another(now(3, 18, 0.98, 60, Some(150), 20)));
+        assert!(!d.another(now(4, 24, 0.98, 60, Some(150), 20)), "the limit holds");
+        // With nothing in flight a round always goes (it is not pipelined).
+        assert!(d.another(now(0, 0, 0.0, 0, None, 20)));
+    }
+
+    #[test]
+    fn weak_drafters_fast_rings_and_late_rounds_stay_at_one_round() {
+        let d = Depth::new(4, None);
+        // Survival 0.6^6 = 0.05.
+        assert!(!d.another(now(1, 6, 0.6, 0, Some(150), 20)));
+        // Loopback: a round takes 12 ms, drafting 20 ms.
+        assert!(!d.another(now(1, 6, 1.0, 0, Some(12), 20)));
+        // The oldest verdict is due in 10 ms.
+        assert!(!d.another(now(2, 12, 1.0, 140, Some(150), 20)));
+        // Nothing measured yet.
+        assert!(!d.another(now(1, 6, 1.0, 0, None, 20)));
+        // Depth 1 never pipelines.
+        assert!(!Depth::new(1, None).another(now(1, 1, 1.0, 0, Some(1000), 0)));
+    }
+
+    #[test]
+    fn a_fixed_depth_is_kept_whatever_the_measurements() {
+        let d = Depth::new(4, Some(3));
+        assert!(d.another(now(2, 12, 0.0, 0, None, 1000)));
+        assert!(!d.another(now(3, 0, 1.0, 0, Some(1000), 0)));
+        assert_eq!(Depth::new(4, Some(99)).max, MAX_DEPTH);
+        assert_eq!(Depth::new(0, None).max, 1);
+    }
+}
