@@ -130,6 +130,40 @@ fn a_killed_shard_with_a_replica_is_routed_around_without_changing_the_stream() 
     assert!(log.contains("re-routed"), "the session was not re-routed:\n{log}");
 }
 
+/// Issue 28: a kill -9 while pipelined speculation has several rounds in
+/// flight (some of them built on drafts that will be rejected) re-routes
+/// and the stream is still token for token plain greedy decoding.
+#[test]
+fn a_kill_in_the_middle_of_pipelined_rounds_changes_no_output() {
+    let Some(path) = model_path() else { return };
+    let (model, tok) = LocalModel::load(&path, &[]).unwrap();
+    let base = greedy(&fixture_prompts()[2], 120);
+    let want = local(&model, &tok, &base);
+    // Right except at every fifth token: accepted chains and cancelled rounds both.
+    let script: Vec<u32> = want.ids.iter().enumerate().map(|(i, &t)| if i % 5 == 4 { t ^ 1 } else { t }).collect();
+    let req = GenerateWire {
+        speculation: veil_enclave::pipeline::entry::SpeculationRequest {
+            enabled: Some(true),
+            drafter: Some(veil_wire::route::Drafter::Script),
+            k: Some(3),
+            depth: Some(3),
+            script: Some(script),
+        },
+        ..base
+    };
+    let mut c = Cluster::new("pipelined-kill", &path, &[10, 20], &[1, 2, 1]);
+    c.spawn(2, 0);
+    c.spawn(1, 0);
+    c.spawn(0, 0);
+    c.wait_log(0, 0, "ready", 1);
+    let got = c.stream_across_a_kill(&req, 1).unwrap();
+    assert_eq!((&got.ids, &got.text), (&want.ids, &want.text), "the stream changed across the re-route");
+    let s = got.speculation.expect("speculated");
+    assert!(s.pipelined_rounds > 0 && s.cancelled_rounds > 0 && s.max_depth == 3, "{s:?}");
+    let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
+    assert!(log.contains("re-routed"), "the session was not re-routed:\n{log}");
+}
+
 #[test]
 fn a_killed_shard_without_a_replica_ends_the_stream_with_a_clear_error_in_seconds() {
     let Some(path) = model_path() else { return };

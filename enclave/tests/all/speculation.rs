@@ -38,6 +38,19 @@ fn with(req: &GenerateWire, drafter: &str, k: Option<usize>, script: Option<Vec<
     }
 }
 
+/// [`with`], keeping exactly `depth` rounds in flight (pipelined speculation).
+fn pipelined(
+    req: &GenerateWire,
+    depth: usize,
+    drafter: &str,
+    k: Option<usize>,
+    script: Option<Vec<u32>>,
+) -> GenerateWire {
+    let mut r = with(req, drafter, k, script);
+    r.speculation.depth = Some(depth);
+    r
+}
+
 fn stats(g: &Generation) -> SpecStats {
     g.speculation.clone().expect("the session did not speculate")
 }
@@ -146,6 +159,19 @@ fn greedy_is_token_identical_for_every_drafter_and_k(
         for k in [1, 2, 5, 8] {
             cases.push((format!("adversary k={k}"), with(&base, "script", Some(k), Some(wrong.clone()))));
         }
+        // Pipelined: several rounds in flight, every drafter.
+        let mixed: Vec<u32> =
+            right.iter().enumerate().map(|(i, &t)| if i % 4 == 3 { (t + 1) % vocab } else { t }).collect();
+        for (depth, k) in [(2, 3), (3, 2), (4, 5)] {
+            cases.push((
+                format!("oracle pipelined d={depth} k={k}"),
+                pipelined(&base, depth, "script", Some(k), Some(right.clone())),
+            ));
+        }
+        cases.push(("adversary pipelined d=3 k=2".into(), pipelined(&base, 3, "script", Some(2), Some(wrong.clone()))));
+        cases.push(("mixed pipelined d=4 k=3".into(), pipelined(&base, 4, "script", Some(3), Some(mixed))));
+        cases.push(("model pipelined d=3".into(), pipelined(&base, 3, "model", Some(3), None)));
+        cases.push(("ngram pipelined d=2".into(), pipelined(&base, 2, "ngram", Some(4), None)));
         for (name, req) in cases {
             let g = c.generate(&req).unwrap();
             assert_eq!((&g.ids, &g.text), (&want.ids, &want.text), "{name}: output differs from plain greedy");
@@ -160,6 +186,11 @@ fn greedy_is_token_identical_for_every_drafter_and_k(
             if name.starts_with("adversary") {
                 assert_eq!(s.accepted, 0, "{name}: {s:?}");
                 assert!(s.drafted > 0, "{name}: {s:?}");
+            }
+            if name.contains("pipelined") && !name.starts_with("ngram") {
+                // Rounds went out on top of rounds in flight; a rejection cancels those after it.
+                assert!(s.pipelined_rounds > 0, "{name}: {s:?}");
+                assert_eq!(s.cancelled_rounds > 0, !name.starts_with("oracle"), "{name}: {s:?}");
             }
             let t = totals.entry(name.split(' ').next().unwrap().to_owned()).or_default();
             t.rounds += s.rounds;

@@ -282,6 +282,9 @@ pub struct SessionCore<'e> {
     started: Instant,
     state: Expect,
     inflight: VecDeque<Round>,
+    /// The drafter proposed nothing on top of the rounds in flight: ask
+    /// again only after the next verdict.
+    dry: bool,
     out: VecDeque<Action>,
 }
 
@@ -336,6 +339,7 @@ impl<'e> SessionCore<'e> {
             started: now,
             state: Expect::Active,
             inflight: VecDeque::new(),
+            dry: false,
             out: VecDeque::new(),
         }
     }
@@ -385,7 +389,7 @@ impl<'e> SessionCore<'e> {
 
     /// k for another round on top of those in flight, when one should go.
     fn another_round(&mut self, env: Env) -> Option<usize> {
-        if env.client_gone || env.drafter_preparing || !self.inflight.iter().all(|r| r.decode) {
+        if self.dry || env.client_gone || env.drafter_preparing || !self.inflight.iter().all(|r| r.decode) {
             return None;
         }
         let front = self.inflight.front()?;
@@ -451,6 +455,7 @@ impl<'e> SessionCore<'e> {
             return self.send_round(from, false, draft, drafting, now);
         }
         if draft.tokens.is_empty() {
+            self.dry = true;
             return;
         }
         let Some(start) = self.inflight.back().map(|r| r.kv_end as usize) else { return };
@@ -635,6 +640,7 @@ impl<'e> SessionCore<'e> {
 
     /// Takes the verdicts of the oldest rounds, in order, while they are here.
     fn take_verdicts(&mut self, now: Instant) {
+        self.dry = false;
         while self.inflight.front().is_some_and(|r| r.verdict.is_some()) && !matches!(self.state, Expect::Done) {
             let Some(round) = self.inflight.pop_front() else { return };
             self.on_verdict(round, now);

@@ -482,7 +482,7 @@ fn drive(
     env: Env,
     mut draft: impl FnMut(&[u32], usize) -> Draft,
 ) -> Generation {
-    loop {
+    for _ in 0..100_000 {
         match core.poll(env) {
             Some(Action::Draft { k }) => {
                 let d = draft(&core.draft_context(), k);
@@ -502,6 +502,7 @@ fn drive(
             }
         }
     }
+    panic!("the session did not finish in 100,000 actions");
 }
 
 fn spec(k: usize, depth: usize) -> Option<SpecState> {
@@ -564,6 +565,27 @@ fn pipelined_rounds_keep_greedy_output_and_cancel_what_a_rejection_invalidates()
             }
         }
     }
+}
+
+/// A drafter with nothing to propose on top of the rounds in flight is not
+/// asked again and again: the session waits for the next verdict.
+#[test]
+fn an_empty_pipelined_draft_waits_for_the_next_verdict() {
+    let h = Harness::new();
+    let mut core = h.session(&[A, B], 20, &[], spec(2, 3));
+    let mut pipe = ToyPipeline::new(true, true);
+    let mut asks = 0;
+    let g = drive(&mut core, &mut pipe, h.env(0), |ctx, k| {
+        asks += 1;
+        // Proposes only for the base round (nothing in flight: context = history).
+        if ctx.len() % 2 == 0 {
+            toy_draft("oracle", ctx, k)
+        } else {
+            Draft::default()
+        }
+    });
+    assert_eq!(g.ids.len(), 20);
+    assert!(asks < 60, "asked the drafter {asks} times for 20 tokens");
 }
 
 /// A stage that ignores cancels (runs every frame, answers every verdict)
