@@ -216,12 +216,13 @@ fn part3(path: &Path, rt: &tokio::runtime::Runtime) {
             r.prompt_ids.as_mut().unwrap().push(200 + i as u32);
             r
         };
-        c.generate(&req(0)).unwrap(); // warm
+        let (cr, req) = (&c, &req);
+        cr.generate(&req(0)).unwrap(); // warm
         let mut single = 0.0;
         for sessions in [1usize, 4, 16, 64] {
             let started = Instant::now();
             let tokens: usize = std::thread::scope(|s| {
-                let handles: Vec<_> = (0..sessions).map(|i| s.spawn(move || c.generate(&req(i)).unwrap())).collect();
+                let handles: Vec<_> = (0..sessions).map(|i| s.spawn(move || cr.generate(&req(i)).unwrap())).collect();
                 handles.into_iter().map(|h| h.join().unwrap().ids.len()).sum()
             });
             let rate = tokens as f64 / started.elapsed().as_secs_f64();
