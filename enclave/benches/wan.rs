@@ -23,7 +23,7 @@
 //!
 //! `cargo bench -p veil-enclave --bench wan` (needs `scripts/fetch-model.sh`).
 //! `VEIL_WAN_PARTS=1,3` runs only those parts; `VEIL_WAN_DELAYS=25,50`
-//! only those delays in part 1.
+//! only those delays in part 1; `VEIL_WAN_TOKENS=96` longer answers (32).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
@@ -39,7 +39,10 @@ use veil_enclave::pipeline::entry::{GenerateWire, SpeculationRequest};
 use veil_enclave::pipeline::route::{DrafterKind, Speculation};
 use veil_host::wan::WanShim;
 
-const TOKENS: usize = 32;
+/// Tokens per request (`VEIL_WAN_TOKENS` overrides).
+fn tokens() -> usize {
+    std::env::var("VEIL_WAN_TOKENS").ok().and_then(|v| v.parse().ok()).unwrap_or(32)
+}
 const K_MAX: usize = 6;
 /// Layer cuts for four stages of the 30-layer model.
 const CUTS: [u32; 3] = [8, 15, 23];
@@ -97,7 +100,7 @@ fn run(c: &Cluster, req: &GenerateWire) -> (f64, Generation) {
 }
 
 fn request(prompt: &str, drafter: Option<&str>, depth: Option<usize>, script: Option<Vec<u32>>) -> GenerateWire {
-    let mut r = greedy(&[], TOKENS);
+    let mut r = greedy(&[], tokens());
     (r.prompt, r.prompt_ids, r.chat) = (Some(prompt.into()), None, true);
     r.speculation = match drafter {
         None => SpeculationRequest { enabled: Some(false), ..Default::default() },
@@ -154,7 +157,8 @@ fn header() {
 
 fn part1(path: &Path, rt: &tokio::runtime::Runtime) {
     println!(
-        "\n1. Target as draft, 4 stages, greedy, {TOKENS} tokens, k ≤ {K_MAX}; decode tok/s after the first token"
+        "\n1. Target as draft, 4 stages, greedy, {} tokens, k ≤ {K_MAX}; decode tok/s after the first token",
+        tokens()
     );
     header();
     let delays: Vec<u64> = std::env::var("VEIL_WAN_DELAYS")
@@ -178,8 +182,22 @@ fn part1(path: &Path, rt: &tokio::runtime::Runtime) {
                 row(delay, pname, name, speed, plain, &g, Some(bound));
             }
         }
+        println!("       (shards dropped {} cancelled frames unrun at {delay} ms)", dropped(&c));
         stop(c, shims, rt);
     }
+}
+
+/// Cancelled frames the shards (stages 1..) dropped unrun, from their logs.
+fn dropped(c: &Cluster) -> u64 {
+    (1..c.route.stages.len())
+        .map(|stage| {
+            let log = std::fs::read_to_string(c.log(stage, 0)).unwrap_or_default();
+            log.lines()
+                .filter_map(|l| l.split("dropped=").nth(1))
+                .filter_map(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+                .sum::<u64>()
+        })
+        .sum()
 }
 
 fn part2(path: &Path, derived: &Path, rt: &tokio::runtime::Runtime) {
@@ -202,17 +220,18 @@ fn part2(path: &Path, derived: &Path, rt: &tokio::runtime::Runtime) {
             row(delay, pname, name, speed, plain, &g, None);
         }
     }
+    println!("       (shards dropped {} cancelled frames unrun)", dropped(&c));
     stop(c, shims, rt);
 }
 
 fn part3(path: &Path, rt: &tokio::runtime::Runtime) {
-    println!("\n3. Sessions fill the pipeline: aggregate plain decoding, 4 stages, {TOKENS} tokens per session");
+    println!("\n3. Sessions fill the pipeline: aggregate plain decoding, 4 stages, {} tokens per session", tokens());
     println!("{:>6} {:>9} {:>12} {:>12} {:>8}", "delay", "sessions", "aggregate", "1 session", "ratio");
     for delay in [25u64, 50] {
         let (c, shims) = start(&format!("wanfill{delay}"), path, path, delay, rt);
         let prompt: Vec<u32> = vec![504, 3575, 282, 4649, 314];
         let req = |i: usize| {
-            let mut r = greedy(&prompt, TOKENS);
+            let mut r = greedy(&prompt, tokens());
             r.prompt_ids.as_mut().unwrap().push(200 + i as u32);
             r
         };
@@ -248,13 +267,12 @@ fn part4(path: &Path) {
             ids = tok.encode(&text, false).unwrap();
         }
         ids.truncate(target);
-        let req = greedy(&ids, 24);
+        let req = greedy(&ids, 64);
         let mut c = Cluster::new(&format!("wanheal{target}"), path, &CUTS, &[1, 1, 2, 1]);
-        c.spawn(3, 0);
-        c.spawn(2, 0);
-        c.spawn(1, 0);
-        c.spawn(0, 0);
-        c.wait_log(0, 0, "ready", 1);
+        // Both replicas of stage 2 up before the stream: the session goes to
+        // the first (fewest sessions, first listed), which is then killed.
+        c.start_all();
+        c.wait_log(0, 0, "control link up", 4);
         // Normal gaps, from an undisturbed stream.
         let mut gaps = Vec::new();
         let mut last = None::<Instant>;
@@ -284,12 +302,12 @@ fn part4(path: &Path) {
                 })
             });
             rx.recv().unwrap();
-            c.spawn(2, 1);
-            c.wait_log(0, 0, "control link up", 4);
             c.kill(2, 0);
             h.join().unwrap()
         })
         .unwrap();
+        let log = std::fs::read_to_string(c.log(0, 0)).unwrap_or_default();
+        assert!(log.contains("re-routed"), "the session was not re-routed: the kill missed it");
         let stamps = stamps.into_inner().unwrap();
         let stall = stamps.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
         println!(

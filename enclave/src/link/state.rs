@@ -183,6 +183,8 @@ mod tests {
             truncate_to: None,
             want: Want::Nothing,
             route: vec![],
+            shadow: vec![],
+            mirror: false,
             kv_lens: vec![],
             sampling: None,
             precision: Precision::F32,

@@ -188,13 +188,18 @@ pub async fn serve(
         while let Some(out) = out_rx.recv().await {
             let to_entry = match out {
                 Output::Downstream { replica, frame } => {
-                    let (session, seq) = (frame.session, frame.seq);
+                    let (session, seq, mirror) = (frame.session, frame.seq, frame.mirror);
                     let sent = match &downstream {
                         Some(d) => d.send(replica, Frame::Forward(frame)).await,
                         None => Err(ForwardError::NoNextStage),
                     };
                     match sent {
                         Ok(()) => continue,
+                        Err(e) if mirror => {
+                            // A shadow out of reach shadows nothing; the session goes on.
+                            tracing::debug!(%session, error = %e, "cannot reach a shadow replica");
+                            continue;
+                        }
                         Err(e) => {
                             tracing::warn!(%session, error = %e, "cannot reach the next stage");
                             Frame::Error(ErrorReport {

@@ -9,7 +9,9 @@ use std::sync::Arc;
 
 use tokio::sync::mpsc;
 
-use crate::link::frame::{ErrorCode, ErrorReport, Forward, Precision, SamplingSpec, SessionId, Verdict, Want};
+use crate::link::frame::{
+    ErrorCode, ErrorReport, Forward, Precision, SamplingSpec, SessionId, Verdict, Want, NO_SHADOW,
+};
 use crate::model::{BatchItem, LayerSlice, Logits, ModelError, Rows, SessionKv, SliceOutput};
 use crate::text::sampler::{Sampler, SamplingParams};
 
@@ -52,6 +54,10 @@ pub struct Job {
     pub want: Want,
     /// Replica per stage after the entry.
     pub route: Vec<u8>,
+    /// Shadow replica per stage after the entry (see [`Forward::shadow`]).
+    pub shadow: Vec<u8>,
+    /// A shadow's copy: run into the KV cache only (see [`Forward::mirror`]).
+    pub mirror: bool,
     /// Earlier stages' KV lengths after this job (see [`Forward::kv_lens`]).
     pub kv_lens: Vec<u32>,
     /// The verdict's sampling transform.
@@ -73,6 +79,8 @@ impl Job {
             truncate_to: f.truncate_to.map(|t| t as usize),
             want: f.want,
             route: f.route,
+            shadow: f.shadow,
+            mirror: f.mirror,
             kv_lens: f.kv_lens,
             sampling: f.sampling,
             precision: f.precision,
@@ -285,8 +293,33 @@ impl StageWorker {
         }
     }
 
-    /// Runs one batch; every job gets an output or an error.
+    /// Runs one batch; every job gets an output or an error, except a
+    /// shadow's copy (`mirror`), which answers nothing: if it cannot run
+    /// (KV budget full, positions missing) the shadow's state for that
+    /// session is dropped here, and a fail-over to this replica rebuilds.
     pub fn step(&mut self, jobs: Vec<Job>) -> Vec<Output> {
+        let mirrors: HashSet<(SessionId, u64)> = jobs.iter().filter(|j| j.mirror).map(|j| (j.session, j.seq)).collect();
+        let mut outputs = self.step_all(jobs);
+        if !mirrors.is_empty() {
+            let mut dropped = Vec::new();
+            outputs.retain(|o| match o {
+                Output::Error(e) if e.session.is_some_and(|s| mirrors.contains(&(s, e.seq))) => {
+                    dropped.push((e.session, e.code));
+                    false
+                }
+                _ => true,
+            });
+            for (session, code) in dropped {
+                if let Some(s) = session {
+                    self.sessions.remove(&s);
+                    tracing::warn!(stage = self.stage, session = %s, ?code, "shadow copy refused; this replica no longer shadows the session");
+                }
+            }
+        }
+        outputs
+    }
+
+    fn step_all(&mut self, jobs: Vec<Job>) -> Vec<Output> {
         let mut outputs = Vec::new();
         let mut ready = Vec::new();
         let per_position = self.slice.new_session(0).bytes_per_position();
@@ -404,30 +437,41 @@ impl StageWorker {
         results
     }
 
-    fn deliver(&self, job: Job, out: SliceOutput) -> Option<Output> {
+    fn deliver(&self, job: Job, out: SliceOutput) -> Vec<Output> {
+        if job.mirror {
+            // A shadow computes its KV and nothing more.
+            return Vec::new();
+        }
         match out {
             SliceOutput::Hidden(rows) => {
                 let Some(&replica) = job.route.get(self.stage) else {
-                    return Some(self.failure(&job, &ModelError::Invalid("the route names no next replica".into())));
+                    return vec![self.failure(&job, &ModelError::Invalid("the route names no next replica".into()))];
                 };
-                Some(Output::Downstream {
-                    replica,
-                    frame: Forward {
-                        session: job.session,
-                        seq: job.seq,
-                        start: job.start as u32,
-                        truncate_to: job.truncate_to.map(|t| t as u32),
-                        want: job.want,
-                        route: job.route,
-                        kv_lens: [job.kv_lens, vec![self.kv_len(job.session)]].concat(),
-                        sampling: job.sampling,
-                        precision: job.precision,
-                        width: rows.width() as u32,
-                        hidden: rows.into_vec(),
-                    },
-                })
+                let frame = Forward {
+                    session: job.session,
+                    seq: job.seq,
+                    start: job.start as u32,
+                    truncate_to: job.truncate_to.map(|t| t as u32),
+                    want: job.want,
+                    route: job.route,
+                    shadow: job.shadow,
+                    mirror: false,
+                    kv_lens: [job.kv_lens, vec![self.kv_len(job.session)]].concat(),
+                    sampling: job.sampling,
+                    precision: job.precision,
+                    width: rows.width() as u32,
+                    hidden: rows.into_vec(),
+                };
+                let mut out = Vec::with_capacity(2);
+                // The next stage's shadow gets the same rows, to run into its KV only.
+                if let Some(&shadow) = frame.shadow.get(self.stage).filter(|&&r| r != NO_SHADOW && r != replica) {
+                    let copy = Forward { mirror: true, want: Want::Nothing, sampling: None, ..frame.clone() };
+                    out.push(Output::Downstream { replica: shadow, frame: copy });
+                }
+                out.insert(0, Output::Downstream { replica, frame });
+                out
             }
-            SliceOutput::CacheOnly => None,
+            SliceOutput::CacheOnly => Vec::new(),
             SliceOutput::Logits(rows) => {
                 let spec = job.sampling.clone().unwrap_or(SamplingSpec {
                     temperature: 0.0,
@@ -448,7 +492,7 @@ impl StageWorker {
                 });
                 let positions: Result<Vec<_>, ModelError> =
                     sampler.and_then(|s| (0..rows.n()).map(|i| s.distribution(rows.row(i), &spec.history)).collect());
-                Some(match positions {
+                vec![match positions {
                     Ok(positions) => Output::Verdict(Verdict {
                         session: job.session,
                         seq: job.seq,
@@ -456,7 +500,7 @@ impl StageWorker {
                         kv_lens: [job.kv_lens.clone(), vec![self.kv_len(job.session)]].concat(),
                     }),
                     Err(e) => self.failure(&job, &e),
-                })
+                }]
             }
         }
     }

@@ -638,6 +638,8 @@ fn a_stage_holds_a_bounded_number_of_sessions() {
         truncate_to: None,
         want: Want::Nothing,
         route: vec![0, 0],
+        shadow: Vec::new(),
+        mirror: false,
         kv_lens: vec![0],
         sampling: None,
         precision: Precision::F32,
@@ -755,6 +757,8 @@ fn no_session_can_continue_from_another_sessions_cached_prefix() {
         truncate_to: None,
         want: Want::Last,
         route: Vec::new(),
+        shadow: Vec::new(),
+        mirror: false,
         kv_lens: Vec::new(),
         sampling: None,
         precision: Precision::F32,
@@ -802,6 +806,8 @@ fn a_stage_drops_cancelled_frames_unrun_and_counts_them() {
             truncate_to,
             want: Want::Nothing,
             route: vec![0],
+            shadow: Vec::new(),
+            mirror: false,
             kv_lens: Vec::new(),
             sampling: None,
             precision: Precision::F32,
@@ -839,6 +845,53 @@ fn a_stage_drops_cancelled_frames_unrun_and_counts_them() {
     let (jobs, positions, cancelled, cancelled_positions) = counters.snapshot();
     assert_eq!((jobs, positions), (2, 11));
     assert_eq!((cancelled, cancelled_positions), (4, 4 + 3 + 2 + 2));
+}
+
+/// Issue 28 (healing): a stage copies each frame to the next stage's shadow
+/// replica (`mirror`, nothing wanted); a shadow runs the copy into its KV and
+/// answers nothing; a copy it cannot run is dropped silently, with the
+/// shadow's state for the session.
+#[test]
+fn a_stage_copies_frames_to_the_next_shadow_which_only_fills_its_kv() {
+    use std::sync::Arc;
+    use veil_enclave::link::frame::{Precision, SessionId, Want, NO_SHADOW};
+    use veil_enclave::pipeline::worker::{Input, Job, Output, StageWorker};
+    let Some(path) = model_path() else { return };
+    let job = |seq: u64, start: usize, n: usize, mirror: bool| Job {
+        session: SessionId(3),
+        seq,
+        start,
+        truncate_to: None,
+        want: Want::Last,
+        route: vec![0, 0, 0],
+        shadow: vec![NO_SHADOW, 1, NO_SHADOW],
+        mirror,
+        kv_lens: Vec::new(),
+        sampling: None,
+        precision: Precision::F32,
+        input: Input::Tokens(vec![42; n]),
+    };
+    // Stage 1 (the entry's worker stands in; it embeds tokens): its next
+    // stage, 2, has a shadow, replica 1.
+    let mut serving = StageWorker::new(Arc::new(LayerSlice::load(&path, 0..2).unwrap()), 1, DEFAULT_KV_BUDGET_BYTES);
+    let out = serving.step(vec![job(1, 0, 5, false)]);
+    match out.as_slice() {
+        [Output::Downstream { replica: 0, frame: f }, Output::Downstream { replica: 1, frame: copy }] => {
+            assert!(!f.mirror && copy.mirror && copy.want == Want::Nothing && copy.sampling.is_none());
+            assert_eq!((copy.hidden.len(), copy.seq, copy.start), (f.hidden.len(), 1, 0));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A shadow: runs copies, answers nothing.
+    let mut shadow = StageWorker::new(Arc::new(LayerSlice::load(&path, 0..2).unwrap()), 2, DEFAULT_KV_BUDGET_BYTES);
+    assert!(shadow.step(vec![job(1, 0, 5, true)]).is_empty());
+    assert!(shadow.step(vec![job(2, 5, 1, true)]).is_empty());
+    assert_eq!((shadow.sessions(), shadow.counters().snapshot().1), (1, 6), "six positions in the shadow's KV");
+    // A copy that does not fit (positions missing): no answer, state dropped.
+    assert!(shadow.step(vec![job(3, 9, 1, true)]).is_empty());
+    assert_eq!(shadow.sessions(), 0);
+    // The same frame sent as a real one is an error the entry hears.
+    assert!(matches!(shadow.step(vec![job(4, 9, 1, false)]).as_slice(), [Output::Error(_)]));
 }
 
 /// SECURITY-CASES G5: the resident-weights digest is a function of what is

@@ -164,6 +164,59 @@ fn a_kill_in_the_middle_of_pipelined_rounds_changes_no_output() {
     assert!(log.contains("re-routed"), "the session was not re-routed:\n{log}");
 }
 
+/// Issue 28 (healing): with both replicas of the middle stage up when the
+/// session starts, the second shadows the session's KV (the first stage
+/// copies every frame to it). Killing the serving replica (kill -9) moves
+/// the session to the shadow with no re-prefill, and the stream is still
+/// token for token one process's, for plain decoding and for pipelined
+/// speculation whose drafts the shadow also took in and rolled back.
+#[test]
+fn a_warm_shadow_takes_over_a_killed_shard_without_a_rebuild() {
+    let Some(path) = model_path() else { return };
+    let (model, tok) = LocalModel::load(&path, &[]).unwrap();
+    let plain = greedy(&fixture_prompts()[1], 100);
+    let want = local(&model, &tok, &plain);
+    let script: Vec<u32> = want.ids.iter().enumerate().map(|(i, &t)| if i % 5 == 4 { t ^ 1 } else { t }).collect();
+    let pipelined = GenerateWire {
+        speculation: veil_enclave::pipeline::entry::SpeculationRequest {
+            enabled: Some(true),
+            drafter: Some(veil_wire::route::Drafter::Script),
+            k: Some(3),
+            depth: Some(3),
+            script: Some(script),
+        },
+        ..plain.clone()
+    };
+    for (name, req) in [("plain", &plain), ("pipelined", &pipelined)] {
+        let mut c = Cluster::new(&format!("shadow-{name}"), &path, &[10, 20], &[1, 2, 1]);
+        c.start_all();
+        // The session goes to the replica with fewest sessions, the first
+        // listed on a tie (replica 0); replica 1 shadows it.
+        c.wait_log(0, 0, "control link up", 3);
+        let entry = c.route.generate_listen;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let got = std::thread::scope(|scope| {
+            let h = scope.spawn(|| {
+                let mut pieces = 0;
+                cluster::stream_to(entry, req, |_| {
+                    pieces += 1;
+                    if pieces == 8 {
+                        tx.send(()).unwrap();
+                    }
+                })
+            });
+            rx.recv().unwrap();
+            c.kill(1, 0);
+            h.join().unwrap()
+        })
+        .unwrap();
+        assert_eq!((&got.ids, &got.text), (&want.ids, &want.text), "{name}: the stream changed across the fail-over");
+        let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
+        assert!(log.contains("re-routed to warm replicas"), "{name}: no warm fail-over:\n{log}");
+        assert!(!log.contains("rebuilding the session's KV"), "{name}: the session was rebuilt:\n{log}");
+    }
+}
+
 #[test]
 fn a_killed_shard_without_a_replica_ends_the_stream_with_a_clear_error_in_seconds() {
     let Some(path) = model_path() else { return };
@@ -270,6 +323,8 @@ fn malformed_and_out_of_order_frames_drop_only_that_link() {
                 truncate_to: None,
                 want: veil_enclave::link::frame::Want::Nothing,
                 route: vec![0, 0],
+                shadow: Vec::new(),
+                mirror: false,
                 kv_lens: vec![0],
                 sampling: None,
                 precision: veil_enclave::link::frame::Precision::F32,

@@ -67,6 +67,9 @@ impl Frame {
                 });
                 w.len(f.route.len());
                 w.0.extend_from_slice(&f.route);
+                w.len(f.shadow.len());
+                w.0.extend_from_slice(&f.shadow);
+                w.u8(u8::from(f.mirror));
                 w.len(f.kv_lens.len());
                 f.kv_lens.iter().for_each(|&l| w.u32(l));
                 match &f.sampling {
@@ -263,6 +266,16 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
     };
     let n = r.count(1, 255, "route")?;
     let route = r.take(n)?.to_vec();
+    let n = r.count(1, 255, "shadow")?;
+    let shadow = r.take(n)?.to_vec();
+    if !shadow.is_empty() && shadow.len() != route.len() {
+        return Err(r.bad(format!("{} shadows for a route of {} stages", shadow.len(), route.len())));
+    }
+    let mirror = match r.u8()? {
+        0 => false,
+        1 => true,
+        other => return Err(r.bad(format!("mirror flag {other}"))),
+    };
     let n = r.count(4, 256, "KV lengths")?;
     let kv_lens = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
     let sampling = match r.u8()? {
@@ -327,6 +340,8 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
         truncate_to,
         want,
         route,
+        shadow,
+        mirror,
         kv_lens,
         sampling,
         precision,

@@ -17,8 +17,11 @@ use veil_attestation::{LayerRange, ManifestRoot};
 
 pub use self::decoder::FrameDecoder;
 
+/// No shadow replica for a stage (see [`Forward::shadow`]).
+pub const NO_SHADOW: u8 = u8::MAX;
+
 /// Version spoken by this build; peers must match exactly (2: padded
-/// forward frames; 3: cancel frames).
+/// forward frames; 3: cancel frames, shadow replicas).
 pub const PROTOCOL_VERSION: u16 = 3;
 /// A forward frame of more than one position carries its rows padded to a
 /// multiple of this many (zero rows on the wire, dropped by the receiver), so
@@ -139,6 +142,14 @@ pub struct Forward {
     pub want: Want,
     /// Replica index chosen for every stage after the entry.
     pub route: Vec<u8>,
+    /// Per stage after the entry, a warm replica that shadows the session's
+    /// KV ([`NO_SHADOW`] for none; empty: no shadows): the stage before it
+    /// sends it a copy of each frame (`mirror`), so a fail-over there needs
+    /// no re-prefill.
+    pub shadow: Vec<u8>,
+    /// This frame is a shadow's copy: run it into the KV cache, answer and
+    /// pass on nothing.
+    pub mirror: bool,
     /// Each earlier stage's KV length for this session after running this
     /// frame (the entry's first); the last shard returns them, with its own,
     /// in the verdict, so the entry can check every shard rolled back.

@@ -11,6 +11,8 @@ fn forward(precision: Precision) -> Forward {
         truncate_to: Some(12),
         want: Want::Last,
         route: vec![0, 1],
+        shadow: vec![NO_SHADOW, 2],
+        mirror: true,
         kv_lens: vec![13],
         sampling: Some(SamplingSpec {
             temperature: 0.7,

@@ -21,7 +21,7 @@ use super::route::{DrafterKind, Route};
 use super::sessions::{random_id, SessionTable};
 use super::worker::{Command, Output, StageWorker, WorkerCounters};
 use crate::generate::{check_request, GenerateRequest, Generation};
-use crate::link::frame::{Cancel, ErrorCode, ErrorReport, Frame, SessionId};
+use crate::link::frame::{Cancel, ErrorCode, ErrorReport, Frame, SessionId, NO_SHADOW};
 use crate::model::LayerSlice;
 use crate::speculate::model::DraftModel;
 use crate::speculate::pipeline::{Depth, MAX_DEPTH};
@@ -144,16 +144,21 @@ impl Entry {
             while let Some(out) = out_rx.recv().await {
                 match out {
                     Output::Downstream { replica, frame } => {
-                        let (session, seq) = (frame.session, frame.seq);
+                        let (session, seq, mirror) = (frame.session, frame.seq, frame.mirror);
                         let sent = match &downstream {
                             Some(d) => d.send(replica, Frame::Forward(frame)).await,
                             None => Err(ForwardError::NoNextStage),
                         };
-                        if let Err(failed) = sent {
-                            let message = failed.to_string();
-                            let err =
-                                ErrorReport { session: Some(session), seq, code: ErrorCode::Unavailable, message };
-                            e.dispatch(session, SessionEvent::Error(err)).await;
+                        match sent {
+                            // A shadow out of reach shadows nothing; the session goes on.
+                            Err(e) if mirror => tracing::debug!(%session, error = %e, "cannot reach a shadow replica"),
+                            Err(failed) => {
+                                let message = failed.to_string();
+                                let err =
+                                    ErrorReport { session: Some(session), seq, code: ErrorCode::Unavailable, message };
+                                e.dispatch(session, SessionEvent::Error(err)).await;
+                            }
+                            Ok(()) => {}
                         }
                     }
                     Output::Verdict(v) => e.dispatch(v.session, SessionEvent::Verdict(v)).await,
@@ -330,34 +335,76 @@ impl Entry {
             .join(",")
     }
 
-    /// Drops the session's frames up to `through` that the entry's worker
-    /// and the shards on `route` have not run yet.
-    async fn cancel(&self, session: SessionId, route: &[u8], through: u64) {
+    /// Per stage, a live replica other than the route's to shadow a new
+    /// session's KV (the one with fewest sessions), or [`NO_SHADOW`].
+    async fn choose_shadows(&self, route: &[u8]) -> Vec<u8> {
+        let reps = self.replicas.lock().await;
+        route
+            .iter()
+            .enumerate()
+            .map(|(s, &serving)| {
+                reps[s]
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, r)| *i != usize::from(serving) && r.control.is_some())
+                    .min_by_key(|(_, r)| r.sessions)
+                    .map_or(NO_SHADOW, |(i, _)| i as u8)
+            })
+            .collect()
+    }
+
+    /// The route after a lost round when every stage's replica is still up
+    /// or its shadow is: the session's KV is then already everywhere.
+    async fn warm_route(&self, route: &[u8], shadow: &[u8]) -> Option<Vec<u8>> {
+        let reps = self.replicas.lock().await;
+        let up = |s: usize, r: u8| r != NO_SHADOW && reps[s].get(usize::from(r)).is_some_and(|x| x.control.is_some());
+        route
+            .iter()
+            .enumerate()
+            .map(|(s, &r)| if up(s, r) { Some(r) } else { shadow.get(s).copied().filter(|&sh| up(s, sh)) })
+            .collect()
+    }
+
+    /// Counts a session on every replica of `route` (as `choose_route` does).
+    async fn hold(&self, route: &[u8]) {
+        let mut reps = self.replicas.lock().await;
+        for (s, &r) in route.iter().enumerate() {
+            reps[s][usize::from(r)].sessions += 1;
+        }
+    }
+
+    /// Drops the session's frames up to `through` that the entry's worker,
+    /// the shards on `route` and its shadows have not run yet.
+    async fn cancel(&self, session: SessionId, route: &[u8], shadow: &[u8], through: u64) {
         let _ = self.worker.send(Command::Cancel { session, through }).await;
-        let controls: Vec<mpsc::Sender<Frame>> = {
-            let reps = self.replicas.lock().await;
-            route.iter().enumerate().filter_map(|(s, &r)| reps[s][usize::from(r)].control.clone()).collect()
-        };
+        let controls = self.controls(route, shadow).await;
         for c in controls {
             let _ = c.send(Frame::Cancel(Cancel { session, through })).await;
         }
     }
 
-    async fn release(&self, session: SessionId, route: &[u8]) {
-        let controls: Vec<mpsc::Sender<Frame>> = {
+    /// The control links of `route`'s replicas and of the shadows.
+    async fn controls(&self, route: &[u8], shadow: &[u8]) -> Vec<mpsc::Sender<Frame>> {
+        let reps = self.replicas.lock().await;
+        let picked = route.iter().chain(shadow).enumerate().filter(|(_, &r)| r != NO_SHADOW);
+        picked.filter_map(|(i, &r)| reps.get(i % route.len().max(1))?.get(usize::from(r))?.control.clone()).collect()
+    }
+
+    /// Stops counting the session on `route`; with `end`, also frees its
+    /// state on the route's replicas and its shadows (not on a warm
+    /// re-route, which keeps that state).
+    async fn release(&self, session: SessionId, route: &[u8], shadow: &[u8], end: bool) {
+        {
             let mut reps = self.replicas.lock().await;
-            route
-                .iter()
-                .enumerate()
-                .filter_map(|(s, &r)| {
-                    let rep = &mut reps[s][usize::from(r)];
-                    rep.sessions = rep.sessions.saturating_sub(1);
-                    rep.control.clone()
-                })
-                .collect()
-        };
-        for c in controls {
-            let _ = c.send(Frame::EndSession(session)).await;
+            for (s, &r) in route.iter().enumerate() {
+                let rep = &mut reps[s][usize::from(r)];
+                rep.sessions = rep.sessions.saturating_sub(1);
+            }
+        }
+        if end {
+            for c in self.controls(route, shadow).await {
+                let _ = c.send(Frame::EndSession(session)).await;
+            }
         }
     }
 
@@ -426,6 +473,7 @@ impl Entry {
         if let Some(tx) = routes {
             let _ = tx.send(self.describe_route(&route).await);
         }
+        let shadow = self.choose_shadows(&route).await;
         let cfg = SessionConfig {
             stages: self.route.stages.len(),
             prefill_chunk: self.route.prefill_chunk,
@@ -434,8 +482,17 @@ impl Entry {
             deadline: SESSION_DEADLINE,
             max_reroutes: MAX_REROUTES,
         };
-        let start =
-            SessionStart { id, route, prompt_ids, params: req.sampling, sampler, max_tokens, stop: req.stop, spec };
+        let start = SessionStart {
+            id,
+            route,
+            shadow,
+            prompt_ids,
+            params: req.sampling,
+            sampler,
+            max_tokens,
+            stop: req.stop,
+            spec,
+        };
         let mut core = SessionCore::new(cfg, start, &self.tokenizer, &self.counters, Instant::now());
         let result = loop {
             let env = Env {
@@ -456,7 +513,7 @@ impl Entry {
                     };
                     core.drafted(draft, took, Instant::now());
                 }
-                Some(Action::Cancel { through }) => self.cancel(id, core.route(), through).await,
+                Some(Action::Cancel { through }) => self.cancel(id, core.route(), core.shadow(), through).await,
                 Some(Action::Send(job)) => {
                     if self.worker.send(Command::Run(job)).await.is_err() {
                         break Err(SessionError::WorkerStopped);
@@ -466,17 +523,29 @@ impl Entry {
                     let _ = out.send(GenerateEvent::Text(text));
                 }
                 Some(Action::Reroute) => {
-                    self.release(id, core.route()).await;
-                    let route = match self.choose_route().await {
-                        Ok(r) => r,
-                        Err(e) => break Err(e),
+                    let warm = self.warm_route(core.route(), core.shadow()).await;
+                    self.release(id, core.route(), core.shadow(), warm.is_none()).await;
+                    let (route, warm) = match warm {
+                        Some(r) => (r, true),
+                        None => match self.choose_route().await {
+                            Ok(r) => (r, false),
+                            Err(e) => break Err(e),
+                        },
                     };
+                    if warm {
+                        self.hold(&route).await;
+                    }
                     self.sessions.lock().await.route(id, &route);
                     if let Some(tx) = routes {
                         let _ = tx.send(self.describe_route(&route).await);
                     }
-                    tracing::info!(session = %id, "re-routed; rebuilding the session's KV on the new route");
-                    core.rerouted(route);
+                    if warm {
+                        tracing::info!(session = %id, "re-routed to warm replicas; no re-prefill");
+                        core.rerouted_warm(route);
+                    } else {
+                        tracing::info!(session = %id, "re-routed; rebuilding the session's KV on the new route");
+                        core.rerouted(route);
+                    }
                 }
                 Some(Action::Finish(g)) => break Ok(g),
                 Some(Action::Fail(e)) => break Err(e),
@@ -499,7 +568,7 @@ impl Entry {
             d.abort();
         }
         self.sessions.lock().await.close(id);
-        self.release(id, core.route()).await;
+        self.release(id, core.route(), core.shadow(), true).await;
         let _ = self.worker.send(Command::End(id)).await;
         result
     }

@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 
 use super::metrics::SpecCounters;
 use crate::generate::{Generation, TextStream};
-use crate::link::frame::{ErrorCode, ErrorReport, Precision, SamplingSpec, SessionId, Verdict, Want};
+use crate::link::frame::{ErrorCode, ErrorReport, Precision, SamplingSpec, SessionId, Verdict, Want, NO_SHADOW};
 use crate::pipeline::worker::{Input, Job};
 use crate::speculate::pipeline::{Depth, InFlight};
 use crate::speculate::{verify_drafts, AdaptiveK, Draft, SpecStats};
@@ -265,6 +265,15 @@ pub struct SessionCore<'e> {
     id: SessionId,
     seq: u64,
     route: Vec<u8>,
+    /// Per stage after the entry, the warm replica shadowing this session's
+    /// KV ([`NO_SHADOW`]: none).
+    shadow: Vec<u8>,
+    /// The next round rolls every stage back to the committed positions (a
+    /// round was lost with a shard; the route kept its KV).
+    rollback: bool,
+    /// The route changed to shadows that have not yet answered a round: if
+    /// one turns out not to hold the session, rebuild rather than fail.
+    warm: bool,
     history: Vec<u32>,
     prompt_len: usize,
     params: SamplingParams,
@@ -295,6 +304,9 @@ pub struct SessionStart {
     pub id: SessionId,
     /// Replica per stage after the entry.
     pub route: Vec<u8>,
+    /// Shadow replica per stage after the entry ([`NO_SHADOW`]: none);
+    /// empty for no shadows.
+    pub shadow: Vec<u8>,
     /// The prompt.
     pub prompt_ids: Vec<u32>,
     /// Sampling parameters.
@@ -322,7 +334,14 @@ impl<'e> SessionCore<'e> {
             cfg,
             id: start.id,
             seq: 0,
+            shadow: if start.shadow.len() == start.route.len() {
+                start.shadow
+            } else {
+                vec![NO_SHADOW; start.route.len()]
+            },
             route: start.route,
+            rollback: false,
+            warm: false,
             prompt_len: start.prompt_ids.len(),
             history: start.prompt_ids,
             params: start.params,
@@ -352,6 +371,11 @@ impl<'e> SessionCore<'e> {
     /// Replica per stage the session runs on.
     pub fn route(&self) -> &[u8] {
         &self.route
+    }
+
+    /// Shadow replica per stage ([`NO_SHADOW`]: none).
+    pub fn shadow(&self) -> &[u8] {
+        &self.shadow
     }
 
     /// What the next draft continues: the committed ids, then every draft
@@ -467,6 +491,8 @@ impl<'e> SessionCore<'e> {
             truncate_to: None,
             want: Want::All,
             route: self.route.clone(),
+            shadow: self.shadow.clone(),
+            mirror: false,
             kv_lens: Vec::new(),
             sampling: Some(self.sampling_spec()),
             precision: self.cfg.precision,
@@ -501,7 +527,8 @@ impl<'e> SessionCore<'e> {
         // After a round that verified drafts the shards hold positions past
         // the committed ones: every round of a speculating session rolls
         // back to what it sends from.
-        let truncate_to = if rebuild || self.spec.is_some() { Some(from) } else { None };
+        let truncate_to = if rebuild || self.rollback || self.spec.is_some() { Some(from) } else { None };
+        self.rollback = false;
         let first = self.seq + 1;
         let end = self.history.len();
         let chunk = self.cfg.prefill_chunk.max(1);
@@ -525,6 +552,8 @@ impl<'e> SessionCore<'e> {
                     (true, false) => Want::All,
                 },
                 route: self.route.clone(),
+                shadow: self.shadow.clone(),
+                mirror: false,
                 kv_lens: Vec::new(),
                 sampling: last.then(|| self.sampling_spec()),
                 precision: self.cfg.precision,
@@ -588,11 +617,19 @@ impl<'e> SessionCore<'e> {
             // finished or cancelled rounds are stale.
             SessionEvent::Error(e) if !self.inflight.iter().any(|r| (r.first..=r.seq).contains(&e.seq)) => {}
             SessionEvent::Error(e) if e.code == ErrorCode::Unavailable => self.reroute(),
+            // A shadow taken over that does not hold the session after all
+            // (its copy was refused, or lost): rebuild on the same route.
+            SessionEvent::Error(e) if self.warm && e.code == ErrorCode::Invalid => self.rebuild(),
             SessionEvent::Error(e) => self.fail(SessionError::Shard { code: e.code, message: e.message }),
             SessionEvent::Down { stage, replica } if self.route.get(stage.wrapping_sub(1)) == Some(&replica) => {
                 self.reroute()
             }
-            SessionEvent::Down { .. } => {}
+            SessionEvent::Down { stage, replica } => {
+                // A lost shadow shadows nothing: stop copying to it.
+                if let Some(s) = self.shadow.get_mut(stage.wrapping_sub(1)).filter(|s| **s == replica) {
+                    *s = NO_SHADOW;
+                }
+            }
             // A round that never answers (a frame lost with a link) is re-routed too.
             SessionEvent::Timeout => self.reroute(),
         }
@@ -633,7 +670,37 @@ impl<'e> SessionCore<'e> {
         if !matches!(self.state, Expect::Route) {
             return;
         }
+        self.shadow = vec![NO_SHADOW; route.len()];
         self.route = route;
+        self.pending = (0, true);
+        self.state = Expect::Active;
+    }
+
+    /// The new route when every stage kept its replica or moved to its
+    /// shadow (answers [`Action::Reroute`]): every stage already holds the
+    /// committed positions, so the next round only rolls back to them and
+    /// continues, with no re-prefill. Other stages keep their shadows.
+    pub fn rerouted_warm(&mut self, route: Vec<u8>) {
+        if !matches!(self.state, Expect::Route) || route.len() != self.route.len() {
+            return;
+        }
+        for (i, &r) in route.iter().enumerate() {
+            if r != self.route[i] {
+                self.warm = true;
+                self.shadow[i] = NO_SHADOW;
+            }
+        }
+        self.route = route;
+        self.pending = (self.history.len() - 1, false);
+        self.rollback = true;
+        self.state = Expect::Active;
+    }
+
+    /// Rebuilds the session's KV on the same route, from the prompt.
+    fn rebuild(&mut self) {
+        self.cancel_in_flight(false);
+        self.warm = false;
+        self.shadow = vec![NO_SHADOW; self.route.len()];
         self.pending = (0, true);
         self.state = Expect::Active;
     }
@@ -655,6 +722,7 @@ impl<'e> SessionCore<'e> {
         if let Err(e) = check_kv_lens(&v.kv_lens, self.cfg.stages, round.kv_end) {
             return self.fail(e);
         }
+        self.warm = false;
         let greedy = self.params.temperature == 0.0;
         // A base round's frame is the last committed token then its drafts;
         // a continuation's is its drafts, the first already checked.

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use candle_core::quantized::gguf_file::{self, Value};
 
 use super::*;
+use crate::link::frame::NO_SHADOW;
 use crate::model::GgufFile;
 use crate::speculate::pipeline::Depth;
 use crate::text::sampler::Distribution;
@@ -55,6 +56,17 @@ impl Harness {
     }
 
     fn session(&self, prompt: &[u32], max_tokens: usize, stop: &[&str], spec: Option<SpecState>) -> SessionCore<'_> {
+        self.session_with(SamplingParams::default(), prompt, max_tokens, stop, spec)
+    }
+
+    fn session_with(
+        &self,
+        params: SamplingParams,
+        prompt: &[u32],
+        max_tokens: usize,
+        stop: &[&str],
+        spec: Option<SpecState>,
+    ) -> SessionCore<'_> {
         let cfg = SessionConfig {
             stages: 3,
             prefill_chunk: 4,
@@ -63,10 +75,10 @@ impl Harness {
             deadline: Duration::from_secs(600),
             max_reroutes: 2,
         };
-        let params = SamplingParams::default();
         let start = SessionStart {
             id: SessionId(77),
             route: vec![0, 1],
+            shadow: vec![1, NO_SHADOW],
             prompt_ids: prompt.to_vec(),
             sampler: Sampler::new(params.clone()).unwrap(),
             params,
@@ -221,6 +233,57 @@ fn a_lost_shard_on_the_route_reroutes_and_rebuilds_from_the_committed_tokens() {
     core.handle(verdict(j[0].seq, 3, &[SPACE]), h.t0);
     let a = drain(&mut core, h.env(0));
     assert_eq!(text(&a), " ", "the text continues where it was");
+}
+
+/// Issue 28 (healing): stage 1's replica 0 serves the session and replica 1
+/// shadows it. When replica 0 is lost, the route moves to the shadow with
+/// no re-prefill: the next round only rolls every stage back to the
+/// committed positions. A shadow that turns out not to hold the session
+/// (its copies were refused) is rebuilt from the prompt rather than failed.
+#[test]
+fn a_lost_shard_with_a_warm_shadow_continues_without_a_rebuild() {
+    let h = Harness::new();
+    let mut core = h.session(&[A, B, C], 8, &[], None);
+    let a = drain(&mut core, h.env(0));
+    assert!(jobs(&a).iter().all(|j| j.shadow == [1, NO_SHADOW]), "every frame names the shadow");
+    core.handle(verdict(1, 3, &[D]), h.t0);
+    let a = drain(&mut core, h.env(0));
+    let seq = jobs(&a)[0].seq;
+    core.handle(verdict(seq, 4, &[A]), h.t0);
+    let a = drain(&mut core, h.env(0));
+    assert_eq!(core.history(), [A, B, C, D, A]);
+    assert!(!jobs(&a).is_empty());
+
+    // The shadow itself going down only stops the copies.
+    core.handle(SessionEvent::Down { stage: 1, replica: 1 }, h.t0);
+    assert!(core.awaits_event() && core.shadow() == [NO_SHADOW, NO_SHADOW]);
+    let mut core = h.session(&[A, B, C], 8, &[], None);
+    drain(&mut core, h.env(0));
+    core.handle(verdict(1, 3, &[D]), h.t0);
+    drain(&mut core, h.env(0));
+
+    // The serving replica goes down with a round in flight.
+    core.handle(SessionEvent::Down { stage: 1, replica: 0 }, h.t0);
+    assert!(matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Cancel { .. }, Action::Reroute]));
+    core.rerouted_warm(vec![1, 1]);
+    assert_eq!((core.route(), core.shadow()), (&[1u8, 1][..], &[NO_SHADOW, NO_SHADOW][..]));
+    let a = drain(&mut core, h.env(0));
+    let j = jobs(&a);
+    assert_eq!(j.len(), 1, "one position resent, not the prompt");
+    assert_eq!((j[0].start, j[0].truncate_to, tokens(j[0])), (3, Some(3), &[D][..]));
+    // The shadow did not hold the session after all: rebuilt, not failed.
+    core.handle(link_error(j[0].seq, ErrorCode::Invalid), h.t0);
+    let a = drain(&mut core, h.env(0));
+    let j = jobs(&a);
+    assert_eq!((j[0].start, j[0].truncate_to, tokens(j[0])), (0, Some(0), &[A, B, C, D][..]), "{a:?}");
+    core.handle(verdict(j[0].seq, 4, &[A]), h.t0);
+    drain(&mut core, h.env(0));
+    assert_eq!(core.history(), [A, B, C, D, A], "the text continues where it was");
+    // Once a round passed, an invalid frame is the shard's fault again.
+    let mut core2 = h.session(&[A], 4, &[], None);
+    drain(&mut core2, h.env(0));
+    core2.handle(link_error(1, ErrorCode::Invalid), h.t0);
+    assert!(matches!(failed(&drain(&mut core2, h.env(0))), Some(SessionError::Shard { .. })));
 }
 
 #[test]
@@ -627,25 +690,7 @@ fn pipelined_sampling_keeps_the_target_distribution() {
     let (mut pipelined, mut cancelled) = (0, 0);
     for seed in 0..30_000u64 {
         let params = SamplingParams { temperature: 1.0, seed: seed + 1, ..SamplingParams::default() };
-        let cfg = SessionConfig {
-            stages: 3,
-            prefill_chunk: 4,
-            precision: Precision::F32,
-            context: 64,
-            deadline: Duration::from_secs(600),
-            max_reroutes: 0,
-        };
-        let start = SessionStart {
-            id: SessionId(77),
-            route: vec![0, 1],
-            prompt_ids: vec![A],
-            sampler: Sampler::new(params.clone()).unwrap(),
-            params,
-            max_tokens: 5,
-            stop: Vec::new(),
-            spec: spec(1, 3),
-        };
-        let mut core = SessionCore::new(cfg, start, &h.tokenizer, &h.counters, h.t0);
+        let mut core = h.session_with(params, &[A], 5, &[], spec(1, 3));
         let g = drive(&mut core, &mut ToyPipeline::new(false, true), h.env(0), |_, k| {
             let tokens: Vec<u32> = (0..k).map(|_| drafter.draw(&q)).collect();
             Draft { q: vec![q.clone(); tokens.len()], tokens }
