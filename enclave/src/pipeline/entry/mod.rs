@@ -34,6 +34,7 @@ mod control;
 mod loopback;
 mod metrics;
 pub mod session;
+mod session_error;
 mod speculation;
 
 use admit_error::{AdmitError, SpeculationError};
