@@ -18,8 +18,10 @@
 //!    64 concurrent sessions at 25 and 50 ms, against one session.
 //! 4. Healing: the longest gap in a stream when the serving replica of a
 //!    middle stage is killed (kill -9) after 8 tokens, at about 200 and
-//!    2,048 tokens of context (loopback), against the stream's normal gap;
-//!    the output is checked identical to an undisturbed run.
+//!    2,048 tokens of context (loopback), with the other replica a warm
+//!    shadow and without shadows (it rebuilds the session's KV), against the
+//!    stream's normal gap; the output is checked identical to an undisturbed
+//!    run.
 //!
 //! `cargo bench -p veil-enclave --bench wan` (needs `scripts/fetch-model.sh`).
 //! `VEIL_WAN_PARTS=1,3` runs only those parts; `VEIL_WAN_DELAYS=25,50`
@@ -256,10 +258,10 @@ fn part3(path: &Path, rt: &tokio::runtime::Runtime) {
 
 fn part4(path: &Path) {
     println!("\n4. Healing: kill -9 of the serving replica of stage 2 after 8 tokens (loopback, 4 stages)");
-    println!("{:>9} {:>14} {:>12} {:>10}", "context", "longest stall", "normal gap", "identical");
+    println!("{:>9} {:>24} {:>14} {:>12} {:>10}", "context", "replica", "longest stall", "normal gap", "identical");
     let tok = veil_enclave::generate::LocalModel::load(path, &[]).unwrap().1;
     let sentence = "The lighthouse keeper climbed the stairs every evening and lit the lamp for passing ships. ";
-    for target in [200usize, 2048] {
+    for (target, shadows) in [(200usize, false), (200, true), (2048, false), (2048, true)] {
         let mut text = String::new();
         let mut ids = Vec::new();
         while ids.len() < target {
@@ -268,7 +270,9 @@ fn part4(path: &Path) {
         }
         ids.truncate(target);
         let req = greedy(&ids, 64);
-        let mut c = Cluster::new(&format!("wanheal{target}"), path, &CUTS, &[1, 1, 2, 1]);
+        let mut c = Cluster::new(&format!("wanheal{target}{shadows}"), path, &CUTS, &[1, 1, 2, 1]);
+        c.route.shadows = shadows;
+        std::fs::write(&c.route_path, c.route.to_toml()).unwrap();
         // Both replicas of stage 2 up before the stream: the session goes to
         // the first (fewest sessions, first listed), which is then killed.
         c.start_all();
@@ -311,8 +315,9 @@ fn part4(path: &Path) {
         let stamps = stamps.into_inner().unwrap();
         let stall = stamps.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
         println!(
-            "{:>9} {:>12.0}ms {:>10.0}ms {:>10}",
+            "{:>9} {:>24} {:>12.0}ms {:>10.0}ms {:>10}",
             ids.len(),
+            if shadows { "warm shadow" } else { "cold (rebuilds the KV)" },
             stall.as_secs_f64() * 1e3,
             normal.as_secs_f64() * 1e3,
             got.ids == want.ids

@@ -126,6 +126,18 @@ pub struct EntryFile {
     /// Sealed requests and evidence, for the host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed_listen: Option<SocketAddr>,
+    /// Have a spare replica of each stage shadow every session's KV, so a
+    /// fail-over needs no re-prefill (costs the spare replica's compute).
+    #[serde(default = "default_true", skip_serializing_if = "is_true")]
+    pub shadows: bool,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 /// `[[stage]]`.

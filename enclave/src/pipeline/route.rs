@@ -21,6 +21,7 @@
 //! [entry]
 //! generate_listen = "127.0.0.1:7700"   # internal streaming generate endpoint (loopback only)
 //! sealed_listen = "127.0.0.1:7701"     # sealed requests and evidence, for the host (ciphertext only)
+//! shadows = true                       # a spare replica of each stage shadows every session's KV (default)
 //!
 //! [[stage]]                            # stage 0 is the entry: embedding and first layers
 //! layers = [0, 10]
@@ -119,6 +120,8 @@ pub struct Route {
     /// Where the entry serves sealed requests and evidence to the host
     /// (ciphertext only), when set.
     pub sealed_listen: Option<SocketAddr>,
+    /// Spare replicas shadow sessions' KV (warm fail-over).
+    pub shadows: bool,
     /// Stages in layer order; stage 0 is the entry.
     pub stages: Vec<Stage>,
 }
@@ -271,6 +274,7 @@ impl Route {
             precision,
             generate_listen: f.entry.generate_listen,
             sealed_listen: f.entry.sealed_listen,
+            shadows: f.entry.shadows,
             stages,
         })
     }
@@ -376,7 +380,7 @@ impl From<&Route> for RouteFile {
                 depth_max: sp.depth_max,
                 depth: sp.depth,
             }),
-            entry: EntryFile { generate_listen: r.generate_listen, sealed_listen: r.sealed_listen },
+            entry: EntryFile { generate_listen: r.generate_listen, sealed_listen: r.sealed_listen, shadows: r.shadows },
             stage: r
                 .stages
                 .iter()

@@ -83,6 +83,7 @@ impl Cluster {
             precision: veil_enclave::link::frame::Precision::F32,
             generate_listen: free_port(),
             sealed_listen: Some(free_port()),
+            shadows: true,
             speculation: Default::default(),
             stages,
         };

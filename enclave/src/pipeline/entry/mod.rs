@@ -474,7 +474,7 @@ impl Entry {
         if let Some(tx) = routes {
             let _ = tx.send(self.describe_route(&route).await);
         }
-        let shadow = self.choose_shadows(&route).await;
+        let shadow = if self.route.shadows { self.choose_shadows(&route).await } else { Vec::new() };
         let cfg = SessionConfig {
             stages: self.route.stages.len(),
             prefill_chunk: self.route.prefill_chunk,
