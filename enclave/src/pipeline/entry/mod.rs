@@ -67,6 +67,8 @@ pub struct PipelineRequest {
 pub const REROUTE_WAIT: Duration = Duration::from_secs(3);
 /// How long one round may take before the session fails.
 pub const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Pause before resending a lost round on an unchanged route.
+pub const WARM_RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// Re-routes one session may take before it fails.
 pub const MAX_REROUTES: usize = 8;
 /// Events queued for one session (verdicts, errors, link losses); a peer
@@ -535,6 +537,13 @@ impl Entry {
                     };
                     if warm {
                         self.hold(&route).await;
+                        if route == core.route() {
+                            // Every replica still looks up: a lost frame, or a
+                            // shard whose loss the heartbeats have not shown
+                            // yet. Resend after a pause rather than spend the
+                            // session's re-routes in a burst.
+                            tokio::time::sleep(WARM_RETRY_PAUSE).await;
+                        }
                     }
                     self.sessions.lock().await.route(id, &route);
                     if let Some(tx) = routes {
