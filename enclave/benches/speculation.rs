@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use cluster::{greedy, model_path, Cluster};
 use veil_enclave::generate::Generation;
 use veil_enclave::pipeline::entry::{GenerateWire, SpeculationRequest};
-use veil_enclave::pipeline::route::{DrafterKind, Speculation};
 use veil_host::wan::WanShim;
 
 const TOKENS: usize = 48;
@@ -43,12 +42,7 @@ fn start(
     rt: &tokio::runtime::Runtime,
 ) -> (Cluster, Vec<WanShim>) {
     let mut c = Cluster::new(name, model, &[10, 20], &[1, 1, 1]);
-    c.set_speculation(Speculation {
-        drafter: DrafterKind::Ngram,
-        draft_model: Some(draft.to_owned()),
-        k_max: 8,
-        ..Speculation::default()
-    });
+    c.set_draft_model(draft, 8);
     if delay_ms == 0 {
         c.start_all();
         return (c, Vec::new());

@@ -38,7 +38,6 @@ use std::time::{Duration, Instant};
 use cluster::{greedy, model_path, Cluster};
 use veil_enclave::generate::Generation;
 use veil_enclave::pipeline::entry::{GenerateWire, SpeculationRequest};
-use veil_enclave::pipeline::route::{DrafterKind, Speculation};
 use veil_host::wan::WanShim;
 
 /// Tokens per request (`VEIL_WAN_TOKENS` overrides).
@@ -69,12 +68,7 @@ fn start(
     rt: &tokio::runtime::Runtime,
 ) -> (Cluster, Vec<WanShim>) {
     let mut c = Cluster::new(name, model, &CUTS, &[1, 1, 1, 1]);
-    c.set_speculation(Speculation {
-        drafter: DrafterKind::Ngram,
-        draft_model: Some(draft.to_owned()),
-        k_max: K_MAX,
-        ..Speculation::default()
-    });
+    c.set_draft_model(draft, K_MAX);
     let shims = c.start_behind_shims(rt, Duration::from_millis(delay_ms));
     (c, shims)
 }
@@ -292,27 +286,10 @@ fn part4(path: &Path) {
         gaps.sort();
         let normal = gaps.get(gaps.len() / 2).copied().unwrap_or_default();
         // The same request across the kill, timing every gap.
-        let stamps = std::sync::Mutex::new(Vec::new());
-        let entry = c.route.generate_listen;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let got = std::thread::scope(|scope| {
-            let h = scope.spawn(|| {
-                cluster::stream_to(entry, &req, |_| {
-                    let mut s = stamps.lock().unwrap();
-                    s.push(Instant::now());
-                    if s.len() == 8 {
-                        tx.send(()).unwrap();
-                    }
-                })
-            });
-            rx.recv().unwrap();
-            c.kill(2, 0);
-            h.join().unwrap()
-        })
-        .unwrap();
+        let mut stamps = Vec::new();
+        let got = c.stream_during(&req, 8, |_| stamps.push(Instant::now()), |c| c.kill(2, 0)).unwrap();
         let log = std::fs::read_to_string(c.log(0, 0)).unwrap_or_default();
         assert!(log.contains("re-routed"), "the session was not re-routed: the kill missed it");
-        let stamps = stamps.into_inner().unwrap();
         let stall = stamps.windows(2).map(|w| w[1] - w[0]).max().unwrap_or_default();
         println!(
             "{:>9} {:>24} {:>12.0}ms {:>10.0}ms {:>10}",

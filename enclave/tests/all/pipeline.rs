@@ -130,6 +130,23 @@ fn a_killed_shard_with_a_replica_is_routed_around_without_changing_the_stream() 
     assert!(log.contains("re-routed"), "the session was not re-routed:\n{log}");
 }
 
+/// `base` with pipelined speculation (3 rounds in flight, k = 3) by a
+/// scripted drafter right except at every fifth token of `want`: accepted
+/// chains and cancelled rounds both.
+fn pipelined_mixed(base: &GenerateWire, want: &Generation) -> GenerateWire {
+    let script: Vec<u32> = want.ids.iter().enumerate().map(|(i, &t)| if i % 5 == 4 { t ^ 1 } else { t }).collect();
+    GenerateWire {
+        speculation: veil_enclave::pipeline::entry::SpeculationRequest {
+            enabled: Some(true),
+            drafter: Some(veil_wire::route::Drafter::Script),
+            k: Some(3),
+            depth: Some(3),
+            script: Some(script),
+        },
+        ..base.clone()
+    }
+}
+
 /// Issue 28: a kill -9 while pipelined speculation has several rounds in
 /// flight (some of them built on drafts that will be rejected) re-routes
 /// and the stream is still token for token plain greedy decoding.
@@ -139,18 +156,7 @@ fn a_kill_in_the_middle_of_pipelined_rounds_changes_no_output() {
     let (model, tok) = LocalModel::load(&path, &[]).unwrap();
     let base = greedy(&fixture_prompts()[2], 120);
     let want = local(&model, &tok, &base);
-    // Right except at every fifth token: accepted chains and cancelled rounds both.
-    let script: Vec<u32> = want.ids.iter().enumerate().map(|(i, &t)| if i % 5 == 4 { t ^ 1 } else { t }).collect();
-    let req = GenerateWire {
-        speculation: veil_enclave::pipeline::entry::SpeculationRequest {
-            enabled: Some(true),
-            drafter: Some(veil_wire::route::Drafter::Script),
-            k: Some(3),
-            depth: Some(3),
-            script: Some(script),
-        },
-        ..base
-    };
+    let req = pipelined_mixed(&base, &want);
     let mut c = Cluster::new("pipelined-kill", &path, &[10, 20], &[1, 2, 1]);
     c.spawn(2, 0);
     c.spawn(1, 0);
@@ -176,40 +182,14 @@ fn a_warm_shadow_takes_over_a_killed_shard_without_a_rebuild() {
     let (model, tok) = LocalModel::load(&path, &[]).unwrap();
     let plain = greedy(&fixture_prompts()[1], 100);
     let want = local(&model, &tok, &plain);
-    let script: Vec<u32> = want.ids.iter().enumerate().map(|(i, &t)| if i % 5 == 4 { t ^ 1 } else { t }).collect();
-    let pipelined = GenerateWire {
-        speculation: veil_enclave::pipeline::entry::SpeculationRequest {
-            enabled: Some(true),
-            drafter: Some(veil_wire::route::Drafter::Script),
-            k: Some(3),
-            depth: Some(3),
-            script: Some(script),
-        },
-        ..plain.clone()
-    };
+    let pipelined = pipelined_mixed(&plain, &want);
     for (name, req) in [("plain", &plain), ("pipelined", &pipelined)] {
         let mut c = Cluster::new(&format!("shadow-{name}"), &path, &[10, 20], &[1, 2, 1]);
         c.start_all();
         // The session goes to the replica with fewest sessions, the first
         // listed on a tie (replica 0); replica 1 shadows it.
         c.wait_log(0, 0, "control link up", 3);
-        let entry = c.route.generate_listen;
-        let (tx, rx) = std::sync::mpsc::channel();
-        let got = std::thread::scope(|scope| {
-            let h = scope.spawn(|| {
-                let mut pieces = 0;
-                cluster::stream_to(entry, req, |_| {
-                    pieces += 1;
-                    if pieces == 8 {
-                        tx.send(()).unwrap();
-                    }
-                })
-            });
-            rx.recv().unwrap();
-            c.kill(1, 0);
-            h.join().unwrap()
-        })
-        .unwrap();
+        let got = c.stream_during(req, 8, |_| {}, |c| c.kill(1, 0)).unwrap();
         assert_eq!((&got.ids, &got.text), (&want.ids, &want.text), "{name}: the stream changed across the fail-over");
         let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
         assert!(log.contains("re-routed to warm replicas"), "{name}: no warm fail-over:\n{log}");

@@ -17,7 +17,6 @@ use std::collections::BTreeMap;
 use cluster::{greedy, local, model_path, Cluster};
 use veil_enclave::generate::{Generation, LocalModel};
 use veil_enclave::pipeline::entry::{GenerateWire, SpeculationRequest};
-use veil_enclave::pipeline::route::{DrafterKind, Speculation};
 use veil_enclave::speculate::SpecStats;
 
 fn fixture_prompts() -> Vec<Vec<u32>> {
@@ -64,12 +63,7 @@ fn speculation_through_three_shards() {
     let mut c = Cluster::new("speculation", &path, &[10, 20], &[1, 1, 1]);
     let draft = c.dir.join("draft24.gguf");
     veil_enclave::speculate::derive::derive_draft(&path, &draft, 24, None).unwrap();
-    c.set_speculation(Speculation {
-        drafter: DrafterKind::Ngram,
-        draft_model: Some(draft),
-        k_max: 8,
-        ..Speculation::default()
-    });
+    c.set_draft_model(&draft, 8);
     c.start_all();
 
     greedy_is_token_identical_for_every_drafter_and_k(&c, &model, &tok);

@@ -93,6 +93,19 @@ impl Cluster {
         Self { dir, route, route_path, children: Vec::new() }
     }
 
+    /// Speculation with `draft` as the entry's draft model (prompt lookup by
+    /// default) and adaptive k up to `k_max` (before the shards start).
+    #[allow(dead_code)]
+    pub fn set_draft_model(&mut self, draft: &Path, k_max: usize) {
+        use veil_enclave::pipeline::route::{DrafterKind, Speculation};
+        self.set_speculation(Speculation {
+            drafter: DrafterKind::Ngram,
+            draft_model: Some(draft.to_owned()),
+            k_max,
+            ..Speculation::default()
+        });
+    }
+
     /// Sets the route's speculation (before the shards start).
     #[allow(dead_code)]
     pub fn set_speculation(&mut self, speculation: veil_enclave::pipeline::route::Speculation) {
@@ -239,22 +252,43 @@ impl Cluster {
     /// second replica of `stage` is started and linked and the first is
     /// killed (kill -9): the fail-over every replica test drives.
     pub fn stream_across_a_kill(&mut self, req: &GenerateWire, stage: usize) -> Result<Generation, String> {
+        self.stream_during(
+            req,
+            8,
+            |_| {},
+            |c| {
+                c.spawn(stage, 1);
+                c.wait_log(0, 0, "control link up", 3);
+                c.kill(stage, 0);
+            },
+        )
+    }
+
+    /// Streams `req` through the entry, calling `on_text` per piece; after
+    /// the `at`th piece runs `during` on the cluster while the stream goes on.
+    pub fn stream_during(
+        &mut self,
+        req: &GenerateWire,
+        at: usize,
+        mut on_text: impl FnMut(&str) + Send,
+        during: impl FnOnce(&mut Self),
+    ) -> Result<Generation, String> {
         let entry = self.route.generate_listen;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::scope(|scope| {
-            let h = scope.spawn(|| {
+            let h = scope.spawn(move || {
                 let mut pieces = 0;
-                stream_to(entry, req, |_| {
+                stream_to(entry, req, |piece| {
+                    on_text(piece);
                     pieces += 1;
-                    if pieces == 8 {
-                        tx.send(()).unwrap();
+                    if pieces == at {
+                        let _ = tx.send(());
                     }
                 })
             });
-            rx.recv().unwrap();
-            self.spawn(stage, 1);
-            self.wait_log(0, 0, "control link up", 3);
-            self.kill(stage, 0);
+            if rx.recv().is_ok() {
+                during(self);
+            }
             h.join().unwrap()
         })
     }

@@ -310,11 +310,6 @@ impl<'e> SessionCore<'e> {
         ctx
     }
 
-    /// Rounds in flight.
-    pub fn in_flight(&self) -> usize {
-        self.inflight.len()
-    }
-
     /// Whether the session waits for a pipeline event (a verdict).
     pub fn awaits_event(&self) -> bool {
         self.out.is_empty() && !self.inflight.is_empty() && matches!(self.state, Expect::Active)
