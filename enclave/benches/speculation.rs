@@ -86,7 +86,7 @@ fn main() {
     let dir = std::env::temp_dir().join(format!("veil-specbench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let derived = dir.join("draft-24-layers.gguf");
-    veil_enclave::speculate::derive::derive_draft(&path, &derived, 24, None).unwrap();
+    veil_enclave::speculate::derive::derive_draft(&path, &derived, &(0..24).collect::<Vec<_>>(), None).unwrap();
 
     println!("\nSmolLM2-135M-Instruct Q4_1, 3 shards, greedy, {TOKENS} tokens, adaptive k ≤ 8; decode tok/s after the first token");
     println!(

@@ -2,7 +2,7 @@
 //! VM. One module per larger subcommand (`serve`, `generate`); the binary's
 //! `main.rs` only calls [`main`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::attest::{self, Source};
 use anyhow::Context;
@@ -158,9 +158,11 @@ enum Command {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Write a draft model derived from a target: its first layers (an
-    /// early-exit model sharing the target's vocabulary), optionally
-    /// requantized; for speculative decoding when no second model is at hand.
+    /// Write a draft model derived from a target: some of its blocks (its
+    /// first `--layers`, an explicit `--keep` list, or with `--auto` the set
+    /// measured to speed up speculation most) sharing the target's
+    /// vocabulary and head, optionally requantized; for speculative decoding
+    /// when no second model is at hand.
     DeriveDraft {
         /// The target GGUF.
         #[arg(long)]
@@ -168,9 +170,25 @@ enum Command {
         /// Where to write the draft GGUF.
         #[arg(long)]
         out: PathBuf,
-        /// Transformer blocks to keep (from the first).
+        /// Keep the first N blocks (an early exit).
+        #[arg(long, conflicts_with_all = ["keep", "auto"])]
+        layers: Option<usize>,
+        /// Keep these blocks, e.g. `0-11,14,18-29` (layer skipping).
+        #[arg(long, conflicts_with = "auto")]
+        keep: Option<String>,
+        /// Measure early exits and layer-skipping drafts on calibration
+        /// prompts (acceptance against the target's greedy output, and step
+        /// time) and write the one with the highest expected speedup.
         #[arg(long)]
-        layers: usize,
+        auto: bool,
+        /// With `--auto`: what one verification round costs without drafting
+        /// (network round trip plus the ring's compute), in milliseconds.
+        #[arg(long, default_value_t = 200)]
+        round_ms: u64,
+        /// With `--auto`: pick only drafts whose step costs at most this
+        /// many target steps (what the entry may spend on drafting).
+        #[arg(long, default_value_t = 1.0)]
+        max_cost: f64,
         /// Convert matrices to this GGML type (q4_0, q4_1, q8_0, f16, q4_k, …).
         #[arg(long = "type")]
         dtype: Option<String>,
@@ -452,13 +470,35 @@ fn run() -> anyhow::Result<()> {
             std::fs::write(&out, serde_json::to_vec_pretty(&set)?)?;
             println!("{} canary answers of {name} written to {}", set.cases.len(), out.display());
         }
-        Command::DeriveDraft { model, out, layers, dtype } => {
-            let dtype = dtype.as_deref().map(crate::speculate::derive::parse_dtype).transpose()?;
-            let d = crate::speculate::derive::derive_draft(&model, &out, layers, dtype)?;
+        Command::DeriveDraft { model, out, layers, keep, auto, round_ms, max_cost, dtype } => {
+            use crate::speculate::derive;
+            let dtype = dtype.as_deref().map(derive::parse_dtype).transpose()?;
+            let keep = match (layers, keep, auto) {
+                (Some(n), _, _) => (0..n).collect(),
+                (None, Some(spec), _) => derive::parse_layers(&spec)?,
+                (None, None, true) => {
+                    let scratch = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+                    let round = std::time::Duration::from_millis(round_ms);
+                    let sel = crate::speculate::select::select(&model, scratch, round, max_cost)?;
+                    print!("{}", sel.table());
+                    match sel.best {
+                        Some((i, k)) => {
+                            println!("picked {} with k = {k}", sel.measured[i].candidate.kind);
+                            sel.measured[i].candidate.layers.clone()
+                        }
+                        None => anyhow::bail!(
+                            "no derived draft costing at most {max_cost} target steps is expected to beat plain decoding at {round_ms} ms per round; none written"
+                        ),
+                    }
+                }
+                (None, None, false) => anyhow::bail!("say which blocks to keep: --layers N, --keep LIST or --auto"),
+            };
+            let d = derive::derive_draft(&model, &out, &keep, dtype)?;
             println!(
-                "wrote {}: {} of {} layers, {} tensors ({} converted), {:.1} MiB",
+                "wrote {}: blocks {} ({} of {}), {} tensors ({} converted), {:.1} MiB",
                 out.display(),
-                d.layers,
+                derive::format_layers(&d.layers),
+                d.layers.len(),
                 d.target_layers,
                 d.tensors,
                 d.requantized,

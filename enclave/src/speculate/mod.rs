@@ -26,6 +26,7 @@ pub mod model;
 pub mod ngram;
 pub mod pipeline;
 pub mod script;
+pub mod select;
 
 use std::time::Duration;
 

@@ -22,6 +22,7 @@ mod model;
 mod openai;
 mod pipeline;
 mod route_binding;
+mod self_draft;
 mod speculation;
 mod templates;
 mod vocab;

@@ -927,8 +927,13 @@ fn canary_answers_tell_a_requantized_model_from_the_reference() {
     let dir = std::env::temp_dir().join(format!("veil-canary-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let variant = dir.join("q8_0.gguf");
-    veil_enclave::speculate::derive::derive_draft(&path, &variant, 30, Some(candle_core::quantized::GgmlDType::Q8_0))
-        .unwrap();
+    veil_enclave::speculate::derive::derive_draft(
+        &path,
+        &variant,
+        &(0..30).collect::<Vec<_>>(),
+        Some(candle_core::quantized::GgmlDType::Q8_0),
+    )
+    .unwrap();
     let (other, other_tok) = LocalModel::load(&variant, &[]).unwrap();
     let answers: Vec<String> = record(&other, &other_tok, "q8_0").unwrap().cases.into_iter().map(|c| c.text).collect();
     let diverged = first_divergence(&reference, &answers);

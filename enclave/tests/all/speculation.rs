@@ -62,7 +62,7 @@ fn speculation_through_three_shards() {
     let (model, tok) = LocalModel::load(&path, &[]).unwrap();
     let mut c = Cluster::new("speculation", &path, &[10, 20], &[1, 1, 1]);
     let draft = c.dir.join("draft24.gguf");
-    veil_enclave::speculate::derive::derive_draft(&path, &draft, 24, None).unwrap();
+    veil_enclave::speculate::derive::derive_draft(&path, &draft, &(0..24).collect::<Vec<_>>(), None).unwrap();
     c.set_draft_model(&draft, 8);
     c.start_all();
 
