@@ -3,7 +3,7 @@
 
 pub use crate::local_model::{LocalModel, LocalSession, DEFAULT_KV_BUDGET_BYTES};
 use crate::model::error::{ModelError, Result};
-use crate::text::sampler::Sampler;
+use crate::text::sampler::{Sampler, Seen};
 use crate::text::tokenizer::Tokenizer;
 
 /// What to generate.
@@ -17,8 +17,21 @@ pub struct GenerateRequest {
     pub stop: Vec<String>,
 }
 
+/// A generated token's raw log-probability and its top alternatives
+/// (OpenAI's `logprobs`), as the last stage computed them.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TokenLogprob {
+    /// The token.
+    pub token: u32,
+    /// Its log-probability under the model (raw log-softmax).
+    pub logprob: f32,
+    /// The most likely tokens at its position and theirs, most likely first
+    /// (as many as the request's `top_logprobs`).
+    pub top: Vec<(u32, f32)>,
+}
+
 /// What was generated.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Generation {
     /// The prompt.
     pub prompt_ids: Vec<u32>,
@@ -29,6 +42,9 @@ pub struct Generation {
     /// Speculative decoding counts, when the session speculated.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speculation: Option<crate::speculate::SpecStats>,
+    /// Per id, when the request asked for log-probabilities.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logprobs: Option<Vec<TokenLogprob>>,
 }
 
 /// Generated ids turned into text as they come: pieces are emitted only
@@ -129,7 +145,8 @@ pub fn generate(
     let mut stopped = false;
     let mut logits = model.step_last(&mut session, &req.prompt_ids)?;
     for _ in 0..max_tokens {
-        let next = sampler.sample(logits.last(), &history)?;
+        let output = &history[req.prompt_ids.len()..];
+        let next = sampler.sample(logits.last(), Seen { recent: &history, output })?;
         if tokenizer.stop_ids().contains(&next) {
             break;
         }
@@ -144,7 +161,7 @@ pub fn generate(
     }
     let (rest, ids, text) = stream.finish(stopped)?;
     on_text(&rest);
-    Ok(Generation { prompt_ids: req.prompt_ids.clone(), ids, text, speculation: None })
+    Ok(Generation { prompt_ids: req.prompt_ids.clone(), ids, text, speculation: None, logprobs: None })
 }
 
 #[cfg(test)]

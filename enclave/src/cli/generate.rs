@@ -72,6 +72,8 @@ pub(super) fn generate_remote(addr: std::net::SocketAddr, args: &GenerateArgs) -
                 }
                 return Ok(());
             }
+            // `--json` prints them with the generation.
+            GenerateEvent::Logprobs(_) => {}
             GenerateEvent::Error(e) => anyhow::bail!("the pipeline failed: {e}"),
             GenerateEvent::Refused(e) => anyhow::bail!("the entry refused the request: {e}"),
         }

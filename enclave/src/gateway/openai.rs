@@ -8,8 +8,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use veil_wire::http::openai::{CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, MODELS_PATH};
 
+use crate::generate::TokenLogprob;
 use crate::pipeline::entry::{PipelineRequest, SpeculationRequest};
-use crate::text::sampler::SamplingParams;
+use crate::text::sampler::{SamplingParams, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
 use crate::text::tokenizer::{ChatMessage, Tokenizer};
 
 /// Prompt bytes allowed per token of context, checked before tokenizing.
@@ -127,6 +128,8 @@ struct Common {
     stream_options: Option<StreamOptions>,
     #[serde(default)]
     logprobs: Option<Value>,
+    #[serde(default)]
+    top_logprobs: Option<Value>,
     #[serde(default)]
     echo: Option<bool>,
     #[serde(default)]
@@ -288,9 +291,7 @@ pub fn parse(
     if common.n.unwrap_or(1) != 1 {
         return Err(ApiError::invalid("n", "only n = 1 is served"));
     }
-    if common.logprobs.as_ref().is_some_and(|v| !v.is_null() && v != &Value::Bool(false)) {
-        return Err(ApiError::invalid("logprobs", "logprobs are not served"));
-    }
+    let logprobs = logprobs_asked(kind, common.logprobs.as_ref(), common.top_logprobs.as_ref())?;
     if common.echo == Some(true) {
         return Err(ApiError::invalid("echo", "echo is not served"));
     }
@@ -299,8 +300,8 @@ pub fn parse(
     for (param, value) in
         [("presence_penalty", common.presence_penalty), ("frequency_penalty", common.frequency_penalty)]
     {
-        if value.is_some_and(|v| v != 0.0) {
-            return Err(ApiError::invalid(param, format!("{param} is not served (only 0)")));
+        if value.is_some_and(|v| !(-2.0..=2.0).contains(&v)) {
+            return Err(ApiError::invalid(param, format!("{param} must be between -2 and 2")));
         }
     }
     let empty = |v: &Option<Value>| match v {
@@ -309,9 +310,7 @@ pub fn parse(
         Some(Value::Array(a)) => a.is_empty(),
         Some(_) => false,
     };
-    if !empty(&common.logit_bias) {
-        return Err(ApiError::invalid("logit_bias", "logit_bias is not served"));
-    }
+    let logit_bias = logit_bias(common.logit_bias.as_ref(), tokenizer.vocab_size())?;
     if !empty(&common.tools) {
         return Err(ApiError::invalid("tools", "tool calls are not served"));
     }
@@ -367,6 +366,10 @@ pub fn parse(
             // Unseeded requests draw a seed from the OS: two identical unseeded
             // prompts do not get the same sampled answer.
             seed: common.seed.unwrap_or_else(crate::pipeline::sessions::random_id),
+            presence_penalty: common.presence_penalty.unwrap_or(0.0),
+            frequency_penalty: common.frequency_penalty.unwrap_or(0.0),
+            logit_bias,
+            logprobs,
             ..SamplingParams::default()
         },
         stop,
@@ -379,6 +382,117 @@ pub fn parse(
         include_usage: common.stream_options.is_some_and(|o| o.include_usage),
         model: common.model.unwrap_or_else(|| model_name.to_owned()),
     })))
+}
+
+/// `logit_bias`: an object from token ids (as strings) to a bias in
+/// `[-100, 100]`, each id in the vocabulary, at most [`MAX_LOGIT_BIAS`].
+fn logit_bias(v: Option<&Value>, vocab: usize) -> Result<Vec<(u32, f32)>, ApiError> {
+    let bad = |m: String| ApiError::invalid("logit_bias", m);
+    let map = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(bad("logit_bias must be an object from token ids to numbers".into())),
+    };
+    if map.len() > MAX_LOGIT_BIAS {
+        return Err(bad(format!("{} entries; at most {MAX_LOGIT_BIAS}", map.len())));
+    }
+    let mut out = Vec::with_capacity(map.len());
+    for (k, v) in map {
+        let shown: String = k.chars().take(16).collect();
+        let id: u32 = k.parse().map_err(|_| bad(format!("key {shown:?} is not a token id")))?;
+        if id as usize >= vocab {
+            return Err(bad(format!("token id {id} is outside the vocabulary of {vocab}")));
+        }
+        let b = v.as_f64().filter(|b| (-100.0..=100.0).contains(b));
+        let b = b.ok_or_else(|| bad(format!("the bias of token {id} must be a number between -100 and 100")))?;
+        out.push((id, b as f32));
+    }
+    out.sort_by_key(|e| e.0);
+    Ok(out)
+}
+
+/// How many top alternatives a request's log-probabilities carry: chat's
+/// `logprobs: true` with `top_logprobs` 0–20, or the completions endpoint's
+/// `logprobs` 0–5 (OpenAI's limits); `None` when not asked.
+fn logprobs_asked(kind: Kind, logprobs: Option<&Value>, top: Option<&Value>) -> Result<Option<u8>, ApiError> {
+    let top = match top {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64().filter(|&n| n <= MAX_TOP_LOGPROBS as u64) {
+            Some(n) => Some(n as u8),
+            None => {
+                return Err(ApiError::invalid(
+                    "top_logprobs",
+                    format!("top_logprobs must be an integer from 0 to {MAX_TOP_LOGPROBS}"),
+                ))
+            }
+        },
+    };
+    match kind {
+        Kind::Chat => match logprobs {
+            None | Some(Value::Null) | Some(Value::Bool(false)) if top.is_none() => Ok(None),
+            None | Some(Value::Null) | Some(Value::Bool(false)) => {
+                Err(ApiError::invalid("top_logprobs", "top_logprobs needs logprobs: true"))
+            }
+            Some(Value::Bool(true)) => Ok(Some(top.unwrap_or(0))),
+            Some(_) => Err(ApiError::invalid("logprobs", "logprobs must be true or false")),
+        },
+        Kind::Completion => {
+            if top.is_some() {
+                return Err(ApiError::invalid("top_logprobs", "the completions endpoint takes logprobs: N"));
+            }
+            match logprobs {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => match v.as_u64().filter(|&n| n <= 5) {
+                    Some(n) => Ok(Some(n as u8)),
+                    None => Err(ApiError::invalid("logprobs", "logprobs must be an integer from 0 to 5")),
+                },
+            }
+        }
+    }
+}
+
+/// Log-probabilities of generated tokens in the endpoint's shape: chat's
+/// `{"content": [{token, logprob, bytes, top_logprobs}]}`, or the legacy
+/// completions `{tokens, token_logprobs, top_logprobs, text_offset}` with
+/// offsets (in characters) counted on from `offset`. A token that holds
+/// part of a character has `bytes: null`.
+pub fn logprobs_json(kind: Kind, tokenizer: &Tokenizer, lps: &[TokenLogprob], offset: &mut usize) -> Value {
+    let text = |t: u32| tokenizer.piece(t).unwrap_or_default();
+    let entry = |t: u32, lp: f32| {
+        let s = text(t);
+        let bytes = if s.contains('\u{FFFD}') { Value::Null } else { json!(s.as_bytes()) };
+        json!({ "token": s, "logprob": lp, "bytes": bytes })
+    };
+    match kind {
+        Kind::Chat => {
+            let content: Vec<Value> = lps
+                .iter()
+                .map(|lp| {
+                    let mut e = entry(lp.token, lp.logprob);
+                    e["top_logprobs"] = lp.top.iter().map(|&(t, l)| entry(t, l)).collect();
+                    e
+                })
+                .collect();
+            json!({ "content": content, "refusal": Value::Null })
+        }
+        Kind::Completion => {
+            let mut offsets = Vec::with_capacity(lps.len());
+            for lp in lps {
+                offsets.push(*offset);
+                *offset += text(lp.token).chars().count();
+            }
+            let top: Vec<Value> = lps
+                .iter()
+                .map(|lp| Value::Object(lp.top.iter().map(|&(t, l)| (text(t), json!(l))).collect()))
+                .collect();
+            json!({
+                "tokens": lps.iter().map(|lp| text(lp.token)).collect::<Vec<_>>(),
+                "token_logprobs": lps.iter().map(|lp| lp.logprob).collect::<Vec<_>>(),
+                "top_logprobs": top,
+                "text_offset": offsets,
+            })
+        }
+    }
 }
 
 fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError> {
@@ -477,16 +591,27 @@ pub struct Ids {
 }
 
 /// The non-streamed answer.
-pub fn complete_body(kind: Kind, ids: &Ids, text: &str, finish: &str, usage: Usage) -> Vec<u8> {
+pub fn complete_body(
+    kind: Kind,
+    ids: &Ids,
+    text: &str,
+    finish: &str,
+    logprobs: Option<Value>,
+    usage: Usage,
+) -> Vec<u8> {
+    let logprobs = logprobs.unwrap_or(Value::Null);
     let v = match kind {
         Kind::Chat => json!({
             "id": ids.id, "object": "chat.completion", "created": ids.created, "model": ids.model,
-            "choices": [{ "index": 0, "message": { "role": "assistant", "content": text }, "finish_reason": finish }],
+            "choices": [{
+                "index": 0, "message": { "role": "assistant", "content": text },
+                "logprobs": logprobs, "finish_reason": finish,
+            }],
             "usage": usage,
         }),
         Kind::Completion => json!({
             "id": ids.id, "object": "text_completion", "created": ids.created, "model": ids.model,
-            "choices": [{ "index": 0, "text": text, "logprobs": Value::Null, "finish_reason": finish }],
+            "choices": [{ "index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish }],
             "usage": usage,
         }),
     };
@@ -494,8 +619,17 @@ pub fn complete_body(kind: Kind, ids: &Ids, text: &str, finish: &str, usage: Usa
 }
 
 /// One server-sent event carrying a chunk: `delta` text, or the finish
-/// reason (with empty text), or the first chat chunk's role.
-pub fn sse_chunk(kind: Kind, ids: &Ids, text: Option<&str>, finish: Option<&str>, first: bool) -> Vec<u8> {
+/// reason (with empty text), or the first chat chunk's role; with the
+/// log-probabilities of the tokens it covers, when asked for.
+pub fn sse_chunk(
+    kind: Kind,
+    ids: &Ids,
+    text: Option<&str>,
+    finish: Option<&str>,
+    first: bool,
+    logprobs: Option<Value>,
+) -> Vec<u8> {
+    let logprobs = logprobs.unwrap_or(Value::Null);
     let v = match kind {
         Kind::Chat => {
             let mut delta = serde_json::Map::new();
@@ -507,12 +641,12 @@ pub fn sse_chunk(kind: Kind, ids: &Ids, text: Option<&str>, finish: Option<&str>
             }
             json!({
                 "id": ids.id, "object": "chat.completion.chunk", "created": ids.created, "model": ids.model,
-                "choices": [{ "index": 0, "delta": delta, "finish_reason": finish }],
+                "choices": [{ "index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish }],
             })
         }
         Kind::Completion => json!({
             "id": ids.id, "object": "text_completion", "created": ids.created, "model": ids.model,
-            "choices": [{ "index": 0, "text": text.unwrap_or_default(), "logprobs": Value::Null, "finish_reason": finish }],
+            "choices": [{ "index": 0, "text": text.unwrap_or_default(), "logprobs": logprobs, "finish_reason": finish }],
         }),
     };
     sse(&v)

@@ -432,6 +432,10 @@ impl Gateway {
             model: call.model,
         };
         let finish = |n: usize| if n >= max_tokens { "length" } else { "stop" };
+        let tokenizer = self.entry.tokenizer();
+        // Characters of completion text before the next token (the
+        // completions endpoint's `text_offset`).
+        let mut offset = 0usize;
         if !call.stream {
             let mut text = String::new();
             loop {
@@ -447,12 +451,18 @@ impl Gateway {
                 let Some(ev) = ev else { break };
                 match ev {
                     GenerateEvent::Text(t) => text.push_str(&t),
+                    GenerateEvent::Logprobs(_) => {}
                     GenerateEvent::Done(g) => {
+                        let logprobs = g
+                            .logprobs
+                            .as_deref()
+                            .map(|lp| openai::logprobs_json(call.kind, tokenizer, lp, &mut offset));
                         let body = openai::complete_body(
                             call.kind,
                             &ids,
                             &g.text,
                             finish(g.ids.len()),
+                            logprobs,
                             Usage::new(prompt_tokens, g.ids.len()),
                         );
                         let route = routes_used();
@@ -482,6 +492,19 @@ impl Gateway {
         }
         sealer.head(200, &[("content-type", EVENT_STREAM_TYPE), ("cache-control", "no-cache")]).await?;
         let mut first = true;
+        // Log-probabilities of tokens whose text has not gone out yet, and
+        // how many went out.
+        let mut pending: Option<Vec<crate::generate::TokenLogprob>> = None;
+        let mut sent_lp = 0usize;
+        // `answer`: tokens in the answer, when known (those a stop string
+        // cut are not).
+        let mut take_pending = |p: &mut Option<Vec<_>>, answer: usize| {
+            p.take().map(|mut lp: Vec<_>| {
+                lp.truncate(answer.saturating_sub(sent_lp));
+                sent_lp += lp.len();
+                openai::logprobs_json(call.kind, tokenizer, &lp, &mut offset)
+            })
+        };
         loop {
             let ev = tokio::select! {
                 ev = rx.recv() => ev,
@@ -492,11 +515,15 @@ impl Gateway {
             let Some(ev) = ev else { break };
             match ev {
                 GenerateEvent::Text(t) => {
-                    sealer.body(&openai::sse_chunk(call.kind, &ids, Some(&t), None, first)).await?;
+                    let lp = take_pending(&mut pending, usize::MAX);
+                    sealer.body(&openai::sse_chunk(call.kind, &ids, Some(&t), None, first, lp)).await?;
                     first = false;
                 }
+                GenerateEvent::Logprobs(lp) => pending.get_or_insert_with(Vec::new).extend(lp),
                 GenerateEvent::Done(g) => {
-                    sealer.body(&openai::sse_chunk(call.kind, &ids, None, Some(finish(g.ids.len())), first)).await?;
+                    let lp = take_pending(&mut pending, g.ids.len());
+                    let end = openai::sse_chunk(call.kind, &ids, None, Some(finish(g.ids.len())), first, lp);
+                    sealer.body(&end).await?;
                     if call.include_usage {
                         sealer
                             .body(&openai::sse_usage(call.kind, &ids, Usage::new(prompt_tokens, g.ids.len())))

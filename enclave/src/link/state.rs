@@ -250,6 +250,7 @@ mod tests {
             seq: 1,
             positions: vec![vec![(0, 1.0)]],
             kv_lens: vec![],
+            logprobs: Vec::new(),
         });
         assert!(matches!(s.on_receive(&v), Err(Violation::NotAllowed { .. })));
         // Cancels only from the entry on a control link: an upstream shard

@@ -13,7 +13,7 @@ use crate::link::frame::{
     ErrorCode, ErrorReport, Forward, Precision, SamplingSpec, SessionId, Verdict, Want, NO_SHADOW,
 };
 use crate::model::{BatchItem, LayerSlice, Logits, ModelError, Rows, SessionKv, SliceOutput};
-use crate::text::sampler::{Sampler, SamplingParams};
+use crate::text::sampler::{logprobs, Sampler, SamplingParams, Seen};
 
 /// Positions one batch may carry (beyond its first job).
 pub const MAX_BATCH_POSITIONS: usize = 512;
@@ -473,14 +473,7 @@ impl StageWorker {
             }
             SliceOutput::CacheOnly => Vec::new(),
             SliceOutput::Logits(rows) => {
-                let spec = job.sampling.clone().unwrap_or(SamplingSpec {
-                    temperature: 0.0,
-                    top_k: 0,
-                    top_p: 1.0,
-                    min_p: 0.0,
-                    repetition_penalty: 1.0,
-                    history: Vec::new(),
-                });
+                let spec = job.sampling.clone().unwrap_or_else(SamplingSpec::greedy);
                 let sampler = Sampler::new(SamplingParams {
                     temperature: spec.temperature,
                     top_k: spec.top_k as usize,
@@ -488,16 +481,33 @@ impl StageWorker {
                     min_p: spec.min_p,
                     repetition_penalty: spec.repetition_penalty,
                     repetition_window: spec.history.len(),
+                    presence_penalty: spec.presence_penalty,
+                    frequency_penalty: spec.frequency_penalty,
+                    logit_bias: spec.logit_bias.clone(),
+                    logprobs: spec.logprobs,
                     seed: 0,
                 });
+                let seen = Seen { recent: &spec.history, output: &spec.output };
                 let positions: Result<Vec<_>, ModelError> =
-                    sampler.and_then(|s| (0..rows.n()).map(|i| s.distribution(rows.row(i), &spec.history)).collect());
+                    sampler.and_then(|s| (0..rows.n()).map(|i| s.distribution(rows.row(i), seen)).collect());
+                // Raw log-probabilities of the top alternatives and of every
+                // token the entry may draw at each position.
+                let logprobs = match (&positions, spec.logprobs) {
+                    (Ok(dists), Some(top)) => (0..rows.n())
+                        .map(|i| {
+                            let support: Vec<u32> = dists[i].iter().map(|e| e.0).collect();
+                            logprobs(rows.row(i), usize::from(top), &support)
+                        })
+                        .collect(),
+                    _ => Vec::new(),
+                };
                 vec![match positions {
                     Ok(positions) => Output::Verdict(Verdict {
                         session: job.session,
                         seq: job.seq,
                         positions,
                         kv_lens: [job.kv_lens.clone(), vec![self.kv_len(job.session)]].concat(),
+                        logprobs,
                     }),
                     Err(e) => self.failure(&job, &e),
                 }]

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::{Draft, DraftMode, Drafter};
 use crate::local_model::{LocalModel, LocalSession};
 use crate::model::error::{ModelError, Result};
-use crate::text::sampler::{argmax, Sampler, SamplingParams};
+use crate::text::sampler::{argmax, Sampler, SamplingParams, Seen};
 use crate::text::tokenizer::Tokenizer;
 
 /// KV budget of one drafting session.
@@ -124,7 +124,7 @@ impl Drafter for ModelDrafter {
                             ..params.clone()
                         })?),
                     };
-                    let q = sampler.distribution(&logits, &[])?;
+                    let q = sampler.distribution(&logits, Seen::default())?;
                     let token = sampler.draw(&q);
                     draft.q.push(q);
                     token

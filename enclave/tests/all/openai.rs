@@ -99,7 +99,7 @@ fn bad_requests_get_openai_shaped_errors() {
         (
             "POST",
             "/v1/chat/completions",
-            r#"{"messages":[{"role":"user","content":"x"}],"logprobs":true}"#,
+            r#"{"messages":[{"role":"user","content":"x"}],"logprobs":"yes"}"#,
             400,
             Some("logprobs"),
         ),
@@ -141,7 +141,8 @@ fn bad_requests_get_openai_shaped_errors() {
 fn response_shapes_follow_openai() {
     let ids = Ids { id: "chatcmpl-1".into(), created: 7, model: "m".into() };
     let v: Value =
-        serde_json::from_slice(&openai::complete_body(Kind::Chat, &ids, "Paris.", "stop", Usage::new(5, 2))).unwrap();
+        serde_json::from_slice(&openai::complete_body(Kind::Chat, &ids, "Paris.", "stop", None, Usage::new(5, 2)))
+            .unwrap();
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["choices"][0]["message"]["content"], "Paris.");
     assert_eq!(v["usage"]["total_tokens"], 7);
@@ -151,14 +152,14 @@ fn response_shapes_follow_openai() {
         assert!(text.ends_with("\n\n") && text.len().is_multiple_of(openai::SSE_PAD), "{text:?}");
         serde_json::from_str(text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap()).unwrap()
     };
-    let first = openai::sse_chunk(Kind::Chat, &ids, Some("Pa"), None, true);
+    let first = openai::sse_chunk(Kind::Chat, &ids, Some("Pa"), None, true, None);
     assert!(first.starts_with(b"data: {"));
     let v = data(&first);
     assert_eq!(
         (v["object"].as_str(), v["choices"][0]["delta"]["role"].as_str()),
         (Some("chat.completion.chunk"), Some("assistant"))
     );
-    let last = openai::sse_chunk(Kind::Completion, &ids, None, Some("length"), false);
+    let last = openai::sse_chunk(Kind::Completion, &ids, None, Some("length"), false, None);
     let v = data(&last);
     assert_eq!(
         (v["choices"][0]["finish_reason"].as_str(), v["choices"][0]["text"].as_str()),
@@ -245,8 +246,10 @@ fn oversized_prompts_are_refused_before_tokenizing() {
     assert!(openai::MAX_BYTES_PER_TOKEN * CTX < big.len());
 }
 
-/// What a chat app sends: defaults pass; what would change the output and is
-/// not implemented is refused by name, never silently ignored.
+/// What a chat app sends: defaults pass; penalties, logit bias and
+/// log-probabilities in OpenAI's ranges are taken into the sampling
+/// parameters; out of range, or what is not implemented, is refused by
+/// name, never silently ignored.
 #[test]
 fn chat_app_parameters_pass_at_defaults_and_are_refused_otherwise() {
     let Some(tok) = tokenizer() else { return };
@@ -259,16 +262,47 @@ fn chat_app_parameters_pass_at_defaults_and_are_refused_otherwise() {
         r#","response_format":{"type":"text"}"#,
         r#","logprobs":false"#,
     ] {
-        assert!(call(&tok, "POST", "/v1/chat/completions", &with(ok)).is_ok(), "{ok}");
+        let c = generate(&tok, "/v1/chat/completions", &with(ok));
+        let s = &c.request.sampling;
+        assert_eq!((s.presence_penalty, s.frequency_penalty, s.logit_bias.len(), s.logprobs), (0.0, 0.0, 0, None));
     }
+    let c = generate(
+        &tok,
+        "/v1/chat/completions",
+        &with(
+            r#","presence_penalty":0.5,"frequency_penalty":-1,"logit_bias":{"300":-100,"7":2.5},"logprobs":true,"top_logprobs":3"#,
+        ),
+    );
+    let s = &c.request.sampling;
+    assert_eq!((s.presence_penalty, s.frequency_penalty), (0.5, -1.0));
+    assert_eq!(s.logit_bias, vec![(7, 2.5), (300, -100.0)], "ascending ids");
+    assert_eq!(s.logprobs, Some(3));
+    assert_eq!(generate(&tok, "/v1/chat/completions", &with(r#","logprobs":true"#)).request.sampling.logprobs, Some(0));
+    let legacy = generate(&tok, "/v1/completions", r#"{"prompt":"Hi","logprobs":2}"#);
+    assert_eq!(legacy.request.sampling.logprobs, Some(2));
+    let vocab = tok.vocab_size();
+    let outside = format!(r#","logit_bias":{{"{vocab}":1}}"#);
+    let many: String = (0..1025).map(|i| format!(r#""{i}":1"#)).collect::<Vec<_>>().join(",");
+    let too_many = format!(r#","logit_bias":{{{many}}}"#);
     for (bad, param) in [
-        (r#","presence_penalty":0.5"#, "presence_penalty"),
-        (r#","frequency_penalty":-1"#, "frequency_penalty"),
-        (r#","logit_bias":{"50256":-100}"#, "logit_bias"),
+        (r#","presence_penalty":2.5"#, "presence_penalty"),
+        (r#","frequency_penalty":-2.01"#, "frequency_penalty"),
+        (r#","logit_bias":{"50":-101}"#, "logit_bias"),
+        (r#","logit_bias":{"fifty":1}"#, "logit_bias"),
+        (r#","logit_bias":{"50":"high"}"#, "logit_bias"),
+        (r#","logit_bias":[1,2]"#, "logit_bias"),
+        (outside.as_str(), "logit_bias"),
+        (too_many.as_str(), "logit_bias"),
+        (r#","logprobs":true,"top_logprobs":21"#, "top_logprobs"),
+        (r#","top_logprobs":2"#, "top_logprobs"),
         (r#","tools":[{"type":"function","function":{"name":"f"}}]"#, "tools"),
         (r#","response_format":{"type":"json_object"}"#, "response_format"),
     ] {
         let e = call(&tok, "POST", "/v1/chat/completions", &with(bad)).err().unwrap();
         assert_eq!((e.status, e.param), (400, Some(param)), "{bad}");
+    }
+    for bad in [r#"{"prompt":"Hi","logprobs":6}"#, r#"{"prompt":"Hi","logprobs":true}"#] {
+        let e = call(&tok, "POST", "/v1/completions", bad).err().unwrap();
+        assert_eq!((e.status, e.param), (400, Some("logprobs")), "{bad}");
     }
 }

@@ -147,6 +147,125 @@ fn pipelined_mixed(base: &GenerateWire, want: &Generation) -> GenerateWire {
     }
 }
 
+/// Issue 29: logit bias, presence and frequency penalties and
+/// log-probabilities through three shards are one process's, token for
+/// token and value for value, with and without pipelined speculation; and
+/// through the sealed OpenAI API, streamed and not, in OpenAI's shape.
+#[test]
+fn penalties_bias_and_logprobs_through_three_shards_equal_one_process() {
+    use veil_enclave::text::sampler::logprobs;
+    let Some(path) = model_path() else { return };
+    let (model, tok) = LocalModel::load(&path, &[]).unwrap();
+    let mut c = Cluster::new("sampling-surface", &path, &[10, 20], &[1, 1, 1]);
+    c.start_all();
+    let prompt = &fixture_prompts()[1];
+    let plain = local(&model, &tok, &greedy(prompt, 24));
+    let mut banned = greedy(prompt, 24);
+    banned.sampling.logit_bias = vec![(plain.ids[0], -100.0)];
+    let mut penalised = greedy(prompt, 24);
+    (penalised.sampling.temperature, penalised.sampling.seed) = (0.8, 11);
+    (penalised.sampling.presence_penalty, penalised.sampling.frequency_penalty) = (0.7, 0.9);
+    let mut repeats = greedy(prompt, 24);
+    repeats.sampling.frequency_penalty = 2.0;
+    for (name, req) in
+        [("banned first token", &banned), ("sampled, penalised", &penalised), ("greedy, frequency", &repeats)]
+    {
+        let want = local(&model, &tok, req);
+        assert_eq!(c.generate(req).unwrap().ids, want.ids, "{name}: the pipeline differs from one process");
+        assert_ne!(want.ids, plain.ids, "{name}: changed nothing, so it tests nothing");
+    }
+    assert_ne!(local(&model, &tok, &banned).ids[0], plain.ids[0]);
+
+    // Log-probabilities: the raw log-softmax of one process's logits at the
+    // position that chose each token (tolerance 1e-4; the CPU path is
+    // bit-identical, so they agree exactly in practice).
+    let mut asked = greedy(prompt, 24);
+    asked.sampling.logprobs = Some(3);
+    let mut session = model.session(64 << 20);
+    let rows = model.step(&mut session, &[prompt.as_slice(), &plain.ids[..plain.ids.len() - 1]].concat()).unwrap();
+    let check = |g: &Generation, case: &str| {
+        assert_eq!(g.ids, plain.ids, "{case}: logprobs changed the output");
+        let lp = g.logprobs.as_ref().expect("asked for");
+        assert_eq!(lp.len(), g.ids.len(), "{case}");
+        for (j, e) in lp.iter().enumerate() {
+            let row = rows.row(prompt.len() - 1 + j);
+            let z: f64 = row.iter().map(|&l| f64::from(l).exp()).sum();
+            let want = (f64::from(row[e.token as usize]) - z.ln()) as f32;
+            assert_eq!(e.token, g.ids[j], "{case}: token {j}");
+            assert!((e.logprob - want).abs() < 1e-4, "{case}: token {j}: {} vs {want}", e.logprob);
+            assert_eq!(e.top, logprobs(row, 3, &[]), "{case}: top alternatives of token {j}");
+            assert_eq!(e.top[0].0, e.token, "{case}: greedy takes the most likely");
+        }
+    };
+    check(&c.generate(&asked).unwrap(), "plain");
+    check(&c.generate(&pipelined_mixed(&asked, &plain)).unwrap(), "pipelined speculation");
+    let mut biased_spec = pipelined_mixed(&banned, &local(&model, &tok, &banned));
+    biased_spec.speculation.k = Some(4);
+    assert_eq!(c.generate(&biased_spec).unwrap().ids, local(&model, &tok, &banned).ids, "bias under speculation");
+
+    // The sealed API: OpenAI's shapes, the same values, streamed or not.
+    let url = format!("http://{}", c.route.sealed_listen.unwrap());
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let question = "Name three colours.";
+    let mut wire = greedy(&[], 12);
+    wire.prompt_ids = Some(
+        tok.encode_chat(&[veil_enclave::text::tokenizer::ChatMessage {
+            role: "user".into(),
+            content: question.into(),
+        }])
+        .unwrap(),
+    );
+    wire.sampling.logprobs = Some(2);
+    let want = c.generate(&wire).unwrap();
+    let want_lp = want.logprobs.clone().unwrap();
+    rt.block_on(async {
+        let client = veil_client::sdk::Client::connect(&url, &policy).await.unwrap();
+        let chat = serde_json::json!({
+            "messages": [{"role": "user", "content": question}], "max_tokens": 12, "temperature": 0,
+            "logprobs": true, "top_logprobs": 2,
+        });
+        let body = client.call("POST", "/v1/chat/completions", &chat).await.unwrap().collect().await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap().clone();
+        assert_eq!(content.len(), want_lp.len());
+        let mut joined = String::new();
+        for (e, w) in content.iter().zip(&want_lp) {
+            assert_eq!(e["token"], tok.piece(w.token).unwrap());
+            assert_eq!(e["logprob"].as_f64().unwrap() as f32, w.logprob);
+            assert_eq!(e["top_logprobs"].as_array().unwrap().len(), 2);
+            joined.push_str(e["token"].as_str().unwrap());
+        }
+        assert_eq!(joined, v["choices"][0]["message"]["content"].as_str().unwrap());
+        let mut stream = chat.clone();
+        stream["stream"] = true.into();
+        let sse = client.call("POST", "/v1/chat/completions", &stream).await.unwrap().collect().await.unwrap();
+        let sse = String::from_utf8(sse).unwrap();
+        let streamed: Vec<serde_json::Value> = sse
+            .split("\n\n")
+            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+            .filter(|e| *e != "[DONE]")
+            .flat_map(|e| {
+                let v: serde_json::Value = serde_json::from_str(e).unwrap();
+                v["choices"][0]["logprobs"]["content"].as_array().cloned().unwrap_or_default()
+            })
+            .collect();
+        assert_eq!(streamed, content, "streamed log-probabilities differ from the whole answer's");
+        // The legacy completions shape.
+        let legacy =
+            serde_json::json!({"prompt": "The capital of France is", "max_tokens": 5, "temperature": 0, "logprobs": 1});
+        let body = client.call("POST", "/v1/completions", &legacy).await.unwrap().collect().await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        let lp = &v["choices"][0]["logprobs"];
+        let tokens: Vec<&str> = lp["tokens"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        assert_eq!(tokens.concat(), v["choices"][0]["text"].as_str().unwrap());
+        assert_eq!(lp["token_logprobs"].as_array().unwrap().len(), tokens.len());
+        let offsets: Vec<u64> = lp["text_offset"].as_array().unwrap().iter().map(|o| o.as_u64().unwrap()).collect();
+        assert_eq!(offsets[0], 0);
+        assert_eq!(offsets[1], tokens[0].chars().count() as u64);
+    });
+}
+
 /// Issue 28: a kill -9 while pipelined speculation has several rounds in
 /// flight (some of them built on drafts that will be rejected) re-routes
 /// and the stream is still token for token plain greedy decoding.
@@ -215,7 +334,7 @@ fn a_killed_shard_without_a_replica_ends_the_stream_with_a_clear_error_in_second
                     tx.send(()).unwrap();
                     sent = true;
                 }
-                GenerateEvent::Text(_) => {}
+                GenerateEvent::Text(_) | GenerateEvent::Logprobs(_) => {}
                 GenerateEvent::Done(_) => return Err("finished despite the dead shard".to_owned()),
                 GenerateEvent::Error(Failure { message: e, .. }) | GenerateEvent::Refused(e) => {
                     return Ok((e, Instant::now()))

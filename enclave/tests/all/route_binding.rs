@@ -233,7 +233,7 @@ fn fail_over_goes_only_to_replicas_under_the_attested_policy() {
                     tx.send(()).unwrap();
                     sent = true;
                 }
-                GenerateEvent::Text(_) => {}
+                GenerateEvent::Text(_) | GenerateEvent::Logprobs(_) => {}
                 GenerateEvent::Done(_) => return Err("finished without the only good replica".to_owned()),
                 GenerateEvent::Error(Failure { message: e, .. }) | GenerateEvent::Refused(e) => return Ok(e),
             }
@@ -266,7 +266,13 @@ async fn lying_middle_shard(
     let control: Arc<tokio::sync::Mutex<Option<tokio::sync::mpsc::Sender<Frame>>>> = Arc::default();
     let lie = |session: SessionId, seq: u64| {
         [
-            Frame::Verdict(Verdict { session, seq, positions: vec![vec![(42, 1.0)]], kv_lens: vec![0, 0, 0] }),
+            Frame::Verdict(Verdict {
+                session,
+                seq,
+                positions: vec![vec![(42, 1.0)]],
+                kv_lens: vec![0, 0, 0],
+                logprobs: Vec::new(),
+            }),
             Frame::Error(ErrorReport {
                 session: Some(session),
                 seq,
@@ -395,6 +401,7 @@ fn losing_the_last_stage_mid_stream_keeps_sampled_and_speculating_streams_unchan
                             let _ = tx.send(());
                         }
                     }
+                    GenerateEvent::Logprobs(_) => {}
                     GenerateEvent::Done(g) => return Ok(g),
                     GenerateEvent::Error(f) => return Err(f.message),
                     GenerateEvent::Refused(e) => return Err(e),

@@ -302,6 +302,7 @@ pub fn stream_to(addr: SocketAddr, req: &GenerateWire, mut on_text: impl FnMut(&
     for line in std::io::BufReader::new(tcp).lines() {
         match serde_json::from_str::<GenerateEvent>(&line.unwrap()).unwrap() {
             GenerateEvent::Text(t) => on_text(&t),
+            GenerateEvent::Logprobs(_) => {}
             GenerateEvent::Done(g) => return Ok(g),
             GenerateEvent::Error(f) => return Err(f.message),
             GenerateEvent::Refused(e) => return Err(e),

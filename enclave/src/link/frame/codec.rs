@@ -6,8 +6,9 @@ use veil_attestation::{LayerRange, ManifestRoot};
 use super::wire::{Reader, Writer};
 use super::{
     Cancel, ErrorCode, ErrorReport, Forward, Frame, FrameError, Hello, LinkRole, Precision, SamplingSpec, SessionId,
-    Verdict, Want, MAX_DISTRIBUTION, MAX_HISTORY, MAX_MESSAGE, PAD_HISTORY, PAD_ROWS,
+    Verdict, Want, MAX_DISTRIBUTION, MAX_HISTORY, MAX_MESSAGE, PAD_BIAS, PAD_HISTORY, PAD_ROWS,
 };
+use crate::text::sampler::{MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
 
 const KIND_HELLO: u8 = 1;
 const KIND_FORWARD: u8 = 2;
@@ -81,11 +82,25 @@ impl Frame {
                         w.f32(s.top_p);
                         w.f32(s.min_p);
                         w.f32(s.repetition_penalty);
-                        w.len(s.history.len());
-                        let padded = s.history.len().div_ceil(PAD_HISTORY) * PAD_HISTORY;
+                        write_tokens(&mut w, &s.history);
+                        w.f32(s.presence_penalty);
+                        w.f32(s.frequency_penalty);
+                        write_tokens(&mut w, &s.output);
+                        w.len(s.logit_bias.len());
+                        let padded = s.logit_bias.len().div_ceil(PAD_BIAS) * PAD_BIAS;
                         w.len(padded);
-                        s.history.iter().for_each(|&t| w.u32(t));
-                        (s.history.len()..padded).for_each(|_| w.u32(0));
+                        s.logit_bias.iter().for_each(|&(t, b)| {
+                            w.u32(t);
+                            w.f32(b);
+                        });
+                        (s.logit_bias.len()..padded).for_each(|_| w.u64(0));
+                        match s.logprobs {
+                            None => w.u8(0),
+                            Some(n) => {
+                                w.u8(1);
+                                w.u8(n);
+                            }
+                        }
                     }
                 }
                 w.u8(match f.precision {
@@ -119,6 +134,14 @@ impl Frame {
                 }
                 w.len(v.kv_lens.len());
                 v.kv_lens.iter().for_each(|&l| w.u32(l));
+                w.len(v.logprobs.len());
+                for lp in &v.logprobs {
+                    w.len(lp.len());
+                    for &(t, l) in lp {
+                        w.u32(t);
+                        w.f32(l);
+                    }
+                }
             }
             Self::EndSession(s) => {
                 w.u8(KIND_END);
@@ -219,7 +242,24 @@ impl Frame {
                 }
                 let n = r.count(4, 256, "KV lengths")?;
                 let kv_lens = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
-                Self::Verdict(Verdict { session, seq, positions, kv_lens })
+                let n = r.count(4, 1 << 16, "log-probability positions")?;
+                if n != 0 && n != positions.len() {
+                    return Err(r.bad(format!("log-probabilities for {n} of {} positions", positions.len())));
+                }
+                let mut logprobs = Vec::with_capacity(n);
+                for _ in 0..n {
+                    let k = r.count(8, MAX_DISTRIBUTION + MAX_TOP_LOGPROBS, "log-probabilities")?;
+                    let mut lp = Vec::with_capacity(k);
+                    for _ in 0..k {
+                        let (t, l) = (r.u32()?, r.f32()?);
+                        if !(l.is_finite() || l == f32::NEG_INFINITY) || l > 0.0 {
+                            return Err(r.bad("log-probability above 0 or NaN"));
+                        }
+                        lp.push((t, l));
+                    }
+                    logprobs.push(lp);
+                }
+                Self::Verdict(Verdict { session, seq, positions, kv_lens, logprobs })
             }
             KIND_END => Self::EndSession(SessionId(r.u64()?)),
             KIND_CANCEL => Self::Cancel(Cancel { session: SessionId(r.u64()?), through: r.u64()? }),
@@ -286,16 +326,40 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
             let top_p = r.f32()?;
             let min_p = r.f32()?;
             let repetition_penalty = r.f32()?;
+            let history = read_tokens(r, "history")?;
+            let presence_penalty = r.f32()?;
+            let frequency_penalty = r.f32()?;
+            let output = read_tokens(r, "output")?;
             let n = r.u32()? as usize;
-            let padded = r.count(4, MAX_HISTORY + PAD_HISTORY, "history")?;
-            if n > MAX_HISTORY || padded != n.div_ceil(PAD_HISTORY) * PAD_HISTORY {
-                return Err(r.bad(format!("history of {n} entries padded to {padded}")));
+            let padded = r.count(8, MAX_LOGIT_BIAS + PAD_BIAS, "logit bias")?;
+            if n > MAX_LOGIT_BIAS || padded != n.div_ceil(PAD_BIAS) * PAD_BIAS {
+                return Err(r.bad(format!("logit bias of {n} entries padded to {padded}")));
             }
-            let history = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
-            if r.take((padded - n) * 4)?.iter().any(|b| *b != 0) {
-                return Err(r.bad("non-zero history padding"));
+            let logit_bias = (0..n).map(|_| Ok((r.u32()?, r.f32()?))).collect::<Result<_, FrameError>>()?;
+            if r.take((padded - n) * 8)?.iter().any(|b| *b != 0) {
+                return Err(r.bad("non-zero logit bias padding"));
             }
-            Some(SamplingSpec { temperature, top_k, top_p, min_p, repetition_penalty, history })
+            let logprobs = match r.u8()? {
+                0 => None,
+                1 => match r.u8()? {
+                    n if usize::from(n) <= MAX_TOP_LOGPROBS => Some(n),
+                    n => return Err(r.bad(format!("{n} top log-probabilities"))),
+                },
+                other => return Err(r.bad(format!("log-probability flag {other}"))),
+            };
+            Some(SamplingSpec {
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                repetition_penalty,
+                history,
+                presence_penalty,
+                frequency_penalty,
+                output,
+                logit_bias,
+                logprobs,
+            })
         }
         other => return Err(r.bad(format!("sampling flag {other}"))),
     };
@@ -370,4 +434,26 @@ fn truncate_utf8(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// A token list padded to whole [`PAD_HISTORY`] blocks of zeros.
+fn write_tokens(w: &mut Writer, tokens: &[u32]) {
+    w.len(tokens.len());
+    let padded = tokens.len().div_ceil(PAD_HISTORY) * PAD_HISTORY;
+    w.len(padded);
+    tokens.iter().for_each(|&t| w.u32(t));
+    (tokens.len()..padded).for_each(|_| w.u32(0));
+}
+
+fn read_tokens(r: &mut Reader<'_>, what: &'static str) -> Result<Vec<u32>, FrameError> {
+    let n = r.u32()? as usize;
+    let padded = r.count(4, MAX_HISTORY + PAD_HISTORY, what)?;
+    if n > MAX_HISTORY || padded != n.div_ceil(PAD_HISTORY) * PAD_HISTORY {
+        return Err(r.bad(format!("{what} of {n} entries padded to {padded}")));
+    }
+    let tokens = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
+    if r.take((padded - n) * 4)?.iter().any(|b| *b != 0) {
+        return Err(r.bad(format!("non-zero {what} padding")));
+    }
+    Ok(tokens)
 }

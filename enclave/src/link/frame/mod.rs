@@ -22,7 +22,7 @@ pub const NO_SHADOW: u8 = u8::MAX;
 
 /// Version spoken by this build; peers must match exactly (2: padded
 /// forward frames; 3: cancel frames, shadow replicas).
-pub const PROTOCOL_VERSION: u16 = 3;
+pub const PROTOCOL_VERSION: u16 = 4;
 /// A forward frame of more than one position carries its rows padded to a
 /// multiple of this many (zero rows on the wire, dropped by the receiver), so
 /// the link's traffic gives a prompt's length only to within this many
@@ -30,8 +30,11 @@ pub const PROTOCOL_VERSION: u16 = 3;
 /// (SECURITY-CASES I3). A one-position (plain decode) frame is not padded:
 /// its existence, not its size, is what the host sees.
 pub const PAD_ROWS: usize = 16;
-/// Sampling history is padded to a multiple of this many entries.
+/// Sampling history (and the output the penalties count) is padded to a
+/// multiple of this many entries.
 pub const PAD_HISTORY: usize = 64;
+/// `logit_bias` is padded to a multiple of this many entries.
+pub const PAD_BIAS: usize = 16;
 /// Default largest frame accepted (kind + body).
 pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 /// Most entries in a sparse distribution: a whole vocabulary of up to 262,144
@@ -112,6 +115,38 @@ pub struct SamplingSpec {
     pub repetition_penalty: f32,
     /// Tokens the penalty looks at (already windowed by the entry).
     pub history: Vec<u32>,
+    /// 0 = off.
+    pub presence_penalty: f32,
+    /// 0 = off.
+    pub frequency_penalty: f32,
+    /// The output so far, which the presence and frequency penalties count
+    /// (empty when both are off; at most
+    /// [`PENALTY_WINDOW`](crate::text::sampler::PENALTY_WINDOW)).
+    pub output: Vec<u32>,
+    /// Added to tokens' logits first (ascending distinct ids).
+    pub logit_bias: Vec<(u32, f32)>,
+    /// Return the raw log-probabilities of the chosen token's candidates and
+    /// of this many top alternatives (`None`: none).
+    pub logprobs: Option<u8>,
+}
+
+impl SamplingSpec {
+    /// Greedy, nothing else: what a verdict uses when a frame names no transform.
+    pub fn greedy() -> Self {
+        Self {
+            temperature: 0.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            repetition_penalty: 1.0,
+            history: Vec::new(),
+            presence_penalty: 0.0,
+            frequency_penalty: 0.0,
+            output: Vec::new(),
+            logit_bias: Vec::new(),
+            logprobs: None,
+        }
+    }
 }
 
 /// A session's id on every link: drawn at random by the entry (so one
@@ -177,6 +212,11 @@ pub struct Verdict {
     pub positions: Vec<Vec<(u32, f32)>>,
     /// Every stage's KV length for the session after the frame, stage 0 first.
     pub kv_lens: Vec<u32>,
+    /// When the frame asked for log-probabilities: per wanted position the
+    /// raw log-probability of the top alternatives asked for (most likely
+    /// first) and of every other token of that position's distribution, so
+    /// the entry has the one it draws. Empty otherwise.
+    pub logprobs: Vec<Vec<(u32, f32)>>,
 }
 
 /// Why a peer reports failure.

@@ -21,6 +21,11 @@ fn forward(precision: Precision) -> Forward {
             min_p: 0.05,
             repetition_penalty: 1.1,
             history: vec![1, 2, 3],
+            presence_penalty: 0.5,
+            frequency_penalty: -0.25,
+            output: vec![3, 3, 9],
+            logit_bias: vec![(4, 1.5), (70, -100.0)],
+            logprobs: Some(5),
         }),
         precision,
         width: 4,
@@ -44,6 +49,7 @@ fn all_frames() -> Vec<Frame> {
             seq: 3,
             positions: vec![vec![(5, 1.0)], vec![(1, 0.25), (2, 0.75)]],
             kv_lens: vec![12, 12, 12],
+            logprobs: vec![vec![(5, -0.5), (1, -1.5)], vec![(2, -0.1), (1, f32::NEG_INFINITY)]],
         }),
         Frame::EndSession(SessionId(7)),
         Frame::Cancel(Cancel { session: SessionId(7), through: 9 }),
@@ -88,6 +94,7 @@ fn a_full_distribution_over_a_large_vocabulary_round_trips() {
         seq: 2,
         positions: vec![dist.clone(), dist],
         kv_lens: vec![3, 3],
+        logprobs: Vec::new(),
     });
     let wire = v.encode();
     let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
@@ -117,7 +124,13 @@ fn bad_frames_get_typed_errors() {
     d.push(&Frame::Forward(f).encode());
     assert!(matches!(d.next_frame(), Err(FrameError::Malformed { frame: "forward", .. })));
     // A verdict whose probabilities do not sum to one.
-    let v = Verdict { session: SessionId(1), seq: 1, positions: vec![vec![(1, 0.5)]], kv_lens: vec![] };
+    let v = Verdict {
+        session: SessionId(1),
+        seq: 1,
+        positions: vec![vec![(1, 0.5)]],
+        kv_lens: vec![],
+        logprobs: Vec::new(),
+    };
     let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
     d.push(&Frame::Verdict(v).encode());
     assert!(matches!(d.next_frame(), Err(FrameError::Malformed { frame: "verdict", .. })));
@@ -127,6 +140,58 @@ fn bad_frames_get_typed_errors() {
     let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
     d.push(&Frame::Forward(f).encode());
     assert!(matches!(d.next_frame(), Err(FrameError::Malformed { .. })));
+    // Log-probabilities: above 0, NaN, or for another number of positions.
+    let verdict = |logprobs: Vec<Vec<(u32, f32)>>| {
+        Frame::Verdict(Verdict {
+            session: SessionId(1),
+            seq: 1,
+            positions: vec![vec![(1, 1.0)], vec![(2, 1.0)]],
+            kv_lens: vec![],
+            logprobs,
+        })
+    };
+    for bad in [vec![vec![(1, 0.5)], vec![]], vec![vec![(1, f32::NAN)], vec![]], vec![vec![(1, -1.0)]]] {
+        let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+        d.push(&verdict(bad.clone()).encode());
+        assert!(matches!(d.next_frame(), Err(FrameError::Malformed { frame: "verdict", .. })), "{bad:?}");
+    }
+    // More top alternatives than any request may ask for.
+    let mut f = forward(Precision::F32);
+    f.sampling.as_mut().unwrap().logprobs = Some(21);
+    let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+    d.push(&Frame::Forward(f).encode());
+    assert!(matches!(d.next_frame(), Err(FrameError::Malformed { .. })));
+}
+
+/// The output the penalties count and the logit bias are padded to buckets
+/// (zeros the receiver checks), like the history.
+#[test]
+fn penalty_output_and_logit_bias_are_padded_and_checked() {
+    let frame = |output: usize, bias: usize| {
+        let mut f = forward(Precision::F32);
+        let s = f.sampling.as_mut().unwrap();
+        s.output = (0..output as u32).collect();
+        s.logit_bias = (0..bias as u32).map(|t| (t, 0.5)).collect();
+        f
+    };
+    let size = |o, b| Frame::Forward(frame(o, b)).encode().len();
+    assert_eq!((1..=64).map(|o| size(o, 1)).collect::<std::collections::BTreeSet<_>>().len(), 1);
+    assert_eq!((1..=16).map(|b| size(1, b)).collect::<std::collections::BTreeSet<_>>().len(), 1);
+    assert!(size(65, 1) > size(64, 1) && size(1, 17) > size(1, 16));
+    // A non-zero byte in the bias padding (one entry padded to 16).
+    let f = frame(1, 1);
+    let wire = Frame::Forward(f.clone()).encode();
+    let at = (0..wire.len() - 8).rev().find(|&i| {
+        let mut dirty = wire.clone();
+        dirty[i] ^= 0x40;
+        let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+        d.push(&dirty);
+        matches!(d.next_frame(), Err(FrameError::Malformed { ref reason, .. }) if reason.contains("logit bias padding"))
+    });
+    assert!(at.is_some(), "a dirty bias pad is refused by name");
+    let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+    d.push(&wire);
+    assert_eq!(d.next_frame().unwrap(), Some(Frame::Forward(f)));
 }
 
 proptest! {

@@ -112,11 +112,14 @@ impl std::fmt::Display for Failure {
 }
 
 /// One line of the endpoint's answer.
-#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
 pub enum GenerateEvent {
     /// A piece of text.
     Text(String),
+    /// Log-probabilities of tokens just committed, when asked for; their
+    /// text comes in later `Text` events.
+    Logprobs(Vec<crate::generate::TokenLogprob>),
     /// Finished.
     Done(Generation),
     /// Failed after it was accepted (a shard, capacity, a deadline); the

@@ -263,8 +263,8 @@ impl Entry {
         if r.depth.is_some_and(|d| d == 0 || d > MAX_DEPTH) {
             return Err(SpeculationError::DepthOutOfRange);
         }
-        if req.sampling.repetition_penalty != 1.0 {
-            // The last shard would need each drafted token in the penalty's
+        if req.sampling.uses_history() {
+            // The last shard would need each drafted token in the penalties'
             // history to verify losslessly; plain decoding instead.
             return Ok(None);
         }
@@ -524,6 +524,9 @@ impl Entry {
                 }
                 Some(Action::Emit(text)) => {
                     let _ = out.send(GenerateEvent::Text(text));
+                }
+                Some(Action::Logprobs(lp)) => {
+                    let _ = out.send(GenerateEvent::Logprobs(lp));
                 }
                 Some(Action::Reroute) => {
                     let warm = self.warm_route(core.route(), core.shadow()).await;

@@ -41,12 +41,12 @@ use std::time::{Duration, Instant};
 
 use super::metrics::SpecCounters;
 pub use super::session_error::SessionError;
-use crate::generate::{Generation, TextStream};
+use crate::generate::{Generation, TextStream, TokenLogprob};
 use crate::link::frame::{ErrorCode, ErrorReport, Precision, SamplingSpec, SessionId, Verdict, Want, NO_SHADOW};
 use crate::pipeline::worker::{Input, Job};
 use crate::speculate::pipeline::{Depth, InFlight};
 use crate::speculate::{verify_drafts, AdaptiveK, Draft, SpecStats};
-use crate::text::sampler::{Sampler, SamplingParams};
+use crate::text::sampler::{Sampler, SamplingParams, PENALTY_WINDOW};
 use crate::text::tokenizer::Tokenizer;
 
 /// What the session hears from the pipeline while it waits for a round.
@@ -89,6 +89,9 @@ pub enum Action {
     },
     /// Send this text to the client.
     Emit(String),
+    /// Log-probabilities of tokens just committed (their text follows in
+    /// later [`Emit`](Self::Emit)s, possibly held back by a stop string).
+    Logprobs(Vec<TokenLogprob>),
     /// Release the current route and choose another; answer with
     /// [`SessionCore::rerouted`].
     Reroute,
@@ -218,6 +221,8 @@ pub struct SessionCore<'e> {
     /// The drafter proposed nothing on top of the rounds in flight: ask
     /// again only after the next verdict.
     dry: bool,
+    /// Per committed token, when the request asked for log-probabilities.
+    logprobs: Vec<TokenLogprob>,
     out: VecDeque<Action>,
 }
 
@@ -283,6 +288,7 @@ impl<'e> SessionCore<'e> {
             state: Expect::Active,
             inflight: VecDeque::new(),
             dry: false,
+            logprobs: Vec::new(),
             out: VecDeque::new(),
         }
     }
@@ -502,6 +508,7 @@ impl<'e> SessionCore<'e> {
     fn sampling_spec(&self) -> SamplingSpec {
         let p = &self.params;
         let window = p.repetition_window;
+        let output = &self.history[self.prompt_len..];
         SamplingSpec {
             temperature: p.temperature,
             top_k: p.top_k as u32,
@@ -513,6 +520,15 @@ impl<'e> SessionCore<'e> {
             } else {
                 self.history[self.history.len().saturating_sub(window)..].to_vec()
             },
+            presence_penalty: p.presence_penalty,
+            frequency_penalty: p.frequency_penalty,
+            output: if p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 {
+                Vec::new()
+            } else {
+                output[output.len().saturating_sub(PENALTY_WINDOW)..].to_vec()
+            },
+            logit_bias: p.logit_bias.clone(),
+            logprobs: p.logprobs,
         }
     }
 
@@ -650,6 +666,14 @@ impl<'e> SessionCore<'e> {
             return self.fail(SessionError::ShortVerdict { got: v.positions.len(), want: n.max(1) });
         }
         let p = &v.positions[v.positions.len() - n..];
+        // Committed token j of this verdict was decided at position p[j].
+        let logprobs = match self.params.logprobs {
+            None => None,
+            Some(_) if v.logprobs.len() != v.positions.len() => {
+                return self.fail(SessionError::NoLogprobs { got: v.logprobs.len(), want: v.positions.len() })
+            }
+            Some(top) => Some((&v.logprobs[v.logprobs.len() - n..], usize::from(top))),
+        };
         let skip = usize::from(!round.base);
         let check = Draft {
             tokens: round.draft.tokens[skip..].to_vec(),
@@ -694,10 +718,22 @@ impl<'e> SessionCore<'e> {
         }
         self.count_round(&round, accepted, tokens.len(), elapsed);
         self.prompt_round = false;
-        for next in tokens {
+        for (j, next) in tokens.into_iter().enumerate() {
             if self.stop_ids.contains(&next) {
                 self.cancel_in_flight(false);
                 return self.finish(false);
+            }
+            if let Some((rows, top)) = logprobs {
+                let Some(lp) = rows.get(j).map(|row| token_logprob(row, top, next)) else {
+                    return self.fail(SessionError::NoLogprobs { got: rows.len(), want: j + 1 });
+                };
+                match lp {
+                    Some(lp) => {
+                        self.logprobs.push(lp.clone());
+                        self.out.push_back(Action::Logprobs(vec![lp]));
+                    }
+                    None => return self.fail(SessionError::NoLogprobs { got: j, want: j + 1 }),
+                }
             }
             self.history.push(next);
             self.generated += 1;
@@ -761,7 +797,12 @@ impl<'e> SessionCore<'e> {
                 }
                 let speculation = self.spec.as_ref().map(|sp| sp.stats.clone());
                 let prompt_ids = self.history[..self.prompt_len].to_vec();
-                self.out.push_back(Action::Finish(Generation { prompt_ids, ids, text, speculation }));
+                let logprobs = self.params.logprobs.map(|_| {
+                    let mut lp = std::mem::take(&mut self.logprobs);
+                    lp.truncate(ids.len());
+                    lp
+                });
+                self.out.push_back(Action::Finish(Generation { prompt_ids, ids, text, speculation, logprobs }));
             }
         }
     }
@@ -770,6 +811,14 @@ impl<'e> SessionCore<'e> {
         self.state = Expect::Done;
         self.out.push_back(Action::Fail(e));
     }
+}
+
+/// Token `token`'s entry in a verdict position's log-probabilities, with the
+/// first `top` of them as its alternatives; `None` when the verdict left it
+/// out (a shard that broke the protocol).
+fn token_logprob(row: &[(u32, f32)], top: usize, token: u32) -> Option<TokenLogprob> {
+    let logprob = row.iter().find(|e| e.0 == token)?.1;
+    Some(TokenLogprob { token, logprob, top: row[..top.min(row.len())].to_vec() })
 }
 
 /// After a round every stage (the entry first) must hold exactly `expected`

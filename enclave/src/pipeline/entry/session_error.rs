@@ -50,6 +50,14 @@ pub enum SessionError {
         /// Positions the round verifies.
         want: usize,
     },
+    /// Log-probabilities were asked for, and a verdict lacks them.
+    #[error("a verdict carries log-probabilities for {got} positions, not {want}")]
+    NoLogprobs {
+        /// Positions (or the chosen token's entries) it carries.
+        got: usize,
+        /// What the round needs.
+        want: usize,
+    },
     /// Committed ids could not be turned into text.
     #[error("detokenizing: {0}")]
     Text(String),
@@ -74,6 +82,7 @@ impl SessionError {
             | SessionError::Shard { .. }
             | SessionError::KvLengths { .. }
             | SessionError::ShortVerdict { .. }
+            | SessionError::NoLogprobs { .. }
             | SessionError::ShuttingDown => Blame::Pipeline,
         }
     }

@@ -121,6 +121,7 @@ fn verdict(seq: u64, kv: u32, picks: &[u32]) -> SessionEvent {
         seq,
         positions: picks.iter().map(|&t| vec![(t, 1.0)]).collect(),
         kv_lens: vec![kv; 3],
+        logprobs: Vec::new(),
     })
 }
 
@@ -195,6 +196,7 @@ fn a_stage_that_did_not_roll_back_fails_the_session() {
             seq: 1,
             positions: vec![vec![(C, 1.0)]],
             kv_lens: vec![2, 3, 2],
+            logprobs: Vec::new(),
         }),
         h.t0,
     );
@@ -524,16 +526,27 @@ impl ToyPipeline {
                 toy_p(self.kv[i])
             }
         };
-        let positions: Vec<Distribution> = match job.want {
+        let at: Vec<usize> = match job.want {
             Want::Nothing => return None,
-            Want::Last => vec![dist(self.kv.len() - 1)],
-            Want::All => (self.kv.len() - n..self.kv.len()).map(dist).collect(),
+            Want::Last => vec![self.kv.len() - 1],
+            Want::All => (self.kv.len() - n..self.kv.len()).collect(),
+        };
+        let positions: Vec<Distribution> = at.iter().map(|&i| dist(i)).collect();
+        // Log-probabilities that name their position: `toy_logprob(i, t)`.
+        let logprobs = match job.sampling.as_ref().and_then(|s| s.logprobs) {
+            None => Vec::new(),
+            Some(_) => at
+                .iter()
+                .zip(&positions)
+                .map(|(&i, d)| d.iter().map(|&(t, _)| (t, toy_logprob(i, t))).collect())
+                .collect(),
         };
         Some(SessionEvent::Verdict(Verdict {
             session: job.session,
             seq: job.seq,
             positions,
             kv_lens: vec![self.kv.len() as u32; 3],
+            logprobs,
         }))
     }
 }
@@ -556,7 +569,7 @@ fn drive(
             Some(Action::Finish(g)) => return g,
             Some(Action::Fail(e)) => panic!("the session failed: {e}"),
             Some(Action::Reroute) => panic!("no shard was lost"),
-            Some(Action::Prepare(_) | Action::Emit(_)) => {}
+            Some(Action::Prepare(_) | Action::Emit(_) | Action::Logprobs(_)) => {}
             None => {
                 assert!(core.awaits_event(), "the session waits for nothing");
                 if let Some(event) = pipe.step() {
@@ -628,6 +641,38 @@ fn pipelined_rounds_keep_greedy_output_and_cancel_what_a_rejection_invalidates()
             }
         }
     }
+}
+
+fn toy_logprob(position: usize, token: u32) -> f32 {
+    -(position as f32) - token as f32 / 1000.0
+}
+
+/// Each committed token's log-probability is the one the last stage gave at
+/// the position that decided it, through pipelined rounds, rejections and
+/// cancels; a verdict without them fails the session.
+#[test]
+fn logprobs_follow_each_token_through_pipelined_rounds() {
+    let h = Harness::new();
+    let prompt = [A, B, C, D, A];
+    let params = SamplingParams { logprobs: Some(0), ..SamplingParams::default() };
+    for (kind, k, depth) in [("none", 0, 1), ("oracle", 4, 3), ("mixed", 3, 4), ("wrong", 2, 2)] {
+        let mut pipe = ToyPipeline::new(true, true);
+        let spec = if kind == "none" { None } else { spec(k, depth) };
+        let mut core = h.session_with(params.clone(), &prompt, 30, &[], spec);
+        let g = drive(&mut core, &mut pipe, h.env(0), |ctx, k| toy_draft(kind, ctx, k));
+        let lp = g.logprobs.expect("asked for");
+        assert_eq!(lp.len(), g.ids.len(), "{kind}");
+        for (j, (e, &id)) in lp.iter().zip(&g.ids).enumerate() {
+            // Token j follows position prompt_len − 1 + j.
+            assert_eq!((e.token, e.logprob), (id, toy_logprob(prompt.len() - 1 + j, id)), "{kind}: token {j}");
+        }
+    }
+    // A last stage that drops them breaks the protocol.
+    let mut core = h.session_with(params, &[A, B], 4, &[], None);
+    drain(&mut core, h.env(0));
+    core.handle(verdict(1, 2, &[C]), h.t0);
+    let a = drain(&mut core, h.env(0));
+    assert!(matches!(failed(&a), Some(SessionError::NoLogprobs { .. })), "{a:?}");
 }
 
 /// A drafter with nothing to propose on top of the rounds in flight is not
