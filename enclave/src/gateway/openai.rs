@@ -185,6 +185,24 @@ pub struct Call {
     pub include_usage: bool,
     /// The model name to echo.
     pub model: String,
+    /// Choices to generate (`n`): sessions with seeds `seed`, `seed + 1`, …,
+    /// each prefilled on its own.
+    pub n: usize,
+}
+
+/// Most choices (`n`) one request may ask for: each is a session of its
+/// own, so this bounds what one request can take of the entry.
+pub const MAX_CHOICES: usize = 8;
+
+/// One choice of a complete answer.
+#[derive(Debug, Clone)]
+pub struct Choice<'a> {
+    /// Its text.
+    pub text: &'a str,
+    /// `stop` or `length`.
+    pub finish: &'a str,
+    /// Its log-probabilities ([`logprobs_json`]), when asked for.
+    pub logprobs: Option<Value>,
 }
 
 /// What a request asks for.
@@ -288,8 +306,9 @@ pub fn parse(
             return Err(ApiError::model_not_found(m));
         }
     }
-    if common.n.unwrap_or(1) != 1 {
-        return Err(ApiError::invalid("n", "only n = 1 is served"));
+    let n = common.n.unwrap_or(1) as usize;
+    if !(1..=MAX_CHOICES).contains(&n) {
+        return Err(ApiError::invalid("n", format!("n must be from 1 to {MAX_CHOICES}")));
     }
     let logprobs = logprobs_asked(kind, common.logprobs.as_ref(), common.top_logprobs.as_ref())?;
     if common.echo == Some(true) {
@@ -381,6 +400,7 @@ pub fn parse(
         stream: common.stream.unwrap_or(false),
         include_usage: common.stream_options.is_some_and(|o| o.include_usage),
         model: common.model.unwrap_or_else(|| model_name.to_owned()),
+        n,
     })))
 }
 
@@ -591,39 +611,41 @@ pub struct Ids {
 }
 
 /// The non-streamed answer.
-pub fn complete_body(
-    kind: Kind,
-    ids: &Ids,
-    text: &str,
-    finish: &str,
-    logprobs: Option<Value>,
-    usage: Usage,
-) -> Vec<u8> {
-    let logprobs = logprobs.unwrap_or(Value::Null);
-    let v = match kind {
-        Kind::Chat => json!({
-            "id": ids.id, "object": "chat.completion", "created": ids.created, "model": ids.model,
-            "choices": [{
-                "index": 0, "message": { "role": "assistant", "content": text },
-                "logprobs": logprobs, "finish_reason": finish,
-            }],
-            "usage": usage,
-        }),
-        Kind::Completion => json!({
-            "id": ids.id, "object": "text_completion", "created": ids.created, "model": ids.model,
-            "choices": [{ "index": 0, "text": text, "logprobs": logprobs, "finish_reason": finish }],
-            "usage": usage,
-        }),
+pub fn complete_body(kind: Kind, ids: &Ids, choices: &[Choice<'_>], usage: Usage) -> Vec<u8> {
+    let choices: Vec<Value> = choices
+        .iter()
+        .enumerate()
+        .map(|(index, c)| {
+            let logprobs = c.logprobs.clone().unwrap_or(Value::Null);
+            match kind {
+                Kind::Chat => json!({
+                    "index": index, "message": { "role": "assistant", "content": c.text },
+                    "logprobs": logprobs, "finish_reason": c.finish,
+                }),
+                Kind::Completion => {
+                    json!({ "index": index, "text": c.text, "logprobs": logprobs, "finish_reason": c.finish })
+                }
+            }
+        })
+        .collect();
+    let object = match kind {
+        Kind::Chat => "chat.completion",
+        Kind::Completion => "text_completion",
     };
+    let v = json!({
+        "id": ids.id, "object": object, "created": ids.created, "model": ids.model,
+        "choices": choices, "usage": usage,
+    });
     serde_json::to_vec(&v).unwrap_or_default()
 }
 
-/// One server-sent event carrying a chunk: `delta` text, or the finish
-/// reason (with empty text), or the first chat chunk's role; with the
-/// log-probabilities of the tokens it covers, when asked for.
+/// One server-sent event carrying a chunk of choice `index`: `delta` text,
+/// or the finish reason (with empty text), or the first chat chunk's role;
+/// with the log-probabilities of the tokens it covers, when asked for.
 pub fn sse_chunk(
     kind: Kind,
     ids: &Ids,
+    index: usize,
     text: Option<&str>,
     finish: Option<&str>,
     first: bool,
@@ -641,12 +663,12 @@ pub fn sse_chunk(
             }
             json!({
                 "id": ids.id, "object": "chat.completion.chunk", "created": ids.created, "model": ids.model,
-                "choices": [{ "index": 0, "delta": delta, "logprobs": logprobs, "finish_reason": finish }],
+                "choices": [{ "index": index, "delta": delta, "logprobs": logprobs, "finish_reason": finish }],
             })
         }
         Kind::Completion => json!({
             "id": ids.id, "object": "text_completion", "created": ids.created, "model": ids.model,
-            "choices": [{ "index": 0, "text": text.unwrap_or_default(), "logprobs": logprobs, "finish_reason": finish }],
+            "choices": [{ "index": index, "text": text.unwrap_or_default(), "logprobs": logprobs, "finish_reason": finish }],
         }),
     };
     sse(&v)

@@ -36,7 +36,9 @@ use veil_attestation::{Attester, Claims, Nonce, Policy};
 
 use super::openai::{self, ApiError, Call, Ids, Kind, Route, Usage};
 use super::seal::{GatewaySealError, ResponseSealer, SealKey, MAX_SEALED_REQUEST};
+use crate::generate::{Generation, TokenLogprob};
 use crate::pipeline::entry::{Entry, Failure, GenerateEvent};
+use crate::text::tokenizer::Tokenizer;
 use veil_wire::Blame;
 
 use veil_wire::http::{ATTESTATION_PATH, EVENT_STREAM_TYPE, HEALTH_PATH, JSON_TYPE, METRICS_PATH, SEALED_PATH};
@@ -410,14 +412,31 @@ impl Gateway {
     }
 
     async fn run(&self, call: Call, mut sealer: ResponseSealer, sealed: [u8; 32]) -> Result<(), GatewaySealError> {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, mut rx) = mpsc::unbounded_channel::<(usize, GenerateEvent)>();
         let (routes_tx, mut routes_rx) = mpsc::unbounded_channel();
         let prompt_tokens = call.request.prompt_ids.len();
         let max_tokens = call.request.max_tokens;
-        let entry = self.entry.clone();
-        tokio::spawn(async move { entry.generate_traced(call.request, tx, Some(routes_tx)).await });
-        // Every route the session ran on, in order (";" between re-routes):
-        // inside the seal, so the client learns which attested shards served it.
+        // One session per choice, seeds `seed + i`; their events tagged
+        // with the choice. Dropping `rx` (the client left, or an error
+        // answered) ends every one of them at its next event.
+        for i in 0..call.n {
+            let mut req = call.request.clone();
+            req.sampling.seed = req.sampling.seed.wrapping_add(i as u64);
+            let (choice_tx, mut choice_rx) = mpsc::unbounded_channel();
+            let (entry, routes, tx) = (self.entry.clone(), routes_tx.clone(), tx.clone());
+            tokio::spawn(async move { entry.generate_traced(req, choice_tx, Some(routes)).await });
+            tokio::spawn(async move {
+                while let Some(ev) = choice_rx.recv().await {
+                    if tx.send((i, ev)).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop((tx, routes_tx));
+        // Every route a session ran on, in order (";" between re-routes and
+        // choices): inside the seal, so the client learns which attested
+        // shards served it.
         let mut routes_used = move || {
             let mut all = Vec::new();
             while let Ok(r) = routes_rx.try_recv() {
@@ -433,135 +452,137 @@ impl Gateway {
         };
         let finish = |n: usize| if n >= max_tokens { "length" } else { "stop" };
         let tokenizer = self.entry.tokenizer();
-        // Characters of completion text before the next token (the
-        // completions endpoint's `text_offset`).
-        let mut offset = 0usize;
-        if !call.stream {
-            let mut text = String::new();
-            loop {
-                // The client may leave before the answer is whole: then the
-                // session ends (dropping `rx` stops the generation) and its
-                // slot is free, as for a stream.
-                let ev = tokio::select! {
-                    ev = rx.recv() => ev,
-                    () = sealer.reader_gone() => {
-                        return Err(GatewaySealError::Response("the client left before the answer".into()));
-                    }
-                };
-                let Some(ev) = ev else { break };
-                match ev {
-                    GenerateEvent::Text(t) => text.push_str(&t),
-                    GenerateEvent::Logprobs(_) => {}
-                    GenerateEvent::Done(g) => {
-                        let logprobs = g
-                            .logprobs
-                            .as_deref()
-                            .map(|lp| openai::logprobs_json(call.kind, tokenizer, lp, &mut offset));
-                        let body = openai::complete_body(
-                            call.kind,
-                            &ids,
-                            &g.text,
-                            finish(g.ids.len()),
-                            logprobs,
-                            Usage::new(prompt_tokens, g.ids.len()),
-                        );
-                        let route = routes_used();
-                        let drafter = drafter_ran(&g);
-                        let fields = [
-                            ("content-type", JSON_TYPE),
-                            (ROUTE_FIELD, route.as_str()),
-                            (DRAFTER_FIELD, drafter.as_str()),
-                        ];
-                        sealer.head(200, &fields).await?;
-                        sealer.body(&openai::pad_body(body)).await?;
-                        let tokens = (prompt_tokens, g.ids.len());
-                        let receipt = self.receipt(sealed, sealer.content_digest(), tokens, [&drafter, &route]);
-                        return sealer.finish_with_trailer(&[(RECEIPT_FIELD, receipt.as_str())]).await;
-                    }
-                    GenerateEvent::Error(f) => {
-                        let e = server_error(&f);
-                        return respond(sealer, e.status, JSON_TYPE, &e.body()).await;
-                    }
-                    GenerateEvent::Refused(e) => {
-                        return respond(sealer, 400, JSON_TYPE, &ApiError::invalid("request", e).body()).await
-                    }
-                }
-            }
-            let ended = Failure { message: "generation ended".into(), blame: Blame::Pipeline };
-            return respond(sealer, Blame::Pipeline.status(), JSON_TYPE, &server_error(&ended).body()).await;
+        let mut choices: Vec<ChoiceState> = (0..call.n).map(|_| ChoiceState::default()).collect();
+        if call.stream {
+            sealer.head(200, &[("content-type", EVENT_STREAM_TYPE), ("cache-control", "no-cache")]).await?;
         }
-        sealer.head(200, &[("content-type", EVENT_STREAM_TYPE), ("cache-control", "no-cache")]).await?;
-        let mut first = true;
-        // Log-probabilities of tokens whose text has not gone out yet, and
-        // how many went out.
-        let mut pending: Option<Vec<crate::generate::TokenLogprob>> = None;
-        let mut sent_lp = 0usize;
-        // `answer`: tokens in the answer, when known (those a stop string
-        // cut are not).
-        let mut take_pending = |p: &mut Option<Vec<_>>, answer: usize| {
-            p.take().map(|mut lp: Vec<_>| {
-                lp.truncate(answer.saturating_sub(sent_lp));
-                sent_lp += lp.len();
-                openai::logprobs_json(call.kind, tokenizer, &lp, &mut offset)
-            })
-        };
         loop {
+            // The client may leave before the answer is whole: then the
+            // sessions end and their slots are free.
             let ev = tokio::select! {
                 ev = rx.recv() => ev,
                 () = sealer.reader_gone() => {
-                    return Err(GatewaySealError::Response("the client left during the stream".into()));
+                    return Err(GatewaySealError::Response("the client left before the answer was whole".into()));
                 }
             };
-            let Some(ev) = ev else { break };
-            match ev {
-                GenerateEvent::Text(t) => {
-                    let lp = take_pending(&mut pending, usize::MAX);
-                    sealer.body(&openai::sse_chunk(call.kind, &ids, Some(&t), None, first, lp)).await?;
-                    first = false;
+            let Some((i, ev)) = ev else { break };
+            let c = &mut choices[i];
+            let failed = match ev {
+                GenerateEvent::Text(t) if call.stream => {
+                    let lp = c.take_logprobs(call.kind, tokenizer, usize::MAX);
+                    sealer.body(&openai::sse_chunk(call.kind, &ids, i, Some(&t), None, c.first, lp)).await?;
+                    c.first = false;
+                    continue;
                 }
-                GenerateEvent::Logprobs(lp) => pending.get_or_insert_with(Vec::new).extend(lp),
+                GenerateEvent::Text(_) => continue,
+                GenerateEvent::Logprobs(lp) => {
+                    c.pending.get_or_insert_with(Vec::new).extend(lp);
+                    continue;
+                }
                 GenerateEvent::Done(g) => {
-                    let lp = take_pending(&mut pending, g.ids.len());
-                    let end = openai::sse_chunk(call.kind, &ids, None, Some(finish(g.ids.len())), first, lp);
-                    sealer.body(&end).await?;
-                    if call.include_usage {
-                        sealer
-                            .body(&openai::sse_usage(call.kind, &ids, Usage::new(prompt_tokens, g.ids.len())))
-                            .await?;
+                    if call.stream {
+                        let lp = c.take_logprobs(call.kind, tokenizer, g.ids.len());
+                        let end = openai::sse_chunk(call.kind, &ids, i, None, Some(finish(g.ids.len())), c.first, lp);
+                        sealer.body(&end).await?;
                     }
-                    sealer.body(&openai::sse_done()).await?;
-                    let route = routes_used();
-                    let drafter = drafter_ran(&g);
-                    let tokens = (prompt_tokens, g.ids.len());
-                    let receipt = self.receipt(sealed, sealer.content_digest(), tokens, [&drafter, &route]);
-                    let trailer = [
-                        (ROUTE_FIELD, route.as_str()),
-                        (DRAFTER_FIELD, drafter.as_str()),
-                        (RECEIPT_FIELD, receipt.as_str()),
-                    ];
-                    return sealer.finish_with_trailer(&trailer).await;
-                }
-                // A stream is a 200 answer once its head is out: one that
-                // ends in an error event is complete too, and signed for.
-                GenerateEvent::Error(f) => {
-                    sealer.body(&openai::sse_error(&server_error(&f))).await?;
+                    c.done = Some(g);
+                    if choices.iter().any(|c| c.done.is_none()) {
+                        continue;
+                    }
                     break;
                 }
-                GenerateEvent::Refused(e) => {
-                    sealer.body(&openai::sse_error(&ApiError::invalid("request", e))).await?;
-                    break;
-                }
+                GenerateEvent::Error(f) => server_error(&f),
+                GenerateEvent::Refused(e) => ApiError::invalid("request", e),
+            };
+            // A stream is a 200 answer once its head is out: one that ends
+            // in an error event is complete too, and signed for.
+            if !call.stream {
+                return respond(sealer, failed.status, JSON_TYPE, &failed.body()).await;
             }
+            sealer.body(&openai::sse_error(&failed)).await?;
+            let receipt = self.receipt(sealed, sealer.content_digest(), (prompt_tokens, 0), ["none", &routes_used()]);
+            return sealer.finish_with_trailer(&[(RECEIPT_FIELD, receipt.as_str())]).await;
         }
-        let receipt = self.receipt(sealed, sealer.content_digest(), (prompt_tokens, 0), ["none", &routes_used()]);
+        let done: Vec<Generation> = choices.iter_mut().filter_map(|c| c.done.take()).collect();
+        if done.len() != call.n {
+            let ended = Failure { message: "generation ended".into(), blame: Blame::Pipeline };
+            let e = server_error(&ended);
+            if !call.stream {
+                return respond(sealer, e.status, JSON_TYPE, &e.body()).await;
+            }
+            sealer.body(&openai::sse_error(&e)).await?;
+            let receipt = self.receipt(sealed, sealer.content_digest(), (prompt_tokens, 0), ["none", &routes_used()]);
+            return sealer.finish_with_trailer(&[(RECEIPT_FIELD, receipt.as_str())]).await;
+        }
+        let completion_tokens: usize = done.iter().map(|g| g.ids.len()).sum();
+        let usage = Usage::new(prompt_tokens, completion_tokens);
+        let route = routes_used();
+        let drafter = done.iter().map(drafter_ran).collect::<Vec<_>>().join(" | ");
+        let tokens = (prompt_tokens, completion_tokens);
+        if call.stream {
+            if call.include_usage {
+                sealer.body(&openai::sse_usage(call.kind, &ids, usage)).await?;
+            }
+            sealer.body(&openai::sse_done()).await?;
+            let receipt = self.receipt(sealed, sealer.content_digest(), tokens, [&drafter, &route]);
+            let trailer =
+                [(ROUTE_FIELD, route.as_str()), (DRAFTER_FIELD, drafter.as_str()), (RECEIPT_FIELD, receipt.as_str())];
+            return sealer.finish_with_trailer(&trailer).await;
+        }
+        let answers: Vec<openai::Choice<'_>> = done
+            .iter()
+            .map(|g| openai::Choice {
+                text: &g.text,
+                finish: finish(g.ids.len()),
+                logprobs: g.logprobs.as_deref().map(|lp| openai::logprobs_json(call.kind, tokenizer, lp, &mut 0)),
+            })
+            .collect();
+        let body = openai::complete_body(call.kind, &ids, &answers, usage);
+        let fields = [("content-type", JSON_TYPE), (ROUTE_FIELD, route.as_str()), (DRAFTER_FIELD, drafter.as_str())];
+        sealer.head(200, &fields).await?;
+        sealer.body(&openai::pad_body(body)).await?;
+        let receipt = self.receipt(sealed, sealer.content_digest(), tokens, [&drafter, &route]);
         sealer.finish_with_trailer(&[(RECEIPT_FIELD, receipt.as_str())]).await
+    }
+}
+
+/// One choice of an answer being generated.
+#[derive(Debug)]
+struct ChoiceState {
+    /// No chunk of it has gone out yet (a chat stream's first carries the role).
+    first: bool,
+    /// Log-probabilities of tokens whose text has not gone out yet.
+    pending: Option<Vec<TokenLogprob>>,
+    /// Log-probabilities sent so far.
+    sent: usize,
+    /// Characters of text before the next token (`text_offset`).
+    offset: usize,
+    /// The finished generation.
+    done: Option<Generation>,
+}
+
+impl Default for ChoiceState {
+    fn default() -> Self {
+        Self { first: true, pending: None, sent: 0, offset: 0, done: None }
+    }
+}
+
+impl ChoiceState {
+    /// The pending log-probabilities in the endpoint's shape, for a chunk;
+    /// `answer`: tokens in the answer, when known (those a stop string cut
+    /// are not sent).
+    fn take_logprobs(&mut self, kind: Kind, tokenizer: &Tokenizer, answer: usize) -> Option<serde_json::Value> {
+        let mut lp = self.pending.take()?;
+        lp.truncate(answer.saturating_sub(self.sent));
+        self.sent += lp.len();
+        Some(openai::logprobs_json(kind, tokenizer, &lp, &mut self.offset))
     }
 }
 
 /// The drafter that ran for a generation, as the sealed answer names it:
 /// `none` when the session did not speculate, else the drafter's name and
 /// how many rounds carried drafts.
-fn drafter_ran(g: &crate::generate::Generation) -> String {
+fn drafter_ran(g: &Generation) -> String {
     match &g.speculation {
         None => "none".to_owned(),
         Some(s) => format!("{}; {} of {} rounds drafted", s.drafter, s.spec_rounds, s.rounds),

@@ -91,11 +91,12 @@ fn completion_prompts_may_be_text_or_token_ids() {
 #[test]
 fn bad_requests_get_openai_shaped_errors() {
     let Some(tok) = tokenizer() else { return };
-    let cases: [(&str, &str, &str, u16, Option<&str>); 14] = [
+    let cases: [(&str, &str, &str, u16, Option<&str>); 15] = [
+        ("POST", "/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"n":0}"#, 400, Some("n")),
         ("POST", "/v1/chat/completions", "{not json", 400, Some("body")),
         ("POST", "/v1/chat/completions", r#"{"messages":[]}"#, 400, Some("messages")),
         ("POST", "/v1/chat/completions", r#"{"messages":[{"role":"tool","content":"x"}]}"#, 400, Some("messages")),
-        ("POST", "/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#, 400, Some("n")),
+        ("POST", "/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"n":9}"#, 400, Some("n")),
         (
             "POST",
             "/v1/chat/completions",
@@ -140,9 +141,13 @@ fn bad_requests_get_openai_shaped_errors() {
 #[test]
 fn response_shapes_follow_openai() {
     let ids = Ids { id: "chatcmpl-1".into(), created: 7, model: "m".into() };
-    let v: Value =
-        serde_json::from_slice(&openai::complete_body(Kind::Chat, &ids, "Paris.", "stop", None, Usage::new(5, 2)))
-            .unwrap();
+    let v: Value = serde_json::from_slice(&openai::complete_body(
+        Kind::Chat,
+        &ids,
+        &[openai::Choice { text: "Paris.", finish: "stop", logprobs: None }],
+        Usage::new(5, 2),
+    ))
+    .unwrap();
     assert_eq!(v["object"], "chat.completion");
     assert_eq!(v["choices"][0]["message"]["content"], "Paris.");
     assert_eq!(v["usage"]["total_tokens"], 7);
@@ -152,19 +157,20 @@ fn response_shapes_follow_openai() {
         assert!(text.ends_with("\n\n") && text.len().is_multiple_of(openai::SSE_PAD), "{text:?}");
         serde_json::from_str(text.lines().find_map(|l| l.strip_prefix("data: ")).unwrap()).unwrap()
     };
-    let first = openai::sse_chunk(Kind::Chat, &ids, Some("Pa"), None, true, None);
+    let first = openai::sse_chunk(Kind::Chat, &ids, 0, Some("Pa"), None, true, None);
     assert!(first.starts_with(b"data: {"));
     let v = data(&first);
     assert_eq!(
         (v["object"].as_str(), v["choices"][0]["delta"]["role"].as_str()),
         (Some("chat.completion.chunk"), Some("assistant"))
     );
-    let last = openai::sse_chunk(Kind::Completion, &ids, None, Some("length"), false, None);
+    let last = openai::sse_chunk(Kind::Completion, &ids, 2, None, Some("length"), false, None);
     let v = data(&last);
     assert_eq!(
         (v["choices"][0]["finish_reason"].as_str(), v["choices"][0]["text"].as_str()),
         (Some("length"), Some(""))
     );
+    assert_eq!(v["choices"][0]["index"], 2, "a chunk names its choice");
     let u = openai::sse_usage(Kind::Chat, &ids, Usage::new(1, 1));
     let v = data(&u);
     assert_eq!(v["choices"].as_array().map(Vec::len), Some(0));
@@ -280,6 +286,7 @@ fn chat_app_parameters_pass_at_defaults_and_are_refused_otherwise() {
     assert_eq!(generate(&tok, "/v1/chat/completions", &with(r#","logprobs":true"#)).request.sampling.logprobs, Some(0));
     let legacy = generate(&tok, "/v1/completions", r#"{"prompt":"Hi","logprobs":2}"#);
     assert_eq!(legacy.request.sampling.logprobs, Some(2));
+    assert_eq!((legacy.n, generate(&tok, "/v1/completions", r#"{"prompt":"Hi","n":8}"#).n), (1, 8));
     let vocab = tok.vocab_size();
     let outside = format!(r#","logit_bias":{{"{vocab}":1}}"#);
     let many: String = (0..1025).map(|i| format!(r#""{i}":1"#)).collect::<Vec<_>>().join(",");

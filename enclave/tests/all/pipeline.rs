@@ -150,7 +150,8 @@ fn pipelined_mixed(base: &GenerateWire, want: &Generation) -> GenerateWire {
 /// Issue 29: logit bias, presence and frequency penalties and
 /// log-probabilities through three shards are one process's, token for
 /// token and value for value, with and without pipelined speculation; and
-/// through the sealed OpenAI API, streamed and not, in OpenAI's shape.
+/// through the sealed OpenAI API, streamed and not, in OpenAI's shape, as
+/// are n > 1 seeded choices.
 #[test]
 fn penalties_bias_and_logprobs_through_three_shards_equal_one_process() {
     use veil_enclave::text::sampler::logprobs;
@@ -251,6 +252,45 @@ fn penalties_bias_and_logprobs_through_three_shards_equal_one_process() {
             })
             .collect();
         assert_eq!(streamed, content, "streamed log-probabilities differ from the whole answer's");
+        // n = 3 seeded choices: each is one process's sampled answer with
+        // seed + i; asked again, the same three; streamed, the same texts
+        // chunk by chunk under their indices.
+        let many = serde_json::json!({
+            "messages": [{"role": "user", "content": question}], "max_tokens": 8, "temperature": 0.9,
+            "seed": 5, "n": 3,
+        });
+        let texts = |body: &[u8]| -> Vec<String> {
+            let v: serde_json::Value = serde_json::from_slice(body).unwrap();
+            let choices = v["choices"].as_array().unwrap();
+            assert!(choices.iter().enumerate().all(|(i, c)| c["index"] == i));
+            assert_eq!(v["usage"]["completion_tokens"].as_u64(), Some(choices.len() as u64 * 8), "{v}");
+            choices.iter().map(|c| c["message"]["content"].as_str().unwrap().to_owned()).collect()
+        };
+        let first = texts(&client.call("POST", "/v1/chat/completions", &many).await.unwrap().collect().await.unwrap());
+        let again = texts(&client.call("POST", "/v1/chat/completions", &many).await.unwrap().collect().await.unwrap());
+        assert_eq!(first, again, "seeded choices repeat");
+        for (i, text) in first.iter().enumerate() {
+            let mut one = greedy(wire.prompt_ids.as_ref().unwrap(), 8);
+            (one.sampling.temperature, one.sampling.seed) = (0.9, 5 + i as u64);
+            assert_eq!(text, &local(&model, &tok, &one).text, "choice {i}");
+        }
+        assert!(first.iter().collect::<std::collections::BTreeSet<_>>().len() > 1, "the choices differ: {first:?}");
+        let mut many_stream = many.clone();
+        many_stream["stream"] = true.into();
+        let sse = client.call("POST", "/v1/chat/completions", &many_stream).await.unwrap().collect().await.unwrap();
+        let mut streamed = vec![String::new(); 3];
+        for ev in String::from_utf8(sse)
+            .unwrap()
+            .split("\n\n")
+            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")).map(str::to_owned))
+            .filter(|e| e != "[DONE]")
+        {
+            let v: serde_json::Value = serde_json::from_str(&ev).unwrap();
+            if let Some(t) = v["choices"][0]["delta"]["content"].as_str() {
+                streamed[v["choices"][0]["index"].as_u64().unwrap() as usize].push_str(t);
+            }
+        }
+        assert_eq!(streamed, first);
         // The legacy completions shape.
         let legacy =
             serde_json::json!({"prompt": "The capital of France is", "max_tokens": 5, "temperature": 0, "logprobs": 1});
@@ -603,7 +643,7 @@ fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
         // Models, and an OpenAI-shaped error, both sealed.
         let models = client.call("GET", "/v1/models", &serde_json::Value::Null).await.unwrap();
         assert_eq!(models.status, 200);
-        let bad = client.call("POST", "/v1/completions", &serde_json::json!({"prompt": "x", "n": 3})).await.unwrap();
+        let bad = client.call("POST", "/v1/completions", &serde_json::json!({"prompt": "x", "n": 9})).await.unwrap();
         assert_eq!(bad.status, 400);
         let v: serde_json::Value = serde_json::from_slice(&bad.collect().await.unwrap()).unwrap();
         assert_eq!(v["error"]["param"], "n");
