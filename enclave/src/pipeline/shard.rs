@@ -277,7 +277,7 @@ async fn serve_link(
                 let (session, seq) = (f.session, f.seq);
                 match Job::from_forward(f) {
                     Ok(job) => cmd_tx
-                        .send(Command::Run(job))
+                        .send(Command::Run(Box::new(job)))
                         .await
                         .map_err(|_| Error::Internal("the stage worker stopped".into()))?,
                     Err(e) => {

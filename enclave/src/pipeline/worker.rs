@@ -92,8 +92,8 @@ impl Job {
 /// Commands to the worker.
 #[derive(Debug)]
 pub enum Command {
-    /// Run positions.
-    Run(Job),
+    /// Run positions (boxed: a job carries its sampling spec).
+    Run(Box<Job>),
     /// Free a session.
     End(SessionId),
     /// Drop the session's jobs with `seq <= through` that have not run
@@ -269,7 +269,7 @@ impl StageWorker {
                     {
                         busy.insert(j.session);
                         positions += j.input.len();
-                        batch.push(j);
+                        batch.push(*j);
                     }
                     other => {
                         // Later work of a session already in this batch, or

@@ -799,7 +799,7 @@ fn a_stage_drops_cancelled_frames_unrun_and_counts_them() {
     let worker = StageWorker::new(slice, 0, DEFAULT_KV_BUDGET_BYTES);
     let counters = worker.counters();
     let job = |session: u64, seq: u64, start: usize, truncate_to: Option<usize>, n: usize| {
-        Command::Run(Job {
+        Command::Run(Box::new(Job {
             session: SessionId(session),
             seq,
             start,
@@ -812,7 +812,7 @@ fn a_stage_drops_cancelled_frames_unrun_and_counts_them() {
             sampling: None,
             precision: Precision::F32,
             input: Input::Tokens(vec![42; n]),
-        })
+        }))
     };
     let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(64);
     let (out_tx, mut out_rx) = tokio::sync::mpsc::channel(64);

@@ -518,7 +518,7 @@ impl Entry {
                 }
                 Some(Action::Cancel { through }) => self.cancel(id, core.route(), core.shadow(), through).await,
                 Some(Action::Send(job)) => {
-                    if self.worker.send(Command::Run(job)).await.is_err() {
+                    if self.worker.send(Command::Run(Box::new(job))).await.is_err() {
                         break Err(SessionError::WorkerStopped);
                     }
                 }
