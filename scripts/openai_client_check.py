@@ -4,9 +4,11 @@
     python3 scripts/openai_client_check.py http://127.0.0.1:8000/v1
 
 Chat completion (plain and streamed), completion (text and token ids),
-models.list and models.retrieve, a 404 for another model's name, and the
-parameters a chat app sends (defaults accepted, an unserved penalty a 400). Prints one JSON line with what it saw; exits non-zero on any
-failure. Used by the Rust test `openai_python_client_through_veil_proxy`.
+models.list and models.retrieve, a 404 for another model's name, the
+parameters a chat app sends (defaults accepted, an out-of-range penalty a
+400), log-probabilities, logit bias, penalties and n = 3 seeded choices.
+Prints one JSON line with what it saw; exits non-zero on any failure. Used
+by the Rust test `openai_python_client_through_veil_proxy`.
 """
 import json
 import sys
@@ -63,15 +65,52 @@ def main(base_url: str) -> None:
     assert usage and usage[0].completion_tokens > 0, usage
     try:
         client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=1, presence_penalty=0.5
+            model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=1, presence_penalty=2.5
         )
-        raise AssertionError("an unserved presence_penalty was accepted")
+        raise AssertionError("a presence_penalty out of range was accepted")
     except openai.BadRequestError:
         pass
+    # Log-probabilities: one per token, the token's text adding up to the
+    # answer, the greedy token the most likely, top alternatives as asked.
+    lp = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "What is the capital of France?"}],
+        max_tokens=16,
+        temperature=0,
+        logprobs=True,
+        top_logprobs=3,
+    )
+    content = lp.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == lp.choices[0].message.content == text, (content, text)
+    for t in content:
+        assert len(t.top_logprobs) == 3 and t.logprob <= 0, t
+        assert t.top_logprobs[0].token == t.token and abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6, t
+    # A bias of +100 on one token makes it the answer's first (ids from the
+    # token-id prompt below: 4649 is " France"); penalties and n = 3 seeded
+    # choices repeat.
+    forced = client.completions.create(
+        model=model, prompt="The capital of France is", max_tokens=3, temperature=0, logit_bias={"4649": 100}
+    )
+    assert forced.choices[0].text.startswith(" France"), forced
+    three = [
+        client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": "Tell me a colour."}],
+            max_tokens=6,
+            temperature=1.0,
+            seed=42,
+            n=3,
+            presence_penalty=0.5,
+            frequency_penalty=0.5,
+        )
+        for _ in range(2)
+    ]
+    texts = [[c.message.content for c in r.choices] for r in three]
+    assert len(texts[0]) == 3 and texts[0] == texts[1], texts
     completion = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
     by_ids = client.completions.create(model=model, prompt=[504, 3575, 282, 4649, 314], max_tokens=8, temperature=0)
     assert completion.choices[0].text == by_ids.choices[0].text, (completion, by_ids)
-    print(json.dumps({"model": model, "chat": text, "completion": completion.choices[0].text}))
+    print(json.dumps({"model": model, "chat": text, "completion": completion.choices[0].text, "choices": texts[0]}))
 
 
 if __name__ == "__main__":
