@@ -3,6 +3,7 @@
 
 pub use crate::local_model::{LocalModel, LocalSession, DEFAULT_KV_BUDGET_BYTES};
 use crate::model::error::{ModelError, Result};
+use crate::text::grammar::Grammars;
 use crate::text::sampler::{Sampler, Seen};
 use crate::text::tokenizer::Tokenizer;
 
@@ -143,12 +144,28 @@ pub fn generate(
     let mut history = req.prompt_ids.clone();
     let mut stream = TextStream::new(tokenizer, req.stop.clone());
     let mut stopped = false;
+    let mut format = match &sampler.params().response_format {
+        None => None,
+        Some(f) => {
+            let grammars = Grammars::new(tokenizer).map_err(|e| ModelError::Invalid(e.to_string()))?;
+            Some(grammars.compile(f).map_err(|e| ModelError::Invalid(e.to_string()))?)
+        }
+    };
     let mut logits = model.step_last(&mut session, &req.prompt_ids)?;
     for _ in 0..max_tokens {
         let output = &history[req.prompt_ids.len()..];
-        let next = sampler.sample(logits.last(), Seen { recent: &history, output })?;
+        let mut last = logits.last().to_vec();
+        if let Some(f) = format.as_mut() {
+            f.mask(&mut last).map_err(|e| ModelError::Invalid(e.to_string()))?;
+        }
+        let next = sampler.sample(&last, Seen { recent: &history, output })?;
         if tokenizer.stop_ids().contains(&next) {
             break;
+        }
+        if let Some(f) = format.as_mut() {
+            if !f.advance(next) {
+                return Err(ModelError::Invalid("the sampled token breaks the response format".into()));
+            }
         }
         history.push(next);
         let step = stream.push(next)?;

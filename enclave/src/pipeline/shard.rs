@@ -17,6 +17,7 @@ use super::worker::{Command, Job, Output, StageWorker};
 use crate::error::{Error, Result};
 use crate::link::frame::{ErrorCode, ErrorReport, Frame, Hello, LinkRole, PROTOCOL_VERSION};
 use crate::model::{GgufFile, LayerSlice};
+use crate::text::grammar::Grammars;
 
 /// A loaded stage, ready to serve.
 #[derive(Debug)]
@@ -31,8 +32,9 @@ pub struct Loaded {
     pub shape: RouteShape,
     /// The peer policy whose digest the claims carry.
     pub policy: Arc<Policy>,
-    /// The entry's tokenizer, read from the very header the manifest root
-    /// covers (stage 0 only).
+    /// The vocabulary, read from the very header the manifest root covers:
+    /// the entry's tokenizer, and the last stage's for response formats
+    /// (the first and last stages only).
     pub tokenizer: Option<crate::text::tokenizer::Tokenizer>,
 }
 
@@ -73,7 +75,8 @@ pub fn load(
     let mut gguf = GgufFile::open(&route.model)?;
     let slice = LayerSlice::from_gguf_on(&mut gguf, s.layers.start() as usize..s.layers.end() as usize, device)?;
     let shape = route.shape(u32::try_from(slice.config().n_layer).unwrap_or(u32::MAX))?;
-    let tokenizer = (stage == 0).then(|| crate::text::tokenizer::Tokenizer::from_gguf(&gguf)).transpose()?;
+    let last = stage + 1 == route.stages.len();
+    let tokenizer = (stage == 0 || last).then(|| crate::text::tokenizer::Tokenizer::from_gguf(&gguf)).transpose()?;
     let root = ManifestRoot(slice.manifest().root());
     if Some(root) != s.manifest_root {
         return Err(Error::Refused(format!(
@@ -174,7 +177,12 @@ pub async fn serve(
     let listener = listen(addr).await.map_err(Error::io(format!("listening on {addr}")))?;
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
     let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
-    let worker = StageWorker::new(loaded.slice.clone(), stage, route.kv_budget_bytes);
+    let mut worker = StageWorker::new(loaded.slice.clone(), stage, route.kv_budget_bytes);
+    if let Some(tokenizer) = &loaded.tokenizer {
+        let grammars =
+            Grammars::new(tokenizer).map_err(|e| Error::Config(format!("the vocabulary's grammar engine: {e}")))?;
+        worker = worker.with_grammars(Arc::new(grammars));
+    }
     std::thread::Builder::new()
         .name(format!("stage-{stage}"))
         .spawn(move || worker.run(cmd_rx, out_tx))

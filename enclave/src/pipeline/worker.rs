@@ -13,7 +13,8 @@ use crate::link::frame::{
     ErrorCode, ErrorReport, Forward, Precision, SamplingSpec, SessionId, Verdict, Want, NO_SHADOW,
 };
 use crate::model::{BatchItem, LayerSlice, Logits, ModelError, Rows, SessionKv, SliceOutput};
-use crate::text::sampler::{logprobs, Sampler, SamplingParams, Seen};
+use crate::text::grammar::{Constrained, Grammars, ResponseFormat};
+use crate::text::sampler::{logprobs, Distribution, Sampler, SamplingParams, Seen};
 
 /// Positions one batch may carry (beyond its first job).
 pub const MAX_BATCH_POSITIONS: usize = 512;
@@ -156,6 +157,10 @@ pub struct StageWorker {
     /// dropped. Bounded like `sessions`, and forgotten with the session.
     cancelled: HashMap<SessionId, (u64, u64)>,
     counters: Arc<WorkerCounters>,
+    /// The vocabulary's grammar engine (the last stage, for response formats).
+    grammars: Option<Arc<Grammars>>,
+    /// Per session with a response format: its text and matcher.
+    formats: HashMap<SessionId, (String, Constrained)>,
 }
 
 impl StageWorker {
@@ -168,7 +173,15 @@ impl StageWorker {
             sessions: HashMap::new(),
             cancelled: HashMap::new(),
             counters: Arc::new(WorkerCounters::default()),
+            grammars: None,
+            formats: HashMap::new(),
         }
+    }
+
+    /// Enforces response formats with `grammars` (the last stage's).
+    pub fn with_grammars(mut self, grammars: Arc<Grammars>) -> Self {
+        self.grammars = Some(grammars);
+        self
     }
 
     /// The worker's counts, readable from other threads while it runs.
@@ -210,6 +223,7 @@ impl StageWorker {
     /// Frees a session, noting how many of its frames were cancelled unrun.
     fn end(&mut self, session: SessionId) {
         self.sessions.remove(&session);
+        self.formats.remove(&session);
         if let Some((_, dropped)) = self.cancelled.remove(&session) {
             if dropped > 0 {
                 tracing::info!(stage = self.stage, %session, dropped, "session ended; cancelled frames dropped unrun");
@@ -437,7 +451,7 @@ impl StageWorker {
         results
     }
 
-    fn deliver(&self, job: Job, out: SliceOutput) -> Vec<Output> {
+    fn deliver(&mut self, job: Job, out: SliceOutput) -> Vec<Output> {
         if job.mirror {
             // A shadow computes its KV and nothing more.
             return Vec::new();
@@ -472,47 +486,98 @@ impl StageWorker {
                 out
             }
             SliceOutput::CacheOnly => Vec::new(),
-            SliceOutput::Logits(rows) => {
-                let spec = job.sampling.clone().unwrap_or_else(SamplingSpec::greedy);
-                let sampler = Sampler::new(SamplingParams {
-                    temperature: spec.temperature,
-                    top_k: spec.top_k as usize,
-                    top_p: spec.top_p,
-                    min_p: spec.min_p,
-                    repetition_penalty: spec.repetition_penalty,
-                    repetition_window: spec.history.len(),
-                    presence_penalty: spec.presence_penalty,
-                    frequency_penalty: spec.frequency_penalty,
-                    logit_bias: spec.logit_bias.clone(),
-                    logprobs: spec.logprobs,
-                    seed: 0,
-                });
-                let seen = Seen { recent: &spec.history, output: &spec.output };
-                let positions: Result<Vec<_>, ModelError> =
-                    sampler.and_then(|s| (0..rows.n()).map(|i| s.distribution(rows.row(i), seen)).collect());
-                // Raw log-probabilities of the top alternatives and of every
-                // token the entry may draw at each position.
-                let logprobs = match (&positions, spec.logprobs) {
-                    (Ok(dists), Some(top)) => (0..rows.n())
-                        .map(|i| {
-                            let support: Vec<u32> = dists[i].iter().map(|e| e.0).collect();
-                            logprobs(rows.row(i), usize::from(top), &support)
-                        })
-                        .collect(),
-                    _ => Vec::new(),
-                };
-                vec![match positions {
-                    Ok(positions) => Output::Verdict(Verdict {
-                        session: job.session,
-                        seq: job.seq,
-                        positions,
-                        kv_lens: [job.kv_lens.clone(), vec![self.kv_len(job.session)]].concat(),
-                        logprobs,
-                    }),
-                    Err(e) => self.failure(&job, &e),
-                }]
-            }
+            SliceOutput::Logits(rows) => vec![match self.verdict(&job, &rows) {
+                Ok(v) => Output::Verdict(v),
+                Err(e) => self.failure(&job, &e),
+            }],
         }
+    }
+
+    /// The last stage's verdict on `rows` (one per wanted position): each
+    /// masked by the session's response format when it has one, then
+    /// transformed as the frame's sampling spec says.
+    fn verdict(&mut self, job: &Job, rows: &Rows) -> Result<Verdict, ModelError> {
+        let spec = job.sampling.clone().unwrap_or_else(SamplingSpec::greedy);
+        let sampler = Sampler::new(SamplingParams {
+            temperature: spec.temperature,
+            top_k: spec.top_k as usize,
+            top_p: spec.top_p,
+            min_p: spec.min_p,
+            repetition_penalty: spec.repetition_penalty,
+            repetition_window: spec.history.len(),
+            presence_penalty: spec.presence_penalty,
+            frequency_penalty: spec.frequency_penalty,
+            logit_bias: spec.logit_bias.clone(),
+            logprobs: spec.logprobs,
+            response_format: None,
+            seed: 0,
+        })?;
+        let at = spec.output_at as usize;
+        if (spec.presence_penalty != 0.0 || spec.frequency_penalty != 0.0 || spec.response_format.is_some())
+            && at + rows.n() - 1 > spec.output.len()
+        {
+            return Err(ModelError::Invalid("the frame's output ends before its last position".into()));
+        }
+        let mut format = match &spec.response_format {
+            None => None,
+            Some(text) => Some(self.format_state(job.session, text)?),
+        };
+        let mut positions: Vec<Distribution> = Vec::with_capacity(rows.n());
+        for i in 0..rows.n() {
+            let before = &spec.output[..(at + i).min(spec.output.len())];
+            let mut logits = std::borrow::Cow::Borrowed(rows.row(i));
+            if let Some(f) = format.as_deref_mut() {
+                // Past a token the format does not allow, no distribution is
+                // read: that token is a draft (committed tokens were drawn
+                // under the mask), rejected at the position before it, in
+                // this frame or an earlier one in flight, and the entry
+                // cancels what follows. Any valid distribution will do.
+                match f.sync(before) {
+                    Ok(()) => f.mask(logits.to_mut()).map_err(|e| ModelError::Invalid(e.to_string()))?,
+                    Err(_) => {
+                        if let Some(last) = positions.last().cloned() {
+                            positions.push(last);
+                            continue;
+                        }
+                    }
+                }
+            }
+            positions.push(sampler.distribution(&logits, Seen { recent: &spec.history, output: before })?);
+        }
+        // Raw log-probabilities of the top alternatives and of every token
+        // the entry may draw at each position.
+        let logprobs = match spec.logprobs {
+            Some(top) => positions
+                .iter()
+                .enumerate()
+                .map(|(i, d)| logprobs(rows.row(i), usize::from(top), &d.iter().map(|e| e.0).collect::<Vec<_>>()))
+                .collect(),
+            None => Vec::new(),
+        };
+        Ok(Verdict {
+            session: job.session,
+            seq: job.seq,
+            positions,
+            kv_lens: [job.kv_lens.clone(), vec![self.kv_len(job.session)]].concat(),
+            logprobs,
+        })
+    }
+
+    /// The session's matcher for the response format `text`, compiled on
+    /// first use (and again if the format changes).
+    fn format_state(&mut self, session: SessionId, text: &str) -> Result<&mut Constrained, ModelError> {
+        let Some(grammars) = self.grammars.clone() else {
+            return Err(ModelError::Invalid("this stage has no vocabulary to enforce response formats with".into()));
+        };
+        if self.formats.get(&session).is_none_or(|(t, _)| t != text) {
+            let format = ResponseFormat::from_wire(text).map_err(|e| ModelError::Invalid(e.to_string()))?;
+            // The entry compiled it at admission: a failure here is not the
+            // client's text to echo.
+            let state =
+                grammars.compile(&format).map_err(|_| ModelError::Invalid("an unusable response format".into()))?;
+            self.formats.insert(session, (text.to_owned(), state));
+        }
+        Ok(&mut self.formats.get_mut(&session).expect("inserted above").1)
     }
 
     /// The session's cached positions now (observed, not inferred).

@@ -1,5 +1,6 @@
 //! The entry shard's text side: tokenizer, chat template, sampler.
 
+pub mod grammar;
 pub mod sampler;
 pub mod spm;
 pub mod template;

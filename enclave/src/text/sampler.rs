@@ -37,6 +37,9 @@ pub struct SamplingParams {
     /// alternatives (0..=[`MAX_TOP_LOGPROBS`]); `None`: none. Changes no
     /// output.
     pub logprobs: Option<u8>,
+    /// What the answer must be (JSON, a JSON schema): tokens that cannot
+    /// continue it are masked before every other transform.
+    pub response_format: Option<super::grammar::ResponseFormat>,
     /// Seed of the random stream.
     pub seed: u64,
 }
@@ -79,6 +82,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             logit_bias: Vec::new(),
             logprobs: None,
+            response_format: None,
             seed: 0,
         }
     }
@@ -231,7 +235,9 @@ impl Sampler {
             order.truncate(keep);
         }
         let total: f64 = probs.iter().sum();
-        Ok(order.into_iter().zip(probs).map(|(t, x)| (t, (x / total) as f32)).collect())
+        // Masked tokens (−∞) have no probability: they are not in the
+        // distribution, so no draw can land on one.
+        Ok(order.into_iter().zip(probs).filter(|&(_, x)| x > 0.0).map(|(t, x)| (t, (x / total) as f32)).collect())
     }
 
     /// A uniform draw in `[0, 1)` from this sampler's random stream (the

@@ -421,6 +421,35 @@ impl Tokenizer {
         }
     }
 
+    /// Every token's bytes, as a grammar engine matches them: a byte-level
+    /// BPE token's characters through GPT-2's byte-to-character table, a
+    /// sentencepiece token's text with `▁` as a space and `<0xNN>` as that
+    /// byte; control and user-defined tokens as `0xFF` and their text, which
+    /// no text matches.
+    pub fn token_bytes(&self) -> Vec<Vec<u8>> {
+        let byte_level = matches!(self.engine, Engine::Bpe { .. });
+        self.tokens
+            .iter()
+            .enumerate()
+            .map(|(id, text)| {
+                if self.special_ids.contains(&(id as u32)) {
+                    return [&[0xFF][..], text.as_bytes()].concat();
+                }
+                if byte_level {
+                    return text.chars().map(gpt2_byte).collect::<Option<Vec<u8>>>().unwrap_or_else(|| {
+                        // Not a byte-level spelling: match it as special.
+                        [&[0xFF][..], text.as_bytes()].concat()
+                    });
+                }
+                let hex = text.strip_prefix("<0x").and_then(|h| h.strip_suffix('>'));
+                match hex.filter(|h| h.len() == 2).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => vec![b],
+                    None => text.replace('\u{2581}', " ").into_bytes(),
+                }
+            })
+            .collect()
+    }
+
     /// The end-of-sequence id.
     pub fn eos(&self) -> u32 {
         self.eos
@@ -472,3 +501,15 @@ pub use super::template::ChatMessage;
 #[cfg(test)]
 #[path = "tokenizer_tests.rs"]
 mod tests;
+
+/// The byte GPT-2's byte-level encoding spells as `c`: printable bytes
+/// (`!`..=`~`, `¡`..=`¬`, `®`..=`ÿ`) as themselves, the other 68 as
+/// U+0100 onwards, in byte order.
+fn gpt2_byte(c: char) -> Option<u8> {
+    let printable = |b: u32| (33..=126).contains(&b) || (161..=172).contains(&b) || (174..=255).contains(&b);
+    let c = c as u32;
+    if c < 256 {
+        return printable(c).then_some(c as u8);
+    }
+    (0u32..256).filter(|&b| !printable(b)).nth((c - 256) as usize).map(|b| b as u8)
+}

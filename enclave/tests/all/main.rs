@@ -24,5 +24,6 @@ mod pipeline;
 mod route_binding;
 mod self_draft;
 mod speculation;
+mod structured;
 mod templates;
 mod vocab;

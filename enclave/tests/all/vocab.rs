@@ -172,3 +172,25 @@ fn the_tokenize_command_prints_llama_cpp_ids() {
     let err = String::from_utf8_lossy(&bad.stderr);
     assert!(!bad.status.success() && !err.contains("panicked") && err.contains("/nonexistent/vocab.gguf"), "{err}");
 }
+
+/// Issue 29: the bytes a grammar engine matches tokens by
+/// (`Tokenizer::token_bytes`) spell llama.cpp's tokenization of every case
+/// of every family back into the case's text (sentencepiece families with
+/// the space they prefix), so a response format masks exactly the tokens
+/// that spell what it allows.
+#[test]
+fn token_bytes_spell_every_case_back_to_its_text() {
+    let Some(dir) = reference_dir() else { return };
+    for family in FAMILIES {
+        let path = vocab_path(&dir, family);
+        let tok = tokenizer(&path);
+        let bytes = tok.token_bytes();
+        assert_eq!(bytes.len(), tok.vocab_size());
+        for (i, case) in cases(&path).iter().enumerate() {
+            let spelled: Vec<u8> = case.ids.iter().flat_map(|&id| bytes[id as usize].clone()).collect();
+            let text = case.text.as_bytes();
+            let ok = spelled == text || spelled.strip_prefix(b" ") == Some(text);
+            assert!(ok, "{family} case {i}: {:?} spelled {:?}", case.text, String::from_utf8_lossy(&spelled));
+        }
+    }
+}

@@ -6,9 +6,14 @@ use veil_attestation::{LayerRange, ManifestRoot};
 use super::wire::{Reader, Writer};
 use super::{
     Cancel, ErrorCode, ErrorReport, Forward, Frame, FrameError, Hello, LinkRole, Precision, SamplingSpec, SessionId,
-    Verdict, Want, MAX_DISTRIBUTION, MAX_HISTORY, MAX_MESSAGE, PAD_BIAS, PAD_HISTORY, PAD_ROWS,
+    Verdict, Want, MAX_DISTRIBUTION, MAX_HISTORY, MAX_MESSAGE, PAD_BIAS, PAD_FORMAT, PAD_HISTORY, PAD_ROWS,
 };
+use crate::text::grammar::MAX_SCHEMA_BYTES;
 use crate::text::sampler::{MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
+
+/// Longest response format text: a schema and its JSON wrapping (quoted,
+/// so at most doubled by escapes).
+const MAX_FORMAT: usize = 2 * MAX_SCHEMA_BYTES + 64;
 
 const KIND_HELLO: u8 = 1;
 const KIND_FORWARD: u8 = 2;
@@ -86,6 +91,7 @@ impl Frame {
                         w.f32(s.presence_penalty);
                         w.f32(s.frequency_penalty);
                         write_tokens(&mut w, &s.output);
+                        w.u32(s.output_at);
                         w.len(s.logit_bias.len());
                         let padded = s.logit_bias.len().div_ceil(PAD_BIAS) * PAD_BIAS;
                         w.len(padded);
@@ -99,6 +105,17 @@ impl Frame {
                             Some(n) => {
                                 w.u8(1);
                                 w.u8(n);
+                            }
+                        }
+                        match &s.response_format {
+                            None => w.u8(0),
+                            Some(f) => {
+                                w.u8(1);
+                                w.len(f.len());
+                                let padded = f.len().div_ceil(PAD_FORMAT) * PAD_FORMAT;
+                                w.len(padded);
+                                w.0.extend_from_slice(f.as_bytes());
+                                w.0.resize(w.0.len() + padded - f.len(), 0);
                             }
                         }
                     }
@@ -330,6 +347,10 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
             let presence_penalty = r.f32()?;
             let frequency_penalty = r.f32()?;
             let output = read_tokens(r, "output")?;
+            let output_at = r.u32()?;
+            if output_at as usize > output.len() {
+                return Err(r.bad(format!("output position {output_at} past {} output tokens", output.len())));
+            }
             let n = r.u32()? as usize;
             let padded = r.count(8, MAX_LOGIT_BIAS + PAD_BIAS, "logit bias")?;
             if n > MAX_LOGIT_BIAS || padded != n.div_ceil(PAD_BIAS) * PAD_BIAS {
@@ -347,6 +368,23 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
                 },
                 other => return Err(r.bad(format!("log-probability flag {other}"))),
             };
+            let response_format = match r.u8()? {
+                0 => None,
+                1 => {
+                    let n = r.u32()? as usize;
+                    let padded = r.count(1, MAX_FORMAT + PAD_FORMAT, "response format")?;
+                    if n > MAX_FORMAT || padded != n.div_ceil(PAD_FORMAT) * PAD_FORMAT {
+                        return Err(r.bad(format!("response format of {n} bytes padded to {padded}")));
+                    }
+                    let text = std::str::from_utf8(r.take(n)?).map_err(|_| r.bad("response format is not UTF-8"))?;
+                    let text = text.to_owned();
+                    if r.take(padded - n)?.iter().any(|b| *b != 0) {
+                        return Err(r.bad("non-zero response format padding"));
+                    }
+                    Some(text)
+                }
+                other => return Err(r.bad(format!("response format flag {other}"))),
+            };
             Some(SamplingSpec {
                 temperature,
                 top_k,
@@ -357,8 +395,10 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
                 presence_penalty,
                 frequency_penalty,
                 output,
+                output_at,
                 logit_bias,
                 logprobs,
+                response_format,
             })
         }
         other => return Err(r.bad(format!("sampling flag {other}"))),

@@ -35,6 +35,8 @@ pub const PAD_ROWS: usize = 16;
 pub const PAD_HISTORY: usize = 64;
 /// `logit_bias` is padded to a multiple of this many entries.
 pub const PAD_BIAS: usize = 16;
+/// A response format's text is padded to a multiple of this many bytes.
+pub const PAD_FORMAT: usize = 256;
 /// Default largest frame accepted (kind + body).
 pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
 /// Most entries in a sparse distribution: a whole vocabulary of up to 262,144
@@ -119,15 +121,25 @@ pub struct SamplingSpec {
     pub presence_penalty: f32,
     /// 0 = off.
     pub frequency_penalty: f32,
-    /// The output so far, which the presence and frequency penalties count
-    /// (empty when both are off; at most
-    /// [`PENALTY_WINDOW`](crate::text::sampler::PENALTY_WINDOW)).
+    /// The output through this frame's last position (the committed tokens,
+    /// then any this frame or an earlier one in flight assumes), which the
+    /// presence and frequency penalties count and a response format is
+    /// matched against; empty when neither is on. The penalties look at the
+    /// last [`PENALTY_WINDOW`](crate::text::sampler::PENALTY_WINDOW).
     pub output: Vec<u32>,
+    /// How many of `output` come before the token the first returned
+    /// distribution is for; the `i`-th distribution follows `output_at + i`
+    /// of them.
+    pub output_at: u32,
     /// Added to tokens' logits first (ascending distinct ids).
     pub logit_bias: Vec<(u32, f32)>,
     /// Return the raw log-probabilities of the chosen token's candidates and
     /// of this many top alternatives (`None`: none).
     pub logprobs: Option<u8>,
+    /// What the answer must be
+    /// ([`ResponseFormat::to_wire`](crate::text::grammar::ResponseFormat::to_wire)'s
+    /// text): the last stage masks what cannot continue it.
+    pub response_format: Option<String>,
 }
 
 impl SamplingSpec {
@@ -143,8 +155,10 @@ impl SamplingSpec {
             presence_penalty: 0.0,
             frequency_penalty: 0.0,
             output: Vec::new(),
+            output_at: 0,
             logit_bias: Vec::new(),
             logprobs: None,
+            response_format: None,
         }
     }
 }

@@ -21,6 +21,16 @@ pub(crate) enum AdmitError {
     /// The speculation the request asks for cannot be had.
     #[error(transparent)]
     Speculation(#[from] SpeculationError),
+    /// The response format cannot be enforced (not JSON, too large, a
+    /// schema the engine cannot compile).
+    #[error("response_format: {0}")]
+    Format(#[from] crate::text::grammar::GrammarError),
+    /// This entry could not build a grammar engine for its vocabulary.
+    #[error("response formats are not served by this entry")]
+    NoGrammars,
+    /// A response format with more new tokens than the link carries.
+    #[error("a response format allows at most {max} new tokens", max = crate::link::frame::MAX_HISTORY)]
+    FormatTooLong,
 }
 
 /// Why the speculation a request asks for cannot be set up.

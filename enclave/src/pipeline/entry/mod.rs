@@ -26,6 +26,7 @@ use crate::model::LayerSlice;
 use crate::speculate::model::DraftModel;
 use crate::speculate::pipeline::{Depth, MAX_DEPTH};
 use crate::speculate::{AdaptiveK, DraftMode, DrafterSpec, SpecStats, MAX_K};
+use crate::text::grammar::Grammars;
 use crate::text::sampler::{Sampler, SamplingParams};
 use crate::text::tokenizer::Tokenizer;
 
@@ -106,6 +107,10 @@ pub struct Entry {
     draft_model: Option<Arc<DraftModel>>,
     counters: SpecCounters,
     stage_counters: Arc<WorkerCounters>,
+    /// The vocabulary's grammar engine: response formats are compiled at
+    /// admission (and enforced by the last stage, or this one on a route of
+    /// one stage).
+    grammars: Option<Arc<Grammars>>,
 }
 
 impl Entry {
@@ -120,7 +125,15 @@ impl Entry {
     ) -> Arc<Self> {
         let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
         let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
-        let worker = StageWorker::new(slice.clone(), 0, route.kv_budget_bytes);
+        // A vocabulary the engine cannot take only refuses response formats.
+        let grammars = Grammars::new(&tokenizer)
+            .map_err(|e| tracing::error!(error = %e, "no grammar engine for this vocabulary"))
+            .ok()
+            .map(Arc::new);
+        let mut worker = StageWorker::new(slice.clone(), 0, route.kv_budget_bytes);
+        if let Some(g) = &grammars {
+            worker = worker.with_grammars(g.clone());
+        }
         let stage_counters = worker.counters();
         std::thread::Builder::new()
             .name("stage-0".into())
@@ -140,6 +153,7 @@ impl Entry {
             draft_model,
             counters: SpecCounters::default(),
             stage_counters,
+            grammars,
         });
         let downstream = route.stages.get(1).map(|s| Downstream::new(trust, s.clone()));
         let e = entry.clone();
@@ -446,6 +460,13 @@ impl Entry {
             GenerateRequest { prompt_ids: req.prompt_ids.clone(), max_tokens: req.max_tokens, stop: req.stop.clone() };
         let max_tokens = check_request(&gen, self.context)?;
         let spec = self.speculation_for(req, req.prompt_ids.len())?;
+        if let Some(format) = &req.sampling.response_format {
+            if max_tokens > crate::link::frame::MAX_HISTORY {
+                return Err(AdmitError::FormatTooLong);
+            }
+            let grammars = self.grammars.as_ref().ok_or(AdmitError::NoGrammars)?;
+            grammars.compile(format)?;
+        }
         Ok(Admitted { prompt_ids: req.prompt_ids.clone(), sampler, max_tokens, spec })
     }
 

@@ -419,7 +419,7 @@ impl<'e> SessionCore<'e> {
             shadow: self.shadow.clone(),
             mirror: false,
             kv_lens: Vec::new(),
-            sampling: Some(self.sampling_spec()),
+            sampling: Some(self.sampling_spec(start, &draft.tokens, Want::All)),
             precision: self.cfg.precision,
             input: Input::Tokens(draft.tokens.clone()),
         };
@@ -466,21 +466,22 @@ impl<'e> SessionCore<'e> {
             if last {
                 tokens.extend_from_slice(&draft.tokens);
             }
+            let want = match (last, draft.tokens.is_empty()) {
+                (false, _) => Want::Nothing,
+                (true, true) => Want::Last,
+                (true, false) => Want::All,
+            };
             let job = Job {
                 session: self.id,
                 seq: self.seq,
                 start,
                 truncate_to: if start == from { truncate_to } else { None },
-                want: match (last, draft.tokens.is_empty()) {
-                    (false, _) => Want::Nothing,
-                    (true, true) => Want::Last,
-                    (true, false) => Want::All,
-                },
+                want,
                 route: self.route.clone(),
                 shadow: self.shadow.clone(),
                 mirror: false,
                 kv_lens: Vec::new(),
-                sampling: last.then(|| self.sampling_spec()),
+                sampling: last.then(|| self.sampling_spec(start, &tokens, want)),
                 precision: self.cfg.precision,
                 input: Input::Tokens(tokens),
             };
@@ -505,10 +506,34 @@ impl<'e> SessionCore<'e> {
         }
     }
 
-    fn sampling_spec(&self) -> SamplingSpec {
+    /// The transform for a frame of `frame` tokens from position `start`
+    /// that wants `want`.
+    fn sampling_spec(&self, start: usize, frame: &[u32], want: Want) -> SamplingSpec {
         let p = &self.params;
         let window = p.repetition_window;
-        let output = &self.history[self.prompt_len..];
+        let penalised = p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+        // The output through the frame's last position: committed tokens,
+        // the drafts of rounds in flight before it, then its own.
+        let (output, output_at) = if penalised || p.response_format.is_some() {
+            let mut full = self.draft_context();
+            full.truncate(start);
+            full.extend_from_slice(frame);
+            let first = match want {
+                Want::All => start + 1,
+                _ => start + frame.len(),
+            };
+            let mut output = full.get(self.prompt_len..).unwrap_or_default().to_vec();
+            let mut at = first.saturating_sub(self.prompt_len);
+            if p.response_format.is_none() && output.len() > PENALTY_WINDOW {
+                // Penalties alone look at the last PENALTY_WINDOW tokens.
+                let cut = output.len() - PENALTY_WINDOW;
+                output.drain(..cut);
+                at = at.saturating_sub(cut);
+            }
+            (output, at as u32)
+        } else {
+            (Vec::new(), 0)
+        };
         SamplingSpec {
             temperature: p.temperature,
             top_k: p.top_k as u32,
@@ -522,13 +547,11 @@ impl<'e> SessionCore<'e> {
             },
             presence_penalty: p.presence_penalty,
             frequency_penalty: p.frequency_penalty,
-            output: if p.presence_penalty == 0.0 && p.frequency_penalty == 0.0 {
-                Vec::new()
-            } else {
-                output[output.len().saturating_sub(PENALTY_WINDOW)..].to_vec()
-            },
+            output,
+            output_at,
             logit_bias: p.logit_bias.clone(),
             logprobs: p.logprobs,
+            response_format: p.response_format.as_ref().map(|f| f.to_wire()),
         }
     }
 
