@@ -6,15 +6,35 @@
 Chat completion (plain and streamed), completion (text and token ids),
 models.list and models.retrieve, a 404 for another model's name, the
 parameters a chat app sends (defaults accepted, an out-of-range penalty a
-400), log-probabilities, logit bias, penalties and n = 3 seeded choices.
+400), log-probabilities, logit bias, penalties, n = 3 seeded choices and
+structured outputs (50 prompts, each answer validated by `jsonschema`).
 Prints one JSON line with what it saw; exits non-zero on any failure. Used
 by the Rust test `openai_python_client_through_veil_proxy`.
 """
 import json
 import sys
 
+import jsonschema
 import openai
 from openai import OpenAI
+
+# Structured outputs: a schema the model was not trained on, and prompts
+# that do not ask for JSON at all.
+PERSON = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "pattern": "^[A-Za-z ]{1,24}$"},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "role": {"enum": ["admin", "user", "guest"]},
+        "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]{1,12}$"}, "maxItems": 3},
+    },
+    "required": ["name", "age", "role", "tags"],
+    "additionalProperties": False,
+}
+SUBJECTS = ["a baker", "a pilot", "a child", "a robot", "a queen", "a sailor", "a judge", "a farmer", "a poet", "a nurse"]
+PROMPTS = [f"Describe {s}." for s in SUBJECTS] + [f"Tell me a story about {s}." for s in SUBJECTS]
+PROMPTS += [f"Who is {s} in your town?" for s in SUBJECTS] + [f"Invent {s} from the future." for s in SUBJECTS]
+PROMPTS += [f"What does {s} eat for breakfast?" for s in SUBJECTS]
 
 
 def main(base_url: str) -> None:
@@ -107,10 +127,38 @@ def main(base_url: str) -> None:
     ]
     texts = [[c.message.content for c in r.choices] for r in three]
     assert len(texts[0]) == 3 and texts[0] == texts[1], texts
+    # 50 prompts, each answer parsed and validated: greedy, sampled, and
+    # speculating (Veil's `speculate` extension), all under the schema.
+    fmt = {"type": "json_schema", "json_schema": {"name": "person", "strict": True, "schema": PERSON}}
+    modes = [{"temperature": 0}, {"temperature": 1.0, "seed": 3}, {"temperature": 0, "extra_body": {"speculate": True}}]
+    valid = 0
+    for i, prompt in enumerate(PROMPTS):
+        answer = client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": prompt}],
+            max_tokens=96,
+            response_format=fmt,
+            **modes[i % 3],
+        )
+        content = answer.choices[0].message.content
+        assert answer.choices[0].finish_reason == "stop", (prompt, content)
+        jsonschema.validate(json.loads(content), PERSON)
+        valid += 1
+    for bad in [
+        {"type": "json_schema", "json_schema": {"name": "x"}},
+        {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 5, "maximum": 1}}},
+    ]:
+        try:
+            client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "Hi"}], max_tokens=4, response_format=bad
+            )
+            raise AssertionError(f"an unusable response_format was accepted: {bad}")
+        except openai.BadRequestError as e:
+            assert e.status_code == 400 and "schema" in str(e), e
     completion = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
     by_ids = client.completions.create(model=model, prompt=[504, 3575, 282, 4649, 314], max_tokens=8, temperature=0)
     assert completion.choices[0].text == by_ids.choices[0].text, (completion, by_ids)
-    print(json.dumps({"model": model, "chat": text, "completion": completion.choices[0].text, "choices": texts[0]}))
+    print(json.dumps({"model": model, "chat": text, "completion": completion.choices[0].text, "choices": texts[0], "valid": valid}))
 
 
 if __name__ == "__main__":

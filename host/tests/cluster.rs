@@ -481,7 +481,8 @@ fn generate_metrics(public: SocketAddr) -> String {
 /// The official `openai` Python package, unmodified, pointed at `veil proxy`
 /// (`scripts/openai_client_check.py`): chat (plain and streamed),
 /// completions (text and token ids), models.list, logprobs, logit_bias,
-/// penalties and n = 3 seeded choices. CI installs the package and
+/// penalties, n = 3 seeded choices and 50 structured outputs validated
+/// against their schema. CI installs the package (and `jsonschema`) and
 /// sets `VEIL_REQUIRE_OPENAI=1`; elsewhere a missing package prints SKIP.
 fn openai_python_client_through_veil_proxy(
     host: &std::path::Path,
@@ -553,6 +554,7 @@ fn openai_python_client_through_veil_proxy(
     let seen: serde_json::Value = serde_json::from_slice(&run.stdout).unwrap();
     assert!(!seen["chat"].as_str().unwrap_or_default().is_empty(), "{seen}");
     assert_eq!(seen["choices"].as_array().map(Vec::len), Some(3), "{seen}");
+    assert_eq!(seen["valid"], 50, "{seen}");
 }
 
 /// A configuration error (a typo in the policy, an address already in use)

@@ -10,6 +10,7 @@ use veil_wire::http::openai::{CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, MODELS_PA
 
 use crate::generate::TokenLogprob;
 use crate::pipeline::entry::{PipelineRequest, SpeculationRequest};
+use crate::text::grammar::{ResponseFormat, MAX_SCHEMA_BYTES};
 use crate::text::sampler::{SamplingParams, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
 use crate::text::tokenizer::{ChatMessage, Tokenizer};
 
@@ -333,11 +334,7 @@ pub fn parse(
     if !empty(&common.tools) {
         return Err(ApiError::invalid("tools", "tool calls are not served"));
     }
-    if let Some(f) = common.response_format.as_ref().filter(|f| !f.is_null()) {
-        if f.get("type").and_then(Value::as_str) != Some("text") {
-            return Err(ApiError::invalid("response_format", "only response_format {\"type\": \"text\"} is served"));
-        }
-    }
+    let response_format = response_format(common.response_format.as_ref())?;
     let temperature = common.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
         return Err(ApiError::invalid("temperature", "temperature must be between 0 and 2"));
@@ -389,6 +386,7 @@ pub fn parse(
             frequency_penalty: common.frequency_penalty.unwrap_or(0.0),
             logit_bias,
             logprobs,
+            response_format,
             ..SamplingParams::default()
         },
         stop,
@@ -402,6 +400,34 @@ pub fn parse(
         model: common.model.unwrap_or_else(|| model_name.to_owned()),
         n,
     })))
+}
+
+/// `response_format`: `text` (none), `json_object`, or `json_schema` with
+/// its `schema` (enforced whether or not `strict` is set, at most
+/// [`MAX_SCHEMA_BYTES`]). Whether the engine can compile the schema is
+/// checked at admission, which refuses with the engine's reason.
+fn response_format(v: Option<&Value>) -> Result<Option<ResponseFormat>, ApiError> {
+    let bad = |m: &str| ApiError::invalid("response_format", m.to_owned());
+    let Some(f) = v.filter(|f| !f.is_null()) else { return Ok(None) };
+    match f.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(ResponseFormat::JsonObject)),
+        Some("json_schema") => {
+            let schema = f
+                .get("json_schema")
+                .and_then(|j| j.get("schema"))
+                .ok_or_else(|| bad("json_schema needs json_schema.schema"))?;
+            if !schema.is_object() {
+                return Err(bad("json_schema.schema must be a JSON object"));
+            }
+            let schema = serde_json::to_string(schema).unwrap_or_default();
+            if schema.len() > MAX_SCHEMA_BYTES {
+                return Err(bad(&format!("the schema is {} bytes; at most {MAX_SCHEMA_BYTES}", schema.len())));
+            }
+            Ok(Some(ResponseFormat::JsonSchema { schema }))
+        }
+        _ => Err(bad("response_format.type must be text, json_object or json_schema")),
+    }
 }
 
 /// `logit_bias`: an object from token ids (as strings) to a bias in

@@ -385,7 +385,13 @@ impl Gateway {
                 Ok(Route::Models) => {
                     gw.listing(sealer, sealed_digest, &openai::models_body(&gw.model_name, now())).await
                 }
-                Ok(Route::Generate(call)) => gw.run(*call, sealer, sealed_digest).await,
+                Ok(Route::Generate(call)) => match gw.entry.check_format(&call.request.sampling) {
+                    Err(reason) => {
+                        let e = ApiError::invalid("response_format", reason);
+                        respond(sealer, e.status, JSON_TYPE, &e.body()).await
+                    }
+                    Ok(()) => gw.run(*call, sealer, sealed_digest).await,
+                },
                 Err(e) => respond(sealer, e.status, JSON_TYPE, &e.body()).await,
             };
             if let Err(e) = result {

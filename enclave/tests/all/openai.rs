@@ -291,6 +291,24 @@ fn chat_app_parameters_pass_at_defaults_and_are_refused_otherwise() {
     let outside = format!(r#","logit_bias":{{"{vocab}":1}}"#);
     let many: String = (0..1025).map(|i| format!(r#""{i}":1"#)).collect::<Vec<_>>().join(",");
     let too_many = format!(r#","logit_bias":{{{many}}}"#);
+    let huge_schema = format!(
+        r#","response_format":{{"type":"json_schema","json_schema":{{"schema":{{"description":"{}"}}}}}}"#,
+        "x".repeat(40_000)
+    );
+    use veil_enclave::text::grammar::ResponseFormat;
+    let object = generate(&tok, "/v1/chat/completions", &with(r#","response_format":{"type":"json_object"}"#));
+    assert_eq!(object.request.sampling.response_format, Some(ResponseFormat::JsonObject));
+    let schema = generate(
+        &tok,
+        "/v1/chat/completions",
+        &with(
+            r#","response_format":{"type":"json_schema","json_schema":{"name":"p","strict":true,"schema":{"type":"object"}}}"#,
+        ),
+    );
+    assert_eq!(
+        schema.request.sampling.response_format,
+        Some(ResponseFormat::JsonSchema { schema: r#"{"type":"object"}"#.into() })
+    );
     for (bad, param) in [
         (r#","presence_penalty":2.5"#, "presence_penalty"),
         (r#","frequency_penalty":-2.01"#, "frequency_penalty"),
@@ -303,7 +321,10 @@ fn chat_app_parameters_pass_at_defaults_and_are_refused_otherwise() {
         (r#","logprobs":true,"top_logprobs":21"#, "top_logprobs"),
         (r#","top_logprobs":2"#, "top_logprobs"),
         (r#","tools":[{"type":"function","function":{"name":"f"}}]"#, "tools"),
-        (r#","response_format":{"type":"json_object"}"#, "response_format"),
+        (r#","response_format":{"type":"xml"}"#, "response_format"),
+        (r#","response_format":{"type":"json_schema","json_schema":{"name":"x"}}"#, "response_format"),
+        (r#","response_format":{"type":"json_schema","json_schema":{"schema":true}}"#, "response_format"),
+        (huge_schema.as_str(), "response_format"),
     ] {
         let e = call(&tok, "POST", "/v1/chat/completions", &with(bad)).err().unwrap();
         assert_eq!((e.status, e.param), (400, Some(param)), "{bad}");

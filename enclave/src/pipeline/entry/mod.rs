@@ -449,6 +449,14 @@ impl Entry {
         let _ = out.send(event);
     }
 
+    /// Whether the request's response format (if any) can be enforced: the
+    /// engine's reason when not. Admission checks it again.
+    pub fn check_format(&self, sampling: &SamplingParams) -> Result<(), String> {
+        let Some(format) = &sampling.response_format else { return Ok(()) };
+        let grammars = self.grammars.as_ref().ok_or_else(|| AdmitError::NoGrammars.to_string())?;
+        grammars.compile(format).map(|_| ()).map_err(|e| e.to_string())
+    }
+
     /// Everything about a request that is the caller's to get right, checked
     /// before any pipeline work: its prompt, sampling, length and speculation.
     fn admit_request(&self, req: &PipelineRequest) -> Result<Admitted, AdmitError> {
