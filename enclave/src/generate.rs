@@ -3,7 +3,6 @@
 
 pub use crate::local_model::{LocalModel, LocalSession, DEFAULT_KV_BUDGET_BYTES};
 use crate::model::error::{ModelError, Result};
-use crate::text::grammar::Grammars;
 use crate::text::sampler::{Sampler, Seen};
 use crate::text::tokenizer::Tokenizer;
 
@@ -147,7 +146,7 @@ pub fn generate(
     let mut format = match &sampler.params().response_format {
         None => None,
         Some(f) => {
-            let grammars = Grammars::new(tokenizer).map_err(|e| ModelError::Invalid(e.to_string()))?;
+            let grammars = tokenizer.grammars().map_err(|e| ModelError::Invalid(e.to_string()))?;
             Some(grammars.compile(f).map_err(|e| ModelError::Invalid(e.to_string()))?)
         }
     };

@@ -17,7 +17,6 @@ use super::worker::{Command, Job, Output, StageWorker};
 use crate::error::{Error, Result};
 use crate::link::frame::{ErrorCode, ErrorReport, Frame, Hello, LinkRole, PROTOCOL_VERSION};
 use crate::model::{GgufFile, LayerSlice};
-use crate::text::grammar::Grammars;
 
 /// A loaded stage, ready to serve.
 #[derive(Debug)]
@@ -180,8 +179,8 @@ pub async fn serve(
     let mut worker = StageWorker::new(loaded.slice.clone(), stage, route.kv_budget_bytes);
     if let Some(tokenizer) = &loaded.tokenizer {
         let grammars =
-            Grammars::new(tokenizer).map_err(|e| Error::Config(format!("the vocabulary's grammar engine: {e}")))?;
-        worker = worker.with_grammars(Arc::new(grammars));
+            tokenizer.grammars().map_err(|e| Error::Config(format!("the vocabulary's grammar engine: {e}")))?;
+        worker = worker.with_grammars(grammars);
     }
     std::thread::Builder::new()
         .name(format!("stage-{stage}"))

@@ -126,10 +126,8 @@ impl Entry {
         let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
         let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
         // A vocabulary the engine cannot take only refuses response formats.
-        let grammars = Grammars::new(&tokenizer)
-            .map_err(|e| tracing::error!(error = %e, "no grammar engine for this vocabulary"))
-            .ok()
-            .map(Arc::new);
+        let grammars =
+            tokenizer.grammars().map_err(|e| tracing::error!(error = %e, "no grammar engine for this vocabulary")).ok();
         let mut worker = StageWorker::new(slice.clone(), 0, route.kv_budget_bytes);
         if let Some(g) = &grammars {
             worker = worker.with_grammars(g.clone());
