@@ -87,6 +87,7 @@ fn json_schema_answers_validate_and_the_pipeline_equals_one_process() {
         assert_eq!(spec.ids, want.ids, "{prompt:?}: speculation changed a constrained answer");
         let s = spec.speculation.expect("speculated");
         assert!(s.drafted > s.accepted, "{prompt:?}: some drafts must have been refused: {s:?}");
+        assert!(s.pipelined_rounds > 0, "{prompt:?}: rounds in flight assume earlier drafts: {s:?}");
         // Seeded sampling: one process's draws, and valid.
         let mut sampled = greedy.clone();
         (sampled.sampling.temperature, sampled.sampling.top_p, sampled.sampling.seed) = (1.0, 0.95, 17);

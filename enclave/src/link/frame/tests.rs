@@ -24,8 +24,10 @@ fn forward(precision: Precision) -> Forward {
             presence_penalty: 0.5,
             frequency_penalty: -0.25,
             output: vec![3, 3, 9],
+            output_at: 2,
             logit_bias: vec![(4, 1.5), (70, -100.0)],
             logprobs: Some(5),
+            response_format: Some(r#"{"type":"json_object"}"#.into()),
         }),
         precision,
         width: 4,
@@ -163,18 +165,32 @@ fn bad_frames_get_typed_errors() {
     assert!(matches!(d.next_frame(), Err(FrameError::Malformed { .. })));
 }
 
-/// The output the penalties count and the logit bias are padded to buckets
-/// (zeros the receiver checks), like the history.
+/// The output the penalties count, the logit bias and a response format's
+/// text are padded to buckets (zeros the receiver checks), like the history;
+/// an output position past the output is refused.
 #[test]
 fn penalty_output_and_logit_bias_are_padded_and_checked() {
     let frame = |output: usize, bias: usize| {
         let mut f = forward(Precision::F32);
         let s = f.sampling.as_mut().unwrap();
         s.output = (0..output as u32).collect();
+        s.output_at = 0;
         s.logit_bias = (0..bias as u32).map(|t| (t, 0.5)).collect();
         f
     };
     let size = |o, b| Frame::Forward(frame(o, b)).encode().len();
+    let with_format = |n: usize| {
+        let mut f = frame(3, 1);
+        f.sampling.as_mut().unwrap().response_format = Some("x".repeat(n));
+        Frame::Forward(f).encode().len()
+    };
+    assert_eq!((1..=256).map(with_format).collect::<std::collections::BTreeSet<_>>().len(), 1);
+    assert!(with_format(257) > with_format(256));
+    let mut past = frame(3, 1);
+    past.sampling.as_mut().unwrap().output_at = 4;
+    let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+    d.push(&Frame::Forward(past).encode());
+    assert!(matches!(d.next_frame(), Err(FrameError::Malformed { .. })));
     assert_eq!((1..=64).map(|o| size(o, 1)).collect::<std::collections::BTreeSet<_>>().len(), 1);
     assert_eq!((1..=16).map(|b| size(1, b)).collect::<std::collections::BTreeSet<_>>().len(), 1);
     assert!(size(65, 1) > size(64, 1) && size(1, 17) > size(1, 16));
