@@ -569,15 +569,25 @@ impl StageWorker {
         let Some(grammars) = self.grammars.clone() else {
             return Err(ModelError::Invalid("this stage has no vocabulary to enforce response formats with".into()));
         };
-        if self.formats.get(&session).is_none_or(|(t, _)| t != text) {
-            let format = ResponseFormat::from_wire(text).map_err(|e| ModelError::Invalid(e.to_string()))?;
-            // The entry compiled it at admission: a failure here is not the
-            // client's text to echo.
-            let state =
-                grammars.compile(&format).map_err(|_| ModelError::Invalid("an unusable response format".into()))?;
-            self.formats.insert(session, (text.to_owned(), state));
-        }
-        Ok(&mut self.formats.get_mut(&session).expect("inserted above").1)
+        let entry = self.formats.entry(session);
+        let held = match entry {
+            std::collections::hash_map::Entry::Occupied(o) if o.get().0 == text => o.into_mut(),
+            other => {
+                let format = ResponseFormat::from_wire(text).map_err(|e| ModelError::Invalid(e.to_string()))?;
+                // The entry compiled it at admission: a failure here is not
+                // the client's text to echo.
+                let state =
+                    grammars.compile(&format).map_err(|_| ModelError::Invalid("an unusable response format".into()))?;
+                match other {
+                    std::collections::hash_map::Entry::Occupied(mut o) => {
+                        o.insert((text.to_owned(), state));
+                        o.into_mut()
+                    }
+                    std::collections::hash_map::Entry::Vacant(v) => v.insert((text.to_owned(), state)),
+                }
+            }
+        };
+        Ok(&mut held.1)
     }
 
     /// The session's cached positions now (observed, not inferred).
