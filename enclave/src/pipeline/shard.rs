@@ -34,7 +34,7 @@ pub struct Loaded {
     /// The vocabulary, read from the very header the manifest root covers:
     /// the entry's tokenizer, and the last stage's for response formats
     /// (the first and last stages only).
-    pub tokenizer: Option<crate::text::tokenizer::Tokenizer>,
+    pub tokenizer: Option<Arc<crate::text::tokenizer::Tokenizer>>,
 }
 
 /// How this shard attests.
@@ -75,7 +75,8 @@ pub fn load(
     let slice = LayerSlice::from_gguf_on(&mut gguf, s.layers.start() as usize..s.layers.end() as usize, device)?;
     let shape = route.shape(u32::try_from(slice.config().n_layer).unwrap_or(u32::MAX))?;
     let last = stage + 1 == route.stages.len();
-    let tokenizer = (stage == 0 || last).then(|| crate::text::tokenizer::Tokenizer::from_gguf(&gguf)).transpose()?;
+    let tokenizer =
+        (stage == 0 || last).then(|| crate::text::tokenizer::Tokenizer::from_gguf(&gguf).map(Arc::new)).transpose()?;
     let root = ManifestRoot(slice.manifest().root());
     if Some(root) != s.manifest_root {
         return Err(Error::Refused(format!(
@@ -177,10 +178,8 @@ pub async fn serve(
     let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
     let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
     let mut worker = StageWorker::new(loaded.slice.clone(), stage, route.kv_budget_bytes);
-    if let Some(tokenizer) = &loaded.tokenizer {
-        let grammars =
-            tokenizer.grammars().map_err(|e| Error::Config(format!("the vocabulary's grammar engine: {e}")))?;
-        worker = worker.with_grammars(grammars);
+    if let Some(tokenizer) = loaded.tokenizer.clone() {
+        worker = worker.with_vocabulary(tokenizer);
     }
     std::thread::Builder::new()
         .name(format!("stage-{stage}"))

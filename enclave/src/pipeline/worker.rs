@@ -13,8 +13,9 @@ use crate::link::frame::{
     ErrorCode, ErrorReport, Forward, Precision, SamplingSpec, SessionId, Verdict, Want, NO_SHADOW,
 };
 use crate::model::{BatchItem, LayerSlice, Logits, ModelError, Rows, SessionKv, SliceOutput};
-use crate::text::grammar::{Constrained, Grammars, ResponseFormat};
+use crate::text::grammar::{Constrained, ResponseFormat};
 use crate::text::sampler::{logprobs, Distribution, Sampler, SamplingParams, Seen};
+use crate::text::tokenizer::Tokenizer;
 
 /// Positions one batch may carry (beyond its first job).
 pub const MAX_BATCH_POSITIONS: usize = 512;
@@ -157,8 +158,9 @@ pub struct StageWorker {
     /// dropped. Bounded like `sessions`, and forgotten with the session.
     cancelled: HashMap<SessionId, (u64, u64)>,
     counters: Arc<WorkerCounters>,
-    /// The vocabulary's grammar engine (the last stage, for response formats).
-    grammars: Option<Arc<Grammars>>,
+    /// The vocabulary (the last stage, for response formats: its grammar
+    /// engine is built on the first one).
+    vocabulary: Option<Arc<Tokenizer>>,
     /// Per session with a response format: its text and matcher.
     formats: HashMap<SessionId, (String, Constrained)>,
 }
@@ -173,14 +175,14 @@ impl StageWorker {
             sessions: HashMap::new(),
             cancelled: HashMap::new(),
             counters: Arc::new(WorkerCounters::default()),
-            grammars: None,
+            vocabulary: None,
             formats: HashMap::new(),
         }
     }
 
-    /// Enforces response formats with `grammars` (the last stage's).
-    pub fn with_grammars(mut self, grammars: Arc<Grammars>) -> Self {
-        self.grammars = Some(grammars);
+    /// Enforces response formats over `vocabulary` (the last stage's).
+    pub fn with_vocabulary(mut self, vocabulary: Arc<Tokenizer>) -> Self {
+        self.vocabulary = Some(vocabulary);
         self
     }
 
@@ -566,9 +568,10 @@ impl StageWorker {
     /// The session's matcher for the response format `text`, compiled on
     /// first use (and again if the format changes).
     fn format_state(&mut self, session: SessionId, text: &str) -> Result<&mut Constrained, ModelError> {
-        let Some(grammars) = self.grammars.clone() else {
+        let Some(vocabulary) = &self.vocabulary else {
             return Err(ModelError::Invalid("this stage has no vocabulary to enforce response formats with".into()));
         };
+        let grammars = vocabulary.grammars().map_err(|e| ModelError::Invalid(e.to_string()))?;
         let entry = self.formats.entry(session);
         let held = match entry {
             std::collections::hash_map::Entry::Occupied(o) if o.get().0 == text => o.into_mut(),

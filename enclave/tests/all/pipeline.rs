@@ -135,16 +135,7 @@ fn a_killed_shard_with_a_replica_is_routed_around_without_changing_the_stream() 
 /// chains and cancelled rounds both.
 fn pipelined_mixed(base: &GenerateWire, want: &Generation) -> GenerateWire {
     let script: Vec<u32> = want.ids.iter().enumerate().map(|(i, &t)| if i % 5 == 4 { t ^ 1 } else { t }).collect();
-    GenerateWire {
-        speculation: veil_enclave::pipeline::entry::SpeculationRequest {
-            enabled: Some(true),
-            drafter: Some(veil_wire::route::Drafter::Script),
-            k: Some(3),
-            depth: Some(3),
-            script: Some(script),
-        },
-        ..base.clone()
-    }
+    cluster::scripted(base, script, 3, 3)
 }
 
 /// Issue 29: logit bias, presence and frequency penalties and

@@ -6,11 +6,11 @@
 //! keeps serving.
 
 use veil_enclave::generate::{Generation, LocalModel};
-use veil_enclave::pipeline::entry::{GenerateWire, SpeculationRequest};
+use veil_enclave::pipeline::entry::GenerateWire;
 use veil_enclave::text::grammar::{Grammars, ResponseFormat};
 use veil_enclave::text::tokenizer::ChatMessage;
 
-use crate::cluster::{greedy, local, model_path, Cluster};
+use crate::cluster::{greedy, local, model_path, scripted, Cluster};
 
 /// A person record: an object with a string, a bounded integer, an enum and
 /// an array of strings, all required, nothing else.
@@ -45,19 +45,6 @@ fn person_request(tok: &veil_enclave::text::tokenizer::Tokenizer, prompt: &str, 
     req
 }
 
-fn scripted(base: &GenerateWire, script: Vec<u32>) -> GenerateWire {
-    GenerateWire {
-        speculation: SpeculationRequest {
-            enabled: Some(true),
-            drafter: Some(veil_wire::route::Drafter::Script),
-            k: Some(4),
-            depth: Some(3),
-            script: Some(script),
-        },
-        ..base.clone()
-    }
-}
-
 #[test]
 fn json_schema_answers_validate_and_the_pipeline_equals_one_process() {
     let Some(path) = model_path() else { return };
@@ -83,7 +70,7 @@ fn json_schema_answers_validate_and_the_pipeline_equals_one_process() {
         // Pipelined speculation with drafts that break the format every
         // third token: the same answer.
         let script: Vec<u32> = want.ids.iter().enumerate().map(|(i, &t)| if i % 3 == 2 { t ^ 1 } else { t }).collect();
-        let spec = c.generate(&scripted(&greedy, script)).unwrap();
+        let spec = c.generate(&scripted(&greedy, script, 4, 3)).unwrap();
         assert_eq!(spec.ids, want.ids, "{prompt:?}: speculation changed a constrained answer");
         let s = spec.speculation.expect("speculated");
         assert!(s.drafted > s.accepted, "{prompt:?}: some drafts must have been refused: {s:?}");

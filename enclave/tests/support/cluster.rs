@@ -335,6 +335,21 @@ pub fn greedy(ids: &[u32], max_tokens: usize) -> GenerateWire {
     }
 }
 
+/// `base` speculating with the scripted drafter (it proposes `script`, the
+/// tokens it expects), `k` drafts a round and `depth` rounds in flight.
+pub fn scripted(base: &GenerateWire, script: Vec<u32>, k: usize, depth: usize) -> GenerateWire {
+    GenerateWire {
+        speculation: veil_enclave::pipeline::entry::SpeculationRequest {
+            enabled: Some(true),
+            drafter: Some(veil_wire::route::Drafter::Script),
+            k: Some(k),
+            depth: Some(depth),
+            script: Some(script),
+        },
+        ..base.clone()
+    }
+}
+
 pub fn local(model: &LocalModel, tok: &veil_enclave::text::tokenizer::Tokenizer, req: &GenerateWire) -> Generation {
     let mut sampler = Sampler::new(req.sampling.clone()).unwrap();
     let g = GenerateRequest {

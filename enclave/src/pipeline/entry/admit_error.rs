@@ -25,9 +25,6 @@ pub(crate) enum AdmitError {
     /// schema the engine cannot compile).
     #[error("response_format: {0}")]
     Format(#[from] crate::text::grammar::GrammarError),
-    /// This entry could not build a grammar engine for its vocabulary.
-    #[error("response formats are not served by this entry")]
-    NoGrammars,
     /// A response format with more new tokens than the link carries.
     #[error("a response format allows at most {max} new tokens", max = crate::link::frame::MAX_HISTORY)]
     FormatTooLong,

@@ -26,7 +26,6 @@ use crate::model::LayerSlice;
 use crate::speculate::model::DraftModel;
 use crate::speculate::pipeline::{Depth, MAX_DEPTH};
 use crate::speculate::{AdaptiveK, DraftMode, DrafterSpec, SpecStats, MAX_K};
-use crate::text::grammar::Grammars;
 use crate::text::sampler::{Sampler, SamplingParams};
 use crate::text::tokenizer::Tokenizer;
 
@@ -97,7 +96,7 @@ pub struct ShardEvidence {
 #[derive(Debug)]
 pub struct Entry {
     route: Route,
-    tokenizer: Tokenizer,
+    tokenizer: Arc<Tokenizer>,
     context: usize,
     trust: Arc<Trust>,
     worker: mpsc::Sender<Command>,
@@ -107,10 +106,6 @@ pub struct Entry {
     draft_model: Option<Arc<DraftModel>>,
     counters: SpecCounters,
     stage_counters: Arc<WorkerCounters>,
-    /// The vocabulary's grammar engine: response formats are compiled at
-    /// admission (and enforced by the last stage, or this one on a route of
-    /// one stage).
-    grammars: Option<Arc<Grammars>>,
 }
 
 impl Entry {
@@ -119,19 +114,16 @@ impl Entry {
     pub fn start(
         route: Route,
         slice: Arc<LayerSlice>,
-        tokenizer: Tokenizer,
+        tokenizer: Arc<Tokenizer>,
         trust: Arc<Trust>,
         draft_model: Option<Arc<DraftModel>>,
     ) -> Arc<Self> {
         let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
         let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
-        // A vocabulary the engine cannot take only refuses response formats.
-        let grammars =
-            tokenizer.grammars().map_err(|e| tracing::error!(error = %e, "no grammar engine for this vocabulary")).ok();
-        let mut worker = StageWorker::new(slice.clone(), 0, route.kv_budget_bytes);
-        if let Some(g) = &grammars {
-            worker = worker.with_grammars(g.clone());
-        }
+        // Response formats are compiled at admission with the vocabulary's
+        // grammar engine (built on first use), and enforced by the last
+        // stage: this one on a route of one stage.
+        let worker = StageWorker::new(slice.clone(), 0, route.kv_budget_bytes).with_vocabulary(tokenizer.clone());
         let stage_counters = worker.counters();
         std::thread::Builder::new()
             .name("stage-0".into())
@@ -151,7 +143,6 @@ impl Entry {
             draft_model,
             counters: SpecCounters::default(),
             stage_counters,
-            grammars,
         });
         let downstream = route.stages.get(1).map(|s| Downstream::new(trust, s.clone()));
         let e = entry.clone();
@@ -451,8 +442,7 @@ impl Entry {
     /// engine's reason when not. Admission checks it again.
     pub fn check_format(&self, sampling: &SamplingParams) -> Result<(), String> {
         let Some(format) = &sampling.response_format else { return Ok(()) };
-        let grammars = self.grammars.as_ref().ok_or_else(|| AdmitError::NoGrammars.to_string())?;
-        grammars.compile(format).map(|_| ()).map_err(|e| e.to_string())
+        self.tokenizer.grammars().and_then(|g| g.compile(format)).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// Everything about a request that is the caller's to get right, checked
@@ -470,8 +460,7 @@ impl Entry {
             if max_tokens > crate::link::frame::MAX_HISTORY {
                 return Err(AdmitError::FormatTooLong);
             }
-            let grammars = self.grammars.as_ref().ok_or(AdmitError::NoGrammars)?;
-            grammars.compile(format)?;
+            self.tokenizer.grammars()?.compile(format)?;
         }
         Ok(Admitted { prompt_ids: req.prompt_ids.clone(), sampler, max_tokens, spec })
     }
