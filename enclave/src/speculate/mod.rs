@@ -313,8 +313,23 @@ impl AdaptiveK {
         Some(t0 + slope * (k as f64 - k0))
     }
 
-    /// `k` for the next round (at most `limit`, e.g. tokens left).
+    /// `k` for the next round (at most `limit`, e.g. tokens left); at
+    /// `k = 0`, now and then a probe of `k = 1`.
     pub fn next_k(&mut self, limit: usize) -> usize {
+        let k = self.best_k(limit);
+        if k == 0 && self.fixed.is_none() {
+            self.since_probe += 1;
+            if self.since_probe >= PROBE_EVERY && limit > 0 {
+                self.since_probe = 0;
+                return 1;
+            }
+        }
+        k
+    }
+
+    /// The `k` that maximises expected tokens per second (at most `limit`),
+    /// without probing: for rounds pipelined on others, which never probe.
+    pub fn best_k(&self, limit: usize) -> usize {
         if let Some(k) = self.fixed {
             return k.min(limit);
         }
@@ -334,13 +349,6 @@ impl AdaptiveK {
             let rate = expected_tokens(a, k) / (t + k as f64 * self.draft_per_token).max(1e-9);
             if rate > best.1 * 1.000_001 {
                 best = (k, rate);
-            }
-        }
-        if best.0 == 0 {
-            self.since_probe += 1;
-            if self.since_probe >= PROBE_EVERY && limit > 0 {
-                self.since_probe = 0;
-                return 1;
             }
         }
         best.0

@@ -11,9 +11,13 @@
 //! Another round pays when it is likely to survive and there is time to
 //! draft it before the oldest verdict is due:
 //!
-//! - every draft in flight must be kept for the new round to count, so it
-//!   goes out only while `a^(drafts in flight)` is at least
-//!   [`MIN_SURVIVAL`], `a` the session's measured per-token acceptance;
+//! - every draft in flight must be kept for the new round to count: it goes
+//!   out only while the tokens it is expected to commit,
+//!   `a^(drafts in flight) · (1 − a^(k+1)) / (1 − a)` (`a` the session's
+//!   measured per-token acceptance), are at least [`MIN_EXPECTED_TOKENS`]:
+//!   a pipelined round is expected to do at least what a plain round does
+//!   in the same trip, so a weak drafter stays at one round per trip and
+//!   its cancelled rounds cost the stages little;
 //! - drafting it must end before the oldest round's verdict is expected (the
 //!   measured round time for its k, minus the time it has travelled):
 //!   otherwise the entry would draft while that verdict waits. On loopback,
@@ -28,9 +32,9 @@ use std::time::Duration;
 pub const MAX_DEPTH: usize = 8;
 /// Default most rounds in flight for adaptive depth.
 pub const DEFAULT_DEPTH_MAX: usize = 4;
-/// Least probability, at the measured acceptance, that every draft in
-/// flight is kept, for another round to be sent on top of them.
-pub const MIN_SURVIVAL: f64 = 0.5;
+/// Least tokens another round on top of those in flight must be expected
+/// to commit (a plain round commits one).
+pub const MIN_EXPECTED_TOKENS: f64 = 0.5;
 
 /// How many rounds in flight one session may have.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -57,6 +61,8 @@ pub struct InFlight {
     pub drafts: usize,
     /// Measured per-token acceptance.
     pub acceptance: f64,
+    /// Drafts the next round would carry.
+    pub k: usize,
     /// How long the oldest round in flight has travelled.
     pub oldest_elapsed: Duration,
     /// Its expected round time (none before any round was measured).
@@ -82,10 +88,11 @@ impl Depth {
         if self.fixed {
             return true;
         }
-        let survival = now.acceptance.clamp(0.0, 1.0).powi(now.drafts.min(i32::MAX as usize) as i32);
+        let a = now.acceptance.clamp(0.0, 1.0);
+        let survival = a.powi(now.drafts.min(i32::MAX as usize) as i32);
         let Some(expected) = now.oldest_expected else { return false };
         let left = expected.saturating_sub(now.oldest_elapsed);
-        survival >= MIN_SURVIVAL && now.next_draft < left
+        survival * super::expected_tokens(a, now.k) >= MIN_EXPECTED_TOKENS && now.next_draft < left
     }
 }
 
@@ -98,6 +105,7 @@ mod tests {
             rounds,
             drafts,
             acceptance: a,
+            k: 6,
             oldest_elapsed: Duration::from_millis(elapsed_ms),
             oldest_expected: expected_ms.map(Duration::from_millis),
             next_draft: Duration::from_millis(draft_ms),
@@ -128,6 +136,21 @@ mod tests {
         assert!(!d.another(now(1, 6, 1.0, 0, None, 20)));
         // Depth 1 never pipelines.
         assert!(!Depth::new(1, None).another(now(1, 1, 1.0, 0, Some(1000), 0)));
+    }
+
+    #[test]
+    fn a_round_goes_while_it_is_expected_to_commit_at_least_a_plain_rounds_token() {
+        let d = Depth::new(4, None);
+        // a = 0.93, 18 drafts in flight: survives with 0.27, commits 5.96
+        // if it does, 1.6 expected.
+        assert!(d.another(now(3, 18, 0.93, 0, Some(150), 20)));
+        // a = 0.8: 6 in flight gives 0.26 · 3.95 = 1.03, 12 gives 0.27.
+        assert!(d.another(now(1, 6, 0.8, 0, Some(150), 20)));
+        assert!(!d.another(now(2, 12, 0.8, 0, Some(150), 20)));
+        // A one-draft round at a = 0.5 on one draft: 0.5 · 1.5 = 0.75.
+        let mut one = now(1, 1, 0.5, 0, Some(150), 20);
+        one.k = 1;
+        assert!(!d.another(one));
     }
 
     #[test]

@@ -174,7 +174,7 @@ fn median_step(model: &LocalModel, prompt: &[u32]) -> Result<Duration> {
 pub fn calibration(model: &LocalModel, tokenizer: &Tokenizer) -> Result<Vec<(usize, Vec<u32>)>> {
     let mut seqs = Vec::new();
     for prompt in CALIBRATION_PROMPTS {
-        let ids = tokenizer.encode_chat(&[ChatMessage { role: "user".into(), content: prompt.into() }])?;
+        let ids = tokenizer.encode_chat(&[ChatMessage::new("user", prompt)])?;
         let mut session = model.session(64 << 20);
         let mut seq = ids.clone();
         let mut logits = model.step_last(&mut session, &ids)?;

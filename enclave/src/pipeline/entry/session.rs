@@ -344,23 +344,21 @@ impl<'e> SessionCore<'e> {
         let front = self.inflight.front()?;
         let unverified: usize = self.inflight.iter().map(|r| r.unverified().len()).sum();
         let sp = self.spec.as_mut()?;
-        let now = InFlight {
-            rounds: self.inflight.len(),
-            drafts: unverified,
-            acceptance: sp.k.acceptance(),
-            oldest_elapsed: env.now.saturating_duration_since(front.sent),
-            oldest_expected: sp.k.round_estimate(front.draft.tokens.len()),
-            next_draft: sp.k.draft_estimate(front.draft.tokens.len().max(1)),
-        };
-        if !sp.depth.another(now) {
-            return None;
-        }
         // Committed at most: history, the drafts in flight, this round's, one more.
         let pending = self.history.len() + unverified;
         let room = self.cfg.context.saturating_sub(pending + 1);
         let limit = self.max_tokens.saturating_sub(self.generated + unverified + 1).min(room);
-        let k = sp.k.next_k(limit);
-        (k > 0).then_some(k)
+        let k = sp.k.best_k(limit);
+        let now = InFlight {
+            rounds: self.inflight.len(),
+            drafts: unverified,
+            acceptance: sp.k.acceptance(),
+            k,
+            oldest_elapsed: env.now.saturating_duration_since(front.sent),
+            oldest_expected: sp.k.round_estimate(front.draft.tokens.len()),
+            next_draft: sp.k.draft_estimate(k.max(1)),
+        };
+        (k > 0 && sp.depth.another(now)).then_some(k)
     }
 
     fn start_round(&mut self, env: Env) {
