@@ -61,7 +61,7 @@ fn main() {
     let mut free_time = Duration::ZERO;
     let (mut steps, mut masks) = (Vec::new(), Vec::new());
     for prompt in PROMPTS {
-        let ids = tok.encode_chat(&[ChatMessage { role: "user".into(), content: prompt.into() }]).unwrap();
+        let ids = tok.encode_chat(&[ChatMessage::new("user", prompt)]).unwrap();
         let req = GenerateRequest { prompt_ids: ids.clone(), max_tokens: 96, stop: Vec::new() };
         // Decode time: from the first token to the last (prefill excluded,
         // since the answers differ in length).

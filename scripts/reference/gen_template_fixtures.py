@@ -3,7 +3,7 @@
 
 Renders every chat template in the llama.cpp reference set
 (`$VEIL_LLAMACPP_REF/templates`, default `../shared/llamacpp-reference/templates`
-beside the workspace) for two conversations (`CONVERSATIONS`), in the environment and
+beside the workspace) for three conversations (`CONVERSATIONS`), in the environment and
 context that Hugging Face transformers' `apply_chat_template` sets up
 (`utils/chat_template_utils.py`), and stores, per template: its file name, the
 sha256 of its bytes and, per conversation, the context given and jinja2's
@@ -20,7 +20,9 @@ The environment, as HF builds it:
   separators=None, sort_keys=False)`, each overridable by keyword;
 - globals `raise_exception(msg)` (raises `TemplateError`) and
   `strftime_now(fmt)`, here on the fixed clock `NOW` so the text is stable.
-Context: `messages` (dicts with `role` and `content` only), `tools=None`,
+Context: `messages` (dicts with `role` and `content`, and for the tool round
+trip `tool_calls`, `tool_call_id` and `name`), `tools` (None, or the tool
+definitions for the tool round trip),
 `documents=None`, `add_generation_prompt=True`, and `bos_token` / `eos_token`
 strings chosen per family from the file name (`FAMILY_TOKENS`, else
 `<s>` / `</s>`). HF also passes the tokenizer's other special tokens; no
@@ -56,7 +58,47 @@ STANDARD = [
     {"role": "assistant", "content": "2 + 2 = 4."},
     {"role": "user", "content": 'Merci — and is "3 < 4 & 5"?\nAnswer briefly.'},
 ]
-CONVERSATIONS = [("standard", STANDARD), ("no_system", STANDARD[1:])]
+# "tools": a tool round trip as an OpenAI client sends it after the call
+# (system, user, the assistant's call, the tool's result), with `tools` in
+# the context; arguments as an object, as HF expects (the gateway parses
+# OpenAI's JSON string into one), and the call's `content` an empty string
+# (OpenAI's null: absent or None breaks many of these templates under
+# jinja2, "" breaks none). The call id is nine alphanumerics, which
+# Mistral's templates require.
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "description": "The city's name."},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city"],
+            },
+        },
+    }
+]
+TOOL_ROUND_TRIP = [
+    {"role": "system", "content": "You are a helpful assistant."},
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": "call0abc1",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}},
+            }
+        ],
+    },
+    {"role": "tool", "tool_call_id": "call0abc1", "name": "get_weather", "content": '{"temperature": 18, "sky": "clear"}'},
+]
+CONVERSATIONS = [("standard", STANDARD, None), ("no_system", STANDARD[1:], None), ("tools", TOOL_ROUND_TRIP, TOOLS)]
 
 # (file-name prefix, bos_token, eos_token): the strings each family's HF
 # tokenizer config names; the first matching prefix wins.
@@ -133,10 +175,10 @@ def main():
             raw = f.read()
         bos, eos = family_tokens(name)
         cases = []
-        for conversation, messages in CONVERSATIONS:
+        for conversation, messages, tools in CONVERSATIONS:
             context = {
                 "messages": messages,
-                "tools": None,
+                "tools": tools,
                 "documents": None,
                 "add_generation_prompt": True,
                 "bos_token": bos,
@@ -158,7 +200,7 @@ def main():
     with open(OUT, "w", encoding="utf-8") as f:
         json.dump(doc, f, ensure_ascii=False, indent=1)
         f.write("\n")
-    for conversation, _ in CONVERSATIONS:
+    for conversation, _, _ in CONVERSATIONS:
         failed = [e["template"] for e in out for c in e["cases"] if c["conversation"] == conversation and "error" in c]
         print(f"{conversation}: {len(out)} templates, {len(failed)} jinja2 errors: {failed}")
 

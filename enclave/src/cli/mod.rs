@@ -99,6 +99,9 @@ enum Command {
         /// Carry this GGUF's tokenizer (a real vocabulary; llama.cpp's vocab files will do).
         #[arg(long)]
         vocab: Option<std::path::PathBuf>,
+        /// Carry this chat template (a Jinja file) instead of the vocabulary's.
+        #[arg(long)]
+        chat_template: Option<std::path::PathBuf>,
         /// Multiply the LM head and router weights (random weights give near-ties everywhere).
         #[arg(long, default_value_t = 1.0)]
         sharpen: f32,
@@ -435,7 +438,7 @@ fn run() -> anyhow::Result<()> {
         }
         Command::DeviceBench(args) => device_bench::device_bench(args)?,
         Command::Plan(args) => plan::plan(args)?,
-        Command::SynthModel { shape, dtype, rope_freqs, layers, vocab, sharpen, seed, files, out } => {
+        Command::SynthModel { shape, dtype, rope_freqs, layers, vocab, chat_template, sharpen, seed, files, out } => {
             use crate::model::synth::{Options, Shape};
             let mut s = Shape::named(&shape).ok_or_else(|| {
                 let names: Vec<&str> = Shape::NAMED.iter().map(|(n, _)| *n).collect();
@@ -443,7 +446,8 @@ fn run() -> anyhow::Result<()> {
             })?;
             s.n_layer = layers.unwrap_or(s.n_layer).clamp(1, s.n_layer);
             let dt = synth_dtype(&dtype)?;
-            let opts = Options { dtype: dt, seed, vocab_from: vocab, sharpen, rope_freqs, files };
+            let chat_template = chat_template.map(std::fs::read_to_string).transpose()?;
+            let opts = Options { dtype: dt, seed, vocab_from: vocab, sharpen, rope_freqs, files, chat_template };
             crate::model::synth::write_with(&out, s, &opts)?;
             eprintln!("wrote {} ({shape}, {} layers, {dtype}, random weights)", out.display(), s.n_layer);
         }

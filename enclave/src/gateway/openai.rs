@@ -13,6 +13,8 @@ use crate::pipeline::entry::{PipelineRequest, SpeculationRequest};
 use crate::text::grammar::{ResponseFormat, MAX_SCHEMA_BYTES};
 use crate::text::sampler::{SamplingParams, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
 use crate::text::tokenizer::{ChatMessage, Tokenizer};
+use crate::text::tools::{ToolCall, ToolDef, ToolFormat, MAX_TOOLS};
+use veil_attestation::Nonce;
 
 /// Prompt bytes allowed per token of context, checked before tokenizing.
 pub const MAX_BYTES_PER_TOKEN: usize = 32;
@@ -95,6 +97,15 @@ struct Part {
 struct Message {
     role: String,
     content: Option<Content>,
+    /// An assistant's earlier tool calls.
+    #[serde(default)]
+    tool_calls: Option<Value>,
+    /// The call a `tool` message answers.
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    /// The function a `tool` message answers for.
+    #[serde(default)]
+    name: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -141,6 +152,10 @@ struct Common {
     logit_bias: Option<Value>,
     #[serde(default)]
     tools: Option<Value>,
+    #[serde(default)]
+    tool_choice: Option<Value>,
+    #[serde(default)]
+    parallel_tool_calls: Option<bool>,
     #[serde(default)]
     response_format: Option<Value>,
     /// Veil extension: speculative decoding on (`true`) or off (`false`)
@@ -189,6 +204,28 @@ pub struct Call {
     /// Choices to generate (`n`): sessions with seeds `seed`, `seed + 1`, …,
     /// each prefilled on its own.
     pub n: usize,
+    /// Read tool calls out of each answer in this format (tools offered
+    /// and `tool_choice` not `none`).
+    pub tools: Option<Tools>,
+}
+
+/// How the answers of a call that offered tools are read.
+#[derive(Debug, Clone, Copy)]
+pub struct Tools {
+    /// The model's call format.
+    pub format: ToolFormat,
+    /// `parallel_tool_calls`: more than one call per answer (else only
+    /// the first is returned).
+    pub parallel: bool,
+}
+
+/// What `tool_choice` asks.
+#[derive(Debug, Clone, PartialEq)]
+enum ToolChoice {
+    None,
+    Auto,
+    Required,
+    Named(String),
 }
 
 /// Most choices (`n`) one request may ask for: each is a session of its
@@ -204,6 +241,8 @@ pub struct Choice<'a> {
     pub finish: &'a str,
     /// Its log-probabilities ([`logprobs_json`]), when asked for.
     pub logprobs: Option<Value>,
+    /// Its tool calls ([`tool_calls_json`]), when it made any.
+    pub tool_calls: Option<Value>,
 }
 
 /// What a request asks for.
@@ -277,18 +316,41 @@ pub fn parse(
             )
         })
     };
+    let mut tool_use = None;
     let (common, prompt_ids) = match kind {
         Kind::Chat => {
             let b: ChatBody = serde_json::from_slice(body).map_err(bad_json)?;
             let messages = chat_messages(&b.messages)?;
+            let tools = tools(b.common.tools.as_ref())?;
+            let choice = tool_choice(b.common.tool_choice.as_ref(), &tools)?;
+            let offered = !tools.is_empty() && choice != ToolChoice::None;
             if let Some(e) = too_long(messages.iter().map(|m| m.content.len()).sum(), "messages") {
                 return Err(e);
             }
-            let ids = tokenizer.encode_chat(&messages).map_err(|e| ApiError::invalid("messages", e.to_string()))?;
+            let shown = offered.then(|| tools_context(&tools));
+            if offered {
+                let format = tokenizer.tool_format().map_err(|e| ApiError::invalid("tools", e.to_string()))?;
+                let forced = match &choice {
+                    ToolChoice::Required => Some(format.forced(&tools)),
+                    ToolChoice::Named(n) => {
+                        Some(format.forced(&tools.iter().filter(|t| &t.name == n).cloned().collect::<Vec<_>>()))
+                    }
+                    _ => None,
+                };
+                let forced = forced.transpose().map_err(|e| ApiError::invalid("tool_choice", e))?;
+                let parallel = b.common.parallel_tool_calls.unwrap_or(true);
+                tool_use = Some((Tools { format, parallel }, forced));
+            }
+            let ids = tokenizer
+                .encode_chat_with(&messages, shown.as_ref())
+                .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
             (b.common, ids)
         }
         Kind::Completion => {
             let b: CompletionBody = serde_json::from_slice(body).map_err(bad_json)?;
+            if b.common.tools.as_ref().is_some_and(|t| !t.is_null()) {
+                return Err(ApiError::invalid("tools", "tools are served on /v1/chat/completions only"));
+            }
             let text_bytes = match &b.prompt {
                 Value::String(t) => t.len(),
                 Value::Array(items) => items.iter().filter_map(Value::as_str).map(str::len).sum(),
@@ -324,17 +386,21 @@ pub fn parse(
             return Err(ApiError::invalid(param, format!("{param} must be between -2 and 2")));
         }
     }
-    let empty = |v: &Option<Value>| match v {
-        None | Some(Value::Null) => true,
-        Some(Value::Object(m)) => m.is_empty(),
-        Some(Value::Array(a)) => a.is_empty(),
-        Some(_) => false,
-    };
     let logit_bias = logit_bias(common.logit_bias.as_ref(), tokenizer.vocab_size())?;
-    if !empty(&common.tools) {
-        return Err(ApiError::invalid("tools", "tool calls are not served"));
-    }
-    let response_format = response_format(common.response_format.as_ref())?;
+    let mut response_format = response_format(common.response_format.as_ref())?;
+    let tools = match tool_use {
+        Some((_, _)) if response_format.is_some() => {
+            return Err(ApiError::invalid(
+                "response_format",
+                "response_format with tools is not served (set tool_choice to none, or drop one)",
+            ))
+        }
+        Some((t, forced)) => {
+            response_format = forced;
+            Some(t)
+        }
+        None => None,
+    };
     let temperature = common.temperature.unwrap_or(1.0);
     if !(0.0..=2.0).contains(&temperature) {
         return Err(ApiError::invalid("temperature", "temperature must be between 0 and 2"));
@@ -399,7 +465,125 @@ pub fn parse(
         include_usage: common.stream_options.is_some_and(|o| o.include_usage),
         model: common.model.unwrap_or_else(|| model_name.to_owned()),
         n,
+        tools,
     })))
+}
+
+/// `tools`: at most [`MAX_TOOLS`] functions, each `{type: "function",
+/// function: {name, description?, parameters}}` with a name of 1–64
+/// letters, digits, `_` or `-`, unique, and `parameters` a JSON schema
+/// object (required: a function without parameters takes `{"type":
+/// "object", "properties": {}}`).
+fn tools(v: Option<&Value>) -> Result<Vec<ToolDef>, ApiError> {
+    let bad = |m: String| ApiError::invalid("tools", m);
+    let list = match v {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(l)) => l,
+        Some(_) => return Err(bad("tools must be a list".into())),
+    };
+    if list.len() > MAX_TOOLS {
+        return Err(bad(format!("{} tools; at most {MAX_TOOLS}", list.len())));
+    }
+    let mut out: Vec<ToolDef> = Vec::with_capacity(list.len());
+    for (i, t) in list.iter().enumerate() {
+        if t.get("type").and_then(Value::as_str) != Some("function") {
+            return Err(bad(format!("tools[{i}].type must be \"function\"")));
+        }
+        let f = t.get("function").ok_or_else(|| bad(format!("tools[{i}] has no function")))?;
+        let name = f.get("name").and_then(Value::as_str).unwrap_or_default();
+        let valid = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
+        if name.is_empty() || name.len() > 64 || !name.chars().all(valid) {
+            return Err(bad(format!("tools[{i}].function.name must be 1 to 64 letters, digits, _ or -")));
+        }
+        if out.iter().any(|d| d.name == name) {
+            return Err(bad(format!("tools[{i}]: the name {name:?} is used twice")));
+        }
+        if f.get("description").is_some_and(|d| !d.is_string()) {
+            return Err(bad(format!("tools[{i}].function.description must be a string")));
+        }
+        let parameters = match f.get("parameters") {
+            Some(p @ Value::Object(_)) => p.clone(),
+            Some(_) => return Err(bad(format!("tools[{i}].function.parameters must be a JSON schema object"))),
+            None => return Err(bad(format!("tools[{i}].function has no parameters (a JSON schema object)"))),
+        };
+        out.push(ToolDef { name: name.to_owned(), description: f.get("description").cloned(), parameters });
+    }
+    Ok(out)
+}
+
+/// The tools as the chat template receives them.
+fn tools_context(tools: &[ToolDef]) -> Value {
+    tools
+        .iter()
+        .map(|t| {
+            let mut f = serde_json::Map::new();
+            f.insert("name".into(), t.name.clone().into());
+            if let Some(d) = &t.description {
+                f.insert("description".into(), d.clone());
+            }
+            f.insert("parameters".into(), t.parameters.clone());
+            json!({ "type": "function", "function": f })
+        })
+        .collect()
+}
+
+/// `tool_choice`: `none`, `auto` (the default with tools), `required`, or
+/// `{type: "function", function: {name}}` naming one of `tools`.
+fn tool_choice(v: Option<&Value>, tools: &[ToolDef]) -> Result<ToolChoice, ApiError> {
+    let bad = |m: &str| ApiError::invalid("tool_choice", m.to_owned());
+    let choice = match v {
+        None | Some(Value::Null) => {
+            return Ok(if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto });
+        }
+        Some(Value::String(s)) => match s.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            _ => return Err(bad("tool_choice must be none, auto, required or a named function")),
+        },
+        Some(o @ Value::Object(_)) => {
+            let name = o.get("function").and_then(|f| f.get("name")).and_then(Value::as_str);
+            match (o.get("type").and_then(Value::as_str), name) {
+                (Some("function"), Some(n)) => ToolChoice::Named(n.to_owned()),
+                _ => return Err(bad("a named tool_choice is {\"type\": \"function\", \"function\": {\"name\": …}}")),
+            }
+        }
+        Some(_) => return Err(bad("tool_choice must be a string or an object")),
+    };
+    match &choice {
+        ToolChoice::Auto | ToolChoice::Required if tools.is_empty() => Err(bad("tool_choice needs tools")),
+        ToolChoice::Named(n) if !tools.iter().any(|t| &t.name == n) => {
+            let shown: String = n.chars().take(64).collect();
+            Err(bad(&format!("tool_choice names {shown:?}, which is not in tools")))
+        }
+        _ => Ok(choice),
+    }
+}
+
+/// An assistant message's `tool_calls` as templates take them: each
+/// `{id, type: "function", function: {name, arguments}}`, `arguments`
+/// parsed from OpenAI's JSON string into an object.
+fn message_tool_calls(v: &Value) -> Result<Value, ApiError> {
+    let bad = |m: &str| ApiError::invalid("messages", m.to_owned());
+    let calls = v.as_array().ok_or_else(|| bad("tool_calls must be a list"))?;
+    let mut out = Vec::with_capacity(calls.len());
+    for c in calls {
+        let f = c.get("function").ok_or_else(|| bad("a tool call has no function"))?;
+        let name = f.get("name").and_then(Value::as_str).ok_or_else(|| bad("a tool call has no function name"))?;
+        let arguments = match f.get("arguments") {
+            Some(Value::String(s)) => {
+                serde_json::from_str::<Value>(s).map_err(|_| bad("a tool call's arguments are not JSON"))?
+            }
+            Some(o @ Value::Object(_)) => o.clone(),
+            _ => return Err(bad("a tool call's arguments must be a JSON object or its text")),
+        };
+        if !arguments.is_object() {
+            return Err(bad("a tool call's arguments must be a JSON object"));
+        }
+        let id = c.get("id").and_then(Value::as_str).unwrap_or_default();
+        out.push(json!({ "id": id, "type": "function", "function": { "name": name, "arguments": arguments } }));
+    }
+    Ok(Value::Array(out))
 }
 
 /// `response_format`: `text` (none), `json_object`, or `json_schema` with
@@ -554,7 +738,7 @@ fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError> {
     messages
         .iter()
         .map(|m| {
-            if !matches!(m.role.as_str(), "system" | "developer" | "user" | "assistant") {
+            if !matches!(m.role.as_str(), "system" | "developer" | "user" | "assistant" | "tool") {
                 return Err(ApiError::invalid("messages", format!("unsupported role {:?}", m.role)));
             }
             let content = match &m.content {
@@ -575,7 +759,17 @@ fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError> {
                 }
             };
             let role = if m.role == "developer" { "system".to_owned() } else { m.role.clone() };
-            Ok(ChatMessage { role, content })
+            let tool_calls = match &m.tool_calls {
+                Some(c) if m.role == "assistant" && !c.is_null() => Some(message_tool_calls(c)?),
+                None | Some(Value::Null) => None,
+                Some(_) => return Err(ApiError::invalid("messages", "only assistant messages carry tool_calls")),
+            };
+            let (tool_call_id, name) = if m.role == "tool" {
+                (Some(m.tool_call_id.clone().unwrap_or_default()), m.name.clone())
+            } else {
+                (None, None)
+            };
+            Ok(ChatMessage { role, content, tool_calls, tool_call_id, name })
         })
         .collect()
 }
@@ -644,10 +838,16 @@ pub fn complete_body(kind: Kind, ids: &Ids, choices: &[Choice<'_>], usage: Usage
         .map(|(index, c)| {
             let logprobs = c.logprobs.clone().unwrap_or(Value::Null);
             match kind {
-                Kind::Chat => json!({
-                    "index": index, "message": { "role": "assistant", "content": c.text },
-                    "logprobs": logprobs, "finish_reason": c.finish,
-                }),
+                Kind::Chat => {
+                    let mut message = json!({ "role": "assistant", "content": c.text });
+                    if let Some(calls) = &c.tool_calls {
+                        if c.text.is_empty() {
+                            message["content"] = Value::Null;
+                        }
+                        message["tool_calls"] = calls.clone();
+                    }
+                    json!({ "index": index, "message": message, "logprobs": logprobs, "finish_reason": c.finish })
+                }
                 Kind::Completion => {
                     json!({ "index": index, "text": c.text, "logprobs": logprobs, "finish_reason": c.finish })
                 }
@@ -663,6 +863,40 @@ pub fn complete_body(kind: Kind, ids: &Ids, choices: &[Choice<'_>], usage: Usage
         "choices": choices, "usage": usage,
     });
     serde_json::to_vec(&v).unwrap_or_default()
+}
+
+/// Tool calls in OpenAI's shape, each with a fresh id:
+/// `[{id, type: "function", function: {name, arguments}}]`, `arguments`
+/// the JSON text.
+pub fn tool_calls_json(calls: &[ToolCall]) -> Value {
+    calls
+        .iter()
+        .map(|c| {
+            let id = format!("call_{}", hex::encode(&Nonce::random().as_bytes()[..12]));
+            json!({ "id": id, "type": "function", "function": { "name": c.name, "arguments": c.arguments } })
+        })
+        .collect()
+}
+
+/// One chat chunk carrying choice `index`'s tool calls whole, each under
+/// its `index` in the delta's `tool_calls` (as OpenAI streams them, in one
+/// piece instead of argument fragments).
+pub fn sse_tool_calls(ids: &Ids, index: usize, calls: &[ToolCall], first: bool) -> Vec<u8> {
+    let mut list = tool_calls_json(calls);
+    if let Value::Array(items) = &mut list {
+        for (i, item) in items.iter_mut().enumerate() {
+            item["index"] = i.into();
+        }
+    }
+    let mut delta = serde_json::Map::new();
+    if first {
+        delta.insert("role".into(), "assistant".into());
+    }
+    delta.insert("tool_calls".into(), list);
+    sse(&json!({
+        "id": ids.id, "object": "chat.completion.chunk", "created": ids.created, "model": ids.model,
+        "choices": [{ "index": index, "delta": delta, "logprobs": Value::Null, "finish_reason": Value::Null }],
+    }))
 }
 
 /// One server-sent event carrying a chunk of choice `index`: `delta` text,

@@ -39,6 +39,7 @@ use super::seal::{GatewaySealError, ResponseSealer, SealKey, MAX_SEALED_REQUEST}
 use crate::generate::{Generation, TokenLogprob};
 use crate::pipeline::entry::{Entry, Failure, GenerateEvent};
 use crate::text::tokenizer::Tokenizer;
+use crate::text::tools::Parsed;
 use veil_wire::Blame;
 
 use veil_wire::http::{ATTESTATION_PATH, EVENT_STREAM_TYPE, HEALTH_PATH, JSON_TYPE, METRICS_PATH, SEALED_PATH};
@@ -474,7 +475,8 @@ impl Gateway {
             let Some((i, ev)) = ev else { break };
             let c = &mut choices[i];
             let failed = match ev {
-                GenerateEvent::Text(t) if call.stream => {
+                // Offered tools, an answer is read whole: a call may start anywhere.
+                GenerateEvent::Text(t) if call.stream && call.tools.is_none() => {
                     let lp = c.take_logprobs(call.kind, tokenizer, usize::MAX);
                     sealer.body(&openai::sse_chunk(call.kind, &ids, i, Some(&t), None, c.first, lp)).await?;
                     c.first = false;
@@ -488,8 +490,25 @@ impl Gateway {
                 GenerateEvent::Done(g) => {
                     if call.stream {
                         let lp = c.take_logprobs(call.kind, tokenizer, g.ids.len());
-                        let end = openai::sse_chunk(call.kind, &ids, i, None, Some(finish(g.ids.len())), c.first, lp);
-                        sealer.body(&end).await?;
+                        let mut end_reason = finish(g.ids.len());
+                        if let Some(tools) = call.tools {
+                            let parsed = read_calls(tools, tokenizer, &g);
+                            if !parsed.content.is_empty() || lp.is_some() {
+                                let text = Some(parsed.content.as_str());
+                                sealer.body(&openai::sse_chunk(call.kind, &ids, i, text, None, c.first, lp)).await?;
+                                c.first = false;
+                            }
+                            if !parsed.calls.is_empty() {
+                                sealer.body(&openai::sse_tool_calls(&ids, i, &parsed.calls, c.first)).await?;
+                                c.first = false;
+                                end_reason = "tool_calls";
+                            }
+                            let end = openai::sse_chunk(call.kind, &ids, i, None, Some(end_reason), c.first, None);
+                            sealer.body(&end).await?;
+                        } else {
+                            let end = openai::sse_chunk(call.kind, &ids, i, None, Some(end_reason), c.first, lp);
+                            sealer.body(&end).await?;
+                        }
                     }
                     c.done = Some(g);
                     if choices.iter().any(|c| c.done.is_none()) {
@@ -535,12 +554,19 @@ impl Gateway {
                 [(ROUTE_FIELD, route.as_str()), (DRAFTER_FIELD, drafter.as_str()), (RECEIPT_FIELD, receipt.as_str())];
             return sealer.finish_with_trailer(&trailer).await;
         }
+        let parsed: Vec<Option<Parsed>> =
+            done.iter().map(|g| call.tools.map(|tools| read_calls(tools, tokenizer, g))).collect();
         let answers: Vec<openai::Choice<'_>> = done
             .iter()
-            .map(|g| openai::Choice {
-                text: &g.text,
-                finish: finish(g.ids.len()),
-                logprobs: g.logprobs.as_deref().map(|lp| openai::logprobs_json(call.kind, tokenizer, lp, &mut 0)),
+            .zip(&parsed)
+            .map(|(g, p)| {
+                let calls = p.as_ref().map(|p| p.calls.as_slice()).filter(|c| !c.is_empty());
+                openai::Choice {
+                    text: p.as_ref().map_or(&g.text, |p| &p.content),
+                    finish: if calls.is_some() { "tool_calls" } else { finish(g.ids.len()) },
+                    logprobs: g.logprobs.as_deref().map(|lp| openai::logprobs_json(call.kind, tokenizer, lp, &mut 0)),
+                    tool_calls: calls.map(openai::tool_calls_json),
+                }
             })
             .collect();
         let body = openai::complete_body(call.kind, &ids, &answers, usage);
@@ -583,6 +609,18 @@ impl ChoiceState {
         self.sent += lp.len();
         Some(openai::logprobs_json(kind, tokenizer, &lp, &mut self.offset))
     }
+}
+
+/// The tool calls in an answer, read from its text with special tokens
+/// written out (`<tool_call>` is one in Qwen's vocabulary); all of them, or
+/// the first when `parallel_tool_calls` is false.
+fn read_calls(tools: openai::Tools, tokenizer: &Tokenizer, g: &Generation) -> Parsed {
+    let text = tokenizer.decode_with_special(&g.ids).unwrap_or_else(|_| g.text.clone());
+    let mut parsed = tools.format.parse(&text);
+    if !tools.parallel {
+        parsed.calls.truncate(1);
+    }
+    parsed
 }
 
 /// The drafter that ran for a generation, as the sealed answer names it:

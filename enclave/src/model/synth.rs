@@ -334,12 +334,15 @@ pub struct Options {
     /// Split into this many files, as `gguf-split` does (1: one file); the
     /// path is then the first file's, `PREFIX-00001-of-0000N.gguf`.
     pub files: usize,
+    /// A chat template (`tokenizer.chat_template`) in place of the
+    /// vocabulary file's (e.g. a family's tool-calling template).
+    pub chat_template: Option<String>,
 }
 
 impl Options {
     /// `dtype`, seed 0x5eed, no vocabulary, no sharpening.
     pub fn new(dtype: TensorType) -> Self {
-        Self { dtype, seed: 0x5eed, vocab_from: None, sharpen: 1.0, rope_freqs: false, files: 1 }
+        Self { dtype, seed: 0x5eed, vocab_from: None, sharpen: 1.0, rope_freqs: false, files: 1, chat_template: None }
     }
 }
 
@@ -384,6 +387,10 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
             }
             meta.push((k, value));
         }
+    }
+    if let Some(t) = &opts.chat_template {
+        meta.retain(|(k, _)| k != "tokenizer.chat_template");
+        meta.push(("tokenizer.chat_template".into(), Value::String(t.clone())));
     }
     let block = |t: TensorType| t.block().map_or(1, |(n, _)| n);
     let fits = |n: usize| n.is_multiple_of(block(dtype)) && n.is_multiple_of(block(expert_dtype));

@@ -39,6 +39,12 @@ pub enum ResponseFormat {
         /// The schema.
         schema: String,
     },
+    /// Text in this llguidance Lark grammar (a forced tool call: the
+    /// model's call syntax around JSON under the tool's parameters).
+    Lark {
+        /// The grammar.
+        grammar: String,
+    },
 }
 
 impl ResponseFormat {
@@ -57,6 +63,12 @@ impl ResponseFormat {
     /// blank lines that the format would allow.
     fn grammar(&self) -> Result<TopLevelGrammar, GrammarError> {
         let mut schema = match self {
+            Self::Lark { grammar } => {
+                if grammar.len() > MAX_SCHEMA_BYTES {
+                    return Err(GrammarError::TooLarge(grammar.len()));
+                }
+                return Ok(TopLevelGrammar::from_lark(grammar.clone()));
+            }
             Self::JsonObject => serde_json::json!({ "type": "object" }),
             Self::JsonSchema { schema } => {
                 if schema.len() > MAX_SCHEMA_BYTES {

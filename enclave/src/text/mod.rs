@@ -5,3 +5,4 @@ pub mod sampler;
 pub mod spm;
 pub mod template;
 pub mod tokenizer;
+pub mod tools;

@@ -14,7 +14,7 @@
 //! | `raise_exception(msg)` raises `TemplateError`      | [`TemplateError::Raised`]                     |
 //! | `strftime_now(fmt)`: local `datetime.now()`        | [`RenderRequest::now`] (UTC), C-locale subset |
 //! | `tojson` = `json.dumps(ensure_ascii=False, ...)`   | [`to_python_json`], same escapes and spacing  |
-//! | context `tools=None`, `documents=None`             | the same (`none`, so `is defined` is true)    |
+//! | context `tools=None` (or the tools), `documents=None` | the same (`none`, so `is defined` is true)  |
 //!
 //! A template that needs something missing here (a filter, method or test
 //! minijinja lacks, a `strftime` directive, a `tojson` option) is refused
@@ -30,13 +30,36 @@ use std::borrow::Cow;
 use minijinja::value::{Kwargs, Rest, Value, ValueKind};
 use minijinja::{filters, Environment, ErrorKind, State};
 
-/// One chat message.
-#[derive(Clone, Debug, serde::Serialize)]
+/// One chat message, as HF's `apply_chat_template` receives it: `role` and
+/// `content`, and for tool use `tool_calls` (an assistant's calls, each
+/// `{id, type, function: {name, arguments}}` with `arguments` an object),
+/// `tool_call_id` and `name` (a tool's result). Fields that are not set are
+/// absent from the message (a template's `is defined` is false); an
+/// assistant message that only calls tools has an empty `content` (OpenAI's
+/// null), which every reference template renders under jinja2, where an
+/// absent or `None` content breaks ten of them.
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct ChatMessage {
-    /// `system`, `user` or `assistant`.
+    /// `system`, `user`, `assistant` or `tool`.
     pub role: String,
     /// The text.
     pub content: String,
+    /// An assistant's tool calls.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<serde_json::Value>,
+    /// The call a tool message answers.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// The function a tool message answers for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+impl ChatMessage {
+    /// A message of `role` holding `content` alone.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self { role: role.into(), content: content.into(), ..Self::default() }
+    }
 }
 
 /// Everything a render depends on besides the template: HF's
@@ -51,6 +74,9 @@ pub struct RenderRequest<'a> {
     pub bos_token: &'a str,
     /// The text of the EOS token (`eos_token`).
     pub eos_token: &'a str,
+    /// `tools`: the function definitions (`[{type, function: {name,
+    /// description, parameters}}]`), or Python's `None`.
+    pub tools: Option<&'a serde_json::Value>,
     /// What `strftime_now` formats, read as UTC. Passed in so that a render
     /// is a function of its inputs (tests pin it).
     pub now: SystemTime,
@@ -94,18 +120,33 @@ fn unsupported(feature: String) -> minijinja::Error {
 
 /// Renders `template` for `request`.
 pub fn render(template: &str, request: &RenderRequest<'_>) -> Result<String, TemplateError> {
+    if request.tools.is_some() && adds_to_safe(template) {
+        // jinja2's `|safe` makes a Markup string, and `Markup + str`
+        // HTML-escapes the str: text minijinja would write unescaped.
+        return Err(TemplateError::Unsupported {
+            feature: "`+` after `|safe` (jinja2's Markup HTML-escapes what is added to it)".into(),
+        });
+    }
     let source = rewrite_generation_tags(template);
     let mut env = environment(request.now);
     env.add_template("chat", &source).map_err(classify)?;
     let ctx = minijinja::context! {
         messages => request.messages,
-        tools => Value::from_object(PythonNone),
+        tools => request.tools.map_or_else(|| Value::from_object(PythonNone), Value::from_serialize),
         documents => Value::from_object(PythonNone),
         add_generation_prompt => request.add_generation_prompt,
         bos_token => request.bos_token,
         eos_token => request.eos_token,
     };
     env.get_template("chat").and_then(|t| t.render(ctx)).map_err(classify)
+}
+
+/// Whether the template adds (`+`) to the result of `|safe`.
+fn adds_to_safe(template: &str) -> bool {
+    template.match_indices("|safe").chain(template.match_indices("| safe")).any(|(at, m)| {
+        let rest = template[at + m.len()..].trim_start_matches([' ', ')']);
+        rest.starts_with('+')
+    })
 }
 
 /// The environment HF's `_compile_jinja_template` builds, in minijinja.
@@ -131,7 +172,101 @@ fn environment(now: SystemTime) -> Environment<'static> {
     env.add_filter("selectattr", selectattr);
     env.add_filter("rejectattr", rejectattr);
     env.add_filter("map", map);
+    env.add_filter("string", string_filter);
+    // `{{ a_dict }}` prints Python's repr, as `str()` of it does.
+    env.set_formatter(|out, state, value| match value.kind() {
+        ValueKind::Map | ValueKind::Seq if !is_python_none(value) => {
+            out.write_str(&python_repr(value)?).map_err(|_| minijinja::Error::from(ErrorKind::WriteFailure))
+        }
+        _ => minijinja::escape_formatter(out, state, value),
+    });
     env
+}
+
+/// `string`: Python's `str()`, which for a dict or list is its repr.
+fn string_filter(value: &Value) -> Result<Value, minijinja::Error> {
+    match value.kind() {
+        ValueKind::Map | ValueKind::Seq if !is_python_none(value) => Ok(Value::from(python_repr(value)?)),
+        _ if is_python_none(value) => Ok(Value::from("None")),
+        _ => Ok(Value::from(value.to_string())),
+    }
+}
+
+/// `value` as Python's `repr()` writes it: `{'a': [1, True, None]}`.
+fn python_repr(value: &Value) -> Result<String, minijinja::Error> {
+    let mut out = String::new();
+    write_repr(&mut out, value, 0)?;
+    Ok(out)
+}
+
+fn write_repr(out: &mut String, v: &Value, depth: usize) -> Result<(), minijinja::Error> {
+    if depth > MAX_JSON_DEPTH {
+        return Err(minijinja::Error::new(ErrorKind::InvalidOperation, "repr: value nested too deeply"));
+    }
+    if is_python_none(v) {
+        out.push_str("None");
+        return Ok(());
+    }
+    match v.kind() {
+        ValueKind::Bool => out.push_str(if v.is_true() { "True" } else { "False" }),
+        ValueKind::Number if v.is_integer() => {
+            let _ = write!(out, "{v}");
+        }
+        ValueKind::Number => out.push_str(&python_float_json(f64::try_from(v.clone())?)),
+        ValueKind::String => write_repr_str(out, v.as_str().unwrap_or_default()),
+        ValueKind::Map => {
+            out.push('{');
+            for (i, key) in v.try_iter()?.enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_repr(out, &key, depth + 1)?;
+                out.push_str(": ");
+                write_repr(out, &v.get_item(&key)?, depth + 1)?;
+            }
+            out.push('}');
+        }
+        ValueKind::Seq => {
+            out.push('[');
+            for (i, item) in v.try_iter()?.enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                write_repr(out, &item, depth + 1)?;
+            }
+            out.push(']');
+        }
+        other => return Err(unsupported(format!("Python repr of a value of type {other}"))),
+    }
+    Ok(())
+}
+
+/// A string as Python's `repr()` quotes it: single quotes unless it holds a
+/// single quote and no double one; backslash, the quote, `\n`, `\r`, `\t`
+/// and other control characters escaped.
+fn write_repr_str(out: &mut String, s: &str) {
+    let quote = if s.contains('\'') && !s.contains('"') { '"' } else { '\'' };
+    out.push(quote);
+    for c in s.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c if ('\u{80}'..='\u{a0}').contains(&c) => {
+                let _ = write!(out, "\\x{:02x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
 }
 
 /// [`PythonNone`] as minijinja's none, which the filters iterate as empty.
@@ -143,14 +278,39 @@ fn none_as_empty(value: Value) -> Value {
     }
 }
 
-type Filtered = Result<Vec<Value>, minijinja::Error>;
+type Filtered = Result<Value, minijinja::Error>;
+
+/// What jinja2's `map`, `select` and their kin return: a generator. It
+/// iterates (`for`, `list`, `join`) as a list does, but `tojson` refuses it
+/// ("Object of type generator is not JSON serializable"), as under jinja2.
+#[derive(Debug)]
+struct Generator(Vec<Value>);
+
+impl minijinja::value::Object for Generator {
+    fn repr(self: &std::sync::Arc<Self>) -> minijinja::value::ObjectRepr {
+        minijinja::value::ObjectRepr::Iterable
+    }
+
+    fn enumerate(self: &std::sync::Arc<Self>) -> minijinja::value::Enumerator {
+        minijinja::value::Enumerator::Values(self.0.clone())
+    }
+
+    fn is_true(self: &std::sync::Arc<Self>) -> bool {
+        // A Python generator object is always true, even when it yields nothing.
+        true
+    }
+}
+
+fn generator(items: Result<Vec<Value>, minijinja::Error>) -> Filtered {
+    items.map(|v| Value::from_object(Generator(v)))
+}
 
 fn select(state: &State<'_, '_>, value: Value, test: Option<Cow<'_, str>>, args: Rest<Value>) -> Filtered {
-    filters::select(state, none_as_empty(value), test, args)
+    generator(filters::select(state, none_as_empty(value), test, args))
 }
 
 fn reject(state: &State<'_, '_>, value: Value, test: Option<Cow<'_, str>>, args: Rest<Value>) -> Filtered {
-    filters::reject(state, none_as_empty(value), test, args)
+    generator(filters::reject(state, none_as_empty(value), test, args))
 }
 
 fn selectattr(
@@ -160,7 +320,7 @@ fn selectattr(
     test: Option<Cow<'_, str>>,
     args: Rest<Value>,
 ) -> Filtered {
-    filters::selectattr(state, none_as_empty(value), attr, test, args)
+    generator(filters::selectattr(state, none_as_empty(value), attr, test, args))
 }
 
 fn rejectattr(
@@ -170,11 +330,11 @@ fn rejectattr(
     test: Option<Cow<'_, str>>,
     args: Rest<Value>,
 ) -> Filtered {
-    filters::rejectattr(state, none_as_empty(value), attr, test, args)
+    generator(filters::rejectattr(state, none_as_empty(value), attr, test, args))
 }
 
 fn map(state: &State<'_, '_>, value: Value, args: Rest<Value>) -> Filtered {
-    filters::map(state, none_as_empty(value), args)
+    generator(filters::map(state, none_as_empty(value), args))
 }
 
 /// Python's `None` where the context passes it (`tools`, `documents`).
@@ -358,6 +518,12 @@ fn write_json(out: &mut String, v: &Value, style: &JsonStyle, depth: usize) -> R
     if is_python_none(v) {
         out.push_str("null");
         return Ok(());
+    }
+    if v.downcast_object_ref::<Generator>().is_some() {
+        return Err(minijinja::Error::new(
+            ErrorKind::InvalidOperation,
+            "tojson: Object of type generator is not JSON serializable",
+        ));
     }
     match v.kind() {
         ValueKind::Bool => out.push_str(if v.is_true() { "true" } else { "false" }),
@@ -661,12 +827,13 @@ mod tests {
             add_generation_prompt: true,
             bos_token: "<s>",
             eos_token: "</s>",
+            tools: None,
             now: UNIX_EPOCH + Duration::from_secs(1_736_937_045),
         }
     }
 
     fn user(text: &str) -> Vec<ChatMessage> {
-        vec![ChatMessage { role: "user".into(), content: text.into() }]
+        vec![ChatMessage::new("user", text)]
     }
 
     #[test]

@@ -205,6 +205,8 @@ pub struct Tokenizer {
     tokens: Vec<String>,
     /// The vocabulary's grammar engine, built on first use.
     grammars: std::sync::OnceLock<std::result::Result<std::sync::Arc<Grammars>, GrammarError>>,
+    /// How the chat template writes tool calls, found on first use.
+    tool_format: std::sync::OnceLock<std::result::Result<super::tools::ToolFormat, super::tools::ToolsError>>,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -280,7 +282,14 @@ impl Tokenizer {
             chat_template,
             tokens,
             grammars: std::sync::OnceLock::new(),
+            tool_format: std::sync::OnceLock::new(),
         })
+    }
+
+    /// How the chat template writes tool calls, found on first use
+    /// ([`super::tools::ToolFormat::detect`]).
+    pub fn tool_format(&self) -> std::result::Result<super::tools::ToolFormat, super::tools::ToolsError> {
+        self.tool_format.get_or_init(|| super::tools::ToolFormat::detect(self)).clone()
     }
 
     /// The grammar engine for this vocabulary (response formats), built on
@@ -361,6 +370,24 @@ impl Tokenizer {
     /// so a user who types `<|im_start|>` gets those characters, not a
     /// control token.
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>> {
+        self.encode_chat_with(messages, None)
+    }
+
+    /// [`encode_chat`](Self::encode_chat) with `tools` in the template's
+    /// context. Tool definitions and an assistant's tool calls are rendered
+    /// by the template as JSON inside its own text, where special-token text
+    /// would be parsed as the token: they are refused when they hold the
+    /// text of a control token.
+    pub fn encode_chat_with(&self, messages: &[ChatMessage], tools: Option<&serde_json::Value>) -> Result<Vec<u32>> {
+        let structured = tools.into_iter().chain(messages.iter().filter_map(|m| m.tool_calls.as_ref()));
+        let named = messages.iter().flat_map(|m| m.tool_call_id.iter().chain(m.name.iter()));
+        for text in structured.map(|v| v.to_string()).chain(named.cloned()) {
+            if let Some(t) = self.control_text_in(&text) {
+                return Err(ModelError::Invalid(format!(
+                    "a tool definition, call or id holds the text of the control token {t:?}"
+                )));
+            }
+        }
         if messages.is_empty() {
             return Err(ModelError::Invalid("no messages".into()));
         }
@@ -369,12 +396,9 @@ impl Tokenizer {
         if messages.iter().any(|m| m.content.contains('\u{F8FF}')) {
             return Err(ModelError::Invalid("message content holds U+F8FF, which is reserved".into()));
         }
-        let marked: Vec<ChatMessage> = messages
-            .iter()
-            .enumerate()
-            .map(|(i, m)| ChatMessage { role: m.role.clone(), content: marker(i) })
-            .collect();
-        let rendered = self.render_chat(&marked)?;
+        let marked: Vec<ChatMessage> =
+            messages.iter().enumerate().map(|(i, m)| ChatMessage { content: marker(i), ..m.clone() }).collect();
+        let rendered = self.render_chat_with(&marked, tools)?;
         let mut ids = Vec::new();
         if self.add_bos {
             ids.extend(self.bos);
@@ -486,6 +510,49 @@ impl Tokenizer {
     /// Renders the GGUF's chat template for `messages` with a generation
     /// prompt, as HF's `apply_chat_template` would ([`super::template`]).
     pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String> {
+        self.render_chat_with(messages, None)
+    }
+
+    /// Whether the chat template reads `tools` at all: one that never does
+    /// would drop the definitions silently.
+    pub fn template_takes_tools(&self) -> bool {
+        self.chat_template.as_deref().is_some_and(super::tools::reads_tools)
+    }
+
+    /// The chat template's text, when the model has one.
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+
+    /// The first control or user-defined token whose text occurs in `text`.
+    pub fn control_text_in(&self, text: &str) -> Option<&str> {
+        self.special_ids
+            .iter()
+            .filter_map(|&i| self.tokens.get(i as usize))
+            .find(|t| !t.is_empty() && text.contains(t.as_str()))
+            .map(String::as_str)
+    }
+
+    /// Ids to text with control and user-defined tokens written as their
+    /// own text (`<tool_call>`), as a tool-call parser reads the output.
+    pub fn decode_with_special(&self, ids: &[u32]) -> Result<String> {
+        let mut out = String::new();
+        let mut run = Vec::new();
+        for &id in ids {
+            if self.special_ids.contains(&id) {
+                out.push_str(&self.decode(&run)?);
+                run.clear();
+                out.push_str(&self.piece(id)?);
+            } else {
+                run.push(id);
+            }
+        }
+        out.push_str(&self.decode(&run)?);
+        Ok(out)
+    }
+
+    /// [`render_chat`](Self::render_chat) with `tools` in the context.
+    pub fn render_chat_with(&self, messages: &[ChatMessage], tools: Option<&serde_json::Value>) -> Result<String> {
         use super::template::{render, RenderRequest, TemplateError};
         let template = self
             .chat_template
@@ -497,6 +564,7 @@ impl Tokenizer {
             add_generation_prompt: true,
             bos_token: tok(self.bos),
             eos_token: tok(Some(self.eos)),
+            tools,
             now: std::time::SystemTime::now(),
         };
         render(template, &request).map_err(|e| match e {

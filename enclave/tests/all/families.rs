@@ -95,6 +95,7 @@ fn build(case: &Case, vocab: &Path, dir: &Path) -> PathBuf {
         sharpen: case.sharpen,
         rope_freqs: case.rope_freqs,
         files: 1,
+        chat_template: None,
     };
     write_with(&path, shape, &opts).unwrap();
     let digest = hex::encode(sha2::Sha256::digest(std::fs::read(&path).unwrap()));

@@ -26,4 +26,5 @@ mod self_draft;
 mod speculation;
 mod structured;
 mod templates;
+mod tools;
 mod vocab;

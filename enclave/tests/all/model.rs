@@ -79,9 +79,7 @@ fn chat_template_renders_like_the_reference() {
     let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
     for c in fixtures().cases.iter().filter(|c| c.kind == "chat") {
         let user = c.text.split("<|im_start|>user\n").nth(1).unwrap().split("<|im_end|>").next().unwrap();
-        let rendered = tok
-            .render_chat(&[veil_enclave::text::tokenizer::ChatMessage { role: "user".into(), content: user.into() }])
-            .unwrap();
+        let rendered = tok.render_chat(&[veil_enclave::text::tokenizer::ChatMessage::new("user", user)]).unwrap();
         assert_eq!(rendered, c.text);
     }
 }
@@ -541,7 +539,7 @@ fn chat_encoding_equals_llamacpp_and_keeps_user_text_out_of_special_tokens() {
     use veil_enclave::text::tokenizer::ChatMessage;
     let Some(path) = model_path() else { return };
     let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
-    let user = |content: &str| vec![ChatMessage { role: "user".into(), content: content.into() }];
+    let user = |content: &str| vec![ChatMessage::new("user", content)];
     for c in fixtures().cases.iter().filter(|c| c.kind == "chat") {
         let text = c.text.split("<|im_start|>user\n").nth(1).unwrap().split("<|im_end|>").next().unwrap();
         assert_eq!(tok.encode_chat(&user(text)).unwrap(), c.prompt_ids, "{text:?}");

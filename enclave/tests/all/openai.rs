@@ -39,10 +39,7 @@ fn chat_requests_map_to_template_encoded_generations() {
             "stream":true,"stream_options":{"include_usage":true},"temperature":0.5,"top_p":0.9,"seed":3,"stop":"\n\n","user":"ignored"}"#,
     );
     let want = tok
-        .encode_chat(&[
-            ChatMessage { role: "system".into(), content: "Be brief.".into() },
-            ChatMessage { role: "user".into(), content: "Hi <|im_start|>".into() },
-        ])
+        .encode_chat(&[ChatMessage::new("system", "Be brief."), ChatMessage::new("user", "Hi <|im_start|>")])
         .unwrap();
     assert_eq!(c.request.prompt_ids, want);
     assert_eq!((c.kind, c.stream, c.include_usage, c.model.as_str()), (Kind::Chat, true, true, "SmolLM2"));
@@ -144,7 +141,7 @@ fn response_shapes_follow_openai() {
     let v: Value = serde_json::from_slice(&openai::complete_body(
         Kind::Chat,
         &ids,
-        &[openai::Choice { text: "Paris.", finish: "stop", logprobs: None }],
+        &[openai::Choice { text: "Paris.", finish: "stop", logprobs: None, tool_calls: None }],
         Usage::new(5, 2),
     ))
     .unwrap();
@@ -194,8 +191,7 @@ fn abusive_requests_get_400s_and_unseeded_requests_differ() {
     // search was quadratic), each message's text in its place.
     let n = 600;
     let c = generate(&tok, "/v1/chat/completions", &many(n));
-    let msgs: Vec<ChatMessage> =
-        (0..n).map(|i| ChatMessage { role: "user".into(), content: format!("m{i}") }).collect();
+    let msgs: Vec<ChatMessage> = (0..n).map(|i| ChatMessage::new("user", format!("m{i}"))).collect();
     let text = tok.decode(&c.request.prompt_ids).unwrap();
     let at = |needle: String| text.find(&format!("{needle}<")).or_else(|| text.find(&format!("{needle}\n"))).unwrap();
     assert!(at("m0".into()) < at("m1".into()) && at("m1".into()) < at(format!("m{}", n - 1)), "{}", &text[..80]);

@@ -201,13 +201,8 @@ fn penalties_bias_and_logprobs_through_three_shards_equal_one_process() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let question = "Name three colours.";
     let mut wire = greedy(&[], 12);
-    wire.prompt_ids = Some(
-        tok.encode_chat(&[veil_enclave::text::tokenizer::ChatMessage {
-            role: "user".into(),
-            content: question.into(),
-        }])
-        .unwrap(),
-    );
+    wire.prompt_ids =
+        Some(tok.encode_chat(&[veil_enclave::text::tokenizer::ChatMessage::new("user", question)]).unwrap());
     wire.sampling.logprobs = Some(2);
     let want = c.generate(&wire).unwrap();
     let want_lp = want.logprobs.clone().unwrap();
@@ -542,7 +537,7 @@ fn sealed_openai_calls_end_to_end_through_the_entry_gateway() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let question = "What is the capital of France?";
     let mut want = greedy(&[], 24);
-    want.prompt_ids = Some(tok.encode_chat(&[ChatMessage { role: "user".into(), content: question.into() }]).unwrap());
+    want.prompt_ids = Some(tok.encode_chat(&[ChatMessage::new("user", question)]).unwrap());
     let expected = local(&model, &tok, &want);
     rt.block_on(async {
         let client = Client::connect(&url, &policy).await.unwrap();

@@ -40,7 +40,7 @@ fn is_person(text: &str) -> Result<(), String> {
 
 fn person_request(tok: &veil_enclave::text::tokenizer::Tokenizer, prompt: &str, max_tokens: usize) -> GenerateWire {
     let mut req = greedy(&[], max_tokens);
-    req.prompt_ids = Some(tok.encode_chat(&[ChatMessage { role: "user".into(), content: prompt.into() }]).unwrap());
+    req.prompt_ids = Some(tok.encode_chat(&[ChatMessage::new("user", prompt)]).unwrap());
     req.sampling.response_format = Some(ResponseFormat::JsonSchema { schema: PERSON.into() });
     req
 }

@@ -72,9 +72,7 @@ impl GenerateWire {
     /// through the chat template with the text kept out of special tokens.
     pub fn prompt_ids(&self, tokenizer: &Tokenizer) -> Result<Vec<u32>, ModelError> {
         match (&self.prompt, &self.prompt_ids) {
-            (Some(text), None) if self.chat => {
-                tokenizer.encode_chat(&[ChatMessage { role: "user".into(), content: text.clone() }])
-            }
+            (Some(text), None) if self.chat => tokenizer.encode_chat(&[ChatMessage::new("user", text.clone())]),
             (Some(text), None) => tokenizer.encode(text, false),
             (None, Some(ids)) => match ids.iter().find(|&&i| i as usize >= tokenizer.vocab_size()) {
                 Some(bad) => Err(ModelError::Invalid(format!("token id {bad} is outside the vocabulary"))),

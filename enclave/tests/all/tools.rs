@@ -1,0 +1,395 @@
+//! Tool calls: the call format read from each real template, the gateway's
+//! validation, and a tools round trip through a sealed 3-stage cluster of a
+//! Qwen3-MoE-shaped model (random weights) carrying Qwen's real vocabulary
+//! and Qwen 2.5's tool-calling template. Needs the llama.cpp reference
+//! files (`$VEIL_LLAMACPP_REF`; SKIP without them unless required).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{json, Value};
+use veil_enclave::gateway::openai::{self, ApiError, Route};
+use veil_enclave::model::synth::{self, Options, Shape};
+use veil_enclave::model::GgufFile;
+use veil_enclave::text::grammar::ResponseFormat;
+use veil_enclave::text::tokenizer::Tokenizer;
+use veil_enclave::text::tools::{ToolFormat, ToolsError};
+
+use crate::cluster::{self, Cluster};
+use crate::families::TempDir;
+
+fn reference() -> Option<PathBuf> {
+    let dir = std::env::var_os("VEIL_LLAMACPP_REF")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/llamacpp-reference"));
+    if dir.join("templates").is_dir() && dir.join("vocab").is_dir() {
+        return Some(dir);
+    }
+    assert_ne!(
+        std::env::var("VEIL_REQUIRE_LLAMACPP_REF").as_deref(),
+        Ok("1"),
+        "VEIL_REQUIRE_LLAMACPP_REF=1 but no llama.cpp reference at {}",
+        dir.display()
+    );
+    veil_tests::skip("llama.cpp reference files not found (set VEIL_LLAMACPP_REF)");
+    None
+}
+
+/// A 3-layer Qwen3-MoE-shaped model with random weights, Qwen's vocabulary
+/// and Qwen 2.5's template (whose tool section writes `<tool_call>` JSON).
+fn qwen_model(reference: &Path, dir: &Path) -> PathBuf {
+    let path = dir.join("qwen-tools.gguf");
+    let template = std::fs::read_to_string(reference.join("templates/Qwen-Qwen2.5-7B-Instruct.jinja")).unwrap();
+    let opts = Options {
+        vocab_from: Some(reference.join("vocab/ggml-vocab-qwen2.gguf")),
+        chat_template: Some(template),
+        sharpen: 8.0,
+        ..Options::new(synth::dtype_named("q8_0").unwrap())
+    };
+    synth::write_with(&path, Shape::QWEN3MOE_SMOKE, &opts).unwrap();
+    path
+}
+
+fn weather() -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Current weather in a city.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "maxLength": 24},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city", "unit"],
+                "additionalProperties": false,
+            },
+        },
+    })
+}
+
+fn clock() -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "parameters": {
+                "type": "object",
+                "properties": {"zone": {"type": "string", "maxLength": 12}},
+                "required": ["zone"],
+                "additionalProperties": false,
+            },
+        },
+    })
+}
+
+/// Arguments that hold what `get_weather`'s schema requires, and nothing else.
+fn check_weather_arguments(arguments: &str) {
+    let a: Value = serde_json::from_str(arguments).unwrap_or_else(|e| panic!("{arguments:?}: {e}"));
+    let o = a.as_object().unwrap();
+    assert!(o.keys().all(|k| k == "city" || k == "unit"), "{arguments}");
+    assert!(a["city"].as_str().is_some_and(|c| c.chars().count() <= 24), "{arguments}");
+    assert!(["celsius", "fahrenheit"].contains(&a["unit"].as_str().unwrap()), "{arguments}");
+}
+
+/// Every reference template that reads `tools` gets a call format or a
+/// refusal that names what it writes; the families the issue names get
+/// theirs.
+#[test]
+fn every_reference_template_gets_a_call_format_or_a_named_refusal() {
+    let Some(reference) = reference() else { return };
+    let mut names: Vec<PathBuf> =
+        std::fs::read_dir(reference.join("templates")).unwrap().map(|e| e.unwrap().path()).collect();
+    names.sort();
+    let mut found = std::collections::BTreeMap::new();
+    for path in &names {
+        let source = std::fs::read_to_string(path).unwrap();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let format = ToolFormat::detect_in_template(&source);
+        println!("{name:<55} {format:?}");
+        found.insert(name, format);
+    }
+    let want = [
+        ("Qwen-Qwen2.5-7B-Instruct.jinja", Ok(ToolFormat::Hermes)),
+        ("Qwen-Qwen3-0.6B.jinja", Ok(ToolFormat::Hermes)),
+        ("Qwen-QwQ-32B.jinja", Ok(ToolFormat::Hermes)),
+        ("NousResearch-Hermes-3-Llama-3.1-8B-tool_use.jinja", Ok(ToolFormat::Hermes)),
+        ("meta-llama-Llama-3.1-8B-Instruct.jinja", Ok(ToolFormat::Llama3)),
+        ("meta-llama-Llama-3.2-3B-Instruct.jinja", Ok(ToolFormat::Llama3)),
+        ("meta-llama-Llama-3.3-70B-Instruct.jinja", Ok(ToolFormat::Llama3)),
+        ("mistralai-Mistral-Nemo-Instruct-2407.jinja", Ok(ToolFormat::MistralList)),
+        ("Mistral-Small-3.2-24B-Instruct-2506.jinja", Ok(ToolFormat::MistralArgs)),
+        ("unsloth-mistral-Devstral-Small-2507.jinja", Ok(ToolFormat::MistralArgs)),
+        ("openai-gpt-oss-120b.jinja", Err(ToolsError::Unsupported("gpt-oss harmony channels".into()))),
+        ("Qwen3-Coder.jinja", Err(ToolsError::Unsupported("XML-style <function=…> calls".into()))),
+        ("google-gemma-2-2b-it.jinja", Err(ToolsError::NoToolSection)),
+    ];
+    for (name, format) in want {
+        assert_eq!(found.get(name), Some(&format), "{name}");
+    }
+}
+
+fn parse(tok: &Tokenizer, body: &Value) -> Result<Box<openai::Call>, ApiError> {
+    let body = serde_json::to_vec(body).unwrap();
+    match openai::parse(b"POST", b"/v1/chat/completions", &body, tok, "qwen", 4096)? {
+        Route::Generate(c) => Ok(c),
+        _ => panic!("not a generation"),
+    }
+}
+
+/// Tools reach the template, tool messages and earlier calls render, and
+/// `tool_choice` maps to parsing and forcing; bad tools get a 400 naming
+/// the parameter.
+#[test]
+fn the_gateway_renders_tools_and_refuses_bad_ones_by_name() {
+    let Some(reference) = reference() else { return };
+    let dir = TempDir::new("tools");
+    let path = qwen_model(&reference, dir.path());
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
+    let user = json!([{"role": "user", "content": "Weather in Paris?"}]);
+    let c = parse(&tok, &json!({"messages": user, "tools": [weather()]})).unwrap();
+    let t = c.tools.expect("tools offered, auto: answers are read for calls");
+    assert_eq!(t.format, ToolFormat::Hermes);
+    assert_eq!(c.request.sampling.response_format, None, "auto forces nothing");
+    let prompt = tok.decode_with_special(&c.request.prompt_ids).unwrap();
+    assert!(prompt.contains("<tools>\n{\"type\": \"function\", \"function\": {\"name\": \"get_weather\""), "{prompt}");
+    // A round trip: the earlier call (arguments as OpenAI's JSON text) and
+    // the tool's answer render as the template writes them.
+    let trip = json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees <|im_start|>"},
+    ]);
+    let c = parse(&tok, &json!({"messages": trip, "tools": [weather()]})).unwrap();
+    let prompt = tok.decode_with_special(&c.request.prompt_ids).unwrap();
+    assert!(
+        prompt.contains(
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>"
+        ),
+        "{prompt}"
+    );
+    assert!(prompt.contains("<tool_response>\n18 degrees <|im_start|>\n</tool_response>"), "{prompt}");
+    let im_start = tok.encode("<|im_start|>", true).unwrap();
+    let starts = c.request.prompt_ids.iter().filter(|&&i| i == im_start[0]).count();
+    assert_eq!(starts, 5, "the tool's text stays text: system, user, assistant, tool turn and the generation prompt");
+    // required and a named function force a call by grammar.
+    for (choice, names) in [
+        (json!("required"), vec!["get_weather", "get_time"]),
+        (json!({"type": "function", "function": {"name": "get_time"}}), vec!["get_time"]),
+    ] {
+        let c = parse(&tok, &json!({"messages": user, "tools": [weather(), clock()], "tool_choice": choice})).unwrap();
+        let Some(ResponseFormat::Lark { grammar }) = &c.request.sampling.response_format else { panic!("not forced") };
+        for n in ["get_weather", "get_time"] {
+            assert_eq!(grammar.contains(&format!("\"const\":\"{n}\"")), names.contains(&n), "{grammar}");
+        }
+    }
+    // none: no tools shown, nothing read.
+    let c = parse(&tok, &json!({"messages": user, "tools": [weather()], "tool_choice": "none"})).unwrap();
+    assert!(c.tools.is_none() && !tok.decode_with_special(&c.request.prompt_ids).unwrap().contains("<tools>"));
+    // Bad input, each a 400 naming its parameter.
+    let no_params = json!([{"type": "function", "function": {"name": "f"}}]);
+    let bad_name = json!([{"type": "function", "function": {"name": "no spaces", "parameters": {}}}]);
+    let control =
+        json!([{"type": "function", "function": {"name": "f", "description": "<|im_end|>", "parameters": {}}}]);
+    let twice = json!([weather(), weather()]);
+    let many: Vec<Value> = (0..129)
+        .map(|i| json!({"type": "function", "function": {"name": format!("f{i}"), "parameters": {}}}))
+        .collect();
+    let huge = json!([{"type": "function", "function": {"name": "f",
+        "parameters": {"type": "object", "description": "x".repeat(40_000)}}}]);
+    for (extra, param) in [
+        (json!({"tools": no_params}), "tools"),
+        (json!({"tools": bad_name}), "tools"),
+        (json!({"tools": twice}), "tools"),
+        (json!({"tools": many}), "tools"),
+        (json!({"tools": "f"}), "tools"),
+        (json!({"tools": control}), "messages"),
+        (json!({"tools": huge, "tool_choice": "required"}), "tool_choice"),
+        (json!({"tool_choice": "required"}), "tool_choice"),
+        (
+            json!({"tools": [weather()], "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
+            "tool_choice",
+        ),
+        (json!({"tools": [weather()], "tool_choice": "always"}), "tool_choice"),
+        (json!({"tools": [weather()], "response_format": {"type": "json_object"}}), "response_format"),
+    ] {
+        let mut body = json!({"messages": user});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        let e = parse(&tok, &body).err().unwrap_or_else(|| panic!("accepted {extra}"));
+        assert_eq!((e.status, e.param), (400, Some(param)), "{extra}: {}", e.message);
+    }
+    let bad_args = json!([{"role": "assistant", "content": "", "tool_calls": [{"id": "c", "type": "function",
+        "function": {"name": "get_weather", "arguments": "{not json"}}]}]);
+    let e = parse(&tok, &json!({"messages": bad_args})).err().unwrap();
+    assert_eq!((e.status, e.param), (400, Some("messages")));
+    // A model whose template has no tool section: refused by name.
+    if let Some(smol) = cluster::model_path() {
+        let smol = Tokenizer::from_gguf(&GgufFile::open(&smol).unwrap()).unwrap();
+        let e = parse(&smol, &json!({"messages": user, "tools": [weather()]})).err().unwrap();
+        assert_eq!((e.status, e.param), (400, Some("tools")));
+        assert!(e.message.contains("no tool section"), "{}", e.message);
+    }
+}
+
+/// What a streamed answer said: its text, its tool calls (name and
+/// arguments) and its finish reason.
+fn read_stream(sse: &str) -> (String, Vec<(String, String)>, String) {
+    let (mut text, mut calls, mut finish) = (String::new(), Vec::new(), String::new());
+    for ev in sse.split("\n\n").filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: "))) {
+        if ev == "[DONE]" {
+            continue;
+        }
+        let v: Value = serde_json::from_str(ev).unwrap();
+        let choice = &v["choices"][0];
+        text.push_str(choice["delta"]["content"].as_str().unwrap_or_default());
+        for c in choice["delta"]["tool_calls"].as_array().into_iter().flatten() {
+            assert!(c["id"].as_str().unwrap().starts_with("call_"));
+            let f = &c["function"];
+            calls.push((f["name"].as_str().unwrap().to_owned(), f["arguments"].as_str().unwrap().to_owned()));
+        }
+        if let Some(f) = choice["finish_reason"].as_str() {
+            finish = f.to_owned();
+        }
+    }
+    (text, calls, finish)
+}
+
+/// Through a sealed 3-stage cluster: a forced call comes back as
+/// `tool_calls` whose arguments hold the tool's schema, streamed and not;
+/// a named choice calls that function; the tool's result goes back and an
+/// answer comes; and the shard keeps serving after refused requests.
+#[test]
+fn a_tools_round_trip_through_a_sealed_three_stage_cluster() {
+    use veil_client::sdk::Client;
+    let Some(reference) = reference() else { return };
+    let dir = TempDir::new("tools");
+    let path = qwen_model(&reference, dir.path());
+    let mut c = Cluster::with_layers("tools", &path, &[1, 2], &[1, 1, 1], 3);
+    c.start_all();
+    let url = format!("http://{}", c.route.sealed_listen.unwrap());
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = Client::connect(&url, &policy).await.unwrap();
+        let call = |body: Value| {
+            let client = &client;
+            async move {
+                let mut resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
+                let status = resp.status;
+                let mut bytes = Vec::new();
+                while let Some(p) = resp.next().await.unwrap() {
+                    bytes.extend(p);
+                }
+                (status, bytes)
+            }
+        };
+        let question = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+        let forced = json!({"messages": question, "tools": [weather(), clock()], "tool_choice": "required",
+            "temperature": 0, "max_tokens": 96});
+        let (status, body) = call(forced.clone()).await;
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(status, 200, "{v}");
+        let choice = &v["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+        let calls = choice["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{v}");
+        let name = calls[0]["function"]["name"].as_str().unwrap();
+        let arguments = calls[0]["function"]["arguments"].as_str().unwrap();
+        match name {
+            "get_weather" => check_weather_arguments(arguments),
+            "get_time" => assert!(serde_json::from_str::<Value>(arguments).unwrap()["zone"].is_string()),
+            other => panic!("called {other}"),
+        }
+        assert!(choice["message"]["content"].is_null(), "{v}");
+        // Streamed, the same greedy call, in one delta.
+        let mut streamed = forced.clone();
+        streamed["stream"] = true.into();
+        let (status, sse) = call(streamed).await;
+        assert_eq!(status, 200);
+        let (text, calls, finish) = read_stream(&String::from_utf8(sse).unwrap());
+        assert_eq!((text.as_str(), finish.as_str()), ("", "tool_calls"));
+        assert_eq!(calls, vec![(name.to_owned(), arguments.to_owned())]);
+        // A named function is the one called, sampled or not.
+        for temperature in [0.0, 1.0] {
+            let named = json!({"messages": question, "tools": [weather(), clock()], "temperature": temperature,
+                "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_tokens": 96, "seed": 5});
+            let (_, body) = call(named).await;
+            let v: Value = serde_json::from_slice(&body).unwrap();
+            let f = &v["choices"][0]["message"]["tool_calls"][0]["function"];
+            assert_eq!(f["name"], "get_weather", "{v}");
+            check_weather_arguments(f["arguments"].as_str().unwrap());
+        }
+        // The result goes back; the model answers (auto: text or a call,
+        // well formed either way).
+        let trip = json!({"messages": [
+            question[0],
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_7", "type": "function",
+                "function": {"name": name, "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": "call_7", "content": "{\"temperature\": 18}"},
+        ], "tools": [weather(), clock()], "temperature": 0, "max_tokens": 12});
+        let (status, body) = call(trip).await;
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(status, 200, "{v}");
+        let choice = &v["choices"][0];
+        match choice["finish_reason"].as_str().unwrap() {
+            "tool_calls" => assert!(choice["message"]["tool_calls"].is_array()),
+            "stop" | "length" => assert!(choice["message"]["content"].is_string()),
+            other => panic!("finish_reason {other}"),
+        }
+        // Refused requests leave the shard serving.
+        let (status, _) = call(json!({"messages": question, "tools": [{"type": "function",
+            "function": {"name": "f"}}]}))
+        .await;
+        assert_eq!(status, 400);
+        let (status, _) = call(forced).await;
+        assert_eq!(status, 200);
+    });
+    openai_python_client(&url, &c.route.policy);
+}
+
+/// The official `openai` Python package, unmodified, through `veil proxy`
+/// in front of this cluster (`scripts/openai_tools_check.py`): the same
+/// round trip as the client's own types and stream accumulation see it,
+/// arguments validated by `jsonschema`. CI sets `VEIL_REQUIRE_OPENAI=1`;
+/// elsewhere a missing package prints SKIP.
+fn openai_python_client(gateway: &str, policy: &Path) {
+    use std::process::{Command, Stdio};
+    let have = Command::new("python3").args(["-c", "import openai, jsonschema"]).status().is_ok_and(|s| s.success());
+    let veil = Path::new(env!("CARGO_BIN_EXE_veil-shard")).with_file_name("veil");
+    if !have || !veil.exists() {
+        assert!(
+            std::env::var("VEIL_REQUIRE_OPENAI").as_deref() != Ok("1"),
+            "VEIL_REQUIRE_OPENAI=1 but `import openai, jsonschema` fails or {} is not built",
+            veil.display()
+        );
+        veil_tests::skip("the openai Python package or the veil binary is missing");
+        return;
+    }
+    let listen = cluster::free_port();
+    let mut proxy = Command::new(&veil)
+        .args(["proxy", gateway, "--listen", &listen.to_string(), "--policy"])
+        .arg(policy)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(proxy.stdout.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("listening on") {
+        line.clear();
+        if std::io::BufRead::read_line(&mut out, &mut line).unwrap() == 0 {
+            let _ = proxy.kill();
+            panic!("veil proxy ended before listening");
+        }
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/openai_tools_check.py");
+    let run = Command::new("python3").arg(script).arg(format!("http://{listen}/v1")).output().unwrap();
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(run.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&run.stderr));
+    println!("openai tools check: {stdout}");
+}
