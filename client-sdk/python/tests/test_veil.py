@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 
+import openai
 import pytest
 
 import veil
@@ -74,6 +75,49 @@ def test_the_official_openai_client_through_the_in_process_transport(cluster: Cl
         model=model, messages=MESSAGES, max_tokens=TOKENS, temperature=0, stream=True
     )
     assert "".join(c.choices[0].delta.content or "" for c in pieces if c.choices) == reference
+
+
+def test_the_openai_surface_through_veil_openai(cluster: Cluster) -> None:
+    """Log-probabilities, seeded choices and structured outputs
+    with the official client over the in-process sealed transport; tools on
+    a model whose template has no tool section are a 400 naming them."""
+    client = veil.openai(cluster.url, policy=cluster.policy)
+    model = client.models.list().data[0].id
+    done = client.chat.completions.create(
+        model=model, messages=MESSAGES, max_tokens=TOKENS, temperature=0, logprobs=True, top_logprobs=3
+    )
+    content = done.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == done.choices[0].message.content
+    for t in content:
+        # Greedy: the chosen token is the most likely, listed first.
+        assert len(t.top_logprobs) == 3 and t.logprob <= 0
+        assert t.top_logprobs[0].token == t.token and abs(t.top_logprobs[0].logprob - t.logprob) < 1e-6
+    seeded = dict(model=model, messages=MESSAGES, max_tokens=TOKENS, temperature=1.0, seed=7, n=3)
+    a = client.chat.completions.create(**seeded)
+    b = client.chat.completions.create(**seeded)
+    assert [c.index for c in a.choices] == [0, 1, 2]
+    assert [c.message.content for c in a.choices] == [c.message.content for c in b.choices]
+    schema = {
+        "type": "object",
+        "properties": {"city": {"type": "string", "maxLength": 20}, "population": {"type": "integer"}},
+        "required": ["city", "population"],
+        "additionalProperties": False,
+    }
+    structured = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "Name a city."}],
+        max_tokens=48,
+        temperature=0.8,
+        seed=3,
+        response_format={"type": "json_schema", "json_schema": {"name": "city", "strict": True, "schema": schema}},
+    )
+    answer = json.loads(structured.choices[0].message.content)
+    assert set(answer) == {"city", "population"} and isinstance(answer["population"], int)
+    assert isinstance(answer["city"], str) and len(answer["city"]) <= 20
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=model, messages=MESSAGES, max_tokens=4, tools=[tool])
+    assert "no tool section" in str(e.value)
 
 
 @pytest.mark.parametrize("mode, at", [("truncate", 700), ("tamper", 700), ("tamper", 40)])

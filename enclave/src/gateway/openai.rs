@@ -330,10 +330,12 @@ pub fn parse(
             let shown = offered.then(|| tools_context(&tools));
             if offered {
                 let format = tokenizer.tool_format().map_err(|e| ApiError::invalid("tools", e.to_string()))?;
+                let special = |t: &str| tokenizer.special_id(t);
                 let forced = match &choice {
-                    ToolChoice::Required => Some(format.forced(&tools)),
+                    ToolChoice::Required => Some(format.forced(&tools, &special)),
                     ToolChoice::Named(n) => {
-                        Some(format.forced(&tools.iter().filter(|t| &t.name == n).cloned().collect::<Vec<_>>()))
+                        let named: Vec<ToolDef> = tools.iter().filter(|t| &t.name == n).cloned().collect();
+                        Some(format.forced(&named, &special))
                     }
                     _ => None,
                 };

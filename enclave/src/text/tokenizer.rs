@@ -519,9 +519,9 @@ impl Tokenizer {
         self.chat_template.as_deref().is_some_and(super::tools::reads_tools)
     }
 
-    /// The chat template's text, when the model has one.
-    pub fn chat_template(&self) -> Option<&str> {
-        self.chat_template.as_deref()
+    /// The id of the control or user-defined token whose text is `text`.
+    pub fn special_id(&self, text: &str) -> Option<u32> {
+        self.special_ids.iter().copied().find(|&i| self.tokens.get(i as usize).is_some_and(|t| t == text))
     }
 
     /// The first control or user-defined token whose text occurs in `text`.

@@ -186,8 +186,16 @@ impl ToolFormat {
     }
 
     /// The grammar that makes the answer one call to one of `tools`, its
-    /// arguments valid under that tool's parameters.
-    pub fn forced(self, tools: &[ToolDef]) -> Result<ResponseFormat, String> {
+    /// arguments valid under that tool's parameters. `special` gives the id
+    /// of a marker (`<tool_call>`, `[TOOL_CALLS]`, `[ARGS]`) that is one
+    /// special token in the model's vocabulary: the grammar then takes that
+    /// token (what the model was trained to write) as well as the text.
+    pub fn forced(self, tools: &[ToolDef], special: &dyn Fn(&str) -> Option<u32>) -> Result<ResponseFormat, String> {
+        let lit = |s: &str| serde_json::to_string(s).unwrap_or_default();
+        let marker = |s: &str| match special(s) {
+            Some(id) => format!("(<[{id}]> | {})", lit(s)),
+            None => lit(s),
+        };
         let mut alternatives = Vec::with_capacity(tools.len());
         for t in tools {
             let mut params = t.parameters.clone();
@@ -203,14 +211,18 @@ impl ToolFormat {
                 compact(&mut o);
                 o
             };
-            let lit = |s: &str| serde_json::to_string(s).unwrap_or_default();
             let alt = match self {
-                Self::Hermes => {
-                    format!("{} %json {} {}", lit("<tool_call>\n"), object("arguments"), lit("\n</tool_call>"))
-                }
+                Self::Hermes => format!(
+                    "{} \"\\n\" %json {} \"\\n\" {}",
+                    marker("<tool_call>"),
+                    object("arguments"),
+                    marker("</tool_call>")
+                ),
                 Self::Llama3 => format!("%json {}", object("parameters")),
-                Self::MistralList => format!("{} %json {} {}", lit("[TOOL_CALLS]["), object("arguments"), lit("]")),
-                Self::MistralArgs => format!("{} %json {}", lit(&format!("[TOOL_CALLS]{}[ARGS]", t.name)), params),
+                Self::MistralList => format!("{} \"[\" %json {} \"]\"", marker("[TOOL_CALLS]"), object("arguments")),
+                Self::MistralArgs => {
+                    format!("{} {} {} %json {}", marker("[TOOL_CALLS]"), lit(&t.name), marker("[ARGS]"), params)
+                }
             };
             alternatives.push(alt);
         }
@@ -374,14 +386,20 @@ mod tests {
             ToolDef { name: "a".into(), description: None, parameters: json!({"type": "object"}) },
             ToolDef { name: "b".into(), description: None, parameters: json!({"type": "object"}) },
         ];
-        let ResponseFormat::Lark { grammar } = ToolFormat::Hermes.forced(&tools).unwrap() else { panic!() };
+        let ResponseFormat::Lark { grammar } = ToolFormat::Hermes.forced(&tools, &|_| None).unwrap() else { panic!() };
         assert!(grammar.starts_with("start: call0 | call1\n"), "{grammar}");
-        assert!(grammar.contains(r#"call1: "<tool_call>\n" %json {"#), "{grammar}");
+        assert!(grammar.contains(r#"call1: "<tool_call>" "\n" %json {"#), "{grammar}");
+        // A marker that is one special token: that token, or its text.
+        let special = |t: &str| (t == "[ARGS]").then_some(771);
+        let ResponseFormat::Lark { grammar } = ToolFormat::MistralArgs.forced(&tools[..1], &special).unwrap() else {
+            panic!()
+        };
+        assert!(grammar.contains(r#"call0: "[TOOL_CALLS]" "a" (<[771]> | "[ARGS]") %json {"#), "{grammar}");
         let huge = [ToolDef {
             name: "a".into(),
             description: None,
             parameters: json!({"description": "x".repeat(MAX_SCHEMA_BYTES)}),
         }];
-        assert!(ToolFormat::Llama3.forced(&huge).is_err());
+        assert!(ToolFormat::Llama3.forced(&huge, &|_| None).is_err());
     }
 }
