@@ -767,7 +767,9 @@ fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError> {
                 Some(_) => return Err(ApiError::invalid("messages", "only assistant messages carry tool_calls")),
             };
             let (tool_call_id, name) = if m.role == "tool" {
-                (Some(m.tool_call_id.clone().unwrap_or_default()), m.name.clone())
+                let id = m.tool_call_id.clone().filter(|id| !id.is_empty());
+                let id = id.ok_or_else(|| ApiError::invalid("messages", "a tool message needs its tool_call_id"))?;
+                (Some(id), m.name.clone())
             } else {
                 (None, None)
             };

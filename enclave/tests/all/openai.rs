@@ -88,11 +88,13 @@ fn completion_prompts_may_be_text_or_token_ids() {
 #[test]
 fn bad_requests_get_openai_shaped_errors() {
     let Some(tok) = tokenizer() else { return };
-    let cases: [(&str, &str, &str, u16, Option<&str>); 15] = [
+    let cases: [(&str, &str, &str, u16, Option<&str>); 16] = [
         ("POST", "/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"n":0}"#, 400, Some("n")),
         ("POST", "/v1/chat/completions", "{not json", 400, Some("body")),
         ("POST", "/v1/chat/completions", r#"{"messages":[]}"#, 400, Some("messages")),
+        // A tool message answers a call: without its id it is refused.
         ("POST", "/v1/chat/completions", r#"{"messages":[{"role":"tool","content":"x"}]}"#, 400, Some("messages")),
+        ("POST", "/v1/chat/completions", r#"{"messages":[{"role":"robot","content":"x"}]}"#, 400, Some("messages")),
         ("POST", "/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"n":9}"#, 400, Some("n")),
         (
             "POST",
