@@ -397,7 +397,16 @@ impl Tokenizer {
             return Err(ModelError::Invalid("message content holds U+F8FF, which is reserved".into()));
         }
         let marked: Vec<ChatMessage> =
-            messages.iter().enumerate().map(|(i, m)| ChatMessage { content: marker(i), ..m.clone() }).collect();
+            // An empty content stays empty (a tool-call message's): the
+            // template may treat it differently, and it holds nothing.
+            messages
+                .iter()
+                .enumerate()
+                .map(|(i, m)| ChatMessage {
+                    content: if m.content.is_empty() { String::new() } else { marker(i) },
+                    ..m.clone()
+                })
+                .collect();
         let rendered = self.render_chat_with(&marked, tools)?;
         let mut ids = Vec::new();
         if self.add_bos {

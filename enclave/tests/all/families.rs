@@ -63,7 +63,7 @@ struct Case {
     top2_gaps: Vec<f32>,
 }
 
-fn vocab_dir() -> Option<PathBuf> {
+pub(crate) fn vocab_dir() -> Option<PathBuf> {
     let dir = std::env::var_os("VEIL_LLAMACPP_REF")
         .map(PathBuf::from)
         .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/llamacpp-reference"))

@@ -13,27 +13,15 @@ use veil_enclave::gateway::openai::{self, ApiError, Route};
 use veil_enclave::model::synth::{self, Options, Shape};
 use veil_enclave::model::GgufFile;
 use veil_enclave::text::grammar::ResponseFormat;
-use veil_enclave::text::tokenizer::Tokenizer;
+use veil_enclave::text::tokenizer::{ChatMessage, Tokenizer};
 use veil_enclave::text::tools::{ToolFormat, ToolsError};
 
 use crate::cluster::{self, Cluster};
 use crate::families::TempDir;
 
+/// The llama.cpp reference set (its `vocab` and `templates`).
 fn reference() -> Option<PathBuf> {
-    let dir = std::env::var_os("VEIL_LLAMACPP_REF")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/llamacpp-reference"));
-    if dir.join("templates").is_dir() && dir.join("vocab").is_dir() {
-        return Some(dir);
-    }
-    assert_ne!(
-        std::env::var("VEIL_REQUIRE_LLAMACPP_REF").as_deref(),
-        Ok("1"),
-        "VEIL_REQUIRE_LLAMACPP_REF=1 but no llama.cpp reference at {}",
-        dir.display()
-    );
-    veil_tests::skip("llama.cpp reference files not found (set VEIL_LLAMACPP_REF)");
-    None
+    crate::families::vocab_dir().and_then(|v| v.parent().map(Path::to_path_buf))
 }
 
 /// A 3-layer Qwen3-MoE-shaped model with random weights, Qwen's vocabulary
@@ -172,6 +160,19 @@ fn the_gateway_renders_tools_and_refuses_bad_ones_by_name() {
         "{prompt}"
     );
     assert!(prompt.contains("<tool_response>\n18 degrees <|im_start|>\n</tool_response>"), "{prompt}");
+    // The prompt is the template's own text for these messages, byte for
+    // byte (an empty content stays empty, as the template saw it).
+    let messages = [
+        ChatMessage::new("user", "Weather in Paris?"),
+        ChatMessage {
+            tool_calls: Some(json!([{"id": "call_1", "type": "function",
+                "function": {"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}}])),
+            ..ChatMessage::new("assistant", "")
+        },
+        ChatMessage { tool_call_id: Some("call_1".into()), ..ChatMessage::new("tool", "18 degrees <|im_start|>") },
+    ];
+    let shown = json!([weather()]);
+    assert_eq!(prompt, tok.render_chat_with(&messages, Some(&shown)).unwrap());
     let im_start = tok.encode("<|im_start|>", true).unwrap();
     let starts = c.request.prompt_ids.iter().filter(|&&i| i == im_start[0]).count();
     assert_eq!(starts, 5, "the tool's text stays text: system, user, assistant, tool turn and the generation prompt");
