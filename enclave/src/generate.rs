@@ -5,6 +5,7 @@ pub use crate::local_model::{LocalModel, LocalSession, DEFAULT_KV_BUDGET_BYTES};
 use crate::model::error::{ModelError, Result};
 use crate::text::sampler::{Sampler, Seen};
 use crate::text::tokenizer::Tokenizer;
+use crate::text::tools::CallMarkers;
 
 /// What to generate.
 #[derive(Debug, Clone)]
@@ -55,6 +56,12 @@ pub struct TextStream<'t> {
     stop: Vec<String>,
     ids: Vec<u32>,
     text: String,
+    /// Where tool calls begin, when the request offered tools: the text is
+    /// then read with special tokens written out, and stops streaming where
+    /// a call begins.
+    calls: Option<CallMarkers>,
+    /// A call began: nothing more streams.
+    held: bool,
 }
 
 /// What one more token did to the text.
@@ -69,21 +76,70 @@ pub struct TextStep {
 impl<'t> TextStream<'t> {
     /// A stream ending at any of `stop`.
     pub fn new(tokenizer: &'t Tokenizer, stop: Vec<String>) -> Self {
-        Self { tokenizer, stop, ids: Vec::new(), text: String::new() }
+        Self { tokenizer, stop, ids: Vec::new(), text: String::new(), calls: None, held: false }
+    }
+
+    /// Streams only the text before a tool call (`calls`: where calls
+    /// begin), with special tokens written out.
+    pub fn with_calls(mut self, calls: Option<CallMarkers>) -> Self {
+        self.calls = calls;
+        self
+    }
+
+    fn decode(&self) -> Result<String> {
+        match self.calls {
+            Some(_) => self.tokenizer.decode_with_special(&self.ids),
+            None => self.tokenizer.decode(&self.ids),
+        }
+    }
+
+    /// Where a call begins in `full` (or may be beginning: the answer so
+    /// far is blank or a prefix of a start marker), and how many bytes at
+    /// its end may grow into a marker.
+    fn call_start(&self, full: &str) -> (Option<usize>, usize) {
+        let Some(c) = &self.calls else { return (None, 0) };
+        let mut at = c.anywhere.iter().filter_map(|m| full.find(m.as_str())).min();
+        let trimmed = full.trim_start();
+        if !c.at_start.is_empty() && self.text.trim().is_empty() {
+            if c.at_start.iter().any(|m| trimmed.starts_with(m.as_str())) {
+                // The call is the answer, leading blanks included.
+                at = Some(0);
+            } else if c.at_start.iter().any(|m| m.starts_with(trimmed)) {
+                // Blank so far, or the beginning of a marker: wait.
+                return (at, full.len());
+            }
+        }
+        (at, held_back(full, &c.anywhere))
     }
 
     /// Adds a generated id (not a stop id).
     pub fn push(&mut self, id: u32) -> Result<TextStep> {
         self.ids.push(id);
-        let full = self.tokenizer.decode(&self.ids)?;
+        let full = self.decode()?;
+        let (call, marker_tail) = self.call_start(&full);
         if let Some(cut) = self.stop.iter().filter_map(|s| full.find(s.as_str())).min() {
+            if self.held || call.is_some_and(|at| at <= cut) {
+                self.held = true;
+                return Ok(TextStep { piece: String::new(), stopped: true });
+            }
             let piece = full[self.text.len().min(cut)..cut].to_owned();
             self.text = full[..cut].to_owned();
             return Ok(TextStep { piece, stopped: true });
         }
+        if self.held {
+            return Ok(TextStep::default());
+        }
+        if let Some(at) = call {
+            // A call begins here: the text before it goes out, then nothing.
+            self.held = true;
+            let at = at.max(self.text.len());
+            let piece = if full.starts_with(&self.text) { full[self.text.len()..at].to_owned() } else { String::new() };
+            self.text = full[..at].to_owned();
+            return Ok(TextStep { piece, stopped: false });
+        }
         // Emit only complete characters (a token can end mid-UTF-8), and
-        // hold back an ending that may grow into a stop string.
-        let ready = full.len() - held_back(&full, &self.stop);
+        // hold back an ending that may grow into a stop string or a call.
+        let ready = full.len() - held_back(&full, &self.stop).max(marker_tail);
         if !full.ends_with('\u{FFFD}') && ready > self.text.len() && full.starts_with(&self.text) {
             let piece = full[self.text.len()..ready].to_owned();
             self.text = full[..ready].to_owned();
@@ -95,8 +151,14 @@ impl<'t> TextStream<'t> {
     /// Ends the stream: the last piece still held back (if any), the ids and the text.
     /// A character the last token left incomplete (generation cut mid-UTF-8,
     /// at `max_tokens`) is dropped, never sent as a replacement character.
+    /// Once a tool call began, nothing more is emitted and the text is the
+    /// whole answer, the call included (special tokens written out).
     pub fn finish(mut self, stopped: bool) -> Result<(String, Vec<u32>, String)> {
-        let full = self.tokenizer.decode(&self.ids)?;
+        if self.held {
+            let full = self.decode()?;
+            return Ok((String::new(), self.ids, full.trim_end_matches('\u{FFFD}').to_owned()));
+        }
+        let full = self.decode()?;
         let full = full.trim_end_matches('\u{FFFD}');
         let mut rest = String::new();
         if !stopped && full.len() > self.text.len() && full.starts_with(&self.text) {

@@ -459,6 +459,7 @@ pub fn parse(
         },
         stop,
         speculation: SpeculationRequest { enabled: common.speculate, ..SpeculationRequest::default() },
+        calls: tools.map(|t| t.format.markers()),
     };
     Ok(Route::Generate(Box::new(Call {
         kind,

@@ -475,11 +475,13 @@ impl Gateway {
             let Some((i, ev)) = ev else { break };
             let c = &mut choices[i];
             let failed = match ev {
-                // Offered tools, an answer is read whole: a call may start anywhere.
-                GenerateEvent::Text(t) if call.stream && call.tools.is_none() => {
+                // Offered tools, the text streams up to a call (the entry
+                // holds the rest back).
+                GenerateEvent::Text(t) if call.stream => {
                     let lp = c.take_logprobs(call.kind, tokenizer, usize::MAX);
                     sealer.body(&openai::sse_chunk(call.kind, &ids, i, Some(&t), None, c.first, lp)).await?;
                     c.first = false;
+                    c.streamed.push_str(&t);
                     continue;
                 }
                 GenerateEvent::Text(_) => continue,
@@ -492,9 +494,18 @@ impl Gateway {
                         let lp = c.take_logprobs(call.kind, tokenizer, g.ids.len());
                         let mut end_reason = finish(g.ids.len());
                         if let Some(tools) = call.tools {
-                            let parsed = read_calls(tools, tokenizer, &g);
-                            if !parsed.content.is_empty() || lp.is_some() {
-                                let text = Some(parsed.content.as_str());
+                            let parsed = read_calls(tools, &g);
+                            // What the stream has not said yet: the content
+                            // after the streamed part, or, with no call, the
+                            // rest of the text.
+                            let rest = if parsed.calls.is_empty() {
+                                g.text.strip_prefix(c.streamed.as_str()).unwrap_or_default().to_owned()
+                            } else {
+                                let said = c.streamed.trim();
+                                parsed.content.strip_prefix(said).unwrap_or_default().to_owned()
+                            };
+                            if !rest.is_empty() || lp.is_some() {
+                                let text = Some(rest.as_str());
                                 sealer.body(&openai::sse_chunk(call.kind, &ids, i, text, None, c.first, lp)).await?;
                                 c.first = false;
                             }
@@ -554,8 +565,7 @@ impl Gateway {
                 [(ROUTE_FIELD, route.as_str()), (DRAFTER_FIELD, drafter.as_str()), (RECEIPT_FIELD, receipt.as_str())];
             return sealer.finish_with_trailer(&trailer).await;
         }
-        let parsed: Vec<Option<Parsed>> =
-            done.iter().map(|g| call.tools.map(|tools| read_calls(tools, tokenizer, g))).collect();
+        let parsed: Vec<Option<Parsed>> = done.iter().map(|g| call.tools.map(|tools| read_calls(tools, g))).collect();
         let answers: Vec<openai::Choice<'_>> = done
             .iter()
             .zip(&parsed)
@@ -591,11 +601,13 @@ struct ChoiceState {
     offset: usize,
     /// The finished generation.
     done: Option<Generation>,
+    /// Text streamed so far (read when tools were offered).
+    streamed: String,
 }
 
 impl Default for ChoiceState {
     fn default() -> Self {
-        Self { first: true, pending: None, sent: 0, offset: 0, done: None }
+        Self { first: true, pending: None, sent: 0, offset: 0, done: None, streamed: String::new() }
     }
 }
 
@@ -611,12 +623,12 @@ impl ChoiceState {
     }
 }
 
-/// The tool calls in an answer, read from its text with special tokens
-/// written out (`<tool_call>` is one in Qwen's vocabulary); all of them, or
-/// the first when `parallel_tool_calls` is false.
-fn read_calls(tools: openai::Tools, tokenizer: &Tokenizer, g: &Generation) -> Parsed {
-    let text = tokenizer.decode_with_special(&g.ids).unwrap_or_else(|_| g.text.clone());
-    let mut parsed = tools.format.parse(&text);
+/// The tool calls in an answer, read from its text, which for a request
+/// that offered tools has special tokens written out (`<tool_call>` is one
+/// in Qwen's vocabulary); all of them, or the first when
+/// `parallel_tool_calls` is false.
+fn read_calls(tools: openai::Tools, g: &Generation) -> Parsed {
+    let mut parsed = tools.format.parse(&g.text);
     if !tools.parallel {
         parsed.calls.truncate(1);
     }

@@ -55,6 +55,17 @@ pub enum ToolsError {
     Template(String),
 }
 
+/// Where a tool call begins in an answer's text (special tokens written
+/// out): the text before it streams, the call does not.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CallMarkers {
+    /// A call begins at the first of these, wherever it is.
+    pub anywhere: Vec<String>,
+    /// A call begins the answer when its text (after leading whitespace)
+    /// begins with one of these.
+    pub at_start: Vec<String>,
+}
+
 /// One tool call read from the output.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolCall {
@@ -171,6 +182,18 @@ impl ToolFormat {
             "a format Veil does not recognise"
         };
         Err(ToolsError::Unsupported(other.to_owned()))
+    }
+
+    /// Where this format's calls begin.
+    pub fn markers(self) -> CallMarkers {
+        let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect();
+        match self {
+            Self::Hermes => CallMarkers { anywhere: strings(&["<tool_call>"]), at_start: Vec::new() },
+            Self::MistralList | Self::MistralArgs => {
+                CallMarkers { anywhere: strings(&["[TOOL_CALLS]"]), at_start: Vec::new() }
+            }
+            Self::Llama3 => CallMarkers { anywhere: Vec::new(), at_start: strings(&["{", "<|python_tag|>"]) },
+        }
     }
 
     /// Reads the calls in `text` (the output with special tokens written

@@ -119,6 +119,37 @@ fn every_reference_template_gets_a_call_format_or_a_named_refusal() {
     }
 }
 
+/// With tools offered, the text streams up to where a call begins and no
+/// further; the whole answer, the call included, is the final text.
+#[test]
+fn text_streams_up_to_a_tool_call_and_no_further() {
+    use veil_enclave::generate::TextStream;
+    let Some(reference) = reference() else { return };
+    let dir = TempDir::new("tools-stream");
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&qwen_model(&reference, dir.path())).unwrap()).unwrap();
+    let stream = |format: ToolFormat, answer: &str| {
+        let mut s = TextStream::new(&tok, Vec::new()).with_calls(Some(format.markers()));
+        let mut streamed = String::new();
+        for id in tok.encode(answer, true).unwrap() {
+            streamed.push_str(&s.push(id).unwrap().piece);
+        }
+        let (rest, _, text) = s.finish(false).unwrap();
+        (streamed + &rest, text)
+    };
+    let call = "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>";
+    let answer = format!("Let me look <tool that up.\n{call}");
+    let (streamed, text) = stream(ToolFormat::Hermes, &answer);
+    assert_eq!((streamed.as_str(), text.as_str()), ("Let me look <tool that up.\n", answer.as_str()));
+    // No call: everything streams.
+    assert_eq!(stream(ToolFormat::Hermes, "Plain <tool text.").0, "Plain <tool text.");
+    // Llama 3 writes a call as the whole answer: an answer that begins with
+    // one streams nothing; one that does not streams whole, braces and all.
+    let json_call = "  {\"name\": \"f\", \"parameters\": {}}";
+    assert_eq!(stream(ToolFormat::Llama3, json_call), (String::new(), json_call.to_owned()));
+    assert_eq!(stream(ToolFormat::Llama3, "Use {braces} freely.").0, "Use {braces} freely.");
+    assert_eq!(stream(ToolFormat::MistralArgs, "Sure.[TOOL_CALLS]f[ARGS]{}").0, "Sure.");
+}
+
 fn parse(tok: &Tokenizer, body: &Value) -> Result<Box<openai::Call>, ApiError> {
     let body = serde_json::to_vec(body).unwrap();
     match openai::parse(b"POST", b"/v1/chat/completions", &body, tok, "qwen", 4096)? {
@@ -133,7 +164,7 @@ fn parse(tok: &Tokenizer, body: &Value) -> Result<Box<openai::Call>, ApiError> {
 #[test]
 fn the_gateway_renders_tools_and_refuses_bad_ones_by_name() {
     let Some(reference) = reference() else { return };
-    let dir = TempDir::new("tools");
+    let dir = TempDir::new("tools-gateway");
     let path = qwen_model(&reference, dir.path());
     let tok = Tokenizer::from_gguf(&GgufFile::open(&path).unwrap()).unwrap();
     let user = json!([{"role": "user", "content": "Weather in Paris?"}]);
@@ -266,7 +297,7 @@ fn read_stream(sse: &str) -> (String, Vec<(String, String)>, String) {
 fn a_tools_round_trip_through_a_sealed_three_stage_cluster() {
     use veil_client::sdk::Client;
     let Some(reference) = reference() else { return };
-    let dir = TempDir::new("tools");
+    let dir = TempDir::new("tools-cluster");
     let path = qwen_model(&reference, dir.path());
     let mut c = Cluster::with_layers("tools", &path, &[1, 2], &[1, 1, 1], 3);
     c.start_all();
@@ -313,6 +344,29 @@ fn a_tools_round_trip_through_a_sealed_three_stage_cluster() {
         let (text, calls, finish) = read_stream(&String::from_utf8(sse).unwrap());
         assert_eq!((text.as_str(), finish.as_str()), ("", "tool_calls"));
         assert_eq!(calls, vec![(name.to_owned(), arguments.to_owned())]);
+        // auto, streamed: the text (if any) streams, the calls come whole,
+        // and together they say what the plain answer says.
+        let auto = json!({"messages": question, "tools": [weather(), clock()], "temperature": 1.0, "seed": 11,
+            "max_tokens": 40});
+        let (_, body) = call(auto.clone()).await;
+        let plain: Value = serde_json::from_slice(&body).unwrap();
+        let mut streamed = auto.clone();
+        streamed["stream"] = true.into();
+        let (_, sse) = call(streamed).await;
+        let (text, calls, finish) = read_stream(&String::from_utf8(sse).unwrap());
+        let choice = &plain["choices"][0];
+        assert_eq!(finish, choice["finish_reason"].as_str().unwrap(), "{plain}");
+        let plain_calls: Vec<(String, String)> = choice["message"]["tool_calls"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| {
+                let f = &c["function"];
+                (f["name"].as_str().unwrap().to_owned(), f["arguments"].as_str().unwrap().to_owned())
+            })
+            .collect();
+        assert_eq!(calls, plain_calls);
+        assert_eq!(text.trim(), choice["message"]["content"].as_str().unwrap_or_default().trim(), "{plain}");
         // A named function is the one called, sampled or not.
         for temperature in [0.0, 1.0] {
             let named = json!({"messages": question, "tools": [weather(), clock()], "temperature": temperature,

@@ -90,6 +90,7 @@ impl GenerateWire {
             sampling: self.sampling,
             stop: self.stop,
             speculation: self.speculation,
+            calls: None,
         })
     }
 }

@@ -28,6 +28,7 @@ use crate::speculate::pipeline::{Depth, MAX_DEPTH};
 use crate::speculate::{AdaptiveK, DraftMode, DrafterSpec, SpecStats, MAX_K};
 use crate::text::sampler::{Sampler, SamplingParams};
 use crate::text::tokenizer::Tokenizer;
+use crate::text::tools::CallMarkers;
 
 mod admit_error;
 mod control;
@@ -61,6 +62,9 @@ pub struct PipelineRequest {
     pub stop: Vec<String>,
     /// Speculative decoding for this request.
     pub speculation: SpeculationRequest,
+    /// Where tool calls begin, when the request offered tools: the text
+    /// streams up to a call, with special tokens written out.
+    pub calls: Option<CallMarkers>,
 }
 
 /// How long a session waits for a stage to have a live replica.
@@ -510,6 +514,7 @@ impl Entry {
             sampler,
             max_tokens,
             stop: req.stop,
+            calls: req.calls,
             spec,
         };
         let mut core = SessionCore::new(cfg, start, &self.tokenizer, &self.counters, Instant::now());

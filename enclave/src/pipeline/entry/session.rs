@@ -48,6 +48,7 @@ use crate::speculate::pipeline::{Depth, InFlight};
 use crate::speculate::{verify_drafts, AdaptiveK, Draft, SpecStats};
 use crate::text::sampler::{Sampler, SamplingParams, PENALTY_WINDOW};
 use crate::text::tokenizer::Tokenizer;
+use crate::text::tools::CallMarkers;
 
 /// What the session hears from the pipeline while it waits for a round.
 #[derive(Debug)]
@@ -246,6 +247,8 @@ pub struct SessionStart {
     pub max_tokens: usize,
     /// Stop strings.
     pub stop: Vec<String>,
+    /// Where tool calls begin ([`PipelineRequest::calls`](super::PipelineRequest)).
+    pub calls: Option<CallMarkers>,
     /// Speculation, when on.
     pub spec: Option<SpecState>,
 }
@@ -276,7 +279,7 @@ impl<'e> SessionCore<'e> {
             params: start.params,
             sampler: start.sampler,
             stop_ids: tokenizer.stop_ids(),
-            stream: Some(TextStream::new(tokenizer, start.stop)),
+            stream: Some(TextStream::new(tokenizer, start.stop).with_calls(start.calls)),
             max_tokens: start.max_tokens,
             generated: 0,
             spec: start.spec,

@@ -84,6 +84,7 @@ impl Harness {
             params,
             max_tokens,
             stop: stop.iter().map(|s| (*s).to_owned()).collect(),
+            calls: None,
             spec,
         };
         SessionCore::new(cfg, start, &self.tokenizer, &self.counters, self.t0)
