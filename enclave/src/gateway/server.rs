@@ -481,7 +481,9 @@ impl Gateway {
                     let lp = c.take_logprobs(call.kind, tokenizer, usize::MAX);
                     sealer.body(&openai::sse_chunk(call.kind, &ids, i, Some(&t), None, c.first, lp)).await?;
                     c.first = false;
-                    c.streamed.push_str(&t);
+                    if call.tools.is_some() {
+                        c.streamed.push_str(&t);
+                    }
                     continue;
                 }
                 GenerateEvent::Text(_) => continue,
