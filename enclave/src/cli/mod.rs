@@ -102,6 +102,10 @@ enum Command {
         /// Carry this chat template (a Jinja file) instead of the vocabulary's.
         #[arg(long)]
         chat_template: Option<std::path::PathBuf>,
+        /// Append this control token to the vocabulary (repeatable; e.g. gpt-oss's harmony
+        /// markers on a vocabulary that lacks them).
+        #[arg(long = "add-special")]
+        add_special: Vec<String>,
         /// Multiply the LM head and router weights (random weights give near-ties everywhere).
         #[arg(long, default_value_t = 1.0)]
         sharpen: f32,
@@ -438,7 +442,19 @@ fn run() -> anyhow::Result<()> {
         }
         Command::DeviceBench(args) => device_bench::device_bench(args)?,
         Command::Plan(args) => plan::plan(args)?,
-        Command::SynthModel { shape, dtype, rope_freqs, layers, vocab, chat_template, sharpen, seed, files, out } => {
+        Command::SynthModel {
+            shape,
+            dtype,
+            rope_freqs,
+            layers,
+            vocab,
+            chat_template,
+            add_special,
+            sharpen,
+            seed,
+            files,
+            out,
+        } => {
             use crate::model::synth::{Options, Shape};
             let mut s = Shape::named(&shape).ok_or_else(|| {
                 let names: Vec<&str> = Shape::NAMED.iter().map(|(n, _)| *n).collect();
@@ -447,7 +463,16 @@ fn run() -> anyhow::Result<()> {
             s.n_layer = layers.unwrap_or(s.n_layer).clamp(1, s.n_layer);
             let dt = synth_dtype(&dtype)?;
             let chat_template = chat_template.map(std::fs::read_to_string).transpose()?;
-            let opts = Options { dtype: dt, seed, vocab_from: vocab, sharpen, rope_freqs, files, chat_template };
+            let opts = Options {
+                dtype: dt,
+                seed,
+                vocab_from: vocab,
+                sharpen,
+                rope_freqs,
+                files,
+                chat_template,
+                specials: add_special,
+            };
             crate::model::synth::write_with(&out, s, &opts)?;
             eprintln!("wrote {} ({shape}, {} layers, {dtype}, random weights)", out.display(), s.n_layer);
         }

@@ -13,7 +13,7 @@ use crate::pipeline::entry::{PipelineRequest, SpeculationRequest};
 use crate::text::grammar::{ResponseFormat, MAX_SCHEMA_BYTES};
 use crate::text::sampler::{SamplingParams, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
 use crate::text::tokenizer::{ChatMessage, Tokenizer};
-use crate::text::tools::{ToolCall, ToolDef, ToolFormat, MAX_TOOLS};
+use crate::text::tools::{CallMarkers, ToolCall, ToolDef, ToolFormat, MAX_TOOLS};
 use veil_attestation::Nonce;
 
 /// Prompt bytes allowed per token of context, checked before tokenizing.
@@ -207,6 +207,9 @@ pub struct Call {
     /// Read tool calls out of each answer in this format (tools offered
     /// and `tool_choice` not `none`).
     pub tools: Option<Tools>,
+    /// A chat answer in gpt-oss's harmony messages, read by channel
+    /// ([`crate::text::harmony`]): reasoning, content and calls.
+    pub harmony: bool,
 }
 
 /// How the answers of a call that offered tools are read.
@@ -237,6 +240,8 @@ pub const MAX_CHOICES: usize = 8;
 pub struct Choice<'a> {
     /// Its text.
     pub text: &'a str,
+    /// Its reasoning (`reasoning_content`), when the model sets it apart.
+    pub reasoning: Option<&'a str>,
     /// `stop` or `length`.
     pub finish: &'a str,
     /// Its log-probabilities ([`logprobs_json`]), when asked for.
@@ -317,6 +322,7 @@ pub fn parse(
         })
     };
     let mut tool_use = None;
+    let harmony = kind == Kind::Chat && tokenizer.harmony();
     let (common, prompt_ids) = match kind {
         Kind::Chat => {
             let b: ChatBody = serde_json::from_slice(body).map_err(bad_json)?;
@@ -459,7 +465,12 @@ pub fn parse(
         },
         stop,
         speculation: SpeculationRequest { enabled: common.speculate, ..SpeculationRequest::default() },
-        calls: tools.map(|t| t.format.markers()),
+        // A harmony answer is read with special tokens written out, all of
+        // it (the gateway sorts it by channel).
+        calls: match harmony {
+            true => Some(CallMarkers::default()),
+            false => tools.map(|t| t.format.markers()),
+        },
     };
     Ok(Route::Generate(Box::new(Call {
         kind,
@@ -469,6 +480,7 @@ pub fn parse(
         model: common.model.unwrap_or_else(|| model_name.to_owned()),
         n,
         tools,
+        harmony,
     })))
 }
 
@@ -845,6 +857,9 @@ pub fn complete_body(kind: Kind, ids: &Ids, choices: &[Choice<'_>], usage: Usage
             match kind {
                 Kind::Chat => {
                     let mut message = json!({ "role": "assistant", "content": c.text });
+                    if let Some(r) = c.reasoning.filter(|r| !r.is_empty()) {
+                        message["reasoning_content"] = r.into();
+                    }
                     if let Some(calls) = &c.tool_calls {
                         if c.text.is_empty() {
                             message["content"] = Value::Null;
@@ -937,6 +952,20 @@ pub fn sse_chunk(
         }),
     };
     sse(&v)
+}
+
+/// One chat chunk carrying reasoning (`delta.reasoning_content`, as vLLM
+/// streams it).
+pub fn sse_reasoning(ids: &Ids, index: usize, text: &str, first: bool) -> Vec<u8> {
+    let mut delta = serde_json::Map::new();
+    if first {
+        delta.insert("role".into(), "assistant".into());
+    }
+    delta.insert("reasoning_content".into(), text.into());
+    sse(&json!({
+        "id": ids.id, "object": "chat.completion.chunk", "created": ids.created, "model": ids.model,
+        "choices": [{ "index": index, "delta": delta, "logprobs": Value::Null, "finish_reason": Value::Null }],
+    }))
 }
 
 /// The usage chunk (`stream_options.include_usage`): no choices.

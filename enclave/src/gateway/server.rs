@@ -38,6 +38,7 @@ use super::openai::{self, ApiError, Call, Ids, Kind, Route, Usage};
 use super::seal::{GatewaySealError, ResponseSealer, SealKey, MAX_SEALED_REQUEST};
 use crate::generate::{Generation, TokenLogprob};
 use crate::pipeline::entry::{Entry, Failure, GenerateEvent};
+use crate::text::harmony::{self, Delta, HarmonyReader};
 use crate::text::tokenizer::Tokenizer;
 use crate::text::tools::Parsed;
 use veil_wire::Blame;
@@ -459,7 +460,9 @@ impl Gateway {
         };
         let finish = |n: usize| if n >= max_tokens { "length" } else { "stop" };
         let tokenizer = self.entry.tokenizer();
-        let mut choices: Vec<ChoiceState> = (0..call.n).map(|_| ChoiceState::default()).collect();
+        let reader = || call.harmony.then(|| HarmonyReader::new(call.tools.is_some()));
+        let mut choices: Vec<ChoiceState> =
+            (0..call.n).map(|_| ChoiceState { harmony: reader(), ..ChoiceState::default() }).collect();
         if call.stream {
             sealer.head(200, &[("content-type", EVENT_STREAM_TYPE), ("cache-control", "no-cache")]).await?;
         }
@@ -478,6 +481,13 @@ impl Gateway {
                 // Offered tools, the text streams up to a call (the entry
                 // holds the rest back).
                 GenerateEvent::Text(t) if call.stream => {
+                    if let Some(h) = c.harmony.as_mut() {
+                        let d = h.push(&t);
+                        for chunk in c.harmony_chunks(call.kind, tokenizer, &ids, i, d) {
+                            sealer.body(&chunk).await?;
+                        }
+                        continue;
+                    }
                     let lp = c.take_logprobs(call.kind, tokenizer, usize::MAX);
                     sealer.body(&openai::sse_chunk(call.kind, &ids, i, Some(&t), None, c.first, lp)).await?;
                     c.first = false;
@@ -495,7 +505,23 @@ impl Gateway {
                     if call.stream {
                         let lp = c.take_logprobs(call.kind, tokenizer, g.ids.len());
                         let mut end_reason = finish(g.ids.len());
-                        if let Some(tools) = call.tools {
+                        if let Some(h) = c.harmony.take() {
+                            // What the reader still held, then the calls whole.
+                            let (d, mut parsed) = h.finish();
+                            for chunk in c.harmony_chunks(call.kind, tokenizer, &ids, i, d) {
+                                sealer.body(&chunk).await?;
+                            }
+                            if !call.tools.is_some_and(|t| t.parallel) {
+                                parsed.calls.truncate(1);
+                            }
+                            if !parsed.calls.is_empty() {
+                                sealer.body(&openai::sse_tool_calls(&ids, i, &parsed.calls, c.first)).await?;
+                                c.first = false;
+                                end_reason = "tool_calls";
+                            }
+                            let end = openai::sse_chunk(call.kind, &ids, i, None, Some(end_reason), c.first, lp);
+                            sealer.body(&end).await?;
+                        } else if let Some(tools) = call.tools {
                             let parsed = read_calls(tools, &g);
                             // What the stream has not said yet: the content
                             // after the streamed part, or, with no call, the
@@ -567,7 +593,19 @@ impl Gateway {
                 [(ROUTE_FIELD, route.as_str()), (DRAFTER_FIELD, drafter.as_str()), (RECEIPT_FIELD, receipt.as_str())];
             return sealer.finish_with_trailer(&trailer).await;
         }
-        let parsed: Vec<Option<Parsed>> = done.iter().map(|g| call.tools.map(|tools| read_calls(tools, g))).collect();
+        let parsed: Vec<Option<Parsed>> = done
+            .iter()
+            .map(|g| match call.harmony {
+                true => {
+                    let mut p = harmony::parse(&g.text, call.tools.is_some());
+                    if !call.tools.is_some_and(|t| t.parallel) {
+                        p.calls.truncate(1);
+                    }
+                    Some(p)
+                }
+                false => call.tools.map(|tools| read_calls(tools, g)),
+            })
+            .collect();
         let answers: Vec<openai::Choice<'_>> = done
             .iter()
             .zip(&parsed)
@@ -575,6 +613,7 @@ impl Gateway {
                 let calls = p.as_ref().map(|p| p.calls.as_slice()).filter(|c| !c.is_empty());
                 openai::Choice {
                     text: p.as_ref().map_or(&g.text, |p| &p.content),
+                    reasoning: p.as_ref().map(|p| p.reasoning.as_str()),
                     finish: if calls.is_some() { "tool_calls" } else { finish(g.ids.len()) },
                     logprobs: g.logprobs.as_deref().map(|lp| openai::logprobs_json(call.kind, tokenizer, lp, &mut 0)),
                     tool_calls: calls.map(openai::tool_calls_json),
@@ -605,15 +644,34 @@ struct ChoiceState {
     done: Option<Generation>,
     /// Text streamed so far (read when tools were offered).
     streamed: String,
+    /// The reader of a harmony answer, while it streams.
+    harmony: Option<HarmonyReader>,
 }
 
 impl Default for ChoiceState {
     fn default() -> Self {
-        Self { first: true, pending: None, sent: 0, offset: 0, done: None, streamed: String::new() }
+        Self { first: true, pending: None, sent: 0, offset: 0, done: None, streamed: String::new(), harmony: None }
     }
 }
 
 impl ChoiceState {
+    /// The chunks a harmony answer's next piece makes: its reasoning, then
+    /// its content with the pending log-probabilities (those of the
+    /// headers' tokens too).
+    fn harmony_chunks(&mut self, kind: Kind, tokenizer: &Tokenizer, ids: &Ids, index: usize, d: Delta) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        if !d.reasoning.is_empty() {
+            out.push(openai::sse_reasoning(ids, index, &d.reasoning, self.first));
+            self.first = false;
+        }
+        if !d.content.is_empty() {
+            let lp = self.take_logprobs(kind, tokenizer, usize::MAX);
+            out.push(openai::sse_chunk(kind, ids, index, Some(&d.content), None, self.first, lp));
+            self.first = false;
+        }
+        out
+    }
+
     /// The pending log-probabilities in the endpoint's shape, for a chunk;
     /// `answer`: tokens in the answer, when known (those a stop string cut
     /// are not sent).

@@ -337,12 +337,24 @@ pub struct Options {
     /// A chat template (`tokenizer.chat_template`) in place of the
     /// vocabulary file's (e.g. a family's tool-calling template).
     pub chat_template: Option<String>,
+    /// Control tokens appended to the vocabulary (a family's markers that
+    /// the vocabulary file lacks, e.g. gpt-oss's `<|channel|>`).
+    pub specials: Vec<String>,
 }
 
 impl Options {
     /// `dtype`, seed 0x5eed, no vocabulary, no sharpening.
     pub fn new(dtype: TensorType) -> Self {
-        Self { dtype, seed: 0x5eed, vocab_from: None, sharpen: 1.0, rope_freqs: false, files: 1, chat_template: None }
+        Self {
+            dtype,
+            seed: 0x5eed,
+            vocab_from: None,
+            sharpen: 1.0,
+            rope_freqs: false,
+            files: 1,
+            chat_template: None,
+            specials: Vec::new(),
+        }
     }
 }
 
@@ -387,6 +399,10 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
             }
             meta.push((k, value));
         }
+    }
+    if !opts.specials.is_empty() {
+        append_specials(&mut meta, &opts.specials)?;
+        s.vocab += opts.specials.len();
     }
     if let Some(t) = &opts.chat_template {
         meta.retain(|(k, _)| k != "tokenizer.chat_template");
@@ -506,6 +522,33 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
     let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
     write_streamed(&mut file, &meta, &entries, &mut w.bodies())?;
     std::io::Write::flush(&mut file)?;
+    Ok(())
+}
+
+/// Appends `specials` to a vocabulary's tokens as control tokens (type 3),
+/// with score 0 where the vocabulary has scores.
+fn append_specials(meta: &mut Vec<(String, Value)>, specials: &[String]) -> Result<()> {
+    let n = meta
+        .iter()
+        .find_map(|(k, v)| match v {
+            Value::Array(t) if k == "tokenizer.ggml.tokens" => Some(t.len()),
+            _ => None,
+        })
+        .ok_or_else(|| ModelError::Invalid("special tokens need a vocabulary to add to".into()))?;
+    if !meta.iter().any(|(k, _)| k == "tokenizer.ggml.token_type") {
+        meta.push(("tokenizer.ggml.token_type".into(), Value::Array(vec![Value::I32(1); n])));
+    }
+    for (k, v) in meta.iter_mut() {
+        let add = |t: &String| match k.as_str() {
+            "tokenizer.ggml.tokens" => Some(Value::String(t.clone())),
+            "tokenizer.ggml.token_type" => Some(Value::I32(3)),
+            "tokenizer.ggml.scores" => Some(Value::F32(0.0)),
+            _ => None,
+        };
+        if let Value::Array(items) = v {
+            items.extend(specials.iter().filter_map(add));
+        }
+    }
     Ok(())
 }
 

@@ -1,6 +1,7 @@
 //! The entry shard's text side: tokenizer, chat template, sampler.
 
 pub mod grammar;
+pub mod harmony;
 pub mod sampler;
 pub mod spm;
 pub mod template;

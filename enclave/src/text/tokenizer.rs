@@ -260,12 +260,26 @@ impl Tokenizer {
             stop_ids.push(eot);
         }
         // Chat models end a turn with <|im_end|> / <|eot_id|>; stop there too.
-        for name in ["<|im_end|>", "<|eot_id|>", "<|end|>"] {
-            if let Some(i) = tokens.iter().position(|t| t == name) {
+        // gpt-oss's harmony ends a message with <|end|> and the answer with
+        // <|return|> or <|call|>: a vocabulary with those two stops there
+        // only (as llama.cpp does), so the reasoning is followed by the answer.
+        let position = |name: &str| tokens.iter().position(|t| t == name);
+        let harmony = [position("<|return|>"), position("<|call|>")];
+        let harmony = harmony.iter().all(Option::is_some);
+        let ends: &[&str] = match harmony {
+            true => &["<|im_end|>", "<|eot_id|>", "<|return|>", "<|call|>"],
+            false => &["<|im_end|>", "<|eot_id|>", "<|end|>"],
+        };
+        for name in ends {
+            if let Some(i) = position(name) {
                 if !stop_ids.contains(&(i as u32)) {
                     stop_ids.push(i as u32);
                 }
             }
+        }
+        if harmony {
+            // Even where the file names it its end of turn.
+            stop_ids.retain(|&i| position("<|end|>") != Some(i as usize));
         }
         let chat_template = match g.meta("tokenizer.chat_template") {
             Some(_) => Some(g.meta_str("tokenizer.chat_template")?.to_owned()),
@@ -526,6 +540,15 @@ impl Tokenizer {
     /// would drop the definitions silently.
     pub fn template_takes_tools(&self) -> bool {
         self.chat_template.as_deref().is_some_and(super::tools::reads_tools)
+    }
+
+    /// Whether the model answers in gpt-oss's harmony messages
+    /// ([`super::harmony`]): `<|channel|>` and `<|message|>` are special
+    /// tokens and the chat template writes them.
+    pub fn harmony(&self) -> bool {
+        self.special_id("<|channel|>").is_some()
+            && self.special_id("<|message|>").is_some()
+            && self.chat_template.as_deref().is_some_and(|t| t.contains("<|channel|>"))
     }
 
     /// The id of the control or user-defined token whose text is `text`.

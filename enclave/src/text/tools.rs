@@ -13,10 +13,11 @@
 //! | [`ToolFormat::Llama3`] | `{"name": N, "parameters": A}` | Llama 3.1 – 3.3 |
 //! | [`ToolFormat::MistralList`] | `[TOOL_CALLS][{"name": N, "arguments": A}]` | Mistral Nemo, v3 tokenizers |
 //! | [`ToolFormat::MistralArgs`] | `[TOOL_CALLS]N[ARGS]A` | Mistral Small 3.2, Devstral, Ministral 3 |
+//! | [`ToolFormat::Harmony`] | `<\|channel\|>commentary to=functions.N …<\|message\|>A` | gpt-oss ([`super::harmony`]) |
 //!
-//! gpt-oss's harmony channels and the XML-style formats (Qwen3-Coder's
-//! `<function=…>`, GLM's `<arg_key>`) are refused by name, as is a template
-//! that never reads `tools`.
+//! The XML-style formats (Qwen3-Coder's `<function=…>`, GLM's
+//! `<arg_key>`) are refused by name, as is a template that never reads
+//! `tools`.
 
 use serde_json::{json, Value};
 
@@ -39,6 +40,9 @@ pub enum ToolFormat {
     /// `[TOOL_CALLS]name[ARGS]{…}` per call (a `[CALL_ID]id` may sit
     /// between the name and `[ARGS]`).
     MistralArgs,
+    /// gpt-oss's harmony messages: a call is a `commentary` message to
+    /// `functions.NAME` whose body is the arguments.
+    Harmony,
 }
 
 /// Why a model's tool calls cannot be served.
@@ -78,8 +82,12 @@ pub struct ToolCall {
 /// What an answer said: its text outside the calls, and the calls.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Parsed {
-    /// Text outside any call, trimmed.
+    /// Text outside any call (trimmed, but for harmony, where it is what
+    /// streamed).
     pub content: String,
+    /// The model's reasoning, for formats that set it apart (harmony's
+    /// `analysis` channel); else empty.
+    pub reasoning: String,
     /// The calls, in order.
     pub calls: Vec<ToolCall>,
 }
@@ -168,13 +176,12 @@ impl ToolFormat {
             (format!("[TOOL_CALLS]{n}[ARGS]{{\"q\": 1}}"), Self::MistralArgs),
             (format!("[TOOL_CALLS]{n}[CALL_ID]{PROBE_ID}[ARGS]{{\"q\": 1}}"), Self::MistralArgs),
             (format!("{{\"name\": \"{n}\", \"parameters\": {{\"q\": 1}}}}"), Self::Llama3),
+            (format!("to=functions.{n}<|channel|>commentary json<|message|>{{\"q\": 1}}"), Self::Harmony),
         ];
         if let Some((_, f)) = formats.iter().find(|(needle, _)| text.contains(needle.as_str())) {
             return Ok(*f);
         }
-        let other = if text.contains(&format!("to=functions.{n}")) {
-            "gpt-oss harmony channels"
-        } else if text.contains(&format!("<function={n}>")) {
+        let other = if text.contains(&format!("<function={n}>")) {
             "XML-style <function=…> calls"
         } else if text.contains("<arg_key>") {
             "<arg_key>/<arg_value> calls"
@@ -193,6 +200,9 @@ impl ToolFormat {
                 CallMarkers { anywhere: strings(&["[TOOL_CALLS]"]), at_start: Vec::new() }
             }
             Self::Llama3 => CallMarkers { anywhere: Vec::new(), at_start: strings(&["{", "<|python_tag|>"]) },
+            // Nothing is held back in the text: the gateway's harmony
+            // reader holds a call's body (it knows the message's recipient).
+            Self::Harmony => CallMarkers::default(),
         }
     }
 
@@ -204,8 +214,9 @@ impl ToolFormat {
             Self::Llama3 => llama3(text),
             Self::MistralList => mistral_list(text),
             Self::MistralArgs => mistral_args(text),
+            Self::Harmony => return super::harmony::parse(text, true),
         };
-        calls.unwrap_or_else(|| Parsed { content: text.trim().to_owned(), calls: Vec::new() })
+        calls.unwrap_or_else(|| Parsed { content: text.trim().to_owned(), ..Parsed::default() })
     }
 
     /// The grammar that makes the answer one call to one of `tools`, its
@@ -246,6 +257,17 @@ impl ToolFormat {
                 Self::MistralArgs => {
                     format!("{} {} {} %json {}", marker("[TOOL_CALLS]"), lit(&t.name), marker("[ARGS]"), params)
                 }
+                // As gpt-oss writes a call after the prompt's
+                // `<|start|>assistant`; `<|call|>` ends generation.
+                Self::Harmony => format!(
+                    "{} {} {} \"json\" {} %json {} {}",
+                    marker("<|channel|>"),
+                    lit(&format!("commentary to=functions.{} ", t.name)),
+                    marker("<|constrain|>"),
+                    marker("<|message|>"),
+                    params,
+                    marker("<|call|>")
+                ),
             };
             alternatives.push(alt);
         }
@@ -303,7 +325,7 @@ fn hermes(text: &str) -> Option<Parsed> {
         rest = after;
     }
     content.push_str(rest);
-    (!calls.is_empty()).then(|| Parsed { content: content.trim().to_owned(), calls })
+    (!calls.is_empty()).then(|| Parsed { content: content.trim().to_owned(), calls, ..Parsed::default() })
 }
 
 fn llama3(text: &str) -> Option<Parsed> {
@@ -314,7 +336,7 @@ fn llama3(text: &str) -> Option<Parsed> {
     for v in serde_json::Deserializer::from_str(body).into_iter::<Value>() {
         calls.push(call_from(&v.ok()?, &["parameters", "arguments"])?);
     }
-    (!calls.is_empty()).then(|| Parsed { content: String::new(), calls })
+    (!calls.is_empty()).then(|| Parsed { calls, ..Parsed::default() })
 }
 
 fn mistral_list(text: &str) -> Option<Parsed> {
@@ -322,7 +344,7 @@ fn mistral_list(text: &str) -> Option<Parsed> {
     let list: Vec<Value> = serde_json::from_str(text[at + "[TOOL_CALLS]".len()..].trim()).ok()?;
     let calls: Option<Vec<ToolCall>> = list.iter().map(|v| call_from(v, &["arguments", "parameters"])).collect();
     let calls = calls.filter(|c| !c.is_empty())?;
-    Some(Parsed { content: text[..at].trim().to_owned(), calls })
+    Some(Parsed { content: text[..at].trim().to_owned(), calls, ..Parsed::default() })
 }
 
 fn mistral_args(text: &str) -> Option<Parsed> {
@@ -345,7 +367,7 @@ fn mistral_args(text: &str) -> Option<Parsed> {
     if !rest.trim().is_empty() {
         return None;
     }
-    Some(Parsed { content, calls })
+    Some(Parsed { content, calls, ..Parsed::default() })
 }
 
 #[cfg(test)]
@@ -397,9 +419,11 @@ mod tests {
         let llama = format!("<|start_header_id|>assistant<|end_header_id|>\n\n{{\"name\": \"{n}\", \"parameters\": {{\"q\": 1}}}}<|eot_id|>");
         assert_eq!(ToolFormat::from_rendered(&llama), Ok(ToolFormat::Llama3));
         let harmony = format!("<|start|>assistant to=functions.{n}<|channel|>commentary json<|message|>{{\"q\": 1}}");
+        assert_eq!(ToolFormat::from_rendered(&harmony), Ok(ToolFormat::Harmony));
+        let coder = format!("<tool_call>\n<function={n}>\n<parameter=q>\n1\n</parameter>\n</function>");
         assert_eq!(
-            ToolFormat::from_rendered(&harmony),
-            Err(ToolsError::Unsupported("gpt-oss harmony channels".into()))
+            ToolFormat::from_rendered(&coder),
+            Err(ToolsError::Unsupported("XML-style <function=…> calls".into()))
         );
     }
 

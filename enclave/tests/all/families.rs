@@ -96,6 +96,7 @@ fn build(case: &Case, vocab: &Path, dir: &Path) -> PathBuf {
         rope_freqs: case.rope_freqs,
         files: 1,
         chat_template: None,
+        specials: Vec::new(),
     };
     write_with(&path, shape, &opts).unwrap();
     let digest = hex::encode(sha2::Sha256::digest(std::fs::read(&path).unwrap()));

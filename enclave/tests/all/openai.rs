@@ -143,7 +143,7 @@ fn response_shapes_follow_openai() {
     let v: Value = serde_json::from_slice(&openai::complete_body(
         Kind::Chat,
         &ids,
-        &[openai::Choice { text: "Paris.", finish: "stop", logprobs: None, tool_calls: None }],
+        &[openai::Choice { text: "Paris.", reasoning: None, finish: "stop", logprobs: None, tool_calls: None }],
         Usage::new(5, 2),
     ))
     .unwrap();

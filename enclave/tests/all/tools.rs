@@ -39,6 +39,27 @@ fn qwen_model(reference: &Path, dir: &Path) -> PathBuf {
     path
 }
 
+/// gpt-oss's harmony markers, which llama.cpp's Llama 3 vocabulary lacks.
+const HARMONY: [&str; 7] =
+    ["<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|constrain|>", "<|return|>", "<|call|>"];
+
+/// A 3-layer gpt-oss-shaped model (MXFP4 experts, random weights) with the
+/// Llama 3 vocabulary plus harmony's markers as control tokens, as in
+/// gpt-oss's own vocabulary, and gpt-oss-120b's real template.
+fn gpt_oss_model(reference: &Path, dir: &Path) -> PathBuf {
+    let path = dir.join("gpt-oss-tools.gguf");
+    let template = std::fs::read_to_string(reference.join("templates/openai-gpt-oss-120b.jinja")).unwrap();
+    let opts = Options {
+        vocab_from: Some(reference.join("vocab/ggml-vocab-llama-bpe.gguf")),
+        chat_template: Some(template),
+        specials: HARMONY.iter().map(|s| (*s).to_owned()).collect(),
+        sharpen: 8.0,
+        ..Options::new(synth::dtype_named("mxfp4").unwrap())
+    };
+    synth::write_with(&path, Shape::GPT_OSS_SMOKE, &opts).unwrap();
+    path
+}
+
 fn weather() -> Value {
     json!({
         "type": "function",
@@ -110,7 +131,7 @@ fn every_reference_template_gets_a_call_format_or_a_named_refusal() {
         ("mistralai-Mistral-Nemo-Instruct-2407.jinja", Ok(ToolFormat::MistralList)),
         ("Mistral-Small-3.2-24B-Instruct-2506.jinja", Ok(ToolFormat::MistralArgs)),
         ("unsloth-mistral-Devstral-Small-2507.jinja", Ok(ToolFormat::MistralArgs)),
-        ("openai-gpt-oss-120b.jinja", Err(ToolsError::Unsupported("gpt-oss harmony channels".into()))),
+        ("openai-gpt-oss-120b.jinja", Ok(ToolFormat::Harmony)),
         ("Qwen3-Coder.jinja", Err(ToolsError::Unsupported("XML-style <function=…> calls".into()))),
         ("google-gemma-2-2b-it.jinja", Err(ToolsError::NoToolSection)),
     ];
@@ -264,6 +285,182 @@ fn the_gateway_renders_tools_and_refuses_bad_ones_by_name() {
         assert_eq!((e.status, e.param), (400, Some("tools")));
         assert!(e.message.contains("no tool section"), "{}", e.message);
     }
+}
+
+/// gpt-oss: the answer ends at `<|return|>` or `<|call|>`, not at the
+/// `<|end|>` after its reasoning; the stream's pieces (special tokens
+/// written out) sorted by channel say what the whole answer says; tools
+/// and an earlier call render as harmony, and a forced call is harmony's.
+#[test]
+fn a_gpt_oss_answer_is_read_by_channel() {
+    use veil_enclave::generate::TextStream;
+    use veil_enclave::text::harmony::{self, HarmonyReader};
+    use veil_enclave::text::tools::CallMarkers;
+    let Some(reference) = reference() else { return };
+    let dir = TempDir::new("tools-harmony");
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&gpt_oss_model(&reference, dir.path())).unwrap()).unwrap();
+    assert!(tok.harmony());
+    let id = |t: &str| tok.special_id(t).unwrap();
+    assert!(tok.stop_ids().contains(&id("<|return|>")) && tok.stop_ids().contains(&id("<|call|>")));
+    assert!(!tok.stop_ids().contains(&id("<|end|>")), "<|end|> only ends the reasoning");
+    assert_eq!(tok.tool_format(), Ok(ToolFormat::Harmony));
+    // The stream as the entry makes it, then sorted as the gateway does.
+    let answer = "<|channel|>analysis<|message|>They want Paris.<|end|><|start|>assistant<|channel|>final<|message|>\
+                  It is 18 °C in Paris.";
+    let mut stream = TextStream::new(&tok, Vec::new()).with_calls(Some(CallMarkers::default()));
+    let mut reader = HarmonyReader::new(false);
+    let (mut reasoning, mut content) = (String::new(), String::new());
+    for i in tok.tokenize(answer, false, true).unwrap() {
+        let d = reader.push(&stream.push(i).unwrap().piece);
+        reasoning.push_str(&d.reasoning);
+        content.push_str(&d.content);
+    }
+    let (rest, text) = {
+        let (rest, _, text) = stream.finish(false).unwrap();
+        (rest, text)
+    };
+    let d = reader.push(&rest);
+    let (end, whole) = reader.finish();
+    reasoning += &(d.reasoning + &end.reasoning);
+    content += &(d.content + &end.content);
+    assert_eq!((reasoning.as_str(), content.as_str()), ("They want Paris.", "It is 18 °C in Paris."));
+    assert_eq!(whole, harmony::parse(&text, false));
+    // Through the gateway's parsing: a chat is read by channel, a
+    // completion is not.
+    let user = json!([{"role": "user", "content": "Weather in Paris?"}]);
+    let c = parse(&tok, &json!({"messages": user})).unwrap();
+    assert!(c.harmony && c.tools.is_none());
+    assert_eq!(c.request.calls, Some(CallMarkers::default()), "read with special tokens written out");
+    let body = serde_json::to_vec(&json!({"prompt": "Hi"})).unwrap();
+    let Route::Generate(completion) = openai::parse(b"POST", b"/v1/completions", &body, &tok, "gpt-oss", 4096).unwrap()
+    else {
+        panic!()
+    };
+    assert!(!completion.harmony && completion.request.calls.is_none());
+    // Tools, an earlier call and its result, as the template writes them.
+    let trip = json!([
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",
+            "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\", \"unit\": \"celsius\"}"}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "18 degrees"},
+    ]);
+    let c = parse(&tok, &json!({"messages": trip, "tools": [weather()]})).unwrap();
+    assert_eq!(c.tools.unwrap().format, ToolFormat::Harmony);
+    let prompt = tok.decode_with_special(&c.request.prompt_ids).unwrap();
+    for want in [
+        "type get_weather = (_: {",
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>\
+         {\"city\": \"Paris\", \"unit\": \"celsius\"}<|call|>",
+        "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>\"18 degrees\"<|end|>",
+    ] {
+        assert!(prompt.contains(want), "{want:?} not in {prompt}");
+    }
+    assert!(prompt.ends_with("<|start|>assistant"), "{prompt}");
+    // This template writes every tool's description: one without fails
+    // in the template, as under jinja2, and is a 400.
+    let e = parse(&tok, &json!({"messages": user, "tools": [clock()]})).err().unwrap();
+    assert_eq!((e.status, e.param), (400, Some("messages")), "{}", e.message);
+    let c = parse(&tok, &json!({"messages": user, "tools": [weather()], "tool_choice": "required"})).unwrap();
+    let Some(ResponseFormat::Lark { grammar }) = &c.request.sampling.response_format else { panic!("not forced") };
+    let marker = |t: &str| format!("(<[{}]> | {:?})", id(t), t);
+    assert!(
+        grammar.contains(&format!(
+            "{} \"commentary to=functions.get_weather \" {}",
+            marker("<|channel|>"),
+            marker("<|constrain|>")
+        )),
+        "{grammar}"
+    );
+}
+
+/// Through a sealed 3-stage cluster of the gpt-oss-shaped model: a forced
+/// call is harmony's, read back as `tool_calls` (streamed and not); the
+/// result goes back; a plain chat's stream, reasoning and content, says
+/// what its whole answer says.
+#[test]
+fn a_gpt_oss_tools_round_trip_through_a_sealed_three_stage_cluster() {
+    use veil_client::sdk::Client;
+    let Some(reference) = reference() else { return };
+    let dir = TempDir::new("tools-harmony-cluster");
+    let path = gpt_oss_model(&reference, dir.path());
+    let mut c = Cluster::with_layers("tools-harmony", &path, &[1, 2], &[1, 1, 1], 3);
+    c.start_all();
+    let url = format!("http://{}", c.route.sealed_listen.unwrap());
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = Client::connect(&url, &policy).await.unwrap();
+        let call = |body: Value| {
+            let client = &client;
+            async move {
+                let mut resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
+                let status = resp.status;
+                let mut bytes = Vec::new();
+                while let Some(p) = resp.next().await.unwrap() {
+                    bytes.extend(p);
+                }
+                (status, String::from_utf8(bytes).unwrap())
+            }
+        };
+        let question = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+        let mut clock = clock();
+        clock["function"]["description"] = "Local time.".into();
+        let forced = json!({"messages": question, "tools": [weather(), clock], "tool_choice": "required",
+            "temperature": 0, "max_tokens": 96});
+        let (status, body) = call(forced.clone()).await;
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(status, 200, "{v}");
+        let choice = &v["choices"][0];
+        assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+        assert!(choice["message"]["content"].is_null(), "{v}");
+        let calls = choice["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{v}");
+        let name = calls[0]["function"]["name"].as_str().unwrap();
+        let arguments = calls[0]["function"]["arguments"].as_str().unwrap();
+        match name {
+            "get_weather" => check_weather_arguments(arguments),
+            "get_time" => assert!(serde_json::from_str::<Value>(arguments).unwrap()["zone"].is_string()),
+            other => panic!("called {other}"),
+        }
+        let mut streamed = forced.clone();
+        streamed["stream"] = true.into();
+        let (status, sse) = call(streamed).await;
+        assert_eq!(status, 200);
+        let (text, calls, finish) = read_stream(&sse);
+        assert_eq!((text.as_str(), finish.as_str()), ("", "tool_calls"));
+        assert_eq!(calls, vec![(name.to_owned(), arguments.to_owned())]);
+        // The result goes back through the template; an answer comes.
+        let trip = json!({"messages": [
+            question[0],
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_7", "type": "function",
+                "function": {"name": name, "arguments": arguments}}]},
+            {"role": "tool", "tool_call_id": "call_7", "content": "{\"temperature\": 18}"},
+        ], "tools": forced["tools"], "temperature": 0, "max_tokens": 12});
+        let (status, body) = call(trip).await;
+        assert_eq!(status, 200, "{body}");
+        // A plain chat, sampled: the stream's reasoning and content deltas
+        // add up to the whole answer's (the same seed, the same tokens).
+        let plain = json!({"messages": question, "temperature": 1.0, "seed": 3, "max_tokens": 24});
+        let (status, body) = call(plain.clone()).await;
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(status, 200, "{v}");
+        let message = &v["choices"][0]["message"];
+        let mut streamed = plain;
+        streamed["stream"] = true.into();
+        let (_, sse) = call(streamed).await;
+        let (text, calls, finish) = read_stream(&sse);
+        let reasoning: String = sse
+            .split("\n\n")
+            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+            .filter(|e| *e != "[DONE]")
+            .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+            .filter_map(|v| v["choices"][0]["delta"]["reasoning_content"].as_str().map(str::to_owned))
+            .collect();
+        assert!(calls.is_empty());
+        assert_eq!(finish, v["choices"][0]["finish_reason"].as_str().unwrap());
+        assert_eq!(text, message["content"].as_str().unwrap(), "{v}");
+        assert_eq!(reasoning, message["reasoning_content"].as_str().unwrap_or_default(), "{v}");
+    });
 }
 
 /// What a streamed answer said: its text, its tool calls (name and
