@@ -376,7 +376,8 @@ fn a_gpt_oss_answer_is_read_by_channel() {
 /// Through a sealed 3-stage cluster of the gpt-oss-shaped model: a forced
 /// call is harmony's, read back as `tool_calls` (streamed and not); the
 /// result goes back; a plain chat's stream, reasoning and content, says
-/// what its whole answer says.
+/// what its whole answer says; and the official `openai` client's round
+/// trip passes as it does for Qwen's format.
 #[test]
 fn a_gpt_oss_tools_round_trip_through_a_sealed_three_stage_cluster() {
     use veil_client::sdk::Client;
@@ -461,6 +462,7 @@ fn a_gpt_oss_tools_round_trip_through_a_sealed_three_stage_cluster() {
         assert_eq!(text, message["content"].as_str().unwrap(), "{v}");
         assert_eq!(reasoning, message["reasoning_content"].as_str().unwrap_or_default(), "{v}");
     });
+    openai_python_client(&url, &c.route.policy);
 }
 
 /// What a streamed answer said: its text, its tool calls (name and
