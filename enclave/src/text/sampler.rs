@@ -61,14 +61,6 @@ pub struct Seen<'a> {
     pub output: &'a [u32],
 }
 
-impl SamplingParams {
-    /// Whether the distribution depends on the tokens seen so far (a
-    /// penalty is on).
-    pub fn uses_history(&self) -> bool {
-        self.repetition_penalty != 1.0 || self.presence_penalty != 0.0 || self.frequency_penalty != 0.0
-    }
-}
-
 impl Default for SamplingParams {
     fn default() -> Self {
         Self {

@@ -167,6 +167,39 @@ fn penalties_bias_and_logprobs_through_three_shards_equal_one_process() {
         assert_ne!(want.ids, plain.ids, "{name}: changed nothing, so it tests nothing");
     }
     assert_ne!(local(&model, &tok, &banned).ids[0], plain.ids[0]);
+    // Penalties under pipelined speculation: the last stage penalises each
+    // position with the drafts before it, in its own frame and in the
+    // rounds in flight before it, so greedy output is one process's.
+    // Drafted by the unpenalised path of a prompt that cycles, every draft
+    // repeats a token a few positions back, so the counts a penalty reads
+    // differ from position to position inside one frame.
+    let cycle = tok.encode(&"1, 2, ".repeat(12), true).unwrap();
+    let mut cycled = greedy(&cycle, 24);
+    (cycled.sampling.presence_penalty, cycled.sampling.frequency_penalty) = (0.5, 1.0);
+    let unpenalised = local(&model, &tok, &greedy(&cycle, 24)).ids;
+    let want = local(&model, &tok, &cycled);
+    assert_ne!(want.ids, unpenalised, "the penalty changed nothing");
+    let mut runs = vec![(
+        "frequency 2, mixed drafts, k = 3".to_owned(),
+        pipelined_mixed(&repeats, &local(&model, &tok, &repeats)),
+    )];
+    // Every frame alignment: k = 1 to 8, three rounds in flight.
+    runs.extend(
+        (1..=8).map(|k| (format!("cycling prompt, k = {k}"), cluster::scripted(&cycled, unpenalised.clone(), k, 3))),
+    );
+    for (name, spec) in runs {
+        let want = local(&model, &tok, &spec);
+        let got = c.generate(&spec).unwrap();
+        assert_eq!(got.ids, want.ids, "{name}: differs from one process");
+        let s = got.speculation.expect("penalties leave speculation on");
+        assert!(s.accepted > 0 && s.accepted < s.drafted && s.pipelined_rounds > 0, "{name}: {s:?}");
+    }
+    // Sampled: as lossless in distribution as without penalties, and the
+    // same seed gives the same answer.
+    let sampled = pipelined_mixed(&penalised, &local(&model, &tok, &penalised));
+    let (a, b) = (c.generate(&sampled).unwrap(), c.generate(&sampled).unwrap());
+    assert_eq!(a.ids, b.ids, "seeded, penalised and speculating: not repeatable");
+    assert!(a.speculation.is_some_and(|s| s.drafted > 0));
 
     // Log-probabilities: the raw log-softmax of one process's logits at the
     // position that chose each token (tolerance 1e-4; the CPU path is

@@ -270,9 +270,12 @@ impl Entry {
         if r.depth.is_some_and(|d| d == 0 || d > MAX_DEPTH) {
             return Err(SpeculationError::DepthOutOfRange);
         }
-        if req.sampling.uses_history() {
-            // The last shard would need each drafted token in the penalties'
-            // history to verify losslessly; plain decoding instead.
+        if req.sampling.repetition_penalty != 1.0 {
+            // The repetition penalty's window (prompt and output) travels
+            // once per frame, without the frame's drafts: plain decoding
+            // instead. Presence and frequency penalties read the frame's
+            // output, drafts included position by position, so they verify
+            // losslessly.
             return Ok(None);
         }
         let Some(drafter) = spec.instantiate() else { return Ok(None) };
