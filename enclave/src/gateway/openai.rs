@@ -213,10 +213,12 @@ pub struct Call {
 }
 
 /// How the answers of a call that offered tools are read.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Tools {
     /// The model's call format.
     pub format: ToolFormat,
+    /// The tools offered (their schemas type the XML formats' arguments).
+    pub defs: std::sync::Arc<[ToolDef]>,
     /// `parallel_tool_calls`: more than one call per answer (else only
     /// the first is returned).
     pub parallel: bool,
@@ -347,7 +349,7 @@ pub fn parse(
                 };
                 let forced = forced.transpose().map_err(|e| ApiError::invalid("tool_choice", e))?;
                 let parallel = b.common.parallel_tool_calls.unwrap_or(true);
-                tool_use = Some((Tools { format, parallel }, forced));
+                tool_use = Some((Tools { format, defs: tools.clone().into(), parallel }, forced));
             }
             let ids = tokenizer
                 .encode_chat_with(&messages, shown.as_ref())
@@ -469,7 +471,7 @@ pub fn parse(
         // it (the gateway sorts it by channel).
         calls: match harmony {
             true => Some(CallMarkers::default()),
-            false => tools.map(|t| t.format.markers()),
+            false => tools.as_ref().map(|t| t.format.markers()),
         },
     };
     Ok(Route::Generate(Box::new(Call {

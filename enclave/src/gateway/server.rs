@@ -511,7 +511,7 @@ impl Gateway {
                             for chunk in c.harmony_chunks(call.kind, tokenizer, &ids, i, d) {
                                 sealer.body(&chunk).await?;
                             }
-                            if !call.tools.is_some_and(|t| t.parallel) {
+                            if !call.tools.as_ref().is_some_and(|t| t.parallel) {
                                 parsed.calls.truncate(1);
                             }
                             if !parsed.calls.is_empty() {
@@ -521,7 +521,7 @@ impl Gateway {
                             }
                             let end = openai::sse_chunk(call.kind, &ids, i, None, Some(end_reason), c.first, lp);
                             sealer.body(&end).await?;
-                        } else if let Some(tools) = call.tools {
+                        } else if let Some(tools) = &call.tools {
                             let parsed = read_calls(tools, &g);
                             // What the stream has not said yet: the content
                             // after the streamed part, or, with no call, the
@@ -598,12 +598,12 @@ impl Gateway {
             .map(|g| match call.harmony {
                 true => {
                     let mut p = harmony::parse(&g.text, call.tools.is_some());
-                    if !call.tools.is_some_and(|t| t.parallel) {
+                    if !call.tools.as_ref().is_some_and(|t| t.parallel) {
                         p.calls.truncate(1);
                     }
                     Some(p)
                 }
-                false => call.tools.map(|tools| read_calls(tools, g)),
+                false => call.tools.as_ref().map(|tools| read_calls(tools, g)),
             })
             .collect();
         let answers: Vec<openai::Choice<'_>> = done
@@ -687,8 +687,8 @@ impl ChoiceState {
 /// that offered tools has special tokens written out (`<tool_call>` is one
 /// in Qwen's vocabulary); all of them, or the first when
 /// `parallel_tool_calls` is false.
-fn read_calls(tools: openai::Tools, g: &Generation) -> Parsed {
-    let mut parsed = tools.format.parse(&g.text);
+fn read_calls(tools: &openai::Tools, g: &Generation) -> Parsed {
+    let mut parsed = tools.format.parse(&g.text, &tools.defs);
     if !tools.parallel {
         parsed.calls.truncate(1);
     }

@@ -7,3 +7,4 @@ pub mod spm;
 pub mod template;
 pub mod tokenizer;
 pub mod tools;
+pub mod xml_calls;

@@ -14,9 +14,11 @@
 //! | [`ToolFormat::MistralList`] | `[TOOL_CALLS][{"name": N, "arguments": A}]` | Mistral Nemo, v3 tokenizers |
 //! | [`ToolFormat::MistralArgs`] | `[TOOL_CALLS]N[ARGS]A` | Mistral Small 3.2, Devstral, Ministral 3 |
 //! | [`ToolFormat::Harmony`] | `<\|channel\|>commentary to=functions.N …<\|message\|>A` | gpt-oss ([`super::harmony`]) |
+//! | [`ToolFormat::XmlFunction`] | `<tool_call>\n<function=N>\n<parameter=K>\nV\n</parameter>…` | Qwen3-Coder, Qwen 3.5, Nemotron 3, Step 3.5 |
+//! | [`ToolFormat::ArgKey`] | `<tool_call>N<arg_key>K</arg_key><arg_value>V</arg_value>…` | GLM 4.6 / 4.7, Ling, Laguna |
 //!
-//! The XML-style formats (Qwen3-Coder's `<function=…>`, GLM's
-//! `<arg_key>`) are refused by name, as is a template that never reads
+//! (The XML-style formats write each argument as text: [`super::xml_calls`].)
+//! Other formats are refused by name, as is a template that never reads
 //! `tools`.
 
 use serde_json::{json, Value};
@@ -24,6 +26,7 @@ use serde_json::{json, Value};
 use super::grammar::{ResponseFormat, MAX_SCHEMA_BYTES};
 use super::template::{render, ChatMessage, RenderRequest};
 use super::tokenizer::Tokenizer;
+use super::xml_calls;
 
 /// Most tools one request may define (OpenAI's limit).
 pub const MAX_TOOLS: usize = 128;
@@ -43,6 +46,15 @@ pub enum ToolFormat {
     /// gpt-oss's harmony messages: a call is a `commentary` message to
     /// `functions.NAME` whose body is the arguments.
     Harmony,
+    /// `<tool_call>` blocks of `<function=NAME>` and one
+    /// `<parameter=KEY>` block of text per argument.
+    XmlFunction,
+    /// `<tool_call>NAME` then `<arg_key>`/`<arg_value>` pairs; `newlines`:
+    /// the template puts a newline after the name and each tag pair.
+    ArgKey {
+        /// Newlines between the parts (GLM 4.6) or none (GLM 4.7).
+        newlines: bool,
+    },
 }
 
 /// Why a model's tool calls cannot be served.
@@ -177,6 +189,9 @@ impl ToolFormat {
             (format!("[TOOL_CALLS]{n}[CALL_ID]{PROBE_ID}[ARGS]{{\"q\": 1}}"), Self::MistralArgs),
             (format!("{{\"name\": \"{n}\", \"parameters\": {{\"q\": 1}}}}"), Self::Llama3),
             (format!("to=functions.{n}<|channel|>commentary json<|message|>{{\"q\": 1}}"), Self::Harmony),
+            (format!("<tool_call>\n<function={n}>\n<parameter=q>\n1\n</parameter>"), Self::XmlFunction),
+            (format!("<tool_call>{n}\n<arg_key>q</arg_key>"), Self::ArgKey { newlines: true }),
+            (format!("<tool_call>{n}<arg_key>q</arg_key>"), Self::ArgKey { newlines: false }),
         ];
         if let Some((_, f)) = formats.iter().find(|(needle, _)| text.contains(needle.as_str())) {
             return Ok(*f);
@@ -195,7 +210,9 @@ impl ToolFormat {
     pub fn markers(self) -> CallMarkers {
         let strings = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect();
         match self {
-            Self::Hermes => CallMarkers { anywhere: strings(&["<tool_call>"]), at_start: Vec::new() },
+            Self::Hermes | Self::XmlFunction | Self::ArgKey { .. } => {
+                CallMarkers { anywhere: strings(&["<tool_call>"]), at_start: Vec::new() }
+            }
             Self::MistralList | Self::MistralArgs => {
                 CallMarkers { anywhere: strings(&["[TOOL_CALLS]"]), at_start: Vec::new() }
             }
@@ -207,14 +224,20 @@ impl ToolFormat {
     }
 
     /// Reads the calls in `text` (the output with special tokens written
-    /// out). Text that holds no well-formed call is all content.
-    pub fn parse(self, text: &str) -> Parsed {
+    /// out); `tools` type the XML formats' argument text. Text that holds
+    /// no well-formed call is all content.
+    pub fn parse(self, text: &str, tools: &[ToolDef]) -> Parsed {
+        let xml = |found: Option<(String, Vec<ToolCall>)>| {
+            found.filter(|(_, c)| !c.is_empty()).map(|(content, calls)| Parsed { content, calls, ..Parsed::default() })
+        };
         let calls = match self {
             Self::Hermes => hermes(text),
             Self::Llama3 => llama3(text),
             Self::MistralList => mistral_list(text),
             Self::MistralArgs => mistral_args(text),
             Self::Harmony => return super::harmony::parse(text, true),
+            Self::XmlFunction => xml(xml_calls::parse_function_blocks(text, tools)),
+            Self::ArgKey { .. } => xml(xml_calls::parse_arg_blocks(text, tools)),
         };
         calls.unwrap_or_else(|| Parsed { content: text.trim().to_owned(), ..Parsed::default() })
     }
@@ -231,7 +254,12 @@ impl ToolFormat {
             None => lit(s),
         };
         let mut alternatives = Vec::with_capacity(tools.len());
-        for t in tools {
+        let mut terminals = Vec::new();
+        for (i, t) in tools.iter().enumerate() {
+            if let Some(alt) = self.forced_xml(t, i, &marker, special, &mut terminals)? {
+                alternatives.push(alt);
+                continue;
+            }
             let mut params = t.parameters.clone();
             compact(&mut params);
             let name = Value::String(t.name.clone());
@@ -268,12 +296,14 @@ impl ToolFormat {
                     params,
                     marker("<|call|>")
                 ),
+                Self::XmlFunction | Self::ArgKey { .. } => unreachable!("forced_xml builds these"),
             };
             alternatives.push(alt);
         }
         let rules: Vec<String> = alternatives.iter().enumerate().map(|(i, a)| format!("call{i}: {a}\n")).collect();
         let start: Vec<String> = (0..alternatives.len()).map(|i| format!("call{i}")).collect();
-        let grammar = format!("start: {}\n{}", start.join(" | "), rules.concat());
+        let terminals: Vec<String> = terminals.iter().map(|t| format!("{t}\n")).collect();
+        let grammar = format!("start: {}\n{}{}", start.join(" | "), rules.concat(), terminals.concat());
         if grammar.len() > MAX_SCHEMA_BYTES {
             return Err(format!(
                 "the forced tool call's grammar is {} bytes; at most {MAX_SCHEMA_BYTES}",
@@ -281,6 +311,71 @@ impl ToolFormat {
             ));
         }
         Ok(ResponseFormat::Lark { grammar })
+    }
+}
+
+impl ToolFormat {
+    /// A forced call to `t` in an XML-style format (`None` for the others):
+    /// its arguments in the schema's order, the required ones always, the
+    /// others optional; `terminals` gains the terminals its string values
+    /// need.
+    fn forced_xml(
+        self,
+        t: &ToolDef,
+        i: usize,
+        marker: &dyn Fn(&str) -> String,
+        special: &dyn Fn(&str) -> Option<u32>,
+        terminals: &mut Vec<String>,
+    ) -> Result<Option<String>, String> {
+        let lit = xml_calls::lit;
+        let sep = match self {
+            Self::XmlFunction | Self::ArgKey { newlines: true } => "\n",
+            Self::ArgKey { newlines: false } => "",
+            _ => return Ok(None),
+        };
+        // An empty literal is left out, not written as "".
+        let sep_lit = if sep.is_empty() { String::new() } else { lit(sep) };
+        let empty = serde_json::Map::new();
+        let props = t.parameters.get("properties").and_then(Value::as_object).unwrap_or(&empty);
+        let required: Vec<&str> = t
+            .parameters
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let mut items = Vec::with_capacity(props.len());
+        for (j, (key, schema)) in props.iter().enumerate() {
+            let term = format!("V{i}X{j}");
+            let item = if self == Self::XmlFunction {
+                let close = xml_calls::Close::Text("\n</parameter>");
+                let (value, def) = xml_calls::value_then(schema, &close, key, &term)?;
+                terminals.extend(def);
+                format!("{} {value} \"\\n\"", lit(&format!("<parameter={key}>\n")))
+            } else {
+                let close = match special("</arg_value>") {
+                    Some(id) => xml_calls::Close::Special(id),
+                    None => xml_calls::Close::Text("</arg_value>"),
+                };
+                let (value, def) = xml_calls::value_then(schema, &close, key, &term)?;
+                terminals.extend(def);
+                format!(
+                    "{} {} {} {sep_lit} {} {value} {sep_lit}",
+                    marker("<arg_key>"),
+                    lit(key),
+                    marker("</arg_key>"),
+                    marker("<arg_value>"),
+                )
+            };
+            items.push(if required.contains(&key.as_str()) { item } else { format!("({item})?") });
+        }
+        let head = match self {
+            Self::XmlFunction => lit(&format!("\n<function={}>\n", t.name)),
+            _ => lit(&format!("{}{sep}", t.name)),
+        };
+        let tail = if self == Self::XmlFunction { lit("</function>\n") } else { String::new() };
+        Ok(Some(format!("{} {head} {} {tail} {}", marker("<tool_call>"), items.join(" "), marker("</tool_call>"))))
     }
 }
 
@@ -383,15 +478,16 @@ mod tests {
         let p = ToolFormat::Hermes.parse(
             "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n\
              <tool_call>\n{\"name\": \"get_time\", \"arguments\": \"{\\\"tz\\\": \\\"CET\\\"}\"}\n</tool_call>",
+            &[],
         );
         assert_eq!(p.content, "Let me check.");
         assert_eq!(p.calls, vec![call("get_weather", r#"{"city":"Paris"}"#), call("get_time", r#"{"tz":"CET"}"#)]);
         // Cut off before its closing tag (the answer ended): still a call.
-        let p = ToolFormat::Hermes.parse("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n");
+        let p = ToolFormat::Hermes.parse("<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n", &[]);
         assert_eq!(p.calls, vec![call("f", "{}")]);
         // Broken JSON, or no block: all content.
         for text in ["<tool_call>\n{\"name\": \"f\", \"arguments\": {\n</tool_call>", "Just text."] {
-            let p = ToolFormat::Hermes.parse(text);
+            let p = ToolFormat::Hermes.parse(text, &[]);
             assert!(p.calls.is_empty());
             assert_eq!(p.content, text.trim());
         }
@@ -399,16 +495,16 @@ mod tests {
 
     #[test]
     fn llama3_and_mistral_calls_are_read() {
-        let p = ToolFormat::Llama3.parse("<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 1}}");
+        let p = ToolFormat::Llama3.parse("<|python_tag|>{\"name\": \"f\", \"parameters\": {\"x\": 1}}", &[]);
         assert_eq!(p.calls, vec![call("f", r#"{"x":1}"#)]);
-        assert!(ToolFormat::Llama3.parse("The answer is {\"name\": 1}").calls.is_empty());
-        let p = ToolFormat::MistralList.parse("Sure.[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 1}}]");
+        assert!(ToolFormat::Llama3.parse("The answer is {\"name\": 1}", &[]).calls.is_empty());
+        let p = ToolFormat::MistralList.parse("Sure.[TOOL_CALLS][{\"name\": \"f\", \"arguments\": {\"x\": 1}}]", &[]);
         assert_eq!((p.content.as_str(), p.calls), ("Sure.", vec![call("f", r#"{"x":1}"#)]));
         let p = ToolFormat::MistralArgs
-            .parse("[TOOL_CALLS]f[ARGS]{\"x\": 1}[TOOL_CALLS]g[CALL_ID]abc123xyz[ARGS]{\"y\": [2]}");
+            .parse("[TOOL_CALLS]f[ARGS]{\"x\": 1}[TOOL_CALLS]g[CALL_ID]abc123xyz[ARGS]{\"y\": [2]}", &[]);
         assert_eq!(p.calls, vec![call("f", r#"{"x":1}"#), call("g", r#"{"y":[2]}"#)]);
-        assert!(ToolFormat::MistralArgs.parse("[TOOL_CALLS]f[ARGS]{\"x\": ").calls.is_empty());
-        assert!(ToolFormat::MistralArgs.parse("[TOOL_CALLS]f[ARGS]{} trailing words").calls.is_empty());
+        assert!(ToolFormat::MistralArgs.parse("[TOOL_CALLS]f[ARGS]{\"x\": ", &[]).calls.is_empty());
+        assert!(ToolFormat::MistralArgs.parse("[TOOL_CALLS]f[ARGS]{} trailing words", &[]).calls.is_empty());
     }
 
     #[test]
@@ -421,8 +517,12 @@ mod tests {
         let harmony = format!("<|start|>assistant to=functions.{n}<|channel|>commentary json<|message|>{{\"q\": 1}}");
         assert_eq!(ToolFormat::from_rendered(&harmony), Ok(ToolFormat::Harmony));
         let coder = format!("<tool_call>\n<function={n}>\n<parameter=q>\n1\n</parameter>\n</function>");
+        assert_eq!(ToolFormat::from_rendered(&coder), Ok(ToolFormat::XmlFunction));
+        let glm = format!("<tool_call>{n}<arg_key>q</arg_key><arg_value>1</arg_value></tool_call>");
+        assert_eq!(ToolFormat::from_rendered(&glm), Ok(ToolFormat::ArgKey { newlines: false }));
+        let seed = format!("<seed:tool_call>\n<function={n}>\n<parameter=q>1</parameter>\n</function>");
         assert_eq!(
-            ToolFormat::from_rendered(&coder),
+            ToolFormat::from_rendered(&seed),
             Err(ToolsError::Unsupported("XML-style <function=…> calls".into()))
         );
     }

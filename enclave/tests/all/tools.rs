@@ -27,8 +27,15 @@ fn reference() -> Option<PathBuf> {
 /// A 3-layer Qwen3-MoE-shaped model with random weights, Qwen's vocabulary
 /// and Qwen 2.5's template (whose tool section writes `<tool_call>` JSON).
 fn qwen_model(reference: &Path, dir: &Path) -> PathBuf {
+    qwen_model_with(reference, dir, QWEN25)
+}
+
+const QWEN25: &str = "Qwen-Qwen2.5-7B-Instruct.jinja";
+
+/// [`qwen_model`] with another reference template.
+fn qwen_model_with(reference: &Path, dir: &Path, template: &str) -> PathBuf {
     let path = dir.join("qwen-tools.gguf");
-    let template = std::fs::read_to_string(reference.join("templates/Qwen-Qwen2.5-7B-Instruct.jinja")).unwrap();
+    let template = std::fs::read_to_string(reference.join("templates").join(template)).unwrap();
     let opts = Options {
         vocab_from: Some(reference.join("vocab/ggml-vocab-qwen2.gguf")),
         chat_template: Some(template),
@@ -132,7 +139,12 @@ fn every_reference_template_gets_a_call_format_or_a_named_refusal() {
         ("Mistral-Small-3.2-24B-Instruct-2506.jinja", Ok(ToolFormat::MistralArgs)),
         ("unsloth-mistral-Devstral-Small-2507.jinja", Ok(ToolFormat::MistralArgs)),
         ("openai-gpt-oss-120b.jinja", Ok(ToolFormat::Harmony)),
-        ("Qwen3-Coder.jinja", Err(ToolsError::Unsupported("XML-style <function=…> calls".into()))),
+        ("Qwen3-Coder.jinja", Ok(ToolFormat::XmlFunction)),
+        ("Qwen3.5-4B.jinja", Ok(ToolFormat::XmlFunction)),
+        ("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja", Ok(ToolFormat::XmlFunction)),
+        ("GLM-4.6.jinja", Ok(ToolFormat::ArgKey { newlines: true })),
+        ("GLM-4.7-Flash.jinja", Ok(ToolFormat::ArgKey { newlines: false })),
+        ("ByteDance-Seed-OSS.jinja", Err(ToolsError::Unsupported("XML-style <function=…> calls".into()))),
         ("google-gemma-2-2b-it.jinja", Err(ToolsError::NoToolSection)),
     ];
     for (name, format) in want {
@@ -465,6 +477,61 @@ fn a_gpt_oss_tools_round_trip_through_a_sealed_three_stage_cluster() {
     openai_python_client(&url, &c.route.policy);
 }
 
+/// The XML-style formats: a forced call's grammar takes the call exactly as
+/// the template writes it (every token, then the end) and refuses a value
+/// outside the schema; the call reads back with its arguments typed by the
+/// schema.
+#[test]
+fn xml_style_calls_are_forced_as_the_template_writes_them_and_read_back_typed() {
+    let Some(reference) = reference() else { return };
+    let dir = TempDir::new("tools-xml-forced");
+    for (template, format) in [
+        ("Qwen3-Coder.jinja", ToolFormat::XmlFunction),
+        ("GLM-4.6.jinja", ToolFormat::ArgKey { newlines: true }),
+        ("GLM-4.7-Flash.jinja", ToolFormat::ArgKey { newlines: false }),
+    ] {
+        let tok =
+            Tokenizer::from_gguf(&GgufFile::open(&qwen_model_with(&reference, dir.path(), template)).unwrap()).unwrap();
+        assert_eq!(tok.tool_format(), Ok(format), "{template}");
+        // The call as the template writes an earlier one.
+        let args = json!({"city": "Paris", "unit": "celsius"});
+        let messages = [
+            ChatMessage::new("user", "Weather?"),
+            ChatMessage {
+                tool_calls: Some(json!([{"id": "c1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": args}}])),
+                ..ChatMessage::new("assistant", "")
+            },
+        ];
+        let rendered = tok.render_chat_with(&messages, Some(&json!([weather()]))).unwrap();
+        let start = rendered.rfind("<tool_call>").unwrap();
+        let end = rendered.rfind("</tool_call>").unwrap() + "</tool_call>".len();
+        let written = &rendered[start..end];
+        let user = json!([{"role": "user", "content": "Weather?"}]);
+        let c = parse(&tok, &json!({"messages": user, "tools": [weather(), clock()], "tool_choice": "required"}))
+            .unwrap_or_else(|e| panic!("{template}: {}", e.message));
+        let forced = c.request.sampling.response_format.clone().unwrap();
+        let grammars = tok.grammars().unwrap();
+        let mut m = grammars.compile(&forced).unwrap_or_else(|e| panic!("{template}: {e}"));
+        for id in tok.tokenize(written, false, true).unwrap() {
+            assert!(m.advance(id), "{template}: {:?} refused in {written:?}", tok.piece(id).unwrap());
+        }
+        let mut logits = vec![0.0f32; tok.vocab_size()];
+        m.mask(&mut logits).unwrap();
+        assert!(logits[tok.eos() as usize].is_finite(), "{template}: the call is whole, the answer may end");
+        // A unit outside the enum is refused somewhere in its value.
+        let mut m = grammars.compile(&forced).unwrap();
+        let wrong = written.replace("celsius", "kelvin");
+        assert!(!tok.tokenize(&wrong, false, true).unwrap().into_iter().all(|id| m.advance(id)), "{template}");
+        // Read back: the arguments' JSON, typed by the schema.
+        let defs = c.tools.as_ref().unwrap().defs.clone();
+        let p = format.parse(&format!("Let me look.\n{written}"), &defs);
+        assert_eq!(p.content, "Let me look.", "{template}");
+        assert_eq!(p.calls.len(), 1, "{template}: {p:?}");
+        assert_eq!(serde_json::from_str::<Value>(&p.calls[0].arguments).unwrap(), args, "{template}");
+    }
+}
+
 /// What a streamed answer said: its text, its tool calls (name and
 /// arguments) and its finish reason.
 fn read_stream(sse: &str) -> (String, Vec<(String, String)>, String) {
@@ -494,11 +561,22 @@ fn read_stream(sse: &str) -> (String, Vec<(String, String)>, String) {
 /// answer comes; and the shard keeps serving after refused requests.
 #[test]
 fn a_tools_round_trip_through_a_sealed_three_stage_cluster() {
+    round_trip("tools", QWEN25);
+}
+
+/// The same round trip in Qwen3-Coder's XML format (`<function=…>` and
+/// one `<parameter=…>` block of text per argument).
+#[test]
+fn an_xml_tools_round_trip_through_a_sealed_three_stage_cluster() {
+    round_trip("tools-xml", "Qwen3-Coder.jinja");
+}
+
+fn round_trip(name: &str, template: &str) {
     use veil_client::sdk::Client;
     let Some(reference) = reference() else { return };
-    let dir = TempDir::new("tools-cluster");
-    let path = qwen_model(&reference, dir.path());
-    let mut c = Cluster::with_layers("tools", &path, &[1, 2], &[1, 1, 1], 3);
+    let dir = TempDir::new(name);
+    let path = qwen_model_with(&reference, dir.path(), template);
+    let mut c = Cluster::with_layers(name, &path, &[1, 2], &[1, 1, 1], 3);
     c.start_all();
     let url = format!("http://{}", c.route.sealed_listen.unwrap());
     let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
