@@ -200,6 +200,9 @@ pub struct Tokenizer {
     add_bos: bool,
     stop_ids: Vec<u32>,
     special_ids: Vec<u32>,
+    /// The user-defined ones among them (sorted): written as their text in
+    /// decoded output, as llama.cpp does (Qwen's `<think>`, `<tool_call>`).
+    user_defined: Vec<u32>,
     vocab: usize,
     chat_template: Option<String>,
     tokens: Vec<String>,
@@ -223,13 +226,16 @@ impl Tokenizer {
         let types = g.meta_ints("tokenizer.ggml.token_type").unwrap_or_default();
         let id = |k: &str| g.meta_u64(k).ok().and_then(|v| u32::try_from(v).ok());
         // Control and user-defined tokens are matched as wholes when special
-        // parsing is on, and left out of decoded text, as llama.cpp does.
+        // parsing is on; decoded text leaves control tokens out and writes
+        // user-defined ones as their text, as llama.cpp does.
         let special_ids: Vec<u32> = types
             .iter()
             .enumerate()
             .filter(|(_, t)| matches!(**t, token_type::CONTROL | token_type::USER_DEFINED))
             .map(|(i, _)| i as u32)
             .collect();
+        let user_defined: Vec<u32> =
+            types.iter().enumerate().filter(|(_, t)| **t == token_type::USER_DEFINED).map(|(i, _)| i as u32).collect();
         // What llama.cpp assumes when the GGUF does not say: sentencepiece
         // vocabularies and Llama 3 prepend BOS; GLM-4 has none.
         let (engine, add_bos_default, has_bos) = match model {
@@ -291,6 +297,7 @@ impl Tokenizer {
             bos: id("tokenizer.ggml.bos_token_id").filter(|_| has_bos),
             add_bos: g.meta_bool("tokenizer.ggml.add_bos_token").unwrap_or(add_bos_default),
             stop_ids,
+            user_defined,
             special_ids,
             vocab: tokens.len(),
             chat_template,
@@ -453,12 +460,40 @@ impl Tokenizer {
         Ok(ids)
     }
 
-    /// Ids to text (special tokens skipped).
+    /// Ids to text: control tokens left out, user-defined ones written as
+    /// their text (llama.cpp's `token_to_piece` without `special`).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
         if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.vocab) {
             return Err(ModelError::Invalid(format!("token id {bad} is outside the vocabulary of {}", self.vocab)));
         }
-        let ids: Vec<u32> = ids.iter().copied().filter(|i| !self.special_ids.contains(i)).collect();
+        self.decode_keeping(ids, |id| self.user_defined.binary_search(&id).is_ok())
+    }
+
+    /// Ids to text: runs of ordinary tokens through the engine's decoder,
+    /// and of the special tokens those `keep` says, their text.
+    fn decode_keeping(&self, ids: &[u32], keep: impl Fn(u32) -> bool) -> Result<String> {
+        let mut out = String::new();
+        let mut run = Vec::new();
+        for &id in ids {
+            if self.special_ids.binary_search(&id).is_ok() {
+                out.push_str(&self.decode_ordinary(&run)?);
+                run.clear();
+                if keep(id) {
+                    out.push_str(&self.tokens[id as usize]);
+                }
+            } else {
+                run.push(id);
+            }
+        }
+        out.push_str(&self.decode_ordinary(&run)?);
+        Ok(out)
+    }
+
+    /// Ordinary (not control or user-defined) ids to text.
+    fn decode_ordinary(&self, ids: &[u32]) -> Result<String> {
+        if ids.is_empty() {
+            return Ok(String::new());
+        }
         match &self.engine {
             Engine::Bpe { plain, .. } => {
                 plain.decode(&ids, false).map_err(|e| ModelError::Invalid(format!("detokenize: {e}")))
@@ -568,19 +603,10 @@ impl Tokenizer {
     /// Ids to text with control and user-defined tokens written as their
     /// own text (`<tool_call>`), as a tool-call parser reads the output.
     pub fn decode_with_special(&self, ids: &[u32]) -> Result<String> {
-        let mut out = String::new();
-        let mut run = Vec::new();
-        for &id in ids {
-            if self.special_ids.contains(&id) {
-                out.push_str(&self.decode(&run)?);
-                run.clear();
-                out.push_str(&self.piece(id)?);
-            } else {
-                run.push(id);
-            }
+        if let Some(bad) = ids.iter().find(|&&i| i as usize >= self.vocab) {
+            return Err(ModelError::Invalid(format!("token id {bad} is outside the vocabulary of {}", self.vocab)));
         }
-        out.push_str(&self.decode(&run)?);
-        Ok(out)
+        self.decode_keeping(ids, |_| true)
     }
 
     /// [`render_chat`](Self::render_chat) with `tools` in the context.

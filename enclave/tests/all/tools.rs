@@ -183,6 +183,20 @@ fn text_streams_up_to_a_tool_call_and_no_further() {
     assert_eq!(stream(ToolFormat::MistralArgs, "Sure.[TOOL_CALLS]f[ARGS]{}").0, "Sure.");
 }
 
+/// Decoded text leaves control tokens out and writes user-defined ones as
+/// their text, as llama.cpp's `token_to_piece` does: in Phi-3's
+/// vocabulary `</s>` is user-defined and `<|endoftext|>` control.
+#[test]
+fn user_defined_tokens_are_text_and_control_tokens_are_not() {
+    let Some(reference) = reference() else { return };
+    let tok = Tokenizer::from_gguf(&GgufFile::open(&reference.join("vocab/ggml-vocab-phi-3.gguf")).unwrap()).unwrap();
+    let ids = tok.tokenize("Hello</s> there<|endoftext|>", false, true).unwrap();
+    assert!(ids.contains(&tok.special_id("</s>").unwrap()) && ids.contains(&tok.special_id("<|endoftext|>").unwrap()));
+    let all = tok.decode_with_special(&ids).unwrap();
+    assert!(all.contains("Hello</s>") && all.ends_with("there<|endoftext|>"), "{all:?}");
+    assert_eq!(tok.decode(&ids).unwrap(), all.trim_end_matches("<|endoftext|>"));
+}
+
 fn parse(tok: &Tokenizer, body: &Value) -> Result<Box<openai::Call>, ApiError> {
     let body = serde_json::to_vec(body).unwrap();
     match openai::parse(b"POST", b"/v1/chat/completions", &body, tok, "qwen", 4096)? {
