@@ -11,6 +11,7 @@ use veil_wire::http::openai::{CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, MODELS_PA
 use crate::generate::TokenLogprob;
 use crate::pipeline::entry::{PipelineRequest, SpeculationRequest};
 use crate::text::grammar::{ResponseFormat, MAX_SCHEMA_BYTES};
+use crate::text::reasoning::ReasoningFormat;
 use crate::text::sampler::{SamplingParams, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
 use crate::text::tokenizer::{ChatMessage, Tokenizer};
 use crate::text::tools::{CallMarkers, ToolCall, ToolDef, ToolFormat, MAX_TOOLS};
@@ -207,9 +208,9 @@ pub struct Call {
     /// Read tool calls out of each answer in this format (tools offered
     /// and `tool_choice` not `none`).
     pub tools: Option<Tools>,
-    /// A chat answer in gpt-oss's harmony messages, read by channel
-    /// ([`crate::text::harmony`]): reasoning, content and calls.
-    pub harmony: bool,
+    /// How a chat answer sets its reasoning apart, when the model does
+    /// ([`crate::text::reasoning`]): it is returned as `reasoning_content`.
+    pub reasoning: Option<ReasoningFormat>,
 }
 
 /// How the answers of a call that offered tools are read.
@@ -325,6 +326,7 @@ pub fn parse(
     };
     let mut tool_use = None;
     let harmony = kind == Kind::Chat && tokenizer.harmony();
+    let thinks = kind == Kind::Chat && !harmony && tokenizer.thinks();
     let (common, prompt_ids) = match kind {
         Kind::Chat => {
             let b: ChatBody = serde_json::from_slice(body).map_err(bad_json)?;
@@ -449,6 +451,16 @@ pub fn parse(
             format!("{} prompt tokens + max_tokens {max_tokens} exceed the context of {context}", prompt_ids.len()),
         ));
     }
+    // Under a response format or a forced call the grammar holds from the
+    // first token, so the answer does not think first, even where the
+    // prompt opened a `<think>` block: it is read as content.
+    let reasoning = match (harmony, thinks) {
+        (true, _) => Some(ReasoningFormat::Harmony),
+        (false, true) => {
+            Some(ReasoningFormat::Think { open: response_format.is_none() && opens_thinking(tokenizer, &prompt_ids) })
+        }
+        _ => None,
+    };
     let request = PipelineRequest {
         prompt_ids,
         max_tokens,
@@ -482,8 +494,15 @@ pub fn parse(
         model: common.model.unwrap_or_else(|| model_name.to_owned()),
         n,
         tools,
-        harmony,
+        reasoning,
     })))
+}
+
+/// Whether the prompt ends inside an open `<think>` block (the template's
+/// generation prompt opened it, as DeepSeek R1's does).
+fn opens_thinking(tokenizer: &Tokenizer, prompt: &[u32]) -> bool {
+    let tail = &prompt[prompt.len().saturating_sub(8)..];
+    tokenizer.decode_with_special(tail).is_ok_and(|t| t.trim_end().ends_with("<think>"))
 }
 
 /// `tools`: at most [`MAX_TOOLS`] functions, each `{type: "function",

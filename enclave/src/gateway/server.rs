@@ -38,7 +38,8 @@ use super::openai::{self, ApiError, Call, Ids, Kind, Route, Usage};
 use super::seal::{GatewaySealError, ResponseSealer, SealKey, MAX_SEALED_REQUEST};
 use crate::generate::{Generation, TokenLogprob};
 use crate::pipeline::entry::{Entry, Failure, GenerateEvent};
-use crate::text::harmony::{self, Delta, HarmonyReader};
+use crate::text::harmony::Delta;
+use crate::text::reasoning::Reader;
 use crate::text::tokenizer::Tokenizer;
 use crate::text::tools::Parsed;
 use veil_wire::Blame;
@@ -460,9 +461,9 @@ impl Gateway {
         };
         let finish = |n: usize| if n >= max_tokens { "length" } else { "stop" };
         let tokenizer = self.entry.tokenizer();
-        let reader = || call.harmony.then(|| HarmonyReader::new(call.tools.is_some()));
+        let reader = || call.reasoning.map(|f| f.reader(call.tools.is_some()));
         let mut choices: Vec<ChoiceState> =
-            (0..call.n).map(|_| ChoiceState { harmony: reader(), ..ChoiceState::default() }).collect();
+            (0..call.n).map(|_| ChoiceState { reader: reader(), ..ChoiceState::default() }).collect();
         if call.stream {
             sealer.head(200, &[("content-type", EVENT_STREAM_TYPE), ("cache-control", "no-cache")]).await?;
         }
@@ -481,9 +482,10 @@ impl Gateway {
                 // Offered tools, the text streams up to a call (the entry
                 // holds the rest back).
                 GenerateEvent::Text(t) if call.stream => {
-                    if let Some(h) = c.harmony.as_mut() {
-                        let d = h.push(&t);
-                        for chunk in c.harmony_chunks(call.kind, tokenizer, &ids, i, d) {
+                    if let Some(r) = c.reader.as_mut() {
+                        let d = r.push(&t);
+                        c.fed += t.len();
+                        for chunk in c.delta_chunks(call.kind, tokenizer, &ids, i, d) {
                             sealer.body(&chunk).await?;
                         }
                         continue;
@@ -505,14 +507,18 @@ impl Gateway {
                     if call.stream {
                         let lp = c.take_logprobs(call.kind, tokenizer, g.ids.len());
                         let mut end_reason = finish(g.ids.len());
-                        if let Some(h) = c.harmony.take() {
-                            // What the reader still held, then the calls whole.
-                            let (d, mut parsed) = h.finish();
-                            for chunk in c.harmony_chunks(call.kind, tokenizer, &ids, i, d) {
+                        if let Some(r) = c.reader.take() {
+                            // The text not streamed (held back at a call),
+                            // then what the stream has not said, then the
+                            // calls whole.
+                            let parsed = sort_answer(call.tools.as_ref(), r, g.text.get(c.fed..).unwrap_or_default());
+                            let said = if parsed.calls.is_empty() { c.streamed.as_str() } else { c.streamed.trim() };
+                            let d = Delta {
+                                reasoning: parsed.reasoning.strip_prefix(&c.reasoned).unwrap_or_default().to_owned(),
+                                content: parsed.content.strip_prefix(said).unwrap_or_default().to_owned(),
+                            };
+                            for chunk in c.delta_chunks(call.kind, tokenizer, &ids, i, d) {
                                 sealer.body(&chunk).await?;
-                            }
-                            if !call.tools.as_ref().is_some_and(|t| t.parallel) {
-                                parsed.calls.truncate(1);
                             }
                             if !parsed.calls.is_empty() {
                                 sealer.body(&openai::sse_tool_calls(&ids, i, &parsed.calls, c.first)).await?;
@@ -595,15 +601,9 @@ impl Gateway {
         }
         let parsed: Vec<Option<Parsed>> = done
             .iter()
-            .map(|g| match call.harmony {
-                true => {
-                    let mut p = harmony::parse(&g.text, call.tools.is_some());
-                    if !call.tools.as_ref().is_some_and(|t| t.parallel) {
-                        p.calls.truncate(1);
-                    }
-                    Some(p)
-                }
-                false => call.tools.as_ref().map(|tools| read_calls(tools, g)),
+            .map(|g| match call.reasoning {
+                Some(f) => Some(sort_answer(call.tools.as_ref(), f.reader(call.tools.is_some()), &g.text)),
+                None => call.tools.as_ref().map(|tools| read_calls(tools, g)),
             })
             .collect();
         let answers: Vec<openai::Choice<'_>> = done
@@ -644,22 +644,37 @@ struct ChoiceState {
     done: Option<Generation>,
     /// Text streamed so far (read when tools were offered).
     streamed: String,
-    /// The reader of a harmony answer, while it streams.
-    harmony: Option<HarmonyReader>,
+    /// The reader of an answer whose reasoning is set apart, while it
+    /// streams; the bytes of text it was given, and the reasoning sent.
+    reader: Option<Reader>,
+    fed: usize,
+    reasoned: String,
 }
 
 impl Default for ChoiceState {
     fn default() -> Self {
-        Self { first: true, pending: None, sent: 0, offset: 0, done: None, streamed: String::new(), harmony: None }
+        Self {
+            first: true,
+            pending: None,
+            sent: 0,
+            offset: 0,
+            done: None,
+            streamed: String::new(),
+            reader: None,
+            fed: 0,
+            reasoned: String::new(),
+        }
     }
 }
 
 impl ChoiceState {
-    /// The chunks a harmony answer's next piece makes: its reasoning, then
-    /// its content with the pending log-probabilities (those of the
-    /// headers' tokens too).
-    fn harmony_chunks(&mut self, kind: Kind, tokenizer: &Tokenizer, ids: &Ids, index: usize, d: Delta) -> Vec<Vec<u8>> {
+    /// The chunks a sorted piece of an answer makes: its reasoning, then
+    /// its content with the pending log-probabilities (those of markers
+    /// and headers too).
+    fn delta_chunks(&mut self, kind: Kind, tokenizer: &Tokenizer, ids: &Ids, index: usize, d: Delta) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
+        self.reasoned.push_str(&d.reasoning);
+        self.streamed.push_str(&d.content);
         if !d.reasoning.is_empty() {
             out.push(openai::sse_reasoning(ids, index, &d.reasoning, self.first));
             self.first = false;
@@ -693,6 +708,24 @@ fn read_calls(tools: &openai::Tools, g: &Generation) -> Parsed {
         parsed.calls.truncate(1);
     }
     parsed
+}
+
+/// The whole answer sorted by its reasoning format: `reader` (given the
+/// streamed part, or nothing yet) reads `rest`; a `<think>` model's calls
+/// are read from its content in the tool format; all of them, or the first
+/// when `parallel_tool_calls` is false.
+fn sort_answer(tools: Option<&openai::Tools>, mut reader: Reader, rest: &str) -> Parsed {
+    reader.push(rest);
+    let thinks = matches!(reader, Reader::Think(_));
+    let (_, mut whole) = reader.finish();
+    if let (true, Some(tools)) = (thinks, tools) {
+        let p = tools.format.parse(&whole.content, &tools.defs);
+        (whole.content, whole.calls) = (p.content, p.calls);
+    }
+    if !tools.is_some_and(|t| t.parallel) {
+        whole.calls.truncate(1);
+    }
+    whole
 }
 
 /// The drafter that ran for a generation, as the sealed answer names it:

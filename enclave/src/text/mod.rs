@@ -2,6 +2,7 @@
 
 pub mod grammar;
 pub mod harmony;
+pub mod reasoning;
 pub mod sampler;
 pub mod spm;
 pub mod template;

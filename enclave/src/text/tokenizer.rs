@@ -586,6 +586,12 @@ impl Tokenizer {
             && self.chat_template.as_deref().is_some_and(|t| t.contains("<|channel|>"))
     }
 
+    /// Whether the model thinks in a `<think>…</think>` block first
+    /// ([`super::reasoning`]): its chat template writes both tags.
+    pub fn thinks(&self) -> bool {
+        self.chat_template.as_deref().is_some_and(|t| t.contains("<think>") && t.contains("</think>"))
+    }
+
     /// The id of the control or user-defined token whose text is `text`.
     pub fn special_id(&self, text: &str) -> Option<u32> {
         self.special_ids.iter().copied().find(|&i| self.tokens.get(i as usize).is_some_and(|t| t == text))

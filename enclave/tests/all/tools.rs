@@ -13,6 +13,7 @@ use veil_enclave::gateway::openai::{self, ApiError, Route};
 use veil_enclave::model::synth::{self, Options, Shape};
 use veil_enclave::model::GgufFile;
 use veil_enclave::text::grammar::ResponseFormat;
+use veil_enclave::text::reasoning::ReasoningFormat;
 use veil_enclave::text::tokenizer::{ChatMessage, Tokenizer};
 use veil_enclave::text::tools::{ToolFormat, ToolsError};
 
@@ -355,14 +356,14 @@ fn a_gpt_oss_answer_is_read_by_channel() {
     // completion is not.
     let user = json!([{"role": "user", "content": "Weather in Paris?"}]);
     let c = parse(&tok, &json!({"messages": user})).unwrap();
-    assert!(c.harmony && c.tools.is_none());
+    assert!(c.reasoning == Some(ReasoningFormat::Harmony) && c.tools.is_none());
     assert_eq!(c.request.calls, Some(CallMarkers::default()), "read with special tokens written out");
     let body = serde_json::to_vec(&json!({"prompt": "Hi"})).unwrap();
     let Route::Generate(completion) = openai::parse(b"POST", b"/v1/completions", &body, &tok, "gpt-oss", 4096).unwrap()
     else {
         panic!()
     };
-    assert!(!completion.harmony && completion.request.calls.is_none());
+    assert!(completion.reasoning.is_none() && completion.request.calls.is_none());
     // Tools, an earlier call and its result, as the template writes them.
     let trip = json!([
         {"role": "user", "content": "Weather in Paris?"},
@@ -544,6 +545,93 @@ fn xml_style_calls_are_forced_as_the_template_writes_them_and_read_back_typed() 
         assert_eq!(p.calls.len(), 1, "{template}: {p:?}");
         assert_eq!(serde_json::from_str::<Value>(&p.calls[0].arguments).unwrap(), args, "{template}");
     }
+}
+
+/// The streamed reasoning and content deltas of an event stream, each
+/// put together.
+fn stream_parts(sse: &str) -> (String, String) {
+    let mut parts = (String::new(), String::new());
+    for ev in sse.split("\n\n").filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: "))) {
+        let Ok(v) = serde_json::from_str::<Value>(ev) else { continue };
+        let delta = &v["choices"][0]["delta"];
+        parts.0.push_str(delta["reasoning_content"].as_str().unwrap_or_default());
+        parts.1.push_str(delta["content"].as_str().unwrap_or_default());
+    }
+    parts
+}
+
+/// A model that thinks in `<think>` first: which templates open the block
+/// in the prompt; through a sealed 3-stage cluster (Qwen 3.5's template,
+/// which opens it), the answer is reasoning, streamed and not alike, while
+/// a forced call and a response format hold from the first token and are
+/// read as content.
+#[test]
+fn a_thinking_model_s_reasoning_is_set_apart_through_a_sealed_three_stage_cluster() {
+    use veil_client::sdk::Client;
+    let Some(reference) = reference() else { return };
+    let dir = TempDir::new("tools-think");
+    let user = json!([{"role": "user", "content": "Weather in Paris?"}]);
+    for (template, want) in [
+        ("Qwen-Qwen3-0.6B.jinja", Some(ReasoningFormat::Think { open: false })),
+        ("deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja", Some(ReasoningFormat::Think { open: false })),
+        ("Qwen3.5-4B.jinja", Some(ReasoningFormat::Think { open: true })),
+        (QWEN25, None),
+    ] {
+        let tok =
+            Tokenizer::from_gguf(&GgufFile::open(&qwen_model_with(&reference, dir.path(), template)).unwrap()).unwrap();
+        assert_eq!(parse(&tok, &json!({"messages": user})).unwrap().reasoning, want, "{template}");
+        let formatted = parse(&tok, &json!({"messages": user, "response_format": {"type": "json_object"}})).unwrap();
+        assert!(!matches!(formatted.reasoning, Some(ReasoningFormat::Think { open: true })), "{template}");
+    }
+    let path = qwen_model_with(&reference, dir.path(), "Qwen3.5-4B.jinja");
+    let mut c = Cluster::with_layers("tools-think", &path, &[1, 2], &[1, 1, 1], 3);
+    c.start_all();
+    let url = format!("http://{}", c.route.sealed_listen.unwrap());
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let client = Client::connect(&url, &policy).await.unwrap();
+        let call = |body: Value| {
+            let client = &client;
+            async move {
+                let mut resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
+                assert_eq!(resp.status, 200);
+                let mut bytes = Vec::new();
+                while let Some(p) = resp.next().await.unwrap() {
+                    bytes.extend(p);
+                }
+                String::from_utf8(bytes).unwrap()
+            }
+        };
+        // The prompt opened the block and a random model never closes it:
+        // all of the answer is reasoning.
+        let plain = json!({"messages": user, "temperature": 0, "max_tokens": 16});
+        let v: Value = serde_json::from_str(&call(plain.clone()).await).unwrap();
+        let message = &v["choices"][0]["message"];
+        let reasoning = message["reasoning_content"].as_str().unwrap_or_default().to_owned();
+        assert!(!reasoning.is_empty() && message["content"] == "", "{v}");
+        let mut streamed = plain;
+        streamed["stream"] = true.into();
+        assert_eq!(stream_parts(&call(streamed).await), (reasoning, String::new()));
+        // A forced call: the grammar holds from the first token; the call
+        // is read from the content.
+        let forced = json!({"messages": user, "tools": [weather()], "tool_choice": "required", "temperature": 0,
+            "max_tokens": 96});
+        let v: Value = serde_json::from_str(&call(forced).await).unwrap();
+        let f = &v["choices"][0]["message"]["tool_calls"][0]["function"];
+        assert_eq!(f["name"], "get_weather", "{v}");
+        check_weather_arguments(f["arguments"].as_str().unwrap());
+        // A response format: the content is the JSON.
+        let json_object = json!({"messages": user, "response_format": {"type": "json_object"}, "temperature": 0,
+            "max_tokens": 48});
+        let v: Value = serde_json::from_str(&call(json_object).await).unwrap();
+        let choice = &v["choices"][0];
+        if choice["finish_reason"] == "stop" {
+            let content = choice["message"]["content"].as_str().unwrap();
+            assert!(serde_json::from_str::<Value>(content).unwrap().is_object(), "{v}");
+        }
+        assert!(choice["message"].get("reasoning_content").is_none(), "{v}");
+    });
 }
 
 /// What a streamed answer said: its text, its tool calls (name and
