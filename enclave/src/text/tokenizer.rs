@@ -496,9 +496,9 @@ impl Tokenizer {
         }
         match &self.engine {
             Engine::Bpe { plain, .. } => {
-                plain.decode(&ids, false).map_err(|e| ModelError::Invalid(format!("detokenize: {e}")))
+                plain.decode(ids, false).map_err(|e| ModelError::Invalid(format!("detokenize: {e}")))
             }
-            Engine::Spm(spm) => spm.decode(&ids),
+            Engine::Spm(spm) => spm.decode(ids),
         }
     }
 
