@@ -512,10 +512,13 @@ impl Gateway {
                             // then what the stream has not said, then the
                             // calls whole.
                             let parsed = sort_answer(call.tools.as_ref(), r, g.text.get(c.fed..).unwrap_or_default());
-                            let said = if parsed.calls.is_empty() { c.streamed.as_str() } else { c.streamed.trim() };
+                            // (A parsed call's content is trimmed: the
+                            // stream may have said more blanks.)
+                            let content = (parsed.content.strip_prefix(c.streamed.as_str()))
+                                .or_else(|| parsed.content.strip_prefix(c.streamed.trim()));
                             let d = Delta {
                                 reasoning: parsed.reasoning.strip_prefix(&c.reasoned).unwrap_or_default().to_owned(),
-                                content: parsed.content.strip_prefix(said).unwrap_or_default().to_owned(),
+                                content: content.unwrap_or_default().to_owned(),
                             };
                             for chunk in c.delta_chunks(call.kind, tokenizer, &ids, i, d) {
                                 sealer.body(&chunk).await?;

@@ -407,89 +407,69 @@ fn a_gpt_oss_answer_is_read_by_channel() {
 /// trip passes as it does for Qwen's format.
 #[test]
 fn a_gpt_oss_tools_round_trip_through_a_sealed_three_stage_cluster() {
-    use veil_client::sdk::Client;
     let Some(reference) = reference() else { return };
     let dir = TempDir::new("tools-harmony-cluster");
     let path = gpt_oss_model(&reference, dir.path());
-    let mut c = Cluster::with_layers("tools-harmony", &path, &[1, 2], &[1, 1, 1], 3);
-    c.start_all();
-    let url = format!("http://{}", c.route.sealed_listen.unwrap());
-    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let client = Client::connect(&url, &policy).await.unwrap();
-        let call = |body: Value| {
-            let client = &client;
-            async move {
-                let mut resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
-                let status = resp.status;
-                let mut bytes = Vec::new();
-                while let Some(p) = resp.next().await.unwrap() {
-                    bytes.extend(p);
-                }
-                (status, String::from_utf8(bytes).unwrap())
-            }
-        };
-        let question = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
-        let mut clock = clock();
-        clock["function"]["description"] = "Local time.".into();
-        let forced = json!({"messages": question, "tools": [weather(), clock], "tool_choice": "required",
-            "temperature": 0, "max_tokens": 96});
-        let (status, body) = call(forced.clone()).await;
-        let v: Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(status, 200, "{v}");
-        let choice = &v["choices"][0];
-        assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
-        assert!(choice["message"]["content"].is_null(), "{v}");
-        let calls = choice["message"]["tool_calls"].as_array().unwrap();
-        assert_eq!(calls.len(), 1, "{v}");
-        let name = calls[0]["function"]["name"].as_str().unwrap();
-        let arguments = calls[0]["function"]["arguments"].as_str().unwrap();
-        match name {
-            "get_weather" => check_weather_arguments(arguments),
-            "get_time" => assert!(serde_json::from_str::<Value>(arguments).unwrap()["zone"].is_string()),
-            other => panic!("called {other}"),
-        }
-        let mut streamed = forced.clone();
-        streamed["stream"] = true.into();
-        let (status, sse) = call(streamed).await;
-        assert_eq!(status, 200);
-        let (text, calls, finish) = read_stream(&sse);
-        assert_eq!((text.as_str(), finish.as_str()), ("", "tool_calls"));
-        assert_eq!(calls, vec![(name.to_owned(), arguments.to_owned())]);
-        // The result goes back through the template; an answer comes.
-        let trip = json!({"messages": [
-            question[0],
-            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_7", "type": "function",
-                "function": {"name": name, "arguments": arguments}}]},
-            {"role": "tool", "tool_call_id": "call_7", "content": "{\"temperature\": 18}"},
-        ], "tools": forced["tools"], "temperature": 0, "max_tokens": 12});
-        let (status, body) = call(trip).await;
-        assert_eq!(status, 200, "{body}");
-        // A plain chat, sampled: the stream's reasoning and content deltas
-        // add up to the whole answer's (the same seed, the same tokens).
-        let plain = json!({"messages": question, "temperature": 1.0, "seed": 3, "max_tokens": 24});
-        let (status, body) = call(plain.clone()).await;
-        let v: Value = serde_json::from_str(&body).unwrap();
-        assert_eq!(status, 200, "{v}");
-        let message = &v["choices"][0]["message"];
-        let mut streamed = plain;
-        streamed["stream"] = true.into();
-        let (_, sse) = call(streamed).await;
-        let (text, calls, finish) = read_stream(&sse);
-        let reasoning: String = sse
-            .split("\n\n")
-            .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
-            .filter(|e| *e != "[DONE]")
-            .filter_map(|e| serde_json::from_str::<Value>(e).ok())
-            .filter_map(|v| v["choices"][0]["delta"]["reasoning_content"].as_str().map(str::to_owned))
-            .collect();
-        assert!(calls.is_empty());
-        assert_eq!(finish, v["choices"][0]["finish_reason"].as_str().unwrap());
-        assert_eq!(text, message["content"].as_str().unwrap(), "{v}");
-        assert_eq!(reasoning, message["reasoning_content"].as_str().unwrap_or_default(), "{v}");
-    });
-    openai_python_client(&url, &c.route.policy);
+    let s = Sealed::start("tools-harmony", &path);
+    let question = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+    let mut clock = clock();
+    clock["function"]["description"] = "Local time.".into();
+    let forced = json!({"messages": question, "tools": [weather(), clock], "tool_choice": "required",
+        "temperature": 0, "max_tokens": 96});
+    let (status, body) = s.chat(forced.clone());
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status, 200, "{v}");
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    assert!(choice["message"]["content"].is_null(), "{v}");
+    let calls = choice["message"]["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{v}");
+    let name = calls[0]["function"]["name"].as_str().unwrap();
+    let arguments = calls[0]["function"]["arguments"].as_str().unwrap();
+    match name {
+        "get_weather" => check_weather_arguments(arguments),
+        "get_time" => assert!(serde_json::from_str::<Value>(arguments).unwrap()["zone"].is_string()),
+        other => panic!("called {other}"),
+    }
+    let mut streamed = forced.clone();
+    streamed["stream"] = true.into();
+    let (status, sse) = s.chat(streamed);
+    assert_eq!(status, 200);
+    let (text, calls, finish) = read_stream(&sse);
+    assert_eq!((text.as_str(), finish.as_str()), ("", "tool_calls"));
+    assert_eq!(calls, vec![(name.to_owned(), arguments.to_owned())]);
+    // The result goes back through the template; an answer comes.
+    let trip = json!({"messages": [
+        question[0],
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_7", "type": "function",
+            "function": {"name": name, "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call_7", "content": "{\"temperature\": 18}"},
+    ], "tools": forced["tools"], "temperature": 0, "max_tokens": 12});
+    let (status, body) = s.chat(trip);
+    assert_eq!(status, 200, "{body}");
+    // A plain chat, sampled: the stream's reasoning and content deltas
+    // add up to the whole answer's (the same seed, the same tokens).
+    let plain = json!({"messages": question, "temperature": 1.0, "seed": 3, "max_tokens": 24});
+    let (status, body) = s.chat(plain.clone());
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status, 200, "{v}");
+    let message = &v["choices"][0]["message"];
+    let mut streamed = plain;
+    streamed["stream"] = true.into();
+    let (_, sse) = s.chat(streamed);
+    let (text, calls, finish) = read_stream(&sse);
+    let reasoning: String = sse
+        .split("\n\n")
+        .filter_map(|e| e.lines().find_map(|l| l.strip_prefix("data: ")))
+        .filter(|e| *e != "[DONE]")
+        .filter_map(|e| serde_json::from_str::<Value>(e).ok())
+        .filter_map(|v| v["choices"][0]["delta"]["reasoning_content"].as_str().map(str::to_owned))
+        .collect();
+    assert!(calls.is_empty());
+    assert_eq!(finish, v["choices"][0]["finish_reason"].as_str().unwrap());
+    assert_eq!(text, message["content"].as_str().unwrap(), "{v}");
+    assert_eq!(reasoning, message["reasoning_content"].as_str().unwrap_or_default(), "{v}");
+    openai_python_client(&s.url, &s.cluster.route.policy);
 }
 
 /// The XML-style formats: a forced call's grammar takes the call exactly as
@@ -567,7 +547,6 @@ fn stream_parts(sse: &str) -> (String, String) {
 /// read as content.
 #[test]
 fn a_thinking_model_s_reasoning_is_set_apart_through_a_sealed_three_stage_cluster() {
-    use veil_client::sdk::Client;
     let Some(reference) = reference() else { return };
     let dir = TempDir::new("tools-think");
     let user = json!([{"role": "user", "content": "Weather in Paris?"}]);
@@ -584,54 +563,76 @@ fn a_thinking_model_s_reasoning_is_set_apart_through_a_sealed_three_stage_cluste
         assert!(!matches!(formatted.reasoning, Some(ReasoningFormat::Think { open: true })), "{template}");
     }
     let path = qwen_model_with(&reference, dir.path(), "Qwen3.5-4B.jinja");
-    let mut c = Cluster::with_layers("tools-think", &path, &[1, 2], &[1, 1, 1], 3);
-    c.start_all();
-    let url = format!("http://{}", c.route.sealed_listen.unwrap());
-    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let client = Client::connect(&url, &policy).await.unwrap();
-        let call = |body: Value| {
-            let client = &client;
-            async move {
-                let mut resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
-                assert_eq!(resp.status, 200);
-                let mut bytes = Vec::new();
-                while let Some(p) = resp.next().await.unwrap() {
-                    bytes.extend(p);
-                }
-                String::from_utf8(bytes).unwrap()
+    let s = Sealed::start("tools-think", &path);
+    // The prompt opened the block and a random model never closes it:
+    // all of the answer is reasoning.
+    let plain = json!({"messages": user, "temperature": 0, "max_tokens": 16});
+    let v: Value = serde_json::from_str(&s.chat_ok(plain.clone())).unwrap();
+    let message = &v["choices"][0]["message"];
+    let reasoning = message["reasoning_content"].as_str().unwrap_or_default().to_owned();
+    assert!(!reasoning.is_empty() && message["content"] == "", "{v}");
+    let mut streamed = plain;
+    streamed["stream"] = true.into();
+    assert_eq!(stream_parts(&s.chat_ok(streamed)), (reasoning, String::new()));
+    // A forced call: the grammar holds from the first token; the call
+    // is read from the content.
+    let forced = json!({"messages": user, "tools": [weather()], "tool_choice": "required", "temperature": 0,
+        "max_tokens": 96});
+    let v: Value = serde_json::from_str(&s.chat_ok(forced)).unwrap();
+    let f = &v["choices"][0]["message"]["tool_calls"][0]["function"];
+    assert_eq!(f["name"], "get_weather", "{v}");
+    check_weather_arguments(f["arguments"].as_str().unwrap());
+    // A response format: the content is the JSON.
+    let json_object = json!({"messages": user, "response_format": {"type": "json_object"}, "temperature": 0,
+        "max_tokens": 48});
+    let v: Value = serde_json::from_str(&s.chat_ok(json_object)).unwrap();
+    let choice = &v["choices"][0];
+    if choice["finish_reason"] == "stop" {
+        let content = choice["message"]["content"].as_str().unwrap();
+        assert!(serde_json::from_str::<Value>(content).unwrap().is_object(), "{v}");
+    }
+    assert!(choice["message"].get("reasoning_content").is_none(), "{v}");
+}
+
+/// A sealed 3-stage cluster of one model, and a client of its gateway.
+struct Sealed {
+    cluster: Cluster,
+    url: String,
+    rt: tokio::runtime::Runtime,
+    client: veil_client::sdk::Client,
+}
+
+impl Sealed {
+    /// Starts the cluster (layers 0, 1, 2 on their own stages) and connects.
+    fn start(name: &str, path: &Path) -> Self {
+        let mut cluster = Cluster::with_layers(name, path, &[1, 2], &[1, 1, 1], 3);
+        cluster.start_all();
+        let url = format!("http://{}", cluster.route.sealed_listen.unwrap());
+        let policy = veil_enclave::pipeline::shard::load_policy(&cluster.route.policy).unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let client = rt.block_on(veil_client::sdk::Client::connect(&url, &policy)).unwrap();
+        Self { cluster, url, rt, client }
+    }
+
+    /// `POST /v1/chat/completions` with `body`: the status and the whole
+    /// (unsealed) answer.
+    fn chat(&self, body: Value) -> (u16, String) {
+        self.rt.block_on(async {
+            let mut resp = self.client.call("POST", "/v1/chat/completions", &body).await.unwrap();
+            let mut bytes = Vec::new();
+            while let Some(p) = resp.next().await.unwrap() {
+                bytes.extend(p);
             }
-        };
-        // The prompt opened the block and a random model never closes it:
-        // all of the answer is reasoning.
-        let plain = json!({"messages": user, "temperature": 0, "max_tokens": 16});
-        let v: Value = serde_json::from_str(&call(plain.clone()).await).unwrap();
-        let message = &v["choices"][0]["message"];
-        let reasoning = message["reasoning_content"].as_str().unwrap_or_default().to_owned();
-        assert!(!reasoning.is_empty() && message["content"] == "", "{v}");
-        let mut streamed = plain;
-        streamed["stream"] = true.into();
-        assert_eq!(stream_parts(&call(streamed).await), (reasoning, String::new()));
-        // A forced call: the grammar holds from the first token; the call
-        // is read from the content.
-        let forced = json!({"messages": user, "tools": [weather()], "tool_choice": "required", "temperature": 0,
-            "max_tokens": 96});
-        let v: Value = serde_json::from_str(&call(forced).await).unwrap();
-        let f = &v["choices"][0]["message"]["tool_calls"][0]["function"];
-        assert_eq!(f["name"], "get_weather", "{v}");
-        check_weather_arguments(f["arguments"].as_str().unwrap());
-        // A response format: the content is the JSON.
-        let json_object = json!({"messages": user, "response_format": {"type": "json_object"}, "temperature": 0,
-            "max_tokens": 48});
-        let v: Value = serde_json::from_str(&call(json_object).await).unwrap();
-        let choice = &v["choices"][0];
-        if choice["finish_reason"] == "stop" {
-            let content = choice["message"]["content"].as_str().unwrap();
-            assert!(serde_json::from_str::<Value>(content).unwrap().is_object(), "{v}");
-        }
-        assert!(choice["message"].get("reasoning_content").is_none(), "{v}");
-    });
+            (resp.status, String::from_utf8(bytes).unwrap())
+        })
+    }
+
+    /// [`Self::chat`] that must answer 200: the answer.
+    fn chat_ok(&self, body: Value) -> String {
+        let (status, answer) = self.chat(body);
+        assert_eq!(status, 200, "{answer}");
+        answer
+    }
 }
 
 /// What a streamed answer said: its text, its tool calls (name and
@@ -674,114 +675,93 @@ fn an_xml_tools_round_trip_through_a_sealed_three_stage_cluster() {
 }
 
 fn round_trip(name: &str, template: &str) {
-    use veil_client::sdk::Client;
     let Some(reference) = reference() else { return };
     let dir = TempDir::new(name);
     let path = qwen_model_with(&reference, dir.path(), template);
-    let mut c = Cluster::with_layers(name, &path, &[1, 2], &[1, 1, 1], 3);
-    c.start_all();
-    let url = format!("http://{}", c.route.sealed_listen.unwrap());
-    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    rt.block_on(async {
-        let client = Client::connect(&url, &policy).await.unwrap();
-        let call = |body: Value| {
-            let client = &client;
-            async move {
-                let mut resp = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
-                let status = resp.status;
-                let mut bytes = Vec::new();
-                while let Some(p) = resp.next().await.unwrap() {
-                    bytes.extend(p);
-                }
-                (status, bytes)
-            }
-        };
-        let question = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
-        let forced = json!({"messages": question, "tools": [weather(), clock()], "tool_choice": "required",
-            "temperature": 0, "max_tokens": 96});
-        let (status, body) = call(forced.clone()).await;
-        let v: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(status, 200, "{v}");
-        let choice = &v["choices"][0];
-        assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
-        let calls = choice["message"]["tool_calls"].as_array().unwrap();
-        assert_eq!(calls.len(), 1, "{v}");
-        let name = calls[0]["function"]["name"].as_str().unwrap();
-        let arguments = calls[0]["function"]["arguments"].as_str().unwrap();
-        match name {
-            "get_weather" => check_weather_arguments(arguments),
-            "get_time" => assert!(serde_json::from_str::<Value>(arguments).unwrap()["zone"].is_string()),
-            other => panic!("called {other}"),
-        }
-        assert!(choice["message"]["content"].is_null(), "{v}");
-        // Streamed, the same greedy call, in one delta.
-        let mut streamed = forced.clone();
-        streamed["stream"] = true.into();
-        let (status, sse) = call(streamed).await;
-        assert_eq!(status, 200);
-        let (text, calls, finish) = read_stream(&String::from_utf8(sse).unwrap());
-        assert_eq!((text.as_str(), finish.as_str()), ("", "tool_calls"));
-        assert_eq!(calls, vec![(name.to_owned(), arguments.to_owned())]);
-        // auto, streamed: the text (if any) streams, the calls come whole,
-        // and together they say what the plain answer says.
-        let auto = json!({"messages": question, "tools": [weather(), clock()], "temperature": 1.0, "seed": 11,
-            "max_tokens": 40});
-        let (_, body) = call(auto.clone()).await;
-        let plain: Value = serde_json::from_slice(&body).unwrap();
-        let mut streamed = auto.clone();
-        streamed["stream"] = true.into();
-        let (_, sse) = call(streamed).await;
-        let (text, calls, finish) = read_stream(&String::from_utf8(sse).unwrap());
-        let choice = &plain["choices"][0];
-        assert_eq!(finish, choice["finish_reason"].as_str().unwrap(), "{plain}");
-        let plain_calls: Vec<(String, String)> = choice["message"]["tool_calls"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| {
-                let f = &c["function"];
-                (f["name"].as_str().unwrap().to_owned(), f["arguments"].as_str().unwrap().to_owned())
-            })
-            .collect();
-        assert_eq!(calls, plain_calls);
-        assert_eq!(text.trim(), choice["message"]["content"].as_str().unwrap_or_default().trim(), "{plain}");
-        // A named function is the one called, sampled or not.
-        for temperature in [0.0, 1.0] {
-            let named = json!({"messages": question, "tools": [weather(), clock()], "temperature": temperature,
-                "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_tokens": 96, "seed": 5});
-            let (_, body) = call(named).await;
-            let v: Value = serde_json::from_slice(&body).unwrap();
-            let f = &v["choices"][0]["message"]["tool_calls"][0]["function"];
-            assert_eq!(f["name"], "get_weather", "{v}");
-            check_weather_arguments(f["arguments"].as_str().unwrap());
-        }
-        // The result goes back; the model answers (auto: text or a call,
-        // well formed either way).
-        let trip = json!({"messages": [
-            question[0],
-            {"role": "assistant", "content": null, "tool_calls": [{"id": "call_7", "type": "function",
-                "function": {"name": name, "arguments": arguments}}]},
-            {"role": "tool", "tool_call_id": "call_7", "content": "{\"temperature\": 18}"},
-        ], "tools": [weather(), clock()], "temperature": 0, "max_tokens": 12});
-        let (status, body) = call(trip).await;
-        let v: Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(status, 200, "{v}");
-        let choice = &v["choices"][0];
-        match choice["finish_reason"].as_str().unwrap() {
-            "tool_calls" => assert!(choice["message"]["tool_calls"].is_array()),
-            "stop" | "length" => assert!(choice["message"]["content"].is_string()),
-            other => panic!("finish_reason {other}"),
-        }
-        // Refused requests leave the shard serving.
-        let (status, _) = call(json!({"messages": question, "tools": [{"type": "function",
-            "function": {"name": "f"}}]}))
-        .await;
-        assert_eq!(status, 400);
-        let (status, _) = call(forced).await;
-        assert_eq!(status, 200);
-    });
-    openai_python_client(&url, &c.route.policy);
+    let s = Sealed::start(name, &path);
+    let question = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
+    let forced = json!({"messages": question, "tools": [weather(), clock()], "tool_choice": "required",
+        "temperature": 0, "max_tokens": 96});
+    let (status, body) = s.chat(forced.clone());
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status, 200, "{v}");
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    let calls = choice["message"]["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{v}");
+    let name = calls[0]["function"]["name"].as_str().unwrap();
+    let arguments = calls[0]["function"]["arguments"].as_str().unwrap();
+    match name {
+        "get_weather" => check_weather_arguments(arguments),
+        "get_time" => assert!(serde_json::from_str::<Value>(arguments).unwrap()["zone"].is_string()),
+        other => panic!("called {other}"),
+    }
+    assert!(choice["message"]["content"].is_null(), "{v}");
+    // Streamed, the same greedy call, in one delta.
+    let mut streamed = forced.clone();
+    streamed["stream"] = true.into();
+    let (status, sse) = s.chat(streamed);
+    assert_eq!(status, 200);
+    let (text, calls, finish) = read_stream(&sse);
+    assert_eq!((text.as_str(), finish.as_str()), ("", "tool_calls"));
+    assert_eq!(calls, vec![(name.to_owned(), arguments.to_owned())]);
+    // auto, streamed: the text (if any) streams, the calls come whole,
+    // and together they say what the plain answer says.
+    let auto = json!({"messages": question, "tools": [weather(), clock()], "temperature": 1.0, "seed": 11,
+        "max_tokens": 40});
+    let (_, body) = s.chat(auto.clone());
+    let plain: Value = serde_json::from_str(&body).unwrap();
+    let mut streamed = auto.clone();
+    streamed["stream"] = true.into();
+    let (_, sse) = s.chat(streamed);
+    let (text, calls, finish) = read_stream(&sse);
+    let choice = &plain["choices"][0];
+    assert_eq!(finish, choice["finish_reason"].as_str().unwrap(), "{plain}");
+    let plain_calls: Vec<(String, String)> = choice["message"]["tool_calls"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            let f = &c["function"];
+            (f["name"].as_str().unwrap().to_owned(), f["arguments"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    assert_eq!(calls, plain_calls);
+    assert_eq!(text.trim(), choice["message"]["content"].as_str().unwrap_or_default().trim(), "{plain}");
+    // A named function is the one called, sampled or not.
+    for temperature in [0.0, 1.0] {
+        let named = json!({"messages": question, "tools": [weather(), clock()], "temperature": temperature,
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}}, "max_tokens": 96, "seed": 5});
+        let (_, body) = s.chat(named);
+        let v: Value = serde_json::from_str(&body).unwrap();
+        let f = &v["choices"][0]["message"]["tool_calls"][0]["function"];
+        assert_eq!(f["name"], "get_weather", "{v}");
+        check_weather_arguments(f["arguments"].as_str().unwrap());
+    }
+    // The result goes back; the model answers (auto: text or a call,
+    // well formed either way).
+    let trip = json!({"messages": [
+        question[0],
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "call_7", "type": "function",
+            "function": {"name": name, "arguments": arguments}}]},
+        {"role": "tool", "tool_call_id": "call_7", "content": "{\"temperature\": 18}"},
+    ], "tools": [weather(), clock()], "temperature": 0, "max_tokens": 12});
+    let (status, body) = s.chat(trip);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status, 200, "{v}");
+    let choice = &v["choices"][0];
+    match choice["finish_reason"].as_str().unwrap() {
+        "tool_calls" => assert!(choice["message"]["tool_calls"].is_array()),
+        "stop" | "length" => assert!(choice["message"]["content"].is_string()),
+        other => panic!("finish_reason {other}"),
+    }
+    // Refused requests leave the shard serving.
+    let (status, _) = s.chat(json!({"messages": question, "tools": [{"type": "function",
+        "function": {"name": "f"}}]}));
+    assert_eq!(status, 400);
+    let (status, _) = s.chat(forced);
+    assert_eq!(status, 200);
+    openai_python_client(&s.url, &s.cluster.route.policy);
 }
 
 /// The official `openai` Python package, unmodified, through `veil proxy`
