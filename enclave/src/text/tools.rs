@@ -94,8 +94,8 @@ pub struct ToolCall {
 /// What an answer said: its text outside the calls, and the calls.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Parsed {
-    /// Text outside any call (trimmed, but for harmony, where it is what
-    /// streamed).
+    /// Text outside any call: trimmed by the call formats, as it streamed
+    /// by the reasoning readers ([`super::reasoning`]).
     pub content: String,
     /// The model's reasoning, for formats that set it apart (harmony's
     /// `analysis` channel); else empty.
@@ -248,7 +248,7 @@ impl ToolFormat {
     /// special token in the model's vocabulary: the grammar then takes that
     /// token (what the model was trained to write) as well as the text.
     pub fn forced(self, tools: &[ToolDef], special: &dyn Fn(&str) -> Option<u32>) -> Result<ResponseFormat, String> {
-        let lit = |s: &str| serde_json::to_string(s).unwrap_or_default();
+        let lit = xml_calls::lit;
         let marker = |s: &str| match special(s) {
             Some(id) => format!("(<[{id}]> | {})", lit(s)),
             None => lit(s),
@@ -256,10 +256,6 @@ impl ToolFormat {
         let mut alternatives = Vec::with_capacity(tools.len());
         let mut terminals = Vec::new();
         for (i, t) in tools.iter().enumerate() {
-            if let Some(alt) = self.forced_xml(t, i, &marker, special, &mut terminals)? {
-                alternatives.push(alt);
-                continue;
-            }
             let mut params = t.parameters.clone();
             compact(&mut params);
             let name = Value::String(t.name.clone());
@@ -296,7 +292,7 @@ impl ToolFormat {
                     params,
                     marker("<|call|>")
                 ),
-                Self::XmlFunction | Self::ArgKey { .. } => unreachable!("forced_xml builds these"),
+                Self::XmlFunction | Self::ArgKey { .. } => self.forced_xml(t, i, &marker, special, &mut terminals)?,
             };
             alternatives.push(alt);
         }
@@ -315,8 +311,8 @@ impl ToolFormat {
 }
 
 impl ToolFormat {
-    /// A forced call to `t` in an XML-style format (`None` for the others):
-    /// its arguments in the schema's order, the required ones always, the
+    /// A forced call to `t` (the `i`th tool) in an XML-style format: its
+    /// arguments in the schema's order, the required ones always, the
     /// others optional; `terminals` gains the terminals its string values
     /// need.
     fn forced_xml(
@@ -326,13 +322,9 @@ impl ToolFormat {
         marker: &dyn Fn(&str) -> String,
         special: &dyn Fn(&str) -> Option<u32>,
         terminals: &mut Vec<String>,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<String, String> {
         let lit = xml_calls::lit;
-        let sep = match self {
-            Self::XmlFunction | Self::ArgKey { newlines: true } => "\n",
-            Self::ArgKey { newlines: false } => "",
-            _ => return Ok(None),
-        };
+        let sep = if self == (Self::ArgKey { newlines: false }) { "" } else { "\n" };
         // An empty literal is left out, not written as "".
         let sep_lit = if sep.is_empty() { String::new() } else { lit(sep) };
         let empty = serde_json::Map::new();
@@ -375,7 +367,7 @@ impl ToolFormat {
             _ => lit(&format!("{}{sep}", t.name)),
         };
         let tail = if self == Self::XmlFunction { lit("</function>\n") } else { String::new() };
-        Ok(Some(format!("{} {head} {} {tail} {}", marker("<tool_call>"), items.join(" "), marker("</tool_call>"))))
+        Ok(format!("{} {head} {} {tail} {}", marker("<tool_call>"), items.join(" "), marker("</tool_call>")))
     }
 }
 
