@@ -416,28 +416,8 @@ fn a_gpt_oss_tools_round_trip_through_a_sealed_three_stage_cluster() {
     clock["function"]["description"] = "Local time.".into();
     let forced = json!({"messages": question, "tools": [weather(), clock], "tool_choice": "required",
         "temperature": 0, "max_tokens": 96});
-    let (status, body) = s.chat(forced.clone());
-    let v: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(status, 200, "{v}");
-    let choice = &v["choices"][0];
-    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
-    assert!(choice["message"]["content"].is_null(), "{v}");
-    let calls = choice["message"]["tool_calls"].as_array().unwrap();
-    assert_eq!(calls.len(), 1, "{v}");
-    let name = calls[0]["function"]["name"].as_str().unwrap();
-    let arguments = calls[0]["function"]["arguments"].as_str().unwrap();
-    match name {
-        "get_weather" => check_weather_arguments(arguments),
-        "get_time" => assert!(serde_json::from_str::<Value>(arguments).unwrap()["zone"].is_string()),
-        other => panic!("called {other}"),
-    }
-    let mut streamed = forced.clone();
-    streamed["stream"] = true.into();
-    let (status, sse) = s.chat(streamed);
-    assert_eq!(status, 200);
-    let (text, calls, finish) = read_stream(&sse);
-    assert_eq!((text.as_str(), finish.as_str()), ("", "tool_calls"));
-    assert_eq!(calls, vec![(name.to_owned(), arguments.to_owned())]);
+    let (name, arguments) = forced_call(&s, &forced);
+    let (name, arguments) = (name.as_str(), arguments.as_str());
     // The result goes back through the template; an answer comes.
     let trip = json!({"messages": [
         question[0],
@@ -635,6 +615,36 @@ impl Sealed {
     }
 }
 
+/// A forced greedy call (`forced`: a chat body with `tool_choice`
+/// required): one call to one of [`weather`] and [`clock`], its arguments
+/// holding that tool's schema, `content` null; streamed, the same call in
+/// one delta and no text. Its name and arguments.
+fn forced_call(s: &Sealed, forced: &Value) -> (String, String) {
+    let (status, body) = s.chat(forced.clone());
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status, 200, "{v}");
+    let choice = &v["choices"][0];
+    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
+    assert!(choice["message"]["content"].is_null(), "{v}");
+    let calls = choice["message"]["tool_calls"].as_array().unwrap();
+    assert_eq!(calls.len(), 1, "{v}");
+    let name = calls[0]["function"]["name"].as_str().unwrap().to_owned();
+    let arguments = calls[0]["function"]["arguments"].as_str().unwrap().to_owned();
+    match name.as_str() {
+        "get_weather" => check_weather_arguments(&arguments),
+        "get_time" => assert!(serde_json::from_str::<Value>(&arguments).unwrap()["zone"].is_string()),
+        other => panic!("called {other}"),
+    }
+    let mut streamed = forced.clone();
+    streamed["stream"] = true.into();
+    let (status, sse) = s.chat(streamed);
+    assert_eq!(status, 200);
+    let (text, calls, finish) = read_stream(&sse);
+    assert_eq!((text.as_str(), finish.as_str()), ("", "tool_calls"));
+    assert_eq!(calls, vec![(name.clone(), arguments.clone())]);
+    (name, arguments)
+}
+
 /// What a streamed answer said: its text, its tool calls (name and
 /// arguments) and its finish reason.
 fn read_stream(sse: &str) -> (String, Vec<(String, String)>, String) {
@@ -682,29 +692,8 @@ fn round_trip(name: &str, template: &str) {
     let question = json!([{"role": "user", "content": "What is the weather in Paris?"}]);
     let forced = json!({"messages": question, "tools": [weather(), clock()], "tool_choice": "required",
         "temperature": 0, "max_tokens": 96});
-    let (status, body) = s.chat(forced.clone());
-    let v: Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(status, 200, "{v}");
-    let choice = &v["choices"][0];
-    assert_eq!(choice["finish_reason"], "tool_calls", "{v}");
-    let calls = choice["message"]["tool_calls"].as_array().unwrap();
-    assert_eq!(calls.len(), 1, "{v}");
-    let name = calls[0]["function"]["name"].as_str().unwrap();
-    let arguments = calls[0]["function"]["arguments"].as_str().unwrap();
-    match name {
-        "get_weather" => check_weather_arguments(arguments),
-        "get_time" => assert!(serde_json::from_str::<Value>(arguments).unwrap()["zone"].is_string()),
-        other => panic!("called {other}"),
-    }
-    assert!(choice["message"]["content"].is_null(), "{v}");
-    // Streamed, the same greedy call, in one delta.
-    let mut streamed = forced.clone();
-    streamed["stream"] = true.into();
-    let (status, sse) = s.chat(streamed);
-    assert_eq!(status, 200);
-    let (text, calls, finish) = read_stream(&sse);
-    assert_eq!((text.as_str(), finish.as_str()), ("", "tool_calls"));
-    assert_eq!(calls, vec![(name.to_owned(), arguments.to_owned())]);
+    let (name, arguments) = forced_call(&s, &forced);
+    let (name, arguments) = (name.as_str(), arguments.as_str());
     // auto, streamed: the text (if any) streams, the calls come whole,
     // and together they say what the plain answer says.
     let auto = json!({"messages": question, "tools": [weather(), clock()], "temperature": 1.0, "seed": 11,
