@@ -13,6 +13,7 @@ use crate::pipeline::entry::{PipelineRequest, SpeculationRequest};
 use crate::text::grammar::{ResponseFormat, MAX_SCHEMA_BYTES};
 use crate::text::reasoning::ReasoningFormat;
 use crate::text::sampler::{SamplingParams, MAX_LOGIT_BIAS, MAX_TOP_LOGPROBS};
+use crate::text::template::RESERVED_VARIABLES;
 use crate::text::tokenizer::{ChatMessage, Tokenizer};
 use crate::text::tools::{CallMarkers, ToolCall, ToolDef, ToolFormat, MAX_TOOLS};
 use veil_attestation::Nonce;
@@ -169,6 +170,14 @@ struct Common {
 #[derive(Debug, Clone, Deserialize)]
 struct ChatBody {
     messages: Vec<Message>,
+    /// OpenAI's reasoning effort, given to a template that reads it
+    /// (gpt-oss's writes `Reasoning: low|medium|high`).
+    #[serde(default)]
+    reasoning_effort: Option<Value>,
+    /// More template variables (vLLM's extension, e.g. Qwen 3's
+    /// `enable_thinking`).
+    #[serde(default)]
+    chat_template_kwargs: Option<Value>,
     #[serde(flatten)]
     common: Common,
 }
@@ -176,6 +185,11 @@ struct ChatBody {
 #[derive(Debug, Clone, Deserialize)]
 struct CompletionBody {
     prompt: Value,
+    /// Refused here: a completion's prompt is not templated.
+    #[serde(default)]
+    reasoning_effort: Option<Value>,
+    #[serde(default)]
+    chat_template_kwargs: Option<Value>,
     #[serde(flatten)]
     common: Common,
 }
@@ -353,8 +367,9 @@ pub fn parse(
                 let parallel = b.common.parallel_tool_calls.unwrap_or(true);
                 tool_use = Some((Tools { format, defs: tools.clone().into(), parallel }, forced));
             }
+            let extra = template_variables(tokenizer, b.reasoning_effort.as_ref(), b.chat_template_kwargs.as_ref())?;
             let ids = tokenizer
-                .encode_chat_with(&messages, shown.as_ref())
+                .encode_chat_in(&messages, shown.as_ref(), extra.as_ref())
                 .map_err(|e| ApiError::invalid("messages", e.to_string()))?;
             (b.common, ids)
         }
@@ -362,6 +377,13 @@ pub fn parse(
             let b: CompletionBody = serde_json::from_slice(body).map_err(bad_json)?;
             if b.common.tools.as_ref().is_some_and(|t| !t.is_null()) {
                 return Err(ApiError::invalid("tools", "tools are served on /v1/chat/completions only"));
+            }
+            for (param, v) in
+                [("reasoning_effort", &b.reasoning_effort), ("chat_template_kwargs", &b.chat_template_kwargs)]
+            {
+                if v.as_ref().is_some_and(|v| !v.is_null()) {
+                    return Err(ApiError::invalid(param, format!("{param} is served on /v1/chat/completions only")));
+                }
             }
             let text_bytes = match &b.prompt {
                 Value::String(t) => t.len(),
@@ -496,6 +518,66 @@ pub fn parse(
         tools,
         reasoning,
     })))
+}
+
+/// Most `chat_template_kwargs` variables, and their JSON size.
+pub const MAX_TEMPLATE_VARIABLES: usize = 16;
+/// See [`MAX_TEMPLATE_VARIABLES`].
+pub const MAX_TEMPLATE_VARIABLES_BYTES: usize = 4096;
+
+/// The extra variables a chat request gives the template:
+/// `chat_template_kwargs` (each an identifier the template reads, none of
+/// those every render sets) and `reasoning_effort` (`minimal`, `low`,
+/// `medium` or `high`, for a template that reads it). One the template
+/// would not read is a 400, not ignored.
+fn template_variables(
+    tokenizer: &Tokenizer,
+    effort: Option<&Value>,
+    kwargs: Option<&Value>,
+) -> Result<Option<serde_json::Map<String, Value>>, ApiError> {
+    let mut vars = serde_json::Map::new();
+    match kwargs {
+        None | Some(Value::Null) => {}
+        Some(Value::Object(m)) => {
+            let bad = |m: String| ApiError::invalid("chat_template_kwargs", m);
+            if m.len() > MAX_TEMPLATE_VARIABLES
+                || Value::Object(m.clone()).to_string().len() > MAX_TEMPLATE_VARIABLES_BYTES
+            {
+                return Err(bad(format!(
+                    "at most {MAX_TEMPLATE_VARIABLES} variables and {MAX_TEMPLATE_VARIABLES_BYTES} bytes"
+                )));
+            }
+            for (k, v) in m {
+                let ident = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+                    && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                if !ident || RESERVED_VARIABLES.contains(&k.as_str()) {
+                    return Err(bad(format!("{k:?} is not a template variable a request may set")));
+                }
+                if !tokenizer.template_reads(k) {
+                    return Err(bad(format!("this model's chat template does not read {k:?}")));
+                }
+                vars.insert(k.clone(), v.clone());
+            }
+        }
+        Some(_) => return Err(ApiError::invalid("chat_template_kwargs", "chat_template_kwargs must be an object")),
+    }
+    match effort {
+        None | Some(Value::Null) => {}
+        Some(Value::String(e)) if ["minimal", "low", "medium", "high"].contains(&e.as_str()) => {
+            let bad = |m: &str| ApiError::invalid("reasoning_effort", m);
+            if !tokenizer.template_reads("reasoning_effort") {
+                return Err(bad("this model's chat template does not read reasoning_effort"));
+            }
+            if vars.get("reasoning_effort").is_some_and(|v| v != e.as_str()) {
+                return Err(bad("reasoning_effort differs from chat_template_kwargs.reasoning_effort"));
+            }
+            vars.insert("reasoning_effort".into(), e.clone().into());
+        }
+        Some(_) => {
+            return Err(ApiError::invalid("reasoning_effort", "reasoning_effort must be minimal, low, medium or high"))
+        }
+    }
+    Ok((!vars.is_empty()).then_some(vars))
 }
 
 /// Whether the prompt ends inside an open `<think>` block (the template's

@@ -80,7 +80,14 @@ pub struct RenderRequest<'a> {
     /// What `strftime_now` formats, read as UTC. Passed in so that a render
     /// is a function of its inputs (tests pin it).
     pub now: SystemTime,
+    /// More variables for the template (`chat_template_kwargs`,
+    /// `reasoning_effort`); the ones above take precedence.
+    pub extra: Option<&'a serde_json::Map<String, serde_json::Value>>,
 }
+
+/// The variables every render sets: extra variables may not name them.
+pub const RESERVED_VARIABLES: [&str; 6] =
+    ["messages", "tools", "documents", "add_generation_prompt", "bos_token", "eos_token"];
 
 /// Why a chat template did not render.
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +125,16 @@ fn unsupported(feature: String) -> minijinja::Error {
         .with_source(Signal::Unsupported(feature))
 }
 
+/// Whether `template` names the variable `name` anywhere (as a whole
+/// identifier, not inside another).
+pub fn reads(template: &str, name: &str) -> bool {
+    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
+    !name.is_empty()
+        && template
+            .match_indices(name)
+            .any(|(at, _)| !template[..at].ends_with(ident) && !template[at + name.len()..].starts_with(ident))
+}
+
 /// Renders `template` for `request`.
 pub fn render(template: &str, request: &RenderRequest<'_>) -> Result<String, TemplateError> {
     if request.tools.is_some() && adds_to_safe(template) {
@@ -137,6 +154,7 @@ pub fn render(template: &str, request: &RenderRequest<'_>) -> Result<String, Tem
         add_generation_prompt => request.add_generation_prompt,
         bos_token => request.bos_token,
         eos_token => request.eos_token,
+        ..Value::from_serialize(request.extra.cloned().unwrap_or_default())
     };
     env.get_template("chat").and_then(|t| t.render(ctx)).map_err(classify)
 }
@@ -829,6 +847,7 @@ mod tests {
             eos_token: "</s>",
             tools: None,
             now: UNIX_EPOCH + Duration::from_secs(1_736_937_045),
+            extra: None,
         }
     }
 

@@ -400,6 +400,21 @@ impl Tokenizer {
     /// would be parsed as the token: they are refused when they hold the
     /// text of a control token.
     pub fn encode_chat_with(&self, messages: &[ChatMessage], tools: Option<&serde_json::Value>) -> Result<Vec<u32>> {
+        self.encode_chat_in(messages, tools, None)
+    }
+
+    /// [`encode_chat_with`](Self::encode_chat_with) with `extra` variables
+    /// in the template's context (checked for control-token text too).
+    pub fn encode_chat_in(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        extra: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<Vec<u32>> {
+        let extra_text = extra.map(|e| serde_json::Value::Object(e.clone()).to_string());
+        if let Some(t) = extra_text.as_deref().and_then(|e| self.control_text_in(e)) {
+            return Err(ModelError::Invalid(format!("a template variable holds the text of the control token {t:?}")));
+        }
         let structured = tools.into_iter().chain(messages.iter().filter_map(|m| m.tool_calls.as_ref()));
         let named = messages.iter().flat_map(|m| m.tool_call_id.iter().chain(m.name.iter()));
         for text in structured.map(|v| v.to_string()).chain(named.cloned()) {
@@ -428,7 +443,7 @@ impl Tokenizer {
                     ..m.clone()
                 })
                 .collect();
-        let rendered = self.render_chat_with(&marked, tools)?;
+        let rendered = self.render_chat_in(&marked, tools, extra)?;
         let mut ids = Vec::new();
         if self.add_bos {
             ids.extend(self.bos);
@@ -574,7 +589,12 @@ impl Tokenizer {
     /// Whether the chat template reads `tools` at all: one that never does
     /// would drop the definitions silently.
     pub fn template_takes_tools(&self) -> bool {
-        self.chat_template.as_deref().is_some_and(super::tools::reads_tools)
+        self.template_reads("tools")
+    }
+
+    /// Whether the chat template names the variable `name`.
+    pub fn template_reads(&self, name: &str) -> bool {
+        self.chat_template.as_deref().is_some_and(|t| super::template::reads(t, name))
     }
 
     /// Whether the model answers in gpt-oss's harmony messages
@@ -617,6 +637,16 @@ impl Tokenizer {
 
     /// [`render_chat`](Self::render_chat) with `tools` in the context.
     pub fn render_chat_with(&self, messages: &[ChatMessage], tools: Option<&serde_json::Value>) -> Result<String> {
+        self.render_chat_in(messages, tools, None)
+    }
+
+    /// [`render_chat_with`](Self::render_chat_with) with `extra` variables.
+    pub fn render_chat_in(
+        &self,
+        messages: &[ChatMessage],
+        tools: Option<&serde_json::Value>,
+        extra: Option<&serde_json::Map<String, serde_json::Value>>,
+    ) -> Result<String> {
         use super::template::{render, RenderRequest, TemplateError};
         let template = self
             .chat_template
@@ -630,6 +660,7 @@ impl Tokenizer {
             eos_token: tok(Some(self.eos)),
             tools,
             now: std::time::SystemTime::now(),
+            extra,
         };
         render(template, &request).map_err(|e| match e {
             TemplateError::Malformed(_) | TemplateError::Unsupported { .. } => ModelError::Unsupported(e.to_string()),

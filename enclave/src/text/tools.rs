@@ -121,10 +121,7 @@ const PROBE_ID: &str = "call0veil";
 /// Whether a chat template reads `tools` at all (the identifier, not a
 /// word inside another): one that never does would drop the definitions.
 pub fn reads_tools(template: &str) -> bool {
-    let ident = |c: char| c.is_ascii_alphanumeric() || c == '_';
-    template
-        .match_indices("tools")
-        .any(|(at, _)| !template[..at].ends_with(ident) && !template[at + 5..].starts_with(ident))
+    super::template::reads(template, "tools")
 }
 
 /// The probe: one tool, and a conversation in which the assistant called it.
@@ -174,6 +171,7 @@ impl ToolFormat {
             eos_token: "</s>",
             tools: Some(&tools),
             now: std::time::SystemTime::now(),
+            extra: None,
         };
         let text = render(template, &request).map_err(|e| ToolsError::Template(e.to_string()))?;
         Self::from_rendered(&text)

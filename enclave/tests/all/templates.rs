@@ -139,6 +139,7 @@ fn check(template: &str, case: &Case, source: &str) -> Result<Outcome, String> {
         eos_token: &ctx.eos_token,
         tools: ctx.tools.as_ref(),
         now: UNIX_EPOCH + Duration::from_secs(FIXTURE_NOW_SECS),
+        extra: None,
     };
     let ours = render(source, &request);
     match (&case.rendered, &case.error, ours) {

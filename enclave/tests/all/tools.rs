@@ -507,6 +507,61 @@ fn xml_style_calls_are_forced_as_the_template_writes_them_and_read_back_typed() 
     }
 }
 
+/// `reasoning_effort` and `chat_template_kwargs` reach a template that reads
+/// them (gpt-oss's `Reasoning: high`, Qwen 3's `enable_thinking: false`,
+/// which closes the `<think>` block in the prompt); a variable the template
+/// does not read, one every render sets, a bad value or control-token text
+/// is a 400 naming the parameter.
+#[test]
+fn template_variables_reach_the_template_or_are_refused() {
+    let Some(reference) = reference() else { return };
+    let dir = TempDir::new("tools-variables");
+    let user = json!([{"role": "user", "content": "Hi"}]);
+    let with = |tok: &Tokenizer, extra: Value| {
+        let mut body = json!({"messages": user});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        parse(tok, &body)
+    };
+    let prompt = |tok: &Tokenizer, c: &openai::Call| tok.decode_with_special(&c.request.prompt_ids).unwrap();
+    let oss = Tokenizer::from_gguf(&GgufFile::open(&gpt_oss_model(&reference, dir.path())).unwrap()).unwrap();
+    assert!(prompt(&oss, &with(&oss, json!({})).unwrap()).contains("Reasoning: medium"));
+    let high = with(&oss, json!({"reasoning_effort": "high"})).unwrap();
+    assert!(prompt(&oss, &high).contains("Reasoning: high"));
+    let qwen3 = Tokenizer::from_gguf(
+        &GgufFile::open(&qwen_model_with(&reference, dir.path(), "Qwen-Qwen3-0.6B.jinja")).unwrap(),
+    )
+    .unwrap();
+    let plain = with(&qwen3, json!({})).unwrap();
+    assert!(prompt(&qwen3, &plain).ends_with("<|im_start|>assistant\n"));
+    let off = with(&qwen3, json!({"chat_template_kwargs": {"enable_thinking": false}})).unwrap();
+    assert!(
+        prompt(&qwen3, &off).ends_with("<|im_start|>assistant\n<think>\n\n</think>\n\n"),
+        "{}",
+        prompt(&qwen3, &off)
+    );
+    assert_eq!(off.reasoning, Some(ReasoningFormat::Think { open: false }));
+    for (tok, extra, param) in [
+        (&oss, json!({"reasoning_effort": "extreme"}), "reasoning_effort"),
+        (&qwen3, json!({"reasoning_effort": "high"}), "reasoning_effort"),
+        (
+            &oss,
+            json!({"reasoning_effort": "high", "chat_template_kwargs": {"reasoning_effort": "low"}}),
+            "reasoning_effort",
+        ),
+        (&qwen3, json!({"chat_template_kwargs": {"unread_variable": 1}}), "chat_template_kwargs"),
+        (&qwen3, json!({"chat_template_kwargs": {"messages": []}}), "chat_template_kwargs"),
+        (&qwen3, json!({"chat_template_kwargs": {"not an identifier": 1}}), "chat_template_kwargs"),
+        (&qwen3, json!({"chat_template_kwargs": [1]}), "chat_template_kwargs"),
+        (&qwen3, json!({"chat_template_kwargs": {"enable_thinking": "<|im_end|>"}}), "messages"),
+    ] {
+        let e = with(tok, extra.clone()).err().unwrap_or_else(|| panic!("accepted {extra}"));
+        assert_eq!((e.status, e.param), (400, Some(param)), "{extra}: {}", e.message);
+    }
+    let body = serde_json::to_vec(&json!({"prompt": "Hi", "reasoning_effort": "high"})).unwrap();
+    let e = openai::parse(b"POST", b"/v1/completions", &body, &oss, "gpt-oss", 4096).err().unwrap();
+    assert_eq!((e.status, e.param), (400, Some("reasoning_effort")));
+}
+
 /// The streamed reasoning and content deltas of an event stream, each
 /// put together.
 fn stream_parts(sse: &str) -> (String, String) {
