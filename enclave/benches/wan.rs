@@ -17,7 +17,9 @@
 //!    useless drafter that is always wrong, each pipelined (adaptive), on
 //!    prose and on a code edit.
 //! 3. Sessions fill the pipeline: aggregate plain decoding with 1, 4, 16 and
-//!    64 concurrent sessions at 25 and 50 ms, against one session.
+//!    64 concurrent sessions at 25 and 50 ms, against one session; each
+//!    session a distinct chat prompt answered to the full length (checked),
+//!    so every session does the reference's work.
 //! 4. Healing: the longest gap in a stream when the serving replica of a
 //!    middle stage is killed (kill -9) after 8 tokens, at about 200 and
 //!    2,048 tokens of context (loopback), with the other replica a warm
@@ -223,17 +225,38 @@ fn part2(path: &Path, draft: &Path, label: &str, others: bool, rt: &tokio::runti
     stop(c, shims, rt);
 }
 
+/// Part 3's prompts: `ASKS[i / 16 % 4]` about `SUBJECTS[i % 16]`, 64 distinct
+/// chat requests.
+const ASKS: [&str; 4] =
+    ["Write a long story about", "Describe in detail", "Write a poem about", "Explain the history of"];
+const SUBJECTS: [&str; 16] = [
+    "a lighthouse",
+    "a river",
+    "a dragon",
+    "a baker",
+    "a robot",
+    "a forest",
+    "a sailor",
+    "a violin",
+    "a city",
+    "a garden",
+    "a comet",
+    "a painter",
+    "a mountain",
+    "a library",
+    "a fox",
+    "a train",
+];
+
 fn part3(path: &Path, rt: &tokio::runtime::Runtime) {
     println!("\n3. Sessions fill the pipeline: aggregate plain decoding, 4 stages, {} tokens per session", tokens());
     println!("{:>6} {:>9} {:>12} {:>12} {:>8}", "delay", "sessions", "aggregate", "1 session", "ratio");
     for delay in [25u64, 50] {
         let (c, shims) = start(&format!("wanfill{delay}"), path, path, delay, rt);
-        let prompt: Vec<u32> = vec![504, 3575, 282, 4649, 314];
-        let req = |i: usize| {
-            let mut r = greedy(&prompt, tokens());
-            r.prompt_ids.as_mut().unwrap().push(200 + i as u32);
-            r
-        };
+        // Every session does the reference's work: a distinct chat prompt
+        // whose greedy answer runs the full length (checked), speculation
+        // off (the route's default drafter would otherwise speculate).
+        let req = |i: usize| request(&format!("{} {}.", ASKS[i / 16 % 4], SUBJECTS[i % 16]), None, None, None);
         let (cr, req) = (&c, &req);
         cr.generate(&req(0)).unwrap(); // warm
         let mut single = 0.0;
@@ -244,6 +267,11 @@ fn part3(path: &Path, rt: &tokio::runtime::Runtime) {
                 handles.into_iter().map(|h| h.join().unwrap().ids.len()).sum()
             });
             let rate = tokens as f64 / started.elapsed().as_secs_f64();
+            assert_eq!(
+                tokens,
+                sessions * self::tokens(),
+                "a session stopped early: the sessions did less work than the reference"
+            );
             if sessions == 1 {
                 single = rate;
             }
