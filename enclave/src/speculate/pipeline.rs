@@ -22,10 +22,21 @@
 //!   of one token, or a survival probability of 0.5 whatever the round's
 //!   size, held a strong drafter at two or three rounds for most of a
 //!   32-token answer: 1.4× one round per trip at 50 ms against 1.8× now.)
-//! - drafting it must end before the oldest round's verdict is expected (the
-//!   measured round time for its k, minus the time it has travelled):
-//!   otherwise the entry would draft while that verdict waits. On loopback,
-//!   where a round takes about as long as drafting, nothing is pipelined.
+//! - the wait it fills must pay for the draft: the entry drafts while the
+//!   oldest verdict is still on its way (expected after the measured round
+//!   time for its k, minus the time it has travelled: the wait `w`), and a
+//!   verdict that arrives mid-draft waits for the draft to end. If every
+//!   draft in flight is kept (probability `s`, as above), the new round
+//!   leaves `w` earlier than it would after the verdict; if one is
+//!   rejected, the draft is wasted and the correction leaves up to
+//!   `t_draft − w` late. The round goes when `s · w ≥ (1 − s) · (t_draft −
+//!   w)`, that is `w ≥ (1 − s) · t_draft`. (Requiring the whole draft to
+//!   fit in the wait, `t_draft < w`, held a strong drafter at two or three
+//!   rounds of four at 50 ms per hop: the oldest verdict was always within
+//!   a draft's time of arriving.) A drafter that is sure (`s` = 1) drafts
+//!   through any wait; a weak one only early in a long wait, so on
+//!   loopback, where a round takes about as long as drafting, a drafter
+//!   that is often wrong is not pipelined.
 //!
 //! A fixed depth (route `speculation.depth`, a request's `depth`) skips both
 //! tests: tests and benchmarks compare depths with it.
@@ -95,8 +106,9 @@ impl Depth {
         let a = now.acceptance.clamp(0.0, 1.0);
         let survival = a.powi(now.drafts.min(i32::MAX as usize) as i32);
         let Some(expected) = now.oldest_expected else { return false };
-        let left = expected.saturating_sub(now.oldest_elapsed);
-        survival * super::expected_tokens(a, now.k) >= MIN_EXPECTED_TOKENS && now.next_draft < left
+        let wait = expected.saturating_sub(now.oldest_elapsed).as_secs_f64();
+        survival * super::expected_tokens(a, now.k) >= MIN_EXPECTED_TOKENS
+            && wait >= (1.0 - survival) * now.next_draft.as_secs_f64()
     }
 }
 
@@ -132,10 +144,14 @@ mod tests {
         let d = Depth::new(4, None);
         // Survival 0.6^6 = 0.05.
         assert!(!d.another(now(1, 6, 0.6, 0, Some(150), 20)));
-        // Loopback: a round takes 12 ms, drafting 20 ms.
-        assert!(!d.another(now(1, 6, 1.0, 0, Some(12), 20)));
-        // The oldest verdict is due in 10 ms.
-        assert!(!d.another(now(2, 12, 1.0, 140, Some(150), 20)));
+        // Loopback: a round takes 12 ms, drafting 20 ms; a = 0.9 keeps six
+        // drafts with 0.53, so the draft risks 9.4 ms and the wait is 12 ms
+        // only when the round has just left.
+        assert!(d.another(now(1, 6, 0.9, 0, Some(12), 20)));
+        assert!(!d.another(now(1, 6, 0.9, 4, Some(12), 20)));
+        // The oldest verdict is due in 2 ms; 12 drafts in flight at a = 0.97
+        // survive with 0.69, so a 20 ms draft risks 6.2 ms.
+        assert!(!d.another(now(2, 12, 0.97, 148, Some(150), 20)));
         // Nothing measured yet.
         assert!(!d.another(now(1, 6, 1.0, 0, None, 20)));
         // Depth 1 never pipelines.
@@ -156,6 +172,19 @@ mod tests {
         let one = |a| InFlight { k: 1, ..now(1, 1, a, 0, Some(150), 20) };
         assert!(d.another(one(0.5)));
         assert!(!d.another(one(0.3)));
+    }
+
+    #[test]
+    fn a_round_is_drafted_into_a_wait_shorter_than_the_draft_when_a_rejection_is_unlikely() {
+        let d = Depth::new(4, None);
+        // At 50 ms per hop: 17 drafts in flight at a = 0.99 survive with
+        // 0.84, the oldest verdict is due in 18 ms and drafting takes 30 ms:
+        // the draft risks 4.7 ms (requiring it to fit refused it).
+        assert!(d.another(now(3, 17, 0.99, 232, Some(250), 30)));
+        // At a = 0.9 the same wait does not pay (survival 0.17: 24.9 ms).
+        assert!(!d.another(now(3, 17, 0.9, 232, Some(250), 30)));
+        // A sure drafter drafts through an overdue verdict.
+        assert!(d.another(now(3, 17, 1.0, 300, Some(250), 30)));
     }
 
     #[test]
