@@ -8,8 +8,8 @@
 //! chain would verify it ([`super::verify_drafts`]). A verdict that rejects a
 //! draft cancels every round after it.
 //!
-//! Another round pays when it is likely to survive and there is time to
-//! draft it before the oldest verdict is due:
+//! Another round pays when it is likely to survive and the wait for the
+//! oldest verdict pays for drafting it:
 //!
 //! - every draft in flight must be kept for the new round to count: it goes
 //!   out only while the tokens it is expected to commit,
