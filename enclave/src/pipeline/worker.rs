@@ -19,6 +19,10 @@ use crate::text::tokenizer::Tokenizer;
 
 /// Positions one batch may carry (beyond its first job).
 pub const MAX_BATCH_POSITIONS: usize = 512;
+/// Most batches in a row a shadow's copy (`mirror`) may wait while live
+/// frames run: copies go at low priority, but a shadow that fell behind for
+/// good could not take over.
+pub const MIRROR_MAX_WAIT: u32 = 4;
 /// Most sessions one stage holds KV for: a peer cannot grow per-session state
 /// without limit by inventing session ids (each also counts against the KV budget).
 pub const MAX_SESSIONS: usize = 4096;
@@ -119,6 +123,8 @@ pub struct WorkerCounters {
     pub cancelled_jobs: AtomicU64,
     /// Positions of those jobs.
     pub cancelled_positions: AtomicU64,
+    /// Batches that ran live frames while a shadow's copy waited.
+    pub mirror_waits: AtomicU64,
 }
 
 impl WorkerCounters {
@@ -245,9 +251,13 @@ impl StageWorker {
 
     /// Serves commands until the channel closes. Each round takes everything
     /// queued (one job per session per batch, order kept per session) and
-    /// runs it as one forward.
+    /// runs it as one forward. A shadow's copies go at low priority: while
+    /// live frames are queued they wait, for at most [`MIRROR_MAX_WAIT`]
+    /// batches in a row, so a mirrored prefill does not slow the sessions
+    /// this replica serves.
     pub fn run(mut self, mut rx: mpsc::Receiver<Command>, out: mpsc::Sender<Output>) {
         let mut queue: VecDeque<Command> = VecDeque::new();
+        let mut mirror_waited = 0;
         loop {
             if queue.is_empty() {
                 match rx.blocking_recv() {
@@ -262,6 +272,9 @@ impl StageWorker {
             let mut busy = HashSet::new();
             let mut positions = 0;
             let mut rest = VecDeque::new();
+            let live = queue.iter().any(|c| matches!(c, Command::Run(j) if !j.mirror && !self.is_cancelled(j)));
+            let mirrors_wait = live && mirror_waited < MIRROR_MAX_WAIT;
+            let mut held = false;
             while let Some(c) = queue.pop_front() {
                 match c {
                     Command::End(s) if !busy.contains(&s) => self.end(s),
@@ -279,6 +292,11 @@ impl StageWorker {
                         rest = kept;
                     }
                     Command::Run(j) if self.is_cancelled(&j) => self.count_cancelled(&j),
+                    Command::Run(j) if j.mirror && mirrors_wait => {
+                        held = true;
+                        busy.insert(j.session);
+                        rest.push_back(Command::Run(j));
+                    }
                     Command::Run(j)
                         if !busy.contains(&j.session)
                             && (batch.is_empty() || positions + j.input.len() <= MAX_BATCH_POSITIONS) =>
@@ -301,6 +319,10 @@ impl StageWorker {
                 }
             }
             queue = rest;
+            mirror_waited = if held { mirror_waited + 1 } else { 0 };
+            if held {
+                self.counters.mirror_waits.fetch_add(1, Ordering::Relaxed);
+            }
             for o in self.step(batch) {
                 if out.blocking_send(o).is_err() {
                     return;

@@ -892,6 +892,70 @@ fn a_stage_copies_frames_to_the_next_shadow_which_only_fills_its_kv() {
     assert!(matches!(shadow.step(vec![job(4, 9, 1, false)]).as_slice(), [Output::Error(_)]));
 }
 
+/// Issue 28 (healing): a shadow's copies run at low priority. While live
+/// frames are queued a copy waits, at most `MIRROR_MAX_WAIT` batches in a
+/// row, then runs beside them; with no live work it runs at once.
+#[test]
+fn a_shadows_copies_wait_for_live_frames_a_bounded_number_of_batches() {
+    use std::sync::Arc;
+    use veil_enclave::link::frame::{Precision, SessionId, Want};
+    use veil_enclave::pipeline::worker::{Command, Input, Job, Output, StageWorker, MIRROR_MAX_WAIT};
+    let Some(path) = model_path() else { return };
+    let slice = Arc::new(LayerSlice::load(&path, 0..2).unwrap());
+    let job = |session: u64, seq: u64, start: usize, n: usize, mirror: bool| {
+        Command::Run(Box::new(Job {
+            session: SessionId(session),
+            seq,
+            start,
+            truncate_to: None,
+            want: Want::Nothing,
+            route: vec![0],
+            shadow: Vec::new(),
+            mirror,
+            kv_lens: Vec::new(),
+            sampling: None,
+            precision: Precision::F32,
+            input: Input::Tokens(vec![42; n]),
+        }))
+    };
+    // Everything is queued before the worker starts. Returns the live
+    // frames' order, (jobs, positions) run and the batches a copy waited.
+    let run = |commands: Vec<Command>| {
+        let worker = StageWorker::new(slice.clone(), 0, DEFAULT_KV_BUDGET_BYTES);
+        let counters = worker.counters();
+        let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(64);
+        let (out_tx, mut out_rx) = tokio::sync::mpsc::channel(64);
+        for c in commands {
+            cmd_tx.try_send(c).unwrap();
+        }
+        drop(cmd_tx);
+        std::thread::spawn(move || worker.run(cmd_rx, out_tx)).join().unwrap();
+        let mut live = Vec::new();
+        while let Ok(o) = out_rx.try_recv() {
+            match o {
+                Output::Downstream { frame, .. } => live.push((frame.session.0, frame.seq)),
+                other => panic!("{other:?}"),
+            }
+        }
+        let (jobs, positions, _, _) = counters.snapshot();
+        (live, (jobs, positions), counters.mirror_waits.load(std::sync::atomic::Ordering::Relaxed))
+    };
+    // A copy queued first waits one batch for a live frame queued after it.
+    let (live, ran, waits) = run(vec![job(3, 1, 0, 5, true), job(1, 1, 0, 4, false)]);
+    assert_eq!((live, ran, waits), (vec![(1, 1)], (2, 9), 1));
+    // Live frames of one session run one per batch: the copy waits
+    // MIRROR_MAX_WAIT of them, then runs beside the next.
+    let frames = MIRROR_MAX_WAIT as u64 + 2;
+    let mut commands = vec![job(3, 1, 0, 5, true)];
+    commands.extend((1..=frames).map(|seq| job(1, seq, seq as usize - 1, 1, false)));
+    let (live, ran, waits) = run(commands);
+    assert_eq!(live, (1..=frames).map(|seq| (1, seq)).collect::<Vec<_>>());
+    assert_eq!((ran, waits), ((frames + 1, frames + 5), u64::from(MIRROR_MAX_WAIT)));
+    // With no live work a copy runs at once.
+    let (live, ran, waits) = run(vec![job(3, 1, 0, 5, true), job(3, 2, 5, 1, true)]);
+    assert_eq!((live, ran, waits), (vec![], (2, 6), 0));
+}
+
 /// SECURITY-CASES G5: the resident-weights digest is a function of what is
 /// loaded (two loads of one slice agree, repeated readings agree, another
 /// slice differs); the flipped-weight case is `kernels.rs::the_resident_digest_sees_one_flipped_weight`.
