@@ -506,56 +506,16 @@ impl Gateway {
                 GenerateEvent::Done(g) => {
                     if call.stream {
                         let lp = c.take_logprobs(call.kind, tokenizer, g.ids.len());
-                        let mut end_reason = finish(g.ids.len());
-                        if let Some(r) = c.reader.take() {
-                            // The text not streamed (held back at a call),
-                            // then what the stream has not said, then the
-                            // calls whole.
-                            let parsed = sort_answer(call.tools.as_ref(), r, g.text.get(c.fed..).unwrap_or_default());
-                            // (A parsed call's content is trimmed: the
-                            // stream may have said more blanks.)
-                            let content = (parsed.content.strip_prefix(c.streamed.as_str()))
-                                .or_else(|| parsed.content.strip_prefix(c.streamed.trim()));
-                            let d = Delta {
-                                reasoning: parsed.reasoning.strip_prefix(&c.reasoned).unwrap_or_default().to_owned(),
-                                content: content.unwrap_or_default().to_owned(),
-                            };
-                            for chunk in c.delta_chunks(call.kind, tokenizer, &ids, i, d) {
-                                sealer.body(&chunk).await?;
-                            }
-                            if !parsed.calls.is_empty() {
-                                sealer.body(&openai::sse_tool_calls(&ids, i, &parsed.calls, c.first)).await?;
-                                c.first = false;
-                                end_reason = "tool_calls";
-                            }
-                            let end = openai::sse_chunk(call.kind, &ids, i, None, Some(end_reason), c.first, lp);
-                            sealer.body(&end).await?;
-                        } else if let Some(tools) = &call.tools {
-                            let parsed = read_calls(tools, &g);
-                            // What the stream has not said yet: the content
-                            // after the streamed part, or, with no call, the
-                            // rest of the text.
-                            let rest = if parsed.calls.is_empty() {
-                                g.text.strip_prefix(c.streamed.as_str()).unwrap_or_default().to_owned()
-                            } else {
-                                let said = c.streamed.trim();
-                                parsed.content.strip_prefix(said).unwrap_or_default().to_owned()
-                            };
-                            if !rest.is_empty() || lp.is_some() {
-                                let text = Some(rest.as_str());
-                                sealer.body(&openai::sse_chunk(call.kind, &ids, i, text, None, c.first, lp)).await?;
-                                c.first = false;
-                            }
-                            if !parsed.calls.is_empty() {
-                                sealer.body(&openai::sse_tool_calls(&ids, i, &parsed.calls, c.first)).await?;
-                                c.first = false;
-                                end_reason = "tool_calls";
-                            }
-                            let end = openai::sse_chunk(call.kind, &ids, i, None, Some(end_reason), c.first, None);
-                            sealer.body(&end).await?;
-                        } else {
-                            let end = openai::sse_chunk(call.kind, &ids, i, None, Some(end_reason), c.first, lp);
-                            sealer.body(&end).await?;
+                        for chunk in c.end_chunks(
+                            (call.kind, call.tools.as_ref()),
+                            tokenizer,
+                            &ids,
+                            i,
+                            &g,
+                            lp,
+                            finish(g.ids.len()),
+                        ) {
+                            sealer.body(&chunk).await?;
                         }
                     }
                     c.done = Some(g);
@@ -687,6 +647,61 @@ impl ChoiceState {
             out.push(openai::sse_chunk(kind, ids, index, Some(&d.content), None, self.first, lp));
             self.first = false;
         }
+        out
+    }
+
+    /// The chunks that end a streamed choice: what the stream has not said
+    /// yet (the text held back at a call, or what the reader still held),
+    /// its calls whole, then the end chunk with `reason` (`tool_calls` when
+    /// it called). `call`: the endpoint and the tools offered; `lp`: the
+    /// log-probabilities not sent yet.
+    #[allow(clippy::too_many_arguments)]
+    fn end_chunks(
+        &mut self,
+        (kind, tools): (Kind, Option<&openai::Tools>),
+        tokenizer: &Tokenizer,
+        ids: &Ids,
+        index: usize,
+        g: &Generation,
+        mut lp: Option<serde_json::Value>,
+        reason: &'static str,
+    ) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        let mut calls = Vec::new();
+        if let Some(r) = self.reader.take() {
+            let parsed = sort_answer(tools, r, g.text.get(self.fed..).unwrap_or_default());
+            // (A parsed call's content is trimmed: the stream may have said
+            // more blanks.)
+            let content = (parsed.content.strip_prefix(self.streamed.as_str()))
+                .or_else(|| parsed.content.strip_prefix(self.streamed.trim()));
+            let d = Delta {
+                reasoning: parsed.reasoning.strip_prefix(&self.reasoned).unwrap_or_default().to_owned(),
+                content: content.unwrap_or_default().to_owned(),
+            };
+            out = self.delta_chunks(kind, tokenizer, ids, index, d);
+            calls = parsed.calls;
+        } else if let Some(tools) = tools {
+            let parsed = read_calls(tools, g);
+            // The content after the streamed part, or, with no call, the
+            // rest of the text.
+            let rest = if parsed.calls.is_empty() {
+                g.text.strip_prefix(self.streamed.as_str()).unwrap_or_default()
+            } else {
+                parsed.content.strip_prefix(self.streamed.trim()).unwrap_or_default()
+            };
+            if !rest.is_empty() || lp.is_some() {
+                out.push(openai::sse_chunk(kind, ids, index, Some(rest), None, self.first, lp.take()));
+                self.first = false;
+            }
+            calls = parsed.calls;
+        }
+        let mut reason = reason;
+        if !calls.is_empty() {
+            out.push(openai::sse_tool_calls(ids, index, &calls, self.first));
+            self.first = false;
+            reason = "tool_calls";
+        }
+        out.push(openai::sse_chunk(kind, ids, index, None, Some(reason), self.first, lp));
         out
     }
 

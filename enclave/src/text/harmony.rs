@@ -191,13 +191,6 @@ impl HarmonyReader {
     }
 }
 
-/// Reads a whole harmony answer (special tokens written out).
-pub fn parse(text: &str, calls_offered: bool) -> Parsed {
-    let mut r = HarmonyReader::new(calls_offered);
-    r.push(text);
-    r.finish().1
-}
-
 /// Whether `buf` may still be (the beginning of) a header.
 fn could_be_header(buf: &str) -> bool {
     buf.len() <= MAX_HEADER_BYTES && OPENERS.iter().any(|o| buf.starts_with(o) || o.starts_with(buf))

@@ -586,12 +586,6 @@ impl Tokenizer {
         self.render_chat_with(messages, None)
     }
 
-    /// Whether the chat template reads `tools` at all: one that never does
-    /// would drop the definitions silently.
-    pub fn template_takes_tools(&self) -> bool {
-        self.template_reads("tools")
-    }
-
     /// Whether the chat template names the variable `name`.
     pub fn template_reads(&self, name: &str) -> bool {
         self.chat_template.as_deref().is_some_and(|t| super::template::reads(t, name))

@@ -147,7 +147,7 @@ fn probe() -> (Value, [ChatMessage; 2]) {
 impl ToolFormat {
     /// The format `tokenizer`'s chat template writes calls in.
     pub fn detect(tokenizer: &Tokenizer) -> Result<Self, ToolsError> {
-        if !tokenizer.template_takes_tools() {
+        if !tokenizer.template_reads("tools") {
             return Err(ToolsError::NoToolSection);
         }
         let (tools, messages) = probe();
@@ -233,7 +233,7 @@ impl ToolFormat {
             Self::Llama3 => llama3(text),
             Self::MistralList => mistral_list(text),
             Self::MistralArgs => mistral_args(text),
-            Self::Harmony => return super::harmony::parse(text, true),
+            Self::Harmony => return super::reasoning::parse(super::reasoning::ReasoningFormat::Harmony, text, true),
             Self::XmlFunction => xml(xml_calls::parse_function_blocks(text, tools)),
             Self::ArgKey { .. } => xml(xml_calls::parse_arg_blocks(text, tools)),
         };

@@ -321,7 +321,8 @@ fn the_gateway_renders_tools_and_refuses_bad_ones_by_name() {
 #[test]
 fn a_gpt_oss_answer_is_read_by_channel() {
     use veil_enclave::generate::TextStream;
-    use veil_enclave::text::harmony::{self, HarmonyReader};
+    use veil_enclave::text::harmony::HarmonyReader;
+    use veil_enclave::text::reasoning;
     use veil_enclave::text::tools::CallMarkers;
     let Some(reference) = reference() else { return };
     let dir = TempDir::new("tools-harmony");
@@ -351,7 +352,7 @@ fn a_gpt_oss_answer_is_read_by_channel() {
     reasoning += &(d.reasoning + &end.reasoning);
     content += &(d.content + &end.content);
     assert_eq!((reasoning.as_str(), content.as_str()), ("They want Paris.", "It is 18 °C in Paris."));
-    assert_eq!(whole, harmony::parse(&text, false));
+    assert_eq!(whole, reasoning::parse(ReasoningFormat::Harmony, &text, false));
     // Through the gateway's parsing: a chat is read by channel, a
     // completion is not.
     let user = json!([{"role": "user", "content": "Weather in Paris?"}]);
