@@ -213,6 +213,11 @@ mod tests {
         ToolCall { name: name.into(), arguments: args.into() }
     }
 
+    /// A whole harmony answer read at once.
+    fn parse(text: &str, calls_offered: bool) -> Parsed {
+        crate::text::reasoning::parse(crate::text::reasoning::ReasoningFormat::Harmony, text, calls_offered)
+    }
+
     #[test]
     fn channels_are_sorted_and_a_call_is_read() {
         let p = parse(ANSWER, true);
