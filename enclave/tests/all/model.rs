@@ -783,6 +783,31 @@ fn no_session_can_continue_from_another_sessions_cached_prefix() {
     }
 }
 
+/// Runs `worker` on its own thread over `commands`, all queued before it
+/// starts (so its first batch sees them at once), until they are done; the
+/// frames it sent on, in order (any other output fails the test).
+fn run_queued(
+    worker: veil_enclave::pipeline::worker::StageWorker,
+    commands: Vec<veil_enclave::pipeline::worker::Command>,
+) -> Vec<veil_enclave::link::frame::Forward> {
+    use veil_enclave::pipeline::worker::Output;
+    let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(64);
+    let (out_tx, mut out_rx) = tokio::sync::mpsc::channel(64);
+    for c in commands {
+        cmd_tx.try_send(c).unwrap();
+    }
+    drop(cmd_tx);
+    std::thread::spawn(move || worker.run(cmd_rx, out_tx)).join().unwrap();
+    let mut sent = Vec::new();
+    while let Ok(o) = out_rx.try_recv() {
+        match o {
+            Output::Downstream { frame, .. } => sent.push(frame),
+            other => panic!("{other:?}"),
+        }
+    }
+    sent
+}
+
 /// Issue 28: a cancel drops the session's queued frames up to its sequence
 /// number unrun (none is computed or passed on), and frames that arrive
 /// after it too; later frames and other sessions run; a frame of a session
@@ -791,7 +816,7 @@ fn no_session_can_continue_from_another_sessions_cached_prefix() {
 fn a_stage_drops_cancelled_frames_unrun_and_counts_them() {
     use std::sync::Arc;
     use veil_enclave::link::frame::{Precision, SessionId, Want};
-    use veil_enclave::pipeline::worker::{Command, Input, Job, Output, StageWorker};
+    use veil_enclave::pipeline::worker::{Command, Input, Job, StageWorker};
     let Some(path) = model_path() else { return };
     let slice = Arc::new(LayerSlice::load(&path, 0..2).unwrap());
     let worker = StageWorker::new(slice, 0, DEFAULT_KV_BUDGET_BYTES);
@@ -812,32 +837,22 @@ fn a_stage_drops_cancelled_frames_unrun_and_counts_them() {
             input: Input::Tokens(vec![42; n]),
         }))
     };
-    let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(64);
-    let (out_tx, mut out_rx) = tokio::sync::mpsc::channel(64);
-    // Everything is queued before the worker starts, so it sees it at once:
-    // session 1's prompt and two rounds on top, session 2's prompt, then the
-    // cancel of session 1's frames 1..=3, a late frame 3, and the round
+    // Session 1's prompt and two rounds on top, session 2's prompt, then
+    // the cancel of session 1's frames 1..=3, a late frame 3, and the round
     // that rolls back.
-    for c in [
-        job(1, 1, 0, None, 4),
-        job(1, 2, 4, None, 3),
-        job(2, 1, 0, None, 5),
-        job(1, 3, 7, None, 2),
-        Command::Cancel { session: SessionId(1), through: 3 },
-        job(1, 3, 7, None, 2),
-        job(1, 4, 0, Some(0), 6),
-    ] {
-        cmd_tx.try_send(c).unwrap();
-    }
-    drop(cmd_tx);
-    std::thread::spawn(move || worker.run(cmd_rx, out_tx)).join().unwrap();
-    let mut ran = Vec::new();
-    while let Ok(o) = out_rx.try_recv() {
-        match o {
-            Output::Downstream { frame, .. } => ran.push((frame.session.0, frame.seq, frame.kv_lens)),
-            other => panic!("{other:?}"),
-        }
-    }
+    let sent = run_queued(
+        worker,
+        vec![
+            job(1, 1, 0, None, 4),
+            job(1, 2, 4, None, 3),
+            job(2, 1, 0, None, 5),
+            job(1, 3, 7, None, 2),
+            Command::Cancel { session: SessionId(1), through: 3 },
+            job(1, 3, 7, None, 2),
+            job(1, 4, 0, Some(0), 6),
+        ],
+    );
+    let mut ran: Vec<_> = sent.into_iter().map(|f| (f.session.0, f.seq, f.kv_lens)).collect();
     ran.sort();
     assert_eq!(ran, vec![(1, 4, vec![6]), (2, 1, vec![5])], "only the frames not cancelled ran");
     let (jobs, positions, cancelled, cancelled_positions) = counters.snapshot();
@@ -899,7 +914,7 @@ fn a_stage_copies_frames_to_the_next_shadow_which_only_fills_its_kv() {
 fn a_shadows_copies_wait_for_live_frames_a_bounded_number_of_batches() {
     use std::sync::Arc;
     use veil_enclave::link::frame::{Precision, SessionId, Want};
-    use veil_enclave::pipeline::worker::{Command, Input, Job, Output, StageWorker, MIRROR_MAX_WAIT};
+    use veil_enclave::pipeline::worker::{Command, Input, Job, StageWorker, MIRROR_MAX_WAIT};
     let Some(path) = model_path() else { return };
     let slice = Arc::new(LayerSlice::load(&path, 0..2).unwrap());
     let job = |session: u64, seq: u64, start: usize, n: usize, mirror: bool| {
@@ -918,25 +933,12 @@ fn a_shadows_copies_wait_for_live_frames_a_bounded_number_of_batches() {
             input: Input::Tokens(vec![42; n]),
         }))
     };
-    // Everything is queued before the worker starts. Returns the live
-    // frames' order, (jobs, positions) run and the batches a copy waited.
+    // The live frames' order, (jobs, positions) run and the batches a copy
+    // waited.
     let run = |commands: Vec<Command>| {
         let worker = StageWorker::new(slice.clone(), 0, DEFAULT_KV_BUDGET_BYTES);
         let counters = worker.counters();
-        let (cmd_tx, cmd_rx) = tokio::sync::mpsc::channel(64);
-        let (out_tx, mut out_rx) = tokio::sync::mpsc::channel(64);
-        for c in commands {
-            cmd_tx.try_send(c).unwrap();
-        }
-        drop(cmd_tx);
-        std::thread::spawn(move || worker.run(cmd_rx, out_tx)).join().unwrap();
-        let mut live = Vec::new();
-        while let Ok(o) = out_rx.try_recv() {
-            match o {
-                Output::Downstream { frame, .. } => live.push((frame.session.0, frame.seq)),
-                other => panic!("{other:?}"),
-            }
-        }
+        let live: Vec<_> = run_queued(worker, commands).into_iter().map(|f| (f.session.0, f.seq)).collect();
         let (jobs, positions, _, _) = counters.snapshot();
         (live, (jobs, positions), counters.mirror_waits.load(std::sync::atomic::Ordering::Relaxed))
     };
