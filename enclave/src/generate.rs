@@ -198,12 +198,24 @@ pub fn generate(
     tokenizer: &Tokenizer,
     sampler: &mut Sampler,
     req: &GenerateRequest,
+    on_text: impl FnMut(&str),
+) -> Result<Generation> {
+    generate_with(model, sampler, req, TextStream::new(tokenizer, req.stop.clone()), on_text)
+}
+
+/// [`generate`] with the text read by `stream` (e.g. with special tokens
+/// written out, for a harmony answer sorted by channel).
+pub fn generate_with(
+    model: &LocalModel,
+    sampler: &mut Sampler,
+    req: &GenerateRequest,
+    mut stream: TextStream<'_>,
     mut on_text: impl FnMut(&str),
 ) -> Result<Generation> {
+    let tokenizer = stream.tokenizer;
     let max_tokens = check_request(req, model.context_length())?;
     let mut session = model.session(DEFAULT_KV_BUDGET_BYTES);
     let mut history = req.prompt_ids.clone();
-    let mut stream = TextStream::new(tokenizer, req.stop.clone());
     let mut stopped = false;
     let mut format = match &sampler.params().response_format {
         None => None,

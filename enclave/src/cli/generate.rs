@@ -5,23 +5,43 @@ use anyhow::Context;
 use super::GenerateArgs;
 
 pub(super) fn generate(args: GenerateArgs) -> anyhow::Result<()> {
-    use crate::generate::{generate, GenerateRequest, LocalModel};
+    use crate::generate::{generate_with, GenerateRequest, LocalModel, TextStream};
+    use crate::text::harmony::Delta;
+    use crate::text::reasoning::ReasoningFormat;
     use crate::text::sampler::Sampler;
+    use crate::text::tools::CallMarkers;
     use std::io::Write;
 
     let path = args.model.clone().context("--model is required")?;
     let (model, tokenizer) = LocalModel::load(&path, &args.split)?;
     let prompt_ids = wire(&args).prompt_ids(&tokenizer)?;
     let mut sampler = Sampler::new(wire(&args).sampling)?;
+    // A chat answer that sets its reasoning apart (harmony channels, a
+    // `<think>` block) prints it on standard error, the answer on standard
+    // output, as the gateway returns them apart; `--json` keeps the text
+    // as generated.
+    let reasoning = (args.chat && !args.json).then(|| ReasoningFormat::of(&tokenizer, &prompt_ids, false)).flatten();
+    let mut text = TextStream::new(&tokenizer, args.stop.clone());
+    if reasoning == Some(ReasoningFormat::Harmony) {
+        // Its channels are special tokens: read them written out.
+        text = text.with_calls(Some(CallMarkers::default()));
+    }
+    let mut reader = reasoning.map(|f| f.reader(false));
     let req = GenerateRequest { prompt_ids, max_tokens: args.max_tokens, stop: args.stop.clone() };
-    let stream = !args.json;
-    let mut out = std::io::stdout();
-    let result = generate(&model, &tokenizer, &mut sampler, &req, |piece| {
-        if stream {
-            let _ = out.write_all(piece.as_bytes());
-            let _ = out.flush();
-        }
+    let (mut out, mut err) = (std::io::stdout(), std::io::stderr());
+    let mut show = |d: Delta| {
+        let _ = err.write_all(d.reasoning.as_bytes());
+        let _ = out.write_all(d.content.as_bytes());
+        let _ = (err.flush(), out.flush());
+    };
+    let result = generate_with(&model, &mut sampler, &req, text, |piece| match reader.as_mut() {
+        _ if args.json => {}
+        Some(r) => show(r.push(piece)),
+        None => show(Delta { reasoning: String::new(), content: piece.to_owned() }),
     })?;
+    if let Some(r) = reader {
+        show(r.finish().0);
+    }
     if args.json {
         println!("{}", serde_json::to_string(&result)?);
     } else {

@@ -282,7 +282,10 @@ struct GenerateArgs {
     /// Prompt as comma-separated token ids.
     #[arg(long, value_delimiter = ',')]
     prompt_ids: Option<Vec<u32>>,
-    /// Wrap the prompt in the model's chat template as a user message.
+    /// Wrap the prompt in the model's chat template as a user message. With
+    /// `--model`, a model that reasons apart (gpt-oss's analysis channel, a
+    /// `<think>` block) prints its reasoning on standard error and its
+    /// answer on standard output.
     #[arg(long)]
     chat: bool,
     /// Most new tokens.

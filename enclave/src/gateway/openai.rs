@@ -340,7 +340,6 @@ pub fn parse(
     };
     let mut tool_use = None;
     let harmony = kind == Kind::Chat && tokenizer.harmony();
-    let thinks = kind == Kind::Chat && !harmony && tokenizer.thinks();
     let (common, prompt_ids) = match kind {
         Kind::Chat => {
             let b: ChatBody = serde_json::from_slice(body).map_err(bad_json)?;
@@ -476,12 +475,9 @@ pub fn parse(
     // Under a response format or a forced call the grammar holds from the
     // first token, so the answer does not think first, even where the
     // prompt opened a `<think>` block: it is read as content.
-    let reasoning = match (harmony, thinks) {
-        (true, _) => Some(ReasoningFormat::Harmony),
-        (false, true) => {
-            Some(ReasoningFormat::Think { open: response_format.is_none() && opens_thinking(tokenizer, &prompt_ids) })
-        }
-        _ => None,
+    let reasoning = match kind {
+        Kind::Chat => ReasoningFormat::of(tokenizer, &prompt_ids, response_format.is_some()),
+        Kind::Completion => None,
     };
     let request = PipelineRequest {
         prompt_ids,
@@ -578,13 +574,6 @@ fn template_variables(
         }
     }
     Ok((!vars.is_empty()).then_some(vars))
-}
-
-/// Whether the prompt ends inside an open `<think>` block (the template's
-/// generation prompt opened it, as DeepSeek R1's does).
-fn opens_thinking(tokenizer: &Tokenizer, prompt: &[u32]) -> bool {
-    let tail = &prompt[prompt.len().saturating_sub(8)..];
-    tokenizer.decode_with_special(tail).is_ok_and(|t| t.trim_end().ends_with("<think>"))
 }
 
 /// `tools`: at most [`MAX_TOOLS`] functions, each `{type: "function",

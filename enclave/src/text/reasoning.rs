@@ -12,6 +12,7 @@
 //! one, and any other is all content.
 
 use super::harmony::{Delta, HarmonyReader};
+use super::tokenizer::Tokenizer;
 use super::tools::Parsed;
 
 const OPEN: &str = "<think>";
@@ -30,6 +31,24 @@ pub enum ReasoningFormat {
 }
 
 impl ReasoningFormat {
+    /// How a chat answer of `tokenizer`'s model to `prompt_ids` (the
+    /// rendered conversation) sets its reasoning apart, if it does: by
+    /// harmony channel, or in a `<think>` block, open already when the
+    /// prompt ends with `<think>`; `constrained`: a grammar (a response
+    /// format, a forced call) holds from the first token, so the answer
+    /// does not think first even where the prompt opened the block.
+    pub fn of(tokenizer: &Tokenizer, prompt_ids: &[u32], constrained: bool) -> Option<Self> {
+        if tokenizer.harmony() {
+            return Some(Self::Harmony);
+        }
+        if !tokenizer.thinks() {
+            return None;
+        }
+        let tail = &prompt_ids[prompt_ids.len().saturating_sub(8)..];
+        let opened = tokenizer.decode_with_special(tail).is_ok_and(|t| t.trim_end().ends_with(OPEN));
+        Some(Self::Think { open: opened && !constrained })
+    }
+
     /// A reader for one answer; `calls_offered`: the request offered tools
     /// (harmony reads its calls itself).
     pub fn reader(self, calls_offered: bool) -> Reader {

@@ -609,7 +609,18 @@ fn a_thinking_model_s_reasoning_is_set_apart_through_a_sealed_three_stage_cluste
     assert!(!reasoning.is_empty() && message["content"] == "", "{v}");
     let mut streamed = plain;
     streamed["stream"] = true.into();
-    assert_eq!(stream_parts(&s.chat_ok(streamed)), (reasoning, String::new()));
+    assert_eq!(stream_parts(&s.chat_ok(streamed)), (reasoning.clone(), String::new()));
+    // `veil-shard generate --chat` sets it apart the same way: the
+    // reasoning on standard error, the answer (none) on standard output.
+    let cli = std::process::Command::new(env!("CARGO_BIN_EXE_veil-shard"))
+        .args(["generate", "--model", path.to_str().unwrap(), "--prompt", "Weather in Paris?", "--chat"])
+        .args(["--max-tokens", "16"])
+        .env("RUST_LOG", "off")
+        .output()
+        .unwrap();
+    let (out, err) = (String::from_utf8_lossy(&cli.stdout), String::from_utf8_lossy(&cli.stderr));
+    assert!(cli.status.success(), "{err}");
+    assert_eq!((err.as_ref(), out.as_ref()), (reasoning.as_str(), "\n"));
     // A forced call: the grammar holds from the first token; the call
     // is read from the content.
     let forced = json!({"messages": user, "tools": [weather()], "tool_choice": "required", "temperature": 0,
