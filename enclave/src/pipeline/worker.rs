@@ -252,9 +252,9 @@ impl StageWorker {
     /// Serves commands until the channel closes. Each round takes everything
     /// queued (one job per session per batch, order kept per session) and
     /// runs it as one forward. A shadow's copies go at low priority: while
-    /// live frames are queued they wait, for at most [`MIRROR_MAX_WAIT`]
-    /// batches in a row, so a mirrored prefill does not slow the sessions
-    /// this replica serves.
+    /// other sessions' live frames are queued they wait, for at most
+    /// [`MIRROR_MAX_WAIT`] batches in a row, so a mirrored prefill does not
+    /// slow the sessions this replica serves.
     pub fn run(mut self, mut rx: mpsc::Receiver<Command>, out: mpsc::Sender<Output>) {
         let mut queue: VecDeque<Command> = VecDeque::new();
         let mut mirror_waited = 0;
@@ -272,8 +272,16 @@ impl StageWorker {
             let mut busy = HashSet::new();
             let mut positions = 0;
             let mut rest = VecDeque::new();
-            let live = queue.iter().any(|c| matches!(c, Command::Run(j) if !j.mirror && !self.is_cancelled(j)));
-            let mirrors_wait = live && mirror_waited < MIRROR_MAX_WAIT;
+            // Sessions with live frames queued. A copy waits only for other
+            // sessions' frames: one whose own session has live frames behind
+            // it (this replica took the session over) runs first, in order.
+            let live: HashSet<SessionId> = (queue.iter())
+                .filter_map(|c| match c {
+                    Command::Run(j) if !j.mirror && !self.is_cancelled(j) => Some(j.session),
+                    _ => None,
+                })
+                .collect();
+            let waits = |j: &Job| mirror_waited < MIRROR_MAX_WAIT && live.iter().any(|&s| s != j.session);
             let mut held = false;
             while let Some(c) = queue.pop_front() {
                 match c {
@@ -292,7 +300,7 @@ impl StageWorker {
                         rest = kept;
                     }
                     Command::Run(j) if self.is_cancelled(&j) => self.count_cancelled(&j),
-                    Command::Run(j) if j.mirror && mirrors_wait => {
+                    Command::Run(j) if j.mirror && !busy.contains(&j.session) && waits(&j) => {
                         held = true;
                         busy.insert(j.session);
                         rest.push_back(Command::Run(j));

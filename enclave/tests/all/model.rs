@@ -907,9 +907,10 @@ fn a_stage_copies_frames_to_the_next_shadow_which_only_fills_its_kv() {
     assert!(matches!(shadow.step(vec![job(4, 9, 1, false)]).as_slice(), [Output::Error(_)]));
 }
 
-/// Issue 28 (healing): a shadow's copies run at low priority. While live
-/// frames are queued a copy waits, at most `MIRROR_MAX_WAIT` batches in a
-/// row, then runs beside them; with no live work it runs at once.
+/// Issue 28 (healing): a shadow's copies run at low priority. While other
+/// sessions' live frames are queued a copy waits, at most `MIRROR_MAX_WAIT`
+/// batches in a row, then runs beside them; with no live work, or with its
+/// own session's live frame behind it, it runs at once.
 #[test]
 fn a_shadows_copies_wait_for_live_frames_a_bounded_number_of_batches() {
     use std::sync::Arc;
@@ -956,6 +957,10 @@ fn a_shadows_copies_wait_for_live_frames_a_bounded_number_of_batches() {
     // With no live work a copy runs at once.
     let (live, ran, waits) = run(vec![job(3, 1, 0, 5, true), job(3, 2, 5, 1, true)]);
     assert_eq!((live, ran, waits), (vec![], (2, 6), 0));
+    // Nor does a copy wait for its own session's live frame behind it (this
+    // replica took the session over): it runs first, in order.
+    let (live, ran, waits) = run(vec![job(3, 1, 0, 5, true), job(3, 2, 5, 1, false)]);
+    assert_eq!((live, ran, waits), (vec![(3, 2)], (2, 6), 0));
 }
 
 /// SECURITY-CASES G5: the resident-weights digest is a function of what is
