@@ -381,7 +381,7 @@ impl<B: Finish> KMatrix<B> {
 
     fn matmul(&self, x: &[f32], m: usize, isa: Isa) -> Vec<f32>
     where
-        B: Simd,
+        B: Wide,
     {
         assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
         let xq: Vec<BlockQ8K> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_k).collect();
@@ -542,6 +542,10 @@ fn dots<B: Simd>(isa: Isa) -> Dots<B, BlockQ8K> {
 trait Simd: Finish {}
 #[cfg(not(target_arch = "x86_64"))]
 impl<B: Finish> Simd for B {}
+#[cfg(not(target_arch = "x86_64"))]
+trait Wide: Simd {}
+#[cfg(not(target_arch = "x86_64"))]
+impl<B: Simd> Wide for B {}
 
 #[cfg(target_arch = "x86_64")]
 use simd::{dot4_avx2, dot_avx2, Simd};
@@ -550,6 +554,10 @@ use simd::{dot4_avx2, dot_avx2, Simd};
 mod simd;
 #[cfg(target_arch = "x86_64")]
 mod vnni;
+#[cfg(target_arch = "x86_64")]
+use wide::Wide;
+#[cfg(target_arch = "x86_64")]
+mod wide;
 
 #[cfg(test)]
 mod tests;

@@ -448,12 +448,16 @@ fn has_f16c() -> bool {
     has_avx2_fma() && std::arch::is_x86_feature_detected!("f16c")
 }
 
-/// AVX-512 VNNI with 256-bit vectors (EPYC Genoa/Turin, Xeon Sapphire
-/// Rapids and later): `vpdpbusd` does the u8×i8 products and their sums to
-/// i32 in one instruction where AVX2 needs two.
+/// AVX-512 VNNI (EPYC Genoa/Turin, Xeon Sapphire Rapids and later; every
+/// CPU with it has AVX-512F, BW and VL, checked all the same): `vpdpbusd`
+/// does the u8×i8 products and their sums to i32 in one instruction where
+/// AVX2 needs two. The grouped kernels run it on 256-bit vectors; the
+/// K-quants' one-row kernel on 512-bit ones.
 #[cfg(target_arch = "x86_64")]
 fn has_avx512_vnni() -> bool {
     has_avx2_fma()
+        && std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
         && std::arch::is_x86_feature_detected!("avx512vnni")
         && std::arch::is_x86_feature_detected!("avx512vl")
 }
@@ -545,9 +549,10 @@ pub fn q41_isa() -> Isa {
 }
 
 /// The K-quants' kernels (Q4_K, Q5_K, Q6_K): VNNI by default where the
-/// CPU has it. Its grouped kernel ([`kquant`]'s `vnni`) computes the same
-/// exact integers and float steps as the scalar and AVX2 kernels, so all
-/// three give equal outputs bit for bit (tested).
+/// CPU has it. Its grouped kernel ([`kquant`]'s `vnni`) and its one-row
+/// kernel on 512-bit vectors (`wide`, decode) compute the same exact
+/// integers and float steps as the scalar and AVX2 kernels, so all give
+/// equal outputs bit for bit (tested).
 pub fn kquant_isa() -> Isa {
     at_most(wanted().unwrap_or(Isa::Avx512Vnni))
 }

@@ -51,7 +51,7 @@ unsafe fn mins_pairs(m: &[u8; 8]) -> __m256i {
 }
 
 #[target_feature(enable = "avx2,fma")]
-unsafe fn bsums(a: &BlockQ8K) -> __m256i {
+pub(super) unsafe fn bsums(a: &BlockQ8K) -> __m256i {
     // SAFETY: `bsums` is 16 i16 (32 bytes); the load reads exactly them.
     _mm256_loadu_si256(a.bsums.as_ptr().cast())
 }
@@ -178,33 +178,50 @@ pub(crate) unsafe fn dot_avx2<B: Simd>(w: &[B], x: &[BlockQ8K]) -> f32 {
     while k + 4 <= n {
         let (b, a) = (&w[k..k + 4], &x[k..k + 4]);
         let lanes: [(__m256i, __m256i); 4] = std::array::from_fn(|t| block_lanes(&b[t], &a[t]));
-        let sumi = hsum4_epi32(lanes.map(|l| l.0));
-        let bias = hsum4_epi32(lanes.map(|l| l.1));
-        let xd = _mm_set_ps(a[3].d, a[2].d, a[1].d, a[0].d);
-        let f: [(f32, f32); 4] = std::array::from_fn(|t| b[t].factors());
-        let factors = (_mm_set_ps(f[3].0, f[2].0, f[1].0, f[0].0), _mm_set_ps(f[3].1, f[2].1, f[1].1, f[0].1), xd);
-        let (plus, minus) = terms4(b[0].mins().is_some(), factors, sumi, bias);
-        let (mut p, mut m) = ([0f32; 4], [0f32; 4]);
-        // SAFETY (both): `p` and `m` are four f32.
-        _mm_storeu_ps(p.as_mut_ptr(), plus);
-        if let Some(minus) = minus {
-            _mm_storeu_ps(m.as_mut_ptr(), minus);
-        }
-        for t in 0..4 {
-            acc += p[t];
-            if minus.is_some() {
-                acc -= m[t];
-            }
-        }
+        acc = fold4(b, a, lanes, acc);
         k += 4;
     }
-    let zero = _mm256_setzero_si256();
     for (b, a) in w[k..n].iter().zip(&x[k..n]) {
-        let (sumi, bias) = block_lanes(b, a);
-        let sums = hsum4_epi32([sumi, bias, zero, zero]);
-        acc = super::finish(b, a, _mm_cvtsi128_si32(sums), _mm_extract_epi32(sums, 1), acc);
+        acc = fold1(b, a, block_lanes(b, a), acc);
     }
     acc
+}
+
+/// Four blocks' integers (each block's products and bias in eight i32
+/// lanes, as [`block_lanes`] gives them) summed at once, their products
+/// taken at once, then added to `acc` in block order: [`super::finish`]
+/// four times, bit for bit.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn fold4<B: Simd>(b: &[B], a: &[BlockQ8K], lanes: [(__m256i, __m256i); 4], mut acc: f32) -> f32 {
+    let sumi = hsum4_epi32(lanes.map(|l| l.0));
+    let bias = hsum4_epi32(lanes.map(|l| l.1));
+    let xd = _mm_set_ps(a[3].d, a[2].d, a[1].d, a[0].d);
+    let f: [(f32, f32); 4] = std::array::from_fn(|t| b[t].factors());
+    let factors = (_mm_set_ps(f[3].0, f[2].0, f[1].0, f[0].0), _mm_set_ps(f[3].1, f[2].1, f[1].1, f[0].1), xd);
+    let (plus, minus) = terms4(b[0].mins().is_some(), factors, sumi, bias);
+    let (mut p, mut m) = ([0f32; 4], [0f32; 4]);
+    // SAFETY (both): `p` and `m` are four f32.
+    _mm_storeu_ps(p.as_mut_ptr(), plus);
+    if let Some(minus) = minus {
+        _mm_storeu_ps(m.as_mut_ptr(), minus);
+    }
+    for t in 0..4 {
+        acc += p[t];
+        if minus.is_some() {
+            acc -= m[t];
+        }
+    }
+    acc
+}
+
+/// One block's lanes summed and added to `acc`: [`super::finish`].
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(super) unsafe fn fold1<B: Simd>(b: &B, a: &BlockQ8K, (sumi, bias): (__m256i, __m256i), acc: f32) -> f32 {
+    let zero = _mm256_setzero_si256();
+    let sums = hsum4_epi32([sumi, bias, zero, zero]);
+    super::finish(b, a, _mm_cvtsi128_si32(sums), _mm_extract_epi32(sums, 1), acc)
 }
 
 /// [`dot_avx2`] for four input rows sharing each vector's unpacking.

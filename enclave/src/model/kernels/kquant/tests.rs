@@ -59,7 +59,8 @@ fn activations_round_half_to_even_as_ggmls_nearest_int() {
 }
 
 /// Every kernel family this CPU runs (AVX2; VNNI's grouped kernel, with
-/// the AVX2 kernels for the rows it does not group) equals the scalar
+/// the AVX2 four-row kernel and the 512-bit one-row kernel for the rows it
+/// does not group, decode's one row among them) equals the scalar
 /// kernel bit for bit, whatever the batch; all approximate the dot of the
 /// dequantized weights with the activations.
 #[test]

@@ -8,12 +8,13 @@
 //! the bias comes from the activation sums by `vpdpwssd`. These are the
 //! scalar kernel's integers, exactly, and the float steps are its own, lane
 //! by lane, so every output equals [`super::dot_scalar`] bit for bit,
-//! whether its row ran in a group of eight or (rows left over, decode) on
-//! the AVX2 kernels.
+//! whether its row ran in a group of eight, in four on the AVX2 kernel or
+//! (rows left over, decode) on the 512-bit one-row kernel ([`super::wide`]).
 
 use std::arch::x86_64::*;
 
-use super::simd::{dot4_avx2, dot_avx2, Simd};
+use super::simd::{dot4_avx2, Simd};
+use super::wide::{dot_wide, Wide};
 use super::BlockQ8K;
 
 /// Eight input rows' block, interleaved for `vpdpbusd` and `vpdpwssd`:
@@ -53,14 +54,15 @@ fn interleave(xq: &[BlockQ8K], per_row: usize, groups: usize) -> Vec<Q8Kx8> {
 
 /// `x · wᵀ` for `m` input rows of `per_row` blocks (`xq`): groups of eight
 /// rows on [`dots8`], two groups per pass over a weight row where there
-/// are; the rest four at a time on [`dot4_avx2`], then one at a time.
-pub(super) fn matmul<B: Simd>(w: &[B], rows: usize, per_row: usize, xq: &[BlockQ8K], m: usize) -> Vec<f32> {
+/// are; the rest four at a time on [`dot4_avx2`], then one at a time on
+/// [`dot_wide`] (decode's one row too).
+pub(super) fn matmul<B: Wide>(w: &[B], rows: usize, per_row: usize, xq: &[BlockQ8K], m: usize) -> Vec<f32> {
     let xg = interleave(xq, per_row, m / 8);
     let xrow = |i: usize| &xq[i * per_row..(i + 1) * per_row];
     let grow = |g: usize| &xg[g * per_row..(g + 1) * per_row];
     // SAFETY (every kernel call below): this path is taken only when
     // `kquant_isa()` chose VNNI, after run-time detection of AVX2, FMA,
-    // AVX512-VNNI and AVX512-VL.
+    // AVX-512F, BW, VL and VNNI.
     let sweep = |wr: &[B], first: usize, n: usize, out: &mut [f32], stride: usize| {
         super::super::sweep_groups(
             first,
@@ -80,13 +82,13 @@ pub(super) fn matmul<B: Simd>(w: &[B], rows: usize, per_row: usize, xq: &[BlockQ
                     k = 4;
                 }
                 for k in k..left {
-                    out[k * stride] = unsafe { dot_avx2(wr, xrow(r + k)) };
+                    out[k * stride] = unsafe { dot_wide(wr, xrow(r + k)) };
                 }
             },
         )
     };
     let row_bytes = per_row * std::mem::size_of::<BlockQ8K>();
-    super::super::par_tiles(w, rows, per_row, m, row_bytes, |wr| unsafe { dot_avx2(wr, xq) }, sweep)
+    super::super::par_tiles(w, rows, per_row, m, row_bytes, |wr| unsafe { dot_wide(wr, xq) }, sweep)
 }
 
 /// One weight row against `G` groups of eight interleaved input rows:

@@ -1,0 +1,185 @@
+//! One input row (decode) of the K-quants on 512-bit vectors (AVX-512BW
+//! and VNNI). A decode step reads every weight once and uses it once, so
+//! what bounds it is how many instructions a weight block costs. The AVX2
+//! kernel ([`super::simd`]) takes 32 values an instruction and broadcasts
+//! each sub-block's scale from a byte (three instructions); here one
+//! instruction unpacks 64 values (two sub-blocks: the low and high nibbles
+//! of the same 32 bytes, or Q6_K's two bit planes), one permute places
+//! their scales, `vpmaddubsw` multiplies them by the activations, and
+//! `vpdpwssd` scales and adds the pairs. The integers are the scalar
+//! kernel's exactly (integer sums do not depend on their order), and the
+//! float steps are [`super::simd`]'s, so every output equals
+//! [`super::dot_scalar`] bit for bit, as the batched kernels' do.
+
+use std::arch::x86_64::*;
+
+use super::simd::{bsums, fold1, fold4, Simd};
+use super::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+
+/// A format's 64-value vectors.
+pub(crate) trait Wide: Simd {
+    /// The block's scales widened to i16, scale `i` in lane `i`.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and BW.
+    unsafe fn scales(&self) -> __m512i;
+    /// Values `64c..64c + 64` as unsigned bytes, and for each i16 lane
+    /// (a pair of values after `vpmaddubsw`) its scale, taken from
+    /// `scales` ([`Wide::scales`]).
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F and BW, and `c < 4`.
+    unsafe fn wide(&self, c: usize, scales: __m512i) -> (__m512i, __m512i);
+}
+
+/// i16 lanes: `a` in the low 256 bits, `b` in the high.
+const fn halves(a: i16, b: i16) -> [i16; 32] {
+    let mut v = [a; 32];
+    let mut i = 16;
+    while i < 32 {
+        v[i] = b;
+        i += 1;
+    }
+    v
+}
+
+/// Which scale each i16 lane takes, for values `64c..`: Q4_K/Q5_K one
+/// scale per 32 values (sub-blocks `2c`, `2c + 1`).
+const PAIRS: [[i16; 32]; 4] = [halves(0, 1), halves(2, 3), halves(4, 5), halves(6, 7)];
+
+/// Q6_K: one scale per 16 values (`4c..4c + 4`, eight lanes each).
+const QUADS: [[i16; 32]; 4] = {
+    let mut q = [[0i16; 32]; 4];
+    let mut c = 0;
+    while c < 4 {
+        let mut i = 0;
+        while i < 32 {
+            q[c][i] = (4 * c + i / 8) as i16;
+            i += 1;
+        }
+        c += 1;
+    }
+    q
+};
+
+/// The low nibbles in the low half, the high nibbles in the high half.
+const NIBBLE_SHIFTS: [i16; 32] = halves(0, 4);
+/// Q5_K's fifth bits of sub-blocks `2c`, `2c + 1`: bit `2c` and `2c + 1` of each `qh` byte.
+const Q5_HIGH_SHIFTS: [[i16; 32]; 4] = [halves(0, 1), halves(2, 3), halves(4, 5), halves(6, 7)];
+/// Q6_K's top two bits of values `128n + 64h..`: bits `4h` and `4h + 2` of each `qh` byte.
+const Q6_HIGH_SHIFTS: [[i16; 32]; 2] = [halves(0, 2), halves(4, 6)];
+
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn constant(v: &[i16; 32]) -> __m512i {
+    // SAFETY: `v` is 64 bytes; the load reads exactly them.
+    _mm512_loadu_si512(v.as_ptr().cast())
+}
+
+/// 32 bytes at `p`, in both halves.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn twice(p: *const u8) -> __m512i {
+    // SAFETY: the caller passes 32 readable bytes.
+    _mm512_broadcast_i64x4(_mm256_loadu_si256(p.cast()))
+}
+
+/// Each byte of `v` shifted right by its 16-bit lane's count in `shifts`, masked to `mask`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn bits(v: __m512i, shifts: &[i16; 32], mask: i8) -> __m512i {
+    _mm512_and_si512(_mm512_srlv_epi16(v, constant(shifts)), _mm512_set1_epi8(mask))
+}
+
+impl Wide for BlockQ4K {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn scales(&self) -> __m512i {
+        // SAFETY: `sc` is 8 bytes; the load reads exactly them.
+        _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(self.sc.as_ptr().cast())))
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn wide(&self, c: usize, scales: __m512i) -> (__m512i, __m512i) {
+        // SAFETY: `c < 4`: `qs[32c..][..32]` is in bounds (128 bytes).
+        let v = bits(twice(self.qs.as_ptr().add(32 * c)), &NIBBLE_SHIFTS, 0x0F);
+        (v, _mm512_permutexvar_epi16(constant(&PAIRS[c]), scales))
+    }
+}
+
+impl Wide for BlockQ5K {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn scales(&self) -> __m512i {
+        // SAFETY: `sc` is 8 bytes; the load reads exactly them.
+        _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(self.sc.as_ptr().cast())))
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn wide(&self, c: usize, scales: __m512i) -> (__m512i, __m512i) {
+        // SAFETY: `c < 4`: `qs[32c..][..32]` is in bounds (128 bytes); `qh` is 32 bytes.
+        let low = bits(twice(self.qs.as_ptr().add(32 * c)), &NIBBLE_SHIFTS, 0x0F);
+        let high = bits(twice(self.qh.as_ptr()), &Q5_HIGH_SHIFTS[c], 1);
+        let v = _mm512_or_si512(low, _mm512_slli_epi16(high, 4));
+        (v, _mm512_permutexvar_epi16(constant(&PAIRS[c]), scales))
+    }
+}
+
+impl Wide for BlockQ6K {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn scales(&self) -> __m512i {
+        // SAFETY: `sc` is 16 bytes; the load reads exactly them.
+        _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(self.sc.as_ptr().cast())))
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn wide(&self, c: usize, scales: __m512i) -> (__m512i, __m512i) {
+        // Values 128n + 64h..: the nibble h of ql[64n..][..64], bits 4h, 4h + 2 of qh[32n..][..32].
+        let (n, h) = (c / 2, c % 2);
+        // SAFETY: `c < 4`: `ql[64n..][..64]` and `qh[32n..][..32]` are in bounds (128 and 64 bytes).
+        let ql = _mm512_loadu_si512(self.ql.as_ptr().add(64 * n).cast());
+        let low = _mm512_and_si512(_mm512_srl_epi16(ql, _mm_cvtsi32_si128(4 * h as i32)), _mm512_set1_epi8(0x0F));
+        let high = bits(twice(self.qh.as_ptr().add(32 * n)), &Q6_HIGH_SHIFTS[h], 3);
+        let v = _mm512_or_si512(low, _mm512_slli_epi16(high, 4));
+        (v, _mm512_permutexvar_epi16(constant(&QUADS[c]), scales))
+    }
+}
+
+/// One block's integers in eight i32 lanes each, as [`super::simd`]'s
+/// `block_lanes` gives them (same sums, other lanes).
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+unsafe fn block_lanes<B: Wide>(b: &B, a: &BlockQ8K) -> (__m256i, __m256i) {
+    let scales = b.scales();
+    let mut sum = _mm512_setzero_si512();
+    for c in 0..4 {
+        let (v, s) = b.wide(c, scales);
+        // SAFETY: `c < 4`: `qs[64c..][..64]` is in bounds (256 bytes).
+        let q8 = _mm512_loadu_si512(a.qs.as_ptr().add(64 * c).cast());
+        sum = _mm512_dpwssd_epi32(sum, _mm512_maddubs_epi16(v, q8), s);
+    }
+    let sumi = _mm256_add_epi32(_mm512_castsi512_si256(sum), _mm512_extracti64x4_epi64::<1>(sum));
+    (sumi, B::bias(bsums(a), b.bias_weights()))
+}
+
+/// [`super::simd::dot_avx2`] on 64-value vectors: equal bit for bit.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, AVX-512F, BW and VNNI.
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+pub(crate) unsafe fn dot_wide<B: Wide>(w: &[B], x: &[BlockQ8K]) -> f32 {
+    let n = w.len().min(x.len());
+    let mut acc = 0f32;
+    let mut k = 0;
+    while k + 4 <= n {
+        let (b, a) = (&w[k..k + 4], &x[k..k + 4]);
+        let lanes: [(__m256i, __m256i); 4] = std::array::from_fn(|t| block_lanes(&b[t], &a[t]));
+        acc = fold4(b, a, lanes, acc);
+        k += 4;
+    }
+    for (b, a) in w[k..n].iter().zip(&x[k..n]) {
+        acc = fold1(b, a, block_lanes(b, a), acc);
+    }
+    acc
+}
