@@ -91,12 +91,19 @@ unsafe fn bits(v: __m512i, shifts: &[i16; 32], mask: i8) -> __m512i {
     _mm512_and_si512(_mm512_srlv_epi16(v, constant(shifts)), _mm512_set1_epi8(mask))
 }
 
+/// Q4_K/Q5_K's eight 6-bit scales (one per 32 values) as i16 lanes 0..8.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn scales32(sc: &[u8; 8]) -> __m512i {
+    // SAFETY: `sc` is 8 bytes; the load reads exactly them.
+    _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(sc.as_ptr().cast())))
+}
+
 impl Wide for BlockQ4K {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn scales(&self) -> __m512i {
-        // SAFETY: `sc` is 8 bytes; the load reads exactly them.
-        _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(self.sc.as_ptr().cast())))
+        scales32(&self.sc)
     }
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
@@ -111,8 +118,7 @@ impl Wide for BlockQ5K {
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
     unsafe fn scales(&self) -> __m512i {
-        // SAFETY: `sc` is 8 bytes; the load reads exactly them.
-        _mm512_castsi128_si512(_mm_cvtepu8_epi16(_mm_loadl_epi64(self.sc.as_ptr().cast())))
+        scales32(&self.sc)
     }
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw")]
