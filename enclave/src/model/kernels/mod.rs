@@ -1037,6 +1037,14 @@ unsafe fn q80_dot_vnni<B: I8Block>(w: &[B], x: &[BlockQ80], xd: &[f32], xs: &[i3
     let mut acc = _mm_setzero_ps();
     let mut k = 0;
     while k + 4 <= n {
+        // The weights two groups ahead, into L1. Rows whose block count is not
+        // a multiple of four (the one to three blocks left after the groups)
+        // otherwise streamed a fifth slower: gpt-oss's output head, 90 blocks a
+        // row, at 26 GB/s against 32 GB/s with this, measured alone; rows of 64
+        // or 88 blocks, the same either way. A prefetch never faults, so it
+        // may point past the row.
+        _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(k + 8).cast());
+        _mm_prefetch::<_MM_HINT_T0>(w.as_ptr().wrapping_add(k + 10).cast());
         let (b, a) = (&w[k..k + 4], &x[k..k + 4]);
         let lanes = hsum4_epi32([block(&b[0], &a[0]), block(&b[1], &a[1]), block(&b[2], &a[2]), block(&b[3], &a[3])]);
         // SAFETY (both): `k + 4 <= n`, within `xs` and `xd`: the loads read `[k..k + 4]`.
