@@ -168,23 +168,37 @@ unsafe fn block_lanes<B: Simd>(b: &B, a: &BlockQ8K) -> (__m256i, __m256i) {
     (sumi, B::bias(bsums(a), b.bias_weights()))
 }
 
+/// A one-row K-quant dot from `$lanes(b, a)`, one block's integers in
+/// eight i32 lanes each: four blocks at a time through [`fold4`], the rest
+/// through [`fold1`], so every kernel built on it is [`super::dot_scalar`]
+/// bit for bit. A macro, not a function taking a closure, so that the
+/// lanes compile inline with the calling kernel's target features.
+macro_rules! one_row {
+    ($w:expr, $x:expr, $lanes:path) => {{
+        use $crate::model::kernels::kquant::simd::{fold1, fold4};
+        let (w, x) = ($w, $x);
+        let n = w.len().min(x.len());
+        let mut acc = 0f32;
+        let mut k = 0;
+        while k + 4 <= n {
+            let (b, a) = (&w[k..k + 4], &x[k..k + 4]);
+            let lanes: [(__m256i, __m256i); 4] = std::array::from_fn(|t| $lanes(&b[t], &a[t]));
+            acc = fold4(b, a, lanes, acc);
+            k += 4;
+        }
+        for (b, a) in w[k..n].iter().zip(&x[k..n]) {
+            acc = fold1(b, a, $lanes(b, a), acc);
+        }
+        acc
+    }};
+}
+pub(super) use one_row;
+
 /// The scalar `dot_scalar`, bit for bit: four blocks' lanes summed at once,
 /// their products taken at once, then added to the sum in block order.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot_avx2<B: Simd>(w: &[B], x: &[BlockQ8K]) -> f32 {
-    let n = w.len().min(x.len());
-    let mut acc = 0f32;
-    let mut k = 0;
-    while k + 4 <= n {
-        let (b, a) = (&w[k..k + 4], &x[k..k + 4]);
-        let lanes: [(__m256i, __m256i); 4] = std::array::from_fn(|t| block_lanes(&b[t], &a[t]));
-        acc = fold4(b, a, lanes, acc);
-        k += 4;
-    }
-    for (b, a) in w[k..n].iter().zip(&x[k..n]) {
-        acc = fold1(b, a, block_lanes(b, a), acc);
-    }
-    acc
+    one_row!(w, x, block_lanes)
 }
 
 /// Four blocks' integers (each block's products and bias in eight i32

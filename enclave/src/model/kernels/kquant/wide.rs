@@ -13,7 +13,7 @@
 
 use std::arch::x86_64::*;
 
-use super::simd::{bsums, fold1, fold4, Simd};
+use super::simd::{bsums, Simd};
 use super::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 
 /// A format's 64-value vectors.
@@ -175,17 +175,5 @@ unsafe fn block_lanes<B: Wide>(b: &B, a: &BlockQ8K) -> (__m256i, __m256i) {
 /// The CPU must have AVX2, FMA, AVX-512F, BW and VNNI.
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
 pub(crate) unsafe fn dot_wide<B: Wide>(w: &[B], x: &[BlockQ8K]) -> f32 {
-    let n = w.len().min(x.len());
-    let mut acc = 0f32;
-    let mut k = 0;
-    while k + 4 <= n {
-        let (b, a) = (&w[k..k + 4], &x[k..k + 4]);
-        let lanes: [(__m256i, __m256i); 4] = std::array::from_fn(|t| block_lanes(&b[t], &a[t]));
-        acc = fold4(b, a, lanes, acc);
-        k += 4;
-    }
-    for (b, a) in w[k..n].iter().zip(&x[k..n]) {
-        acc = fold1(b, a, block_lanes(b, a), acc);
-    }
-    acc
+    super::simd::one_row!(w, x, block_lanes)
 }
