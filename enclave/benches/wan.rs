@@ -13,7 +13,9 @@
 //!    not from the run it bounds.
 //! 2. Realistic drafters at 50 ms: a draft derived from the target (its
 //!    first 24 of 30 layers), the self-draft `derive-draft --auto` picks for
-//!    this model (its selection table printed first), prompt lookup, and a
+//!    this model (its selection table printed first), each of the two
+//!    behind prompt lookup (`ngram+model`: the lookup where the context
+//!    repeats itself, the draft elsewhere), prompt lookup alone, and a
 //!    useless drafter that is always wrong, each pipelined (adaptive), on
 //!    prose and on a code edit.
 //! 3. Sessions fill the pipeline: aggregate plain decoding with 1, 4, 16 and
@@ -210,7 +212,11 @@ fn part2(path: &Path, draft: &Path, label: &str, others: bool, rt: &tokio::runti
         let (plain, want) = run(&c, &request(prompt, None, None, None));
         row(delay, pname, "plain", plain, plain, &want, None);
         let wrong: Vec<u32> = want.ids.iter().map(|t| t ^ 1).collect();
-        let mut drafters = vec![(label, request(prompt, Some("model"), None, None))];
+        let hybrid = format!("lookup, else {label}");
+        let mut drafters = vec![
+            (label, request(prompt, Some("model"), None, None)),
+            (hybrid.as_str(), request(prompt, Some("ngram+model"), None, None)),
+        ];
         if others {
             drafters.push(("prompt lookup (n-gram)", request(prompt, Some("ngram"), None, None)));
             drafters.push(("useless (always wrong)", request(prompt, Some("script"), None, Some(wrong))));

@@ -58,6 +58,10 @@ pub enum Drafter {
     Ngram,
     /// The route's draft model.
     Model,
+    /// Prompt lookup where the context repeats itself, the route's draft
+    /// model elsewhere (and after a lookup that ends short of `k`).
+    #[serde(rename = "ngram+model")]
+    NgramModel,
     /// A given continuation (requests only: tests and benchmarks).
     Script,
 }
@@ -69,6 +73,7 @@ impl Drafter {
             Drafter::None => "none",
             Drafter::Ngram => "ngram",
             Drafter::Model => "model",
+            Drafter::NgramModel => "ngram+model",
             Drafter::Script => "script",
         }
     }
@@ -81,8 +86,9 @@ impl std::str::FromStr for Drafter {
             "none" => Ok(Drafter::None),
             "ngram" => Ok(Drafter::Ngram),
             "model" => Ok(Drafter::Model),
+            "ngram+model" => Ok(Drafter::NgramModel),
             "script" => Ok(Drafter::Script),
-            other => Err(format!("unknown drafter {other:?} (none, ngram, model or script)")),
+            other => Err(format!("unknown drafter {other:?} (none, ngram, model, ngram+model or script)")),
         }
     }
 }
@@ -91,10 +97,10 @@ impl std::str::FromStr for Drafter {
 #[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SpeculationFile {
-    /// `none`, `ngram` or `model`.
+    /// `none`, `ngram`, `model` or `ngram+model`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drafter: Option<Drafter>,
-    /// For `model`: a GGUF with the target's vocabulary.
+    /// For `model` and `ngram+model`: a GGUF with the target's vocabulary.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_model: Option<String>,
     /// Most drafted tokens per round.
@@ -216,7 +222,7 @@ replicas = ["127.0.0.1:7710"]
 
     #[test]
     fn a_drafter_has_one_spelling_everywhere() {
-        for d in [Drafter::None, Drafter::Ngram, Drafter::Model, Drafter::Script] {
+        for d in [Drafter::None, Drafter::Ngram, Drafter::Model, Drafter::NgramModel, Drafter::Script] {
             assert_eq!(d.name().parse::<Drafter>(), Ok(d));
             let file = RouteFile::from_toml(&format!(
                 "model = \"m\"\npolicy = \"p\"\n[speculation]\ndrafter = \"{}\"\n[entry]\n\

@@ -13,8 +13,8 @@
 //! activation_precision = "f32"         # or "f16"/"bf16": half the bytes per hop, not bit-exact
 //!
 //! [speculation]                        # optional; default: off
-//! drafter = "ngram"                    # "none", "ngram" (prompt lookup) or "model"
-//! draft_model = "draft.gguf"           # for "model": a GGUF with the target's vocabulary
+//! drafter = "ngram"                    # "none", "ngram" (prompt lookup), "model" or "ngram+model"
+//! draft_model = "draft.gguf"           # for "model" and "ngram+model": a GGUF with the target's vocabulary
 //! k_max = 8                            # most drafted tokens per round (adaptive k up to this)
 //! k = 4                                # optional: a fixed k instead of adaptive
 //!
@@ -177,10 +177,13 @@ impl Route {
             Some(sp) => {
                 let drafter = sp.drafter.unwrap_or_default();
                 if drafter == DrafterKind::Script {
-                    return bad("speculation.drafter \"script\" is for requests only (none, ngram or model)".into());
+                    return bad(
+                        "speculation.drafter \"script\" is for requests only (none, ngram, model or ngram+model)"
+                            .into(),
+                    );
                 }
-                if drafter == DrafterKind::Model && sp.draft_model.is_none() {
-                    return bad("speculation.drafter = \"model\" needs speculation.draft_model".into());
+                if matches!(drafter, DrafterKind::Model | DrafterKind::NgramModel) && sp.draft_model.is_none() {
+                    return bad(format!("speculation.drafter = {:?} needs speculation.draft_model", drafter.name()));
                 }
                 if sp.k_max == 0 || sp.k_max > crate::speculate::MAX_K {
                     return bad(format!("speculation.k_max must be 1..={}", crate::speculate::MAX_K));
@@ -467,6 +470,7 @@ replicas = ["127.0.0.1:7720", "127.0.0.1:7721"]
             OK.replace("policy =", "unknown = 1\npolicy ="),
             OK.replace("policy =", "activation_precision = \"f8\"\npolicy ="),
             OK.replace("[entry]", "[speculation]\ndrafter = \"model\"\n[entry]"),
+            OK.replace("[entry]", "[speculation]\ndrafter = \"ngram+model\"\n[entry]"),
             OK.replace("[entry]", "[speculation]\ndrafter = \"oracle\"\n[entry]"),
             OK.replace("[entry]", "[speculation]\ndrafter = \"ngram\"\nk_max = 99\n[entry]"),
             OK.replace("[entry]", "[speculation]\ndrafter = \"ngram\"\nk_max = 4\nk = 5\n[entry]"),

@@ -22,6 +22,7 @@
 //! not pay.
 
 pub mod derive;
+pub mod hybrid;
 pub mod model;
 pub mod ngram;
 pub mod pipeline;
@@ -398,6 +399,8 @@ pub enum DrafterSpec {
     Ngram,
     /// A draft model with the target's vocabulary, run whole on the entry.
     Model(std::sync::Arc<model::DraftModel>),
+    /// Prompt lookup where the context repeats, the draft model elsewhere.
+    NgramModel(std::sync::Arc<model::DraftModel>),
     /// Proposes a given continuation (tests and benchmarks: an oracle, or an
     /// adversary that is always wrong).
     Script {
@@ -415,6 +418,7 @@ impl DrafterSpec {
             Self::None => None,
             Self::Ngram => Some(Box::new(ngram::NgramDrafter::default())),
             Self::Model(m) => Some(Box::new(model::ModelDrafter::new(m.clone()))),
+            Self::NgramModel(m) => Some(Box::new(hybrid::HybridDrafter::new(m.clone()))),
             Self::Script { prompt_len, tokens } => {
                 Some(Box::new(script::ScriptDrafter::new(*prompt_len, tokens.clone())))
             }

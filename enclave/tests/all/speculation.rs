@@ -136,6 +136,7 @@ fn greedy_is_token_identical_for_every_drafter_and_k(
             ("ngram k=4".to_owned(), with(&base, "ngram", Some(4), None)),
             ("model adaptive".to_owned(), with(&base, "model", None, None)),
             ("model k=3".to_owned(), with(&base, "model", Some(3), None)),
+            ("ngram+model adaptive".to_owned(), with(&base, "ngram+model", None, None)),
             // The route's default drafter (ngram) when a request only turns speculation on.
             (
                 "route default".to_owned(),
@@ -166,6 +167,7 @@ fn greedy_is_token_identical_for_every_drafter_and_k(
         cases.push(("mixed pipelined d=4 k=3".into(), pipelined(&base, 4, "script", Some(3), Some(mixed))));
         cases.push(("model pipelined d=3".into(), pipelined(&base, 3, "model", Some(3), None)));
         cases.push(("ngram pipelined d=2".into(), pipelined(&base, 2, "ngram", Some(4), None)));
+        cases.push(("ngram+model pipelined d=3".into(), pipelined(&base, 3, "ngram+model", Some(4), None)));
         for (name, req) in cases {
             let g = c.generate(&req).unwrap();
             assert_eq!((&g.ids, &g.text), (&want.ids, &want.text), "{name}: output differs from plain greedy");
@@ -201,8 +203,56 @@ fn greedy_is_token_identical_for_every_drafter_and_k(
             t.acceptance()
         );
     }
-    // The n-gram drafter found the repeated text.
+    // The n-gram drafter found the repeated text; the hybrid drafted
+    // everywhere (its model has no prompt to match) and was kept.
     assert!(totals["ngram"].accepted > 0, "{:?}", totals["ngram"]);
+    let hybrid = &totals["ngram+model"];
+    assert!(hybrid.drafted > totals["ngram"].drafted && hybrid.accepted > 0, "{hybrid:?}");
+}
+
+/// The hybrid drafter proposes the prompt lookup's continuation where the
+/// context repeats a suffix of three or more tokens, then the draft model's
+/// continuation of the context and those tokens; elsewhere the model's
+/// alone. Sampled, every token carries the distribution it was drawn from
+/// (a looked-up one is certain), so rejection sampling stays lossless.
+#[test]
+fn the_hybrid_drafter_looks_up_then_continues_with_the_model() {
+    use std::sync::Arc;
+    use veil_enclave::speculate::model::{DraftModel, ModelDrafter};
+    use veil_enclave::speculate::{hybrid::HybridDrafter, ngram::NgramDrafter, DraftMode, Drafter};
+    let Some(path) = model_path() else { return };
+    let (_, tok) = LocalModel::load(&path, &[]).unwrap();
+    let model = Arc::new(DraftModel::load(&path, &tok).unwrap());
+    let model_draft =
+        |context: &[u32], k: usize| ModelDrafter::new(model.clone()).draft(context, k, &DraftMode::Greedy).unwrap();
+
+    // "… the quick brown fox jumps. Then the quick brown": the suffix "the
+    // quick brown" repeats, so " fox jumps." is looked up.
+    let repeated = tok.encode("Once the quick brown fox jumps over it. Then the quick brown", false).unwrap();
+    let found = NgramDrafter { min_n: 3, max_n: 4 }.lookup(&repeated, 16);
+    assert!(!found.is_empty() && found.len() < 16, "the fixture must match, and run out before k = 16: {found:?}");
+    let mut hybrid = HybridDrafter::new(model.clone());
+    let d = hybrid.draft(&repeated, 16, &DraftMode::Greedy).unwrap();
+    assert_eq!(d.tokens[..found.len()], found[..], "the lookup comes first");
+    let extended: Vec<u32> = repeated.iter().chain(&found).copied().collect();
+    assert_eq!(d.tokens[found.len()..], model_draft(&extended, 16 - found.len()).tokens[..], "then the model");
+    assert!(d.q.is_empty(), "greedy drafts carry no distributions");
+
+    // No suffix of three tokens repeats: the model's draft, as the model drafter's.
+    let novel = tok.encode("Write a short story about a lighthouse keeper.", false).unwrap();
+    assert!(NgramDrafter { min_n: 3, max_n: 4 }.lookup(&novel, 4).is_empty());
+    assert_eq!(hybrid.draft(&novel, 4, &DraftMode::Greedy).unwrap(), model_draft(&novel, 4));
+
+    // Sampled: one distribution per token; looked-up tokens are certain.
+    let params = veil_enclave::text::sampler::SamplingParams { temperature: 1.0, seed: 7, ..Default::default() };
+    let d = hybrid.draft(&repeated, 16, &DraftMode::Sample(params)).unwrap();
+    assert_eq!((d.tokens.len(), d.q.len()), (16, 16));
+    for (i, &t) in found.iter().enumerate() {
+        assert_eq!((d.tokens[i], &d.q[i][..]), (t, &[(t, 1.0)][..]));
+    }
+    for (&t, q) in d.tokens.iter().zip(&d.q).skip(found.len()) {
+        assert!(q.iter().any(|&(u, p)| u == t && p > 0.0), "token {t} not in the distribution it was drawn from");
+    }
 }
 
 fn a_useless_drafter_backs_off_to_plain_decoding(c: &Cluster) {

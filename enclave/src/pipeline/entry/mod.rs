@@ -249,17 +249,20 @@ impl Entry {
         if r.enabled == Some(false) {
             return Ok(None);
         }
-        let model = || self.draft_model.clone().map(DrafterSpec::Model).ok_or(SpeculationError::NoDraftModel);
+        let model =
+            |spec: fn(_) -> DrafterSpec| self.draft_model.clone().map(spec).ok_or(SpeculationError::NoDraftModel);
         let spec = match r.drafter {
             None => match route.drafter {
                 DrafterKind::None if r.enabled == Some(true) => DrafterSpec::Ngram,
                 DrafterKind::None | DrafterKind::Script => return Ok(None),
                 DrafterKind::Ngram => DrafterSpec::Ngram,
-                DrafterKind::Model => model()?,
+                DrafterKind::Model => model(DrafterSpec::Model)?,
+                DrafterKind::NgramModel => model(DrafterSpec::NgramModel)?,
             },
             Some(DrafterKind::None) => return Ok(None),
             Some(DrafterKind::Ngram) => DrafterSpec::Ngram,
-            Some(DrafterKind::Model) => model()?,
+            Some(DrafterKind::Model) => model(DrafterSpec::Model)?,
+            Some(DrafterKind::NgramModel) => model(DrafterSpec::NgramModel)?,
             Some(DrafterKind::Script) => {
                 DrafterSpec::Script { prompt_len, tokens: r.script.clone().ok_or(SpeculationError::NoScript)? }
             }
