@@ -221,9 +221,9 @@ pub const DRAFTER_DOMAIN: &[u8] = b"veil/drafter/v1\0";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct DrafterInfo {
-    /// `none`, `ngram` (prompt lookup) or `model`.
+    /// `none`, `ngram` (prompt lookup), `model` or `ngram+model`.
     pub kind: String,
-    /// The draft model's manifest root (kind `model`).
+    /// The draft model's manifest root (kinds `model` and `ngram+model`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub draft_manifest: Option<ManifestRoot>,
     /// Most tokens drafted per round.

@@ -318,8 +318,8 @@ struct GenerateArgs {
     /// Print `{"prompt_ids": [...], "ids": [...], "text": "..."}` instead of streaming.
     #[arg(long)]
     json: bool,
-    /// With `--entry`: the drafter for speculative decoding (`none`, `ngram`
-    /// or `model`); default: the route's setting.
+    /// With `--entry`: the drafter for speculative decoding (`none`, `ngram`,
+    /// `model` or `ngram+model`); default: the route's setting.
     #[arg(long, requires = "entry")]
     drafter: Option<veil_wire::route::Drafter>,
     /// With `--entry`: draft exactly this many tokens per round instead of adaptive k.

@@ -51,7 +51,8 @@ pub struct SpeculationRequest {
     /// On or off; unset = the route's setting.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enabled: Option<bool>,
-    /// `"ngram"`, `"model"` (the route's draft model) or `"script"`
+    /// `"ngram"`, `"model"` (the route's draft model), `"ngram+model"`
+    /// (prompt lookup, the draft model where it finds nothing) or `"script"`
     /// (proposes `script`: tests and benchmarks).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drafter: Option<veil_wire::route::Drafter>,
