@@ -115,6 +115,8 @@ simulated_root = "sim"
 kv_budget_mib = 64
 prefill_chunk = 64
 heartbeat_ms = 2000
+# Under TCG one round can take longer than the default minute on a slow host.
+round_timeout_s = 600
 weight_recheck_s = 0
 
 [entry]

@@ -30,6 +30,10 @@ pub struct RouteFile {
     /// Control-link heartbeat.
     #[serde(default = "default_heartbeat_ms")]
     pub heartbeat_ms: u64,
+    /// How long the entry waits for one round's verdict before it treats
+    /// the round as lost.
+    #[serde(default = "default_round_timeout_s")]
+    pub round_timeout_s: u64,
     /// Re-hash resident weights this often (0: never).
     #[serde(default = "default_weight_recheck_s")]
     pub weight_recheck_s: u64,
@@ -186,6 +190,10 @@ pub fn default_prefill_chunk() -> u32 {
 /// Default `heartbeat_ms`.
 pub fn default_heartbeat_ms() -> u64 {
     250
+}
+/// Default `round_timeout_s`.
+pub fn default_round_timeout_s() -> u64 {
+    60
 }
 /// Default `weight_recheck_s`.
 pub fn default_weight_recheck_s() -> u64 {

@@ -9,6 +9,7 @@
 //! kv_budget_mib = 512                  # per shard, all sessions together
 //! prefill_chunk = 64                   # positions per forward frame during prefill
 //! heartbeat_ms = 250
+//! round_timeout_s = 60                 # a round with no verdict this long is lost: resent, or re-routed
 //! weight_recheck_s = 60      # re-hash resident weights this often; stop on a change (0: never)
 //! activation_precision = "f32"         # or "f16"/"bf16": half the bytes per hop, not bit-exact
 //!
@@ -109,6 +110,8 @@ pub struct Route {
     pub prefill_chunk: usize,
     /// Heartbeat interval on control links.
     pub heartbeat: std::time::Duration,
+    /// How long the entry waits for a round's verdict.
+    pub round_timeout: std::time::Duration,
     /// How often a shard re-hashes its resident weights (`None`: never).
     pub weight_recheck: Option<std::time::Duration>,
     /// Encoding of hidden states between shards (f32 unless the file opts in to f16/bf16).
@@ -163,8 +166,8 @@ impl Route {
         if f.simulated_gpus > 8 {
             return bad("simulated_gpus is at most 8".into());
         }
-        if f.prefill_chunk == 0 || f.heartbeat_ms == 0 || f.kv_budget_mib == 0 {
-            return bad("prefill_chunk, heartbeat_ms and kv_budget_mib must be positive".into());
+        if f.prefill_chunk == 0 || f.heartbeat_ms == 0 || f.kv_budget_mib == 0 || f.round_timeout_s == 0 {
+            return bad("prefill_chunk, heartbeat_ms, round_timeout_s and kv_budget_mib must be positive".into());
         }
         let precision = match f.activation_precision.as_deref() {
             None | Some("f32") => Precision::F32,
@@ -273,6 +276,7 @@ impl Route {
             kv_budget_bytes: usize::try_from(f.kv_budget_mib.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
             prefill_chunk: f.prefill_chunk as usize,
             heartbeat: std::time::Duration::from_millis(f.heartbeat_ms),
+            round_timeout: std::time::Duration::from_secs(f.round_timeout_s),
             weight_recheck: (f.weight_recheck_s > 0).then(|| std::time::Duration::from_secs(f.weight_recheck_s)),
             precision,
             generate_listen: f.entry.generate_listen,
@@ -366,6 +370,7 @@ impl From<&Route> for RouteFile {
             kv_budget_mib: (r.kv_budget_bytes >> 20) as u64,
             prefill_chunk: r.prefill_chunk as u32,
             heartbeat_ms: r.heartbeat.as_millis() as u64,
+            round_timeout_s: r.round_timeout.as_secs(),
             weight_recheck_s: r.weight_recheck.map_or(0, |d| d.as_secs()),
             activation_precision: Some(
                 match r.precision {

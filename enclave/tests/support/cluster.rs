@@ -78,6 +78,7 @@ impl Cluster {
             kv_budget_bytes: 256 << 20,
             prefill_chunk: 32,
             heartbeat: Duration::from_millis(100),
+            round_timeout: Duration::from_secs(60),
             // Often, so every cluster test also runs the resident-weights watch.
             weight_recheck: Some(Duration::from_secs(2)),
             precision: veil_enclave::link::frame::Precision::F32,

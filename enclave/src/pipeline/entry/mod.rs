@@ -69,8 +69,6 @@ pub struct PipelineRequest {
 
 /// How long a session waits for a stage to have a live replica.
 pub const REROUTE_WAIT: Duration = Duration::from_secs(3);
-/// How long one round may take before the session fails.
-pub const ROUND_TIMEOUT: Duration = Duration::from_secs(60);
 /// Pause before resending a lost round on an unchanged route.
 pub const WARM_RETRY_PAUSE: Duration = Duration::from_millis(200);
 /// Re-routes one session may take before it fails.
@@ -590,7 +588,7 @@ impl Entry {
                 Some(Action::Finish(g)) => break Ok(g),
                 Some(Action::Fail(e)) => break Err(e),
                 None if core.awaits_event() => {
-                    let event = match tokio::time::timeout(ROUND_TIMEOUT, events.recv()).await {
+                    let event = match tokio::time::timeout(self.route.round_timeout, events.recv()).await {
                         Err(_) => {
                             tracing::warn!(session = %id, "no verdict in time");
                             SessionEvent::Timeout

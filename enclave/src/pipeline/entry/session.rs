@@ -199,8 +199,10 @@ pub struct SessionCore<'e> {
     /// The next round rolls every stage back to the committed positions (a
     /// round was lost with a shard; the route kept its KV).
     rollback: bool,
-    /// The route changed to shadows that have not yet answered a round: if
-    /// one turns out not to hold the session, rebuild rather than fail.
+    /// A warm resend (the same replicas, or shadows) has not been answered
+    /// yet: if a stage turns out not to hold the session (a shadow whose
+    /// copy was refused, a replica that dropped a cancelled frame unrun),
+    /// rebuild rather than fail.
     warm: bool,
     history: Vec<u32>,
     prompt_len: usize,
@@ -643,9 +645,14 @@ impl<'e> SessionCore<'e> {
         if !matches!(self.state, Expect::Route) || route.len() != self.route.len() {
             return;
         }
+        if self.prompt_round {
+            // The lost round was the prompt's: no stage is known to hold any
+            // of it (its frames may have been cancelled unrun).
+            return self.rerouted(route);
+        }
+        self.warm = true;
         for (i, &r) in route.iter().enumerate() {
             if r != self.route[i] {
-                self.warm = true;
                 self.shadow[i] = NO_SHADOW;
             }
         }

@@ -289,6 +289,48 @@ fn a_lost_shard_with_a_warm_shadow_continues_without_a_rebuild() {
     assert!(matches!(failed(&drain(&mut core2, h.env(0))), Some(SessionError::Shard { .. })));
 }
 
+/// A round with no verdict in time while every replica still looks up (a
+/// slow shard, not a dead one) is resent on the same route. The cancel
+/// before it may have dropped the round's frames unrun, so: a lost prompt
+/// round is rebuilt from position 0 (no stage is known to hold the prompt),
+/// and a stage that answers a warm resend with "does not hold the session"
+/// gets the session rebuilt, not failed.
+#[test]
+fn a_round_lost_on_an_unchanged_route_is_rebuilt_where_a_stage_lost_it() {
+    let h = Harness::new();
+    let mut core = h.session(&[A, B, C], 8, &[], None);
+    let route = core.route().to_vec();
+    drain(&mut core, h.env(0));
+    core.handle(SessionEvent::Timeout, h.t0);
+    assert!(matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Cancel { .. }, Action::Reroute]));
+    core.rerouted_warm(route.clone());
+    let a = drain(&mut core, h.env(0));
+    let j = jobs(&a);
+    assert_eq!((j[0].start, j[0].truncate_to, tokens(j[0])), (0, Some(0), &[A, B, C][..]), "{a:?}");
+    core.handle(verdict(j[0].seq, 3, &[D]), h.t0);
+    let a = drain(&mut core, h.env(0));
+    assert_eq!(core.history(), [A, B, C, D]);
+
+    // A decode round lost the same way: resent from the committed positions;
+    // the stage that dropped its frame says it does not hold the session.
+    let seq = jobs(&a)[0].seq;
+    core.handle(SessionEvent::Timeout, h.t0);
+    assert!(
+        matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Cancel { through }, Action::Reroute] if *through == seq)
+    );
+    core.rerouted_warm(route);
+    let a = drain(&mut core, h.env(0));
+    let j = jobs(&a);
+    assert_eq!((j[0].start, j[0].truncate_to, tokens(j[0])), (3, Some(3), &[D][..]));
+    core.handle(link_error(j[0].seq, ErrorCode::Invalid), h.t0);
+    let a = drain(&mut core, h.env(0));
+    let j = jobs(&a);
+    assert_eq!((j[0].start, j[0].truncate_to, tokens(j[0])), (0, Some(0), &[A, B, C, D][..]), "{a:?}");
+    core.handle(verdict(j[0].seq, 4, &[A]), h.t0);
+    drain(&mut core, h.env(0));
+    assert_eq!(core.history(), [A, B, C, D, A], "the text continues where it was");
+}
+
 #[test]
 fn unavailable_and_timeouts_reroute_other_errors_fail_stale_errors_are_ignored() {
     let h = Harness::new();
