@@ -270,18 +270,8 @@ fn a_lost_shard_with_a_warm_shadow_continues_without_a_rebuild() {
     assert!(matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Cancel { .. }, Action::Reroute]));
     core.rerouted_warm(vec![1, 1]);
     assert_eq!((core.route(), core.shadow()), (&[1u8, 1][..], &[NO_SHADOW, NO_SHADOW][..]));
-    let a = drain(&mut core, h.env(0));
-    let j = jobs(&a);
-    assert_eq!(j.len(), 1, "one position resent, not the prompt");
-    assert_eq!((j[0].start, j[0].truncate_to, tokens(j[0])), (3, Some(3), &[D][..]));
     // The shadow did not hold the session after all: rebuilt, not failed.
-    core.handle(link_error(j[0].seq, ErrorCode::Invalid), h.t0);
-    let a = drain(&mut core, h.env(0));
-    let j = jobs(&a);
-    assert_eq!((j[0].start, j[0].truncate_to, tokens(j[0])), (0, Some(0), &[A, B, C, D][..]), "{a:?}");
-    core.handle(verdict(j[0].seq, 4, &[A]), h.t0);
-    drain(&mut core, h.env(0));
-    assert_eq!(core.history(), [A, B, C, D, A], "the text continues where it was");
+    a_refused_resend_is_rebuilt(&h, &mut core);
     // Once a round passed, an invalid frame is the shard's fault again.
     let mut core2 = h.session(&[A], 4, &[], None);
     drain(&mut core2, h.env(0));
@@ -319,15 +309,24 @@ fn a_round_lost_on_an_unchanged_route_is_rebuilt_where_a_stage_lost_it() {
         matches!(drain(&mut core, h.env(0)).as_slice(), [Action::Cancel { through }, Action::Reroute] if *through == seq)
     );
     core.rerouted_warm(route);
-    let a = drain(&mut core, h.env(0));
+    a_refused_resend_is_rebuilt(&h, &mut core);
+}
+
+/// After a warm re-route of the session `[A, B, C]` + `D`: the next round
+/// resends only `D` from the committed positions; a stage that answers it
+/// does not hold the session gets the whole session rebuilt from position
+/// 0, and the text continues.
+fn a_refused_resend_is_rebuilt(h: &Harness, core: &mut SessionCore<'_>) {
+    let a = drain(core, h.env(0));
     let j = jobs(&a);
+    assert_eq!(j.len(), 1, "one position resent, not the prompt");
     assert_eq!((j[0].start, j[0].truncate_to, tokens(j[0])), (3, Some(3), &[D][..]));
     core.handle(link_error(j[0].seq, ErrorCode::Invalid), h.t0);
-    let a = drain(&mut core, h.env(0));
+    let a = drain(core, h.env(0));
     let j = jobs(&a);
     assert_eq!((j[0].start, j[0].truncate_to, tokens(j[0])), (0, Some(0), &[A, B, C, D][..]), "{a:?}");
     core.handle(verdict(j[0].seq, 4, &[A]), h.t0);
-    drain(&mut core, h.env(0));
+    drain(core, h.env(0));
     assert_eq!(core.history(), [A, B, C, D, A], "the text continues where it was");
 }
 
