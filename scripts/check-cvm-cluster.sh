@@ -29,10 +29,17 @@
 # veil-shard made for CUDA 12.4; no GPU here, so its shards compute on the
 # CPU), VEIL_CVM_IMAGE=DIR boots an image build-image.sh made before
 # instead of building one, VEIL_CVM_MEM sets each guest's memory (default 1536M).
+# The guests run under KVM where it works, else under TCG (VEIL_CVM_ACCEL=tcg
+# forces TCG). Under KVM they serve the reference model; under TCG, which runs
+# it some hundred times slower than native (one answer took minutes on a slow
+# host), they serve a 2-layer random-weight model of the `smoke` shape that
+# carries the reference model's vocabulary and chat template (the same
+# tokenizer, template, kernels and protocol; the local reference runs it too).
+# VEIL_CVM_MODEL=real|smoke chooses instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-  -h|--help) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   '') ;;
   *) echo "check-cvm-cluster.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
@@ -89,6 +96,19 @@ fi
 kernel="$work/guest/vmlinuz" initrd="$work/guest/initrd.img" cmdline="$(cat "$work/guest/cmdline")"
 say "guest: $(du -h "$initrd" | cut -f1) initrd, $(wc -l < "$work/guest/packages.txt") packages, cmdline: $cmdline"
 
+# The accelerator: KVM where a guest kernel boots under it (nested KVM can
+# fail), else TCG; and the model the guests serve under it.
+accel=tcg cpu=max
+if [ "${VEIL_CVM_ACCEL:-}" != tcg ] && [ -c /dev/kvm ] && timeout 20 qemu-system-x86_64 -accel kvm -cpu host -M q35 \
+    -nodefaults -nographic -serial stdio -no-reboot -m 256 -kernel "$kernel" -append "console=ttyS0 panic=-1" 2>&1 |
+    grep -q "Kernel panic"; then
+  accel=kvm cpu=host
+fi
+served="${VEIL_CVM_MODEL:-}"
+if [ -z "$served" ] && [ "$accel" = kvm ]; then served=real; elif [ -z "$served" ]; then served=smoke; fi
+case "$served" in real|smoke) ;; *) fail "VEIL_CVM_MODEL must be real or smoke, not $served" ;; esac
+say "accelerator: $accel (-cpu $cpu); the guests serve the $served model"
+
 # 2. The launch measurement of exactly these files, ours and sev-snp-measure's.
 ovmf="${OVMF:-}"
 if [ -z "$ovmf" ]; then
@@ -104,10 +124,16 @@ say "launch measurement $ours: veil measure = sev-snp-measure"
 
 # 3. Weights disk, route, simulated root (reporting that measurement), policies, config disks.
 mkdir -p "$work/weights" "$work/cfg"
-cp "$model" "$work/weights/model.gguf"
+if [ "$served" = real ]; then
+  cp "$model" "$work/weights/model.gguf"
+  n_layer=30
+else
+  "$bin/veil-shard" synth-model --shape smoke --vocab "$model" --out "$work/weights/model.gguf" 2>/dev/null ||
+    fail "veil-shard synth-model failed"
+  n_layer=2
+fi
 root="$("$bin/veil-shard" manifest --write "$work/weights/model.gguf" 2>/dev/null | awk 'NR == 1 {print $1}')"
 mkfs.ext4 -q -L veil-weights -d "$work/weights" "$work/weights.img" "$(( $(du -sm "$work/weights" | cut -f1) + 16 ))M"
-n_layer=30
 cat > "$work/cfg/route.toml" <<EOF
 model = "$work/weights/model.gguf"
 policy = "sim/policy.dev.toml"
@@ -124,12 +150,12 @@ generate_listen = "127.0.0.1:7700"
 sealed_listen = "10.77.0.10:7701"
 
 [[stage]]
-layers = [0, 15]
+layers = [0, $(( n_layer / 2 ))]
 manifest_root = "$root"
 replicas = ["10.77.0.10:7710"]
 
 [[stage]]
-layers = [15, $n_layer]
+layers = [$(( n_layer / 2 )), $n_layer]
 manifest_root = "$root"
 replicas = ["10.77.0.11:7720", "10.77.0.12:7720"]
 EOF
@@ -160,12 +186,6 @@ ip -n "$ns" link set lo up
 ip -n "$ns" link add veilbr0 type bridge
 ip -n "$ns" addr add 10.77.0.1/24 dev veilbr0
 ip -n "$ns" link set veilbr0 up
-accel=tcg cpu=max
-if [ -c /dev/kvm ] && timeout 20 qemu-system-x86_64 -accel kvm -cpu host -M q35 -nodefaults -nographic \
-    -serial stdio -no-reboot -m 256 -kernel "$kernel" -append "console=ttyS0 panic=-1" 2>&1 | grep -q "Kernel panic"; then
-  accel=kvm cpu=host
-fi
-say "accelerator: $accel (-cpu $cpu)"
 boot() {
   local name="$1" n
   case "$name" in stage0-0|evil-entry) n=0 ;; stage1-0) n=1 ;; stage1-1) n=2 ;; evil-env) n=3 ;; *) n=4 ;; esac
@@ -213,8 +233,10 @@ fi
 # 5. One answer, compared with one local process.
 prompt="Name three colours of the rainbow."
 tokens=24
-reference="$(VEIL_KERNELS=avx2 "$bin/veil-shard" generate --model "$model" --chat --prompt "$prompt" \
+reference="$(VEIL_KERNELS=avx2 "$bin/veil-shard" generate --model "$work/weights/model.gguf" --chat --prompt "$prompt" \
   --max-tokens "$tokens" --temperature 0 2>/dev/null)"
+# Long enough that the kill below lands mid-stream (it waits for 8 bytes).
+[ "${#reference}" -ge 32 ] || fail "the local answer is too short to kill a stream in: $reference"
 chat() {
   echo "$prompt" | ip netns exec "$ns" "$bin/veil" chat "$url" --policy "$work/client-policy.toml" \
     --temperature 0 --max-tokens "$tokens" 2>>"$work/chat.err"
@@ -242,11 +264,14 @@ for _ in $(seq 1 600); do
 done
 victim_pid="$(eval echo "\$pid_${victim//-/_}")"
 kill -9 "$victim_pid"
-say "killed $victim's QEMU after $(wc -c < "$work/stream.out") bytes of the answer"
+killed_at="$(wc -c < "$work/stream.out")"
+say "killed $victim's QEMU after $killed_at bytes of the answer"
 wait "$chat_pid" || fail "the stream failed instead of failing over ($(tail -2 "$work/chat.err"))"
 [ "$(cat "$work/stream.out")" = "$reference" ] || fail "after fail-over the answer differs:
   local: $reference
   guests: $(cat "$work/stream.out")"
+[ "$killed_at" -lt "$(printf '%s\n' "$reference" | wc -c)" ] ||
+  fail "the answer had ended before the kill ($killed_at bytes): no fail-over was exercised"
 say "fail-over mid-stream to the replica guest: identical output"
 
 # 7. Restart the killed guest; once it rejoins, kill the other replica: only the restarted one can answer.
