@@ -213,3 +213,219 @@ fn a_policy_bundle_must_be_in_the_log_and_rollbacks_split_views_and_missing_cosi
     drop(served);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A client's world for the tests below: a simulated chip's evidence, the
+/// policy that accepts it, a publisher, and a log holding versions 1 to
+/// `versions` of that policy (`v1.json` …), in a fresh directory.
+struct World {
+    dir: PathBuf,
+    state: PathBuf,
+}
+
+impl World {
+    fn new(name: &str, versions: u64) -> Self {
+        let dir = std::env::temp_dir().join(format!("veil-transparency-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let w = World { state: dir.join("client-state"), dir };
+        assert_eq!(w.run(&["attest", "sim-init", s(&w.p("sim")), "--product", "Genoa", "--seed", "7a11"]).0, 0);
+        let sim = SimulatedAttester::load(&w.p("sim")).unwrap();
+        std::fs::write(w.p("evidence.json"), sim.evidence(&Claims::default()).unwrap().to_json()).unwrap();
+        assert_eq!(w.run(&["policy", "keygen", "--out", s(&w.p("publisher.key"))]).0, 0);
+        let (c, _, err) = w.run(&["log", "init", s(&w.p("log")), "--origin", "policy.example.org/log"]);
+        assert_eq!(c, 0, "{err}");
+        for n in 1..=versions {
+            assert_eq!(w.sign(n, true).0, 0);
+        }
+        w
+    }
+
+    fn p(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn run(&self, args: &[&str]) -> (i32, String, String) {
+        veil(&self.state, args)
+    }
+
+    /// Signs version `n` of the simulated policy into `v{n}.json`, appending it to the log if `log`.
+    fn sign(&self, n: u64, log: bool) -> (i32, String, String) {
+        let text = std::fs::read_to_string(self.p("sim").join("policy.dev.toml")).unwrap();
+        let toml = self.p(&format!("policy-v{n}.toml"));
+        std::fs::write(&toml, format!("{text}\n# version {n}\n")).unwrap();
+        let out = self.p(&format!("v{n}.json"));
+        let n = n.to_string();
+        let mut args = vec!["policy", "sign", s(&toml), "--key", s(&self.p("publisher.key"))];
+        args.extend(["--version", &n, "--out", s(&out)]);
+        if log {
+            args.extend(["--log", s(&self.p("log"))]);
+        }
+        let r = self.run(&args);
+        assert_eq!(r.0, 0, "{}", r.2);
+        r
+    }
+
+    /// `veil attest verify` of the evidence with bundle `v{n}.json`, logged in the log directory.
+    fn verify(&self, n: u64, extra: &[&str]) -> (i32, String, String) {
+        let bundle = self.p(&format!("v{n}.json"));
+        let mut args = vec!["attest", "verify", "--policy", s(&bundle), "--policy-key", s(&self.p("publisher.pub"))];
+        args.extend(["--evidence", s(&self.p("evidence.json"))]);
+        args.extend(["--log", s(&self.p("log")), "--log-key", s(&self.p("log").join("log.vkey"))]);
+        args.extend(extra);
+        self.run(&args)
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Writes witness key `from` (`veil log keygen`'s FILE and FILE.vkey) again
+/// under another name as `to` and `to.vkey`: the same Ed25519 key, another
+/// key id, as a log operator running one witness would publish a "second".
+fn rename_witness(from: &Path, to: &Path, name: &str) {
+    use base64::Engine as _;
+    use sha2::Digest as _;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let private = std::fs::read_to_string(from).unwrap();
+    let vkey = std::fs::read_to_string(from.with_extension("vkey")).unwrap();
+    // NAME+ID+KEY: names and ids hold no '+', base64 may.
+    let seed = private.trim().strip_prefix("PRIVATE+KEY+").unwrap().splitn(3, '+').nth(2).unwrap().to_owned();
+    let public = vkey.trim().splitn(3, '+').nth(2).unwrap().to_owned();
+    let key = b64.decode(&public).unwrap();
+    assert_eq!(key[0], 0x04, "a witness key");
+    let id = sha2::Sha256::new().chain_update(name).chain_update(b"\n").chain_update(&key).finalize();
+    let id = hex::encode(&id[..4]);
+    std::fs::write(to, format!("PRIVATE+KEY+{name}+{id}+{seed}\n")).unwrap();
+    std::fs::write(to.with_extension("vkey"), format!("{name}+{id}+{public}\n")).unwrap();
+}
+
+#[test]
+fn one_witness_key_under_two_names_meets_one_required_witness_but_not_two() {
+    let w = World::new("one-key-two-names", 1);
+    let (c, _, err) = w.run(&["log", "keygen", "--name", "witness-a.example", "--out", s(&w.p("wa"))]);
+    assert_eq!(c, 0, "{err}");
+    rename_witness(&w.p("wa"), &w.p("wb"), "witness-b.example");
+    // Both "witnesses" cosign the log's checkpoint, each under its own name.
+    for key in ["wa", "wb"] {
+        let vkey = w.p("log").join("log.vkey");
+        let state = w.p(&format!("{key}-state"));
+        let args = ["log", "cosign", "--log", s(&w.p("log")), "--log-key", s(&vkey), "--key", s(&w.p(key))];
+        let (c, out, err) = w.run(&[&args[..], &["--state", s(&state)]].concat());
+        assert_eq!(c, 0, "{err}");
+        assert!(out.contains(&format!("as witness-{}.example", &key[1..])), "{out}");
+    }
+    let checkpoint = std::fs::read_to_string(w.p("log").join("checkpoint")).unwrap();
+    assert!(checkpoint.contains("witness-a.example") && checkpoint.contains("witness-b.example"), "{checkpoint}");
+    let witnessed =
+        |n: &'static str| ["--witness", s(&w.p("wa.vkey")), "--witness", s(&w.p("wb.vkey")), "--witnesses-required", n];
+    // Two names, two valid cosignatures, one key: one witness.
+    let (c, _, err) = w.verify(1, &witnessed("2"));
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("--witnesses-required 2 but only 1 distinct witness key(s) given"), "{err}");
+    assert!(err.contains("one public key under two names counts once"), "{err}");
+    assert!(err.contains("wa.vkey and ") && err.contains("wb.vkey"), "{err}");
+    let (c, _, err) = w.verify(1, &witnessed("1"));
+    assert_eq!(c, 0, "{err}");
+    assert!(err.contains("the same public key under two names, counted as one witness"), "{err}");
+    // A real second witness that did not cosign still leaves it at 1 of 2.
+    let (c, _, err) = w.run(&["log", "keygen", "--name", "witness-c.example", "--out", s(&w.p("wc"))]);
+    assert_eq!(c, 0, "{err}");
+    let (c, _, err) = w.verify(1, &[&witnessed("2")[..], &["--witness", s(&w.p("wc.vkey"))]].concat());
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("1 of the 2 required witness cosignatures"), "{err}");
+}
+
+#[test]
+fn a_corrupt_rollback_floor_file_is_refused_not_reset() {
+    let w = World::new("corrupt-floors", 3);
+    let (c, _, err) = w.verify(3, &[]);
+    assert_eq!(c, 0, "{err}");
+    let floors = w.state.join("policy-versions.json");
+    assert!(std::fs::read_to_string(&floors).unwrap().contains(": 3"));
+    // The floor holds: version 2 after version 3 is a rollback.
+    let (c, _, err) = w.verify(2, &[]);
+    assert_eq!(c, 2);
+    assert!(err.contains("older than version 3 already accepted from this publisher (rollback)"), "{err}");
+    // Garbage, then JSON of the wrong shape: every bundle refused, the file named.
+    for corrupt in ["\u{0}garbage{", "[3]", r#"{"publisher": "three"}"#] {
+        std::fs::write(&floors, corrupt).unwrap();
+        for n in [2, 3] {
+            let (c, _, err) = w.verify(n, &[]);
+            assert_eq!(c, 2, "version {n} with {corrupt:?}: {err}");
+            assert!(err.contains(&format!("{}: corrupt rollback-floor state", floors.display())), "{err}");
+            assert_eq!(std::fs::read_to_string(&floors).unwrap(), corrupt, "not re-seeded");
+        }
+    }
+    // A missing file is a first use: the newest version is accepted and the floor kept again.
+    std::fs::remove_file(&floors).unwrap();
+    let (c, _, err) = w.verify(3, &[]);
+    assert_eq!(c, 0, "{err}");
+    assert!(std::fs::read_to_string(&floors).unwrap().contains(": 3"));
+}
+
+#[test]
+fn policy_check_with_a_log_refuses_a_bundle_older_than_the_newest_logged_version() {
+    let w = World::new("newest", 3);
+    let old_copy = w.p("log-at-3");
+    copy_dir(&w.p("log"), &old_copy);
+    // Another publisher's later bundle in the same log does not count against this one.
+    assert_eq!(w.run(&["policy", "keygen", "--out", s(&w.p("other.key"))]).0, 0);
+    let text = std::fs::read_to_string(w.p("sim").join("policy.dev.toml")).unwrap();
+    std::fs::write(w.p("other.toml"), text).unwrap();
+    let other = ["policy", "sign", s(&w.p("other.toml")), "--key", s(&w.p("other.key")), "--version", "9"];
+    let (c, _, err) = w.run(&[&other[..], &["--out", s(&w.p("other.json")), "--log", s(&w.p("log"))]].concat());
+    assert_eq!(c, 0, "{err}");
+    let served = serve(&w.p("log"));
+    let vkey = w.p("log").join("log.vkey");
+    let check = |n: u64, log: &str| {
+        let bundle = w.p(&format!("v{n}.json"));
+        let args = ["policy", "check", s(&bundle), "--policy-key", s(&w.p("publisher.pub"))];
+        w.run(&[&args[..], &["--log", log, "--log-key", s(&vkey)]].concat())
+    };
+
+    // A first-use client takes version 1: it is signed and logged.
+    let (c, _, err) = w.verify(1, &[]);
+    assert_eq!(c, 0, "{err}");
+    // Asked, the log says version 3 is the newest: version 1 and 2 are refused, exit 1.
+    for n in [1, 2] {
+        let (c, out, err) = check(n, &served.1);
+        assert_eq!(c, 1, "{err}");
+        assert!(err.contains("REFUSED"), "{err}");
+        assert!(err.contains(&format!("logged version 3 (entry 2); this bundle is the older version {n}")), "{err}");
+        assert!(!out.contains("policy bundle version"), "{out}");
+    }
+    // Version 3 is the newest: explained as usual (the dev policy's weak settings still warn).
+    let (_, out, err) = check(3, &served.1);
+    assert!(
+        out.contains("policy bundle version 3 from publisher")
+            && out.contains("the newest it has in log policy.example.org/log (entry 2 of 4)"),
+        "{out}{err}"
+    );
+    assert!(out.contains("allow_simulated"), "{out}");
+    assert!(!err.contains("REFUSED"), "{err}");
+    // A version signed but never logged is refused as not in the log.
+    w.sign(4, false);
+    let (c, _, err) = check(4, &served.1);
+    assert_eq!(c, 1, "{err}");
+    assert!(err.contains("not in the log"), "{err}");
+    // The check compares the log with the last checkpoint this client accepted
+    // (size 4): the operator's copy from before the fourth entry is a rollback.
+    let (c, _, err) = w.verify(3, &[]);
+    assert_eq!(c, 0, "{err}");
+    let (c, _, err) = check(3, s(&old_copy));
+    assert_eq!(c, 1, "{err}");
+    assert!(err.contains("checkpoint size 3 is below size 4 already accepted (rollback)"), "{err}");
+    // Without --log it verifies the signature only, and says so; a TOML file with --log is a usage error.
+    let args = ["policy", "check", s(&w.p("v1.json")), "--policy-key", s(&w.p("publisher.pub"))];
+    let (_, out, _) = w.run(&args);
+    assert!(out.contains("not compared with a log"), "{out}");
+    let (c, _, err) = w.run(&["policy", "check", s(&w.p("other.toml")), "--log", &served.1, "--log-key", s(&vkey)]);
+    assert_eq!(c, 2, "{err}");
+    assert!(err.contains("not a signed bundle"), "{err}");
+    // A log that cannot be read is exit 2, not a verdict.
+    let (c, _, err) = check(3, s(&w.p("no-log-here")));
+    assert_eq!(c, 2, "{err}");
+}

@@ -93,6 +93,21 @@ pub enum LogError {
         /// The version.
         version: u64,
     },
+    /// The bundle is older than the newest version its publisher logged.
+    #[error(
+        "transparency log: publisher {publisher} logged version {newest} (entry {index}); this bundle is the older \
+         version {version}"
+    )]
+    Superseded {
+        /// The publisher's key hash (hex, shortened).
+        publisher: String,
+        /// The bundle's version.
+        version: u64,
+        /// The newest version logged.
+        newest: u64,
+        /// The newest version's entry.
+        index: u64,
+    },
     /// The log could not be reached or read.
     #[error("transparency log: {0}")]
     Unavailable(String),
@@ -144,21 +159,39 @@ pub struct LogTrust {
     pub log: NoteVerifier,
     /// Witness keys (type 0x04).
     pub witnesses: Vec<NoteVerifier>,
-    /// How many distinct listed witnesses must have cosigned.
+    /// How many distinct listed witness keys must have cosigned.
     pub required: usize,
 }
 
 impl LogTrust {
+    /// The distinct public keys among the listed witnesses: one key listed
+    /// under two names (two key ids) is one witness.
+    pub fn witness_keys(&self) -> Vec<&[u8; 32]> {
+        let mut keys: Vec<&[u8; 32]> = Vec::new();
+        for w in &self.witnesses {
+            if !keys.contains(&w.public_key()) {
+                keys.push(w.public_key());
+            }
+        }
+        keys
+    }
+
     /// Verifies a signed checkpoint: the log key's signature, the origin, and
-    /// `required` valid cosignatures from distinct listed witnesses.
+    /// valid cosignatures from `required` distinct listed witness keys (a key
+    /// cosigning under two names counts once).
     pub fn verify_checkpoint(&self, bytes: &[u8]) -> Result<Checkpoint, LogError> {
         if self.log.kind() != KeyKind::Log {
             return Err(LogError::Malformed("the log key is a witness key".into()));
         }
-        if self.required > self.witnesses.len() {
+        if let Some(w) = self.witnesses.iter().find(|w| w.public_key() == self.log.public_key()) {
+            return Err(LogError::Malformed(format!("witness {:?} holds the log's own key", w.name())));
+        }
+        let keys = self.witness_keys();
+        if self.required > keys.len() {
             return Err(LogError::Malformed(format!(
-                "{} witness cosignatures required of {} listed witnesses",
+                "{} witness cosignatures required of {} distinct listed witness keys ({} listed)",
                 self.required,
+                keys.len(),
                 self.witnesses.len()
             )));
         }
@@ -170,10 +203,10 @@ impl LogTrust {
         if origin != self.log.name() {
             return Err(LogError::Malformed(format!("checkpoint of log {origin:?}, expected {:?}", self.log.name())));
         }
-        let mut seen: Vec<&NoteVerifier> = Vec::new();
+        let mut seen: Vec<&[u8; 32]> = Vec::new();
         for w in &self.witnesses {
-            if !seen.contains(&w) && note.cosigned_by(w).is_some() {
-                seen.push(w);
+            if !seen.contains(&w.public_key()) && note.cosigned_by(w).is_some() {
+                seen.push(w.public_key());
             }
         }
         if seen.len() < self.required {
@@ -324,6 +357,9 @@ pub struct Audit {
     pub checkpoint: Checkpoint,
     /// Policy bundles among the entries that verify with one of the publisher keys given.
     pub bundles: usize,
+    /// The highest bundle version each of those publishers (key hash, hex)
+    /// logged, with its entry's index.
+    pub newest: BTreeMap<String, (u64, u64)>,
 }
 
 /// Reads every entry of the log, recomputes the checkpoint's root from them,
@@ -331,9 +367,15 @@ pub struct Audit {
 /// carry the same version: what a monitor runs to catch a split view.
 pub fn audit(source: &dyn LogSource, trust: &LogTrust, publishers: &[p256::PublicKey]) -> Result<Audit, LogError> {
     let cp = trust.verify_checkpoint(&source.checkpoint()?)?;
+    audit_checkpoint(source, cp, publishers)
+}
+
+/// [`audit`] of the tree a checkpoint already verified heads.
+fn audit_checkpoint(source: &dyn LogSource, cp: Checkpoint, publishers: &[p256::PublicKey]) -> Result<Audit, LogError> {
     let mut hashes = Vec::new();
     let mut state = LogState::default();
     let mut bundles = 0;
+    let mut newest: BTreeMap<String, (u64, u64)> = BTreeMap::new();
     for i in 0..cp.size {
         let entry = source.entry(i)?;
         let leaf = leaf_hash(&entry);
@@ -346,13 +388,67 @@ pub fn audit(source: &dyn LogSource, trust: &LogTrust, publishers: &[p256::Publi
             state.check_bundle(&publisher, opened.version, &entry)?;
             state.accept_bundle(&publisher, opened.version, &entry);
             bundles += 1;
+            let top = newest.entry(publisher).or_insert((opened.version, i));
+            if opened.version > top.0 {
+                *top = (opened.version, i);
+            }
         }
     }
     let root = tlog_tiles::tree_hash(cp.size, &store::Memory(&hashes))?;
     if root != cp.root {
         return Err(LogError::Inclusion { size: cp.size });
     }
-    Ok(Audit { checkpoint: cp, bundles })
+    Ok(Audit { checkpoint: cp, bundles, newest })
+}
+
+/// A bundle found to be its publisher's newest logged version.
+#[derive(Clone, Debug)]
+pub struct Newest {
+    /// The checkpoint the log was read at.
+    pub checkpoint: Checkpoint,
+    /// The bundle's index.
+    pub index: u64,
+    /// Its version (the newest its publisher logged).
+    pub version: u64,
+}
+
+impl LogState {
+    /// Requires `bundle`, signed by `publisher`, to be in the log at its
+    /// latest checkpoint (verified with `trust`, extending the one accepted
+    /// before) and to carry the highest version that publisher has in the
+    /// log: every entry is read and the root recomputed from them (as
+    /// [`audit`] does, so two bundles of one version are refused too).
+    /// Remembers nothing.
+    pub fn check_newest(
+        &self,
+        bundle: &[u8],
+        publisher: &p256::PublicKey,
+        trust: &LogTrust,
+        source: &dyn LogSource,
+    ) -> Result<Newest, LogError> {
+        let opened = crate::policy_bundle::open(bundle, &[*publisher], |_| None)
+            .map_err(|e| LogError::Malformed(format!("policy bundle: {e}")))?;
+        let cp = self.check_checkpoint(trust, source)?;
+        let leaf = leaf_hash(bundle);
+        if cp.size == 0 {
+            return Err(LogError::Inclusion { size: 0 });
+        }
+        let (index, proof) = source.inclusion(&leaf, cp.size)?;
+        check_inclusion(&cp, index, &leaf, &proof)?;
+        let audit = audit_checkpoint(source, cp, &[*publisher])?;
+        let key = opened.signer.to_string();
+        // The bundle is in the audited tree, so its publisher has a newest version there.
+        let (newest, newest_index) = audit.newest.get(&key).copied().unwrap_or((opened.version, index));
+        if opened.version < newest {
+            return Err(LogError::Superseded {
+                publisher: short(&key),
+                version: opened.version,
+                newest,
+                index: newest_index,
+            });
+        }
+        Ok(Newest { checkpoint: audit.checkpoint, index, version: opened.version })
+    }
 }
 
 #[cfg(test)]
@@ -505,6 +601,96 @@ mod tests {
         assert!(matches!(need(1).verify_checkpoint(&fresh), Err(LogError::Cosignatures { have: 0, need: 1 })));
         // More required than listed is a configuration error.
         assert!(matches!(need(4).verify_checkpoint(&one), Err(LogError::Malformed(_))));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// `signer`'s key under another name (another key id): what a log
+    /// operator who runs one witness would publish as a second one.
+    /// (A log key becomes a witness key of the same Ed25519 key pair.)
+    fn renamed(signer: &NoteSigner, name: &str) -> NoteSigner {
+        let text = signer.private_text();
+        let key = text.strip_prefix("PRIVATE+KEY+").unwrap().splitn(3, '+').nth(2).unwrap();
+        let mut key = B64.decode(key).unwrap();
+        key[0] = 0x04;
+        let public = signer.verifier().public_key();
+        let id = Sha256::new().chain_update(name).chain_update(b"\n").chain_update([0x04]).chain_update(public);
+        let text = format!("PRIVATE+KEY+{name}+{}+{}", hex::encode(&id.finalize()[..4]), B64.encode(key));
+        NoteSigner::parse(&text).unwrap()
+    }
+
+    #[test]
+    fn one_key_under_two_names_is_one_witness() {
+        let dir = tempdir("one-key-two-names");
+        let (log, vkey) = LogDir::create(&dir, "test.example/log").unwrap();
+        log.append(b"bundle").unwrap();
+        let a = NoteSigner::generate("witness-a.example", KeyKind::Witness).unwrap();
+        let b = renamed(&a, "witness-b.example");
+        assert_ne!(a.verifier(), b.verifier(), "two names, two key ids");
+        assert_eq!(a.verifier().public_key(), b.verifier().public_key());
+        let mut note = log.current().unwrap().note;
+        note.cosign(&a, 1_750_000_000).unwrap();
+        note.cosign(&b, 1_750_000_000).unwrap();
+        let note = note.to_text().into_bytes();
+        let listed = vec![a.verifier().clone(), b.verifier().clone()];
+        let need = |n| LogTrust { log: vkey.clone(), witnesses: listed.clone(), required: n };
+        assert_eq!(need(1).witness_keys().len(), 1);
+        // Both cosignatures verify, but they are one witness's: 1 required is met, 2 are not.
+        need(1).verify_checkpoint(&note).unwrap();
+        assert!(matches!(need(2).verify_checkpoint(&note), Err(LogError::Malformed(m)) if m.contains("1 distinct")));
+        // With a second, real witness listed, the renamed key still counts once.
+        let c = NoteSigner::generate("witness-c.example", KeyKind::Witness).unwrap();
+        let three = LogTrust {
+            log: vkey.clone(),
+            witnesses: [listed.clone(), vec![c.verifier().clone()]].concat(),
+            required: 2,
+        };
+        assert!(matches!(three.verify_checkpoint(&note), Err(LogError::Cosignatures { have: 1, need: 2 })));
+        // The log's own key is no witness.
+        let own = NoteSigner::parse(&std::fs::read_to_string(dir.join("log.key")).unwrap()).unwrap();
+        let as_witness = renamed(&own, "witness-log.example");
+        let trust = LogTrust { log: vkey.clone(), witnesses: vec![as_witness.verifier().clone()], required: 1 };
+        assert!(matches!(trust.verify_checkpoint(&note), Err(LogError::Malformed(m)) if m.contains("log's own key")));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_bundle_older_than_its_publishers_newest_logged_version_is_refused() {
+        use crate::policy_bundle::PolicySigner;
+        let dir = tempdir("newest");
+        let (log, _) = LogDir::create(&dir, "test.example/log").unwrap();
+        let trust = trust(&log);
+        let publisher = PolicySigner::generate();
+        let other = PolicySigner::generate();
+        let v: Vec<Vec<u8>> =
+            (1..=3).map(|n| publisher.sign(&format!("# v{n}\nallow_smt = false\n"), n).unwrap()).collect();
+        log.append(&v[0]).unwrap();
+        log.append(&v[1]).unwrap();
+        let before_v3 = log.checkpoint().unwrap();
+        log.append(&v[2]).unwrap();
+        // Another publisher's higher version does not count against this one's.
+        log.append(&other.sign("allow_smt = false\n", 9).unwrap()).unwrap();
+        let state = LogState::default();
+        let key = publisher.public_key();
+        assert!(matches!(
+            state.check_newest(&v[0], &key, &trust, &log),
+            Err(LogError::Superseded { version: 1, newest: 3, index: 2, .. })
+        ));
+        let newest = state.check_newest(&v[2], &key, &trust, &log).unwrap();
+        assert_eq!((newest.index, newest.version, newest.checkpoint.size), (2, 3, 4));
+        // A version 4 that was never logged is refused as not in the log.
+        let v4 = publisher.sign("allow_smt = false\n", 4).unwrap();
+        assert!(matches!(state.check_newest(&v4, &key, &trust, &log), Err(LogError::Inclusion { size: 4 })));
+        // The operator serves its checkpoint from before version 3: a client
+        // that saw the larger log refuses it; a fresh one cannot tell (without
+        // witnesses required, THREAT_MODEL §4.12).
+        let rolled = Hostile { checkpoint: Some(before_v3), ..Hostile::honest(&log) };
+        let mut seen = LogState::default();
+        seen.accept(&log.current().unwrap());
+        assert!(matches!(
+            seen.check_newest(&v[1], &key, &trust, &rolled),
+            Err(LogError::Rollback { seen: 4, offered: 2 })
+        ));
+        state.check_newest(&v[1], &key, &trust, &rolled).unwrap();
         let _ = std::fs::remove_dir_all(&dir);
     }
 

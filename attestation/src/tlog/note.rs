@@ -96,6 +96,12 @@ impl NoteVerifier {
         self.kind
     }
 
+    /// The Ed25519 public key. One key may be written under several names
+    /// (each with its own key id): counting signers means counting these.
+    pub fn public_key(&self) -> &[u8; 32] {
+        &self.public
+    }
+
     fn checks(&self, message: &[u8], signature: &[u8]) -> bool {
         UnparsedPublicKey::new(&ED25519, &self.public).verify(message, signature).is_ok()
     }

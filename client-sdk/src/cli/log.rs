@@ -133,14 +133,33 @@ fn trust(args: &LogTrustArgs) -> Result<(String, LogTrust), CliError> {
     };
     let log = verifier(key, KeyKind::Log)?;
     let witnesses = args.witnesses.iter().map(|w| verifier(w, KeyKind::Witness)).collect::<Result<Vec<_>, _>>()?;
-    if args.witnesses_required > witnesses.len() {
+    // A witness is counted once per public key, whatever names it is listed under.
+    let mut same = Vec::new();
+    for (i, w) in witnesses.iter().enumerate() {
+        if let Some(j) = witnesses[..i].iter().position(|v| v.public_key() == w.public_key()) {
+            same.push(format!("{} and {}", args.witnesses[j].display(), args.witnesses[i].display()));
+        }
+    }
+    let trust = LogTrust { log, witnesses, required: args.witnesses_required };
+    let distinct = trust.witness_keys().len();
+    if args.witnesses_required > distinct {
+        let same = if same.is_empty() {
+            String::new()
+        } else {
+            format!(" (one public key under two names counts once: {})", same.join(", "))
+        };
         return Err(CliError::Usage(format!(
-            "--witnesses-required {} but only {} --witness key(s) given",
+            "--witnesses-required {} but only {distinct} distinct witness key(s) given{same}",
             args.witnesses_required,
-            witnesses.len()
         )));
     }
-    Ok((spec.clone(), LogTrust { log, witnesses, required: args.witnesses_required }))
+    if !same.is_empty() {
+        eprintln!(
+            "WARNING: --witness {}: the same public key under two names, counted as one witness",
+            same.join(", ")
+        );
+    }
+    Ok((spec.clone(), trust))
 }
 
 fn read_state(path: &Path) -> Result<LogState, CliError> {
@@ -200,6 +219,28 @@ pub fn require_logged(
     Ok(Found { origin: logged.checkpoint.origin, index: logged.index, size: logged.checkpoint.size })
 }
 
+/// Requires `bundle` (signed by `publisher`) to be the newest version its
+/// publisher has in the log the flags name: the checkpoint verified as for
+/// [`require_logged`] (extending the one this client last accepted, read
+/// from `state_dir` and not written back), the bundle's inclusion proof, and
+/// every entry read to find the publisher's highest version. Writes nothing.
+pub fn require_newest(
+    bundle: &[u8],
+    publisher: &p256::PublicKey,
+    args: &LogTrustArgs,
+    state_dir: &Path,
+) -> Result<tlog::Newest, CliError> {
+    let (spec, trust) = trust(args)?;
+    let state = read_state(&state_dir.join(STATE))?;
+    off_runtime(|| state.check_newest(bundle, publisher, &trust, source(&spec)?.as_ref())).map_err(CliError::failed)
+}
+
+/// Whether `e` is a log's answer that was checked and refused (a rejection),
+/// rather than a log that could not be read or understood.
+pub fn is_refusal(e: &CliError) -> bool {
+    matches!(e, CliError::Failed(b) if b.downcast_ref::<LogError>().is_some_and(refused))
+}
+
 /// Appends a signed bundle (verified with `publisher`) to the log in `dir`,
 /// refusing it when the log holds another bundle of the same version from
 /// that publisher. Returns its index and the checkpoint's size.
@@ -238,9 +279,10 @@ pub fn run(command: &LogCommand) -> Exit {
         Err(e) => {
             eprintln!("veil log {name}: {e}");
             // A log that answered and was refused is a rejection; anything else, unreadable input.
-            match e {
-                CliError::Failed(ref b) if b.downcast_ref::<LogError>().is_some_and(refused) => Exit::Rejected,
-                _ => Exit::Unreadable,
+            if is_refusal(&e) {
+                Exit::Rejected
+            } else {
+                Exit::Unreadable
             }
         }
     }

@@ -142,7 +142,17 @@ pub struct CanaryArgs {
 pub enum PolicyCommand {
     /// Write a policy pinning what a route presents now (trust on first use), for review.
     Init(PolicyInitArgs),
-    /// Explain a policy line by line and warn about each weak setting (exit 1 when any).
+    /// Explain a policy line by line and warn about each weak setting (exit 1 when any); with
+    /// `--log`, refuse a signed bundle older than the newest version its publisher logged.
+    ///
+    /// With --policy-key, POLICY may be a signed bundle (its signature is verified; the rollback
+    /// floor is neither checked nor raised). With --log too, the log is asked for the newest version
+    /// of the bundle's publisher: the checkpoint is verified as for --policy (log key, witnesses
+    /// required, extending the last checkpoint this client accepted; nothing is written to the state
+    /// directory), the bundle's inclusion proof is checked, and every entry is read and the root
+    /// recomputed. Exit 1, before the explanation, when the bundle is older than the newest logged
+    /// version, is not in the log, or the log is refused (a rollback, a fork, two bundles of one
+    /// version); 2 when the log cannot be read.
     Check(PolicyCheckArgs),
     /// Make a publisher's signing key for policy bundles (private PEM, and the public PEM to hand out).
     Keygen(PolicyKeygenArgs),
@@ -261,11 +271,18 @@ pub struct PolicySignArgs {
     pub log: Option<PathBuf>,
 }
 
-/// `veil policy check POLICY`
+/// `veil policy check POLICY [--policy-key PEM [--log URL|DIR --log-key FILE]]`
 #[derive(Debug, Args)]
 pub struct PolicyCheckArgs {
-    /// The policy file.
+    /// The policy file: TOML, or a signed bundle with --policy-key.
     pub policy: PathBuf,
+    /// The publisher's public key (PEM) when the policy is a signed bundle (`veil policy sign`).
+    #[arg(long, value_name = "PEM")]
+    pub policy_key: Option<PathBuf>,
+    /// With a signed bundle: the log whose newest version of it the bundle must be (`--unlogged` is
+    /// refused: leave out --log instead).
+    #[command(flatten)]
+    pub log: LogTrustArgs,
 }
 
 /// `veil policy init URL`
@@ -322,7 +339,8 @@ pub struct LogTrustArgs {
     /// A witness's verifier key (`veil log keygen --witness`); repeatable.
     #[arg(long = "witness", value_name = "FILE", requires = "log_key")]
     pub witnesses: Vec<PathBuf>,
-    /// How many of the listed witnesses must have cosigned the log's checkpoint.
+    /// How many distinct listed witness keys must have cosigned the log's checkpoint (one public key
+    /// listed under two names counts once).
     #[arg(long, default_value_t = 0, requires = "log_key")]
     pub witnesses_required: usize,
     /// Accept a signed bundle that is in no transparency log: its publisher could show you
@@ -441,6 +459,28 @@ pub struct LogCosignArgs {
 #[derive(Debug, Subcommand)]
 pub enum ReceiptCommand {
     /// Check receipts offline against the saved route documents they were answered on; exit 0 when every one verifies.
+    ///
+    /// Each saved route is verified again against the policy: its evidence for the `nonce` the file
+    /// holds, with the time-dependent checks (certificate validity, CRL dates) as of the `verified_at`
+    /// the file holds. A receipt
+    /// is then accepted when it names that route's id and model, carries the receipt key the route's
+    /// entry attested, is signed by that key, and has a time (the entry's clock) no earlier than
+    /// `verified_at` less 300 s.
+    ///
+    /// What an accepted receipt proves: code holding the attested entry's receipt key (the entry, unless
+    /// its TEE is broken) signed it, on a route whose evidence passes the policy, reporting the request
+    /// and response digests, token counts, drafter, shards and time it carries.
+    ///
+    /// What it does not prove: the route file is not authenticated. Its nonce and `verified_at` are
+    /// whatever the file says, and anyone who can ask the entry for evidence (the host included) can
+    /// build one with a nonce of its own and a `verified_at` of its choosing. So an accepted receipt
+    /// does not show that you (or any client) verified that route, nor when, nor that its evidence was
+    /// fresh then; the time check is only as good as that `verified_at` and the entry's clock, which the
+    /// host sets. Keep route files you saved yourself (`veil verify --save-route`, `veil proxy
+    /// --receipts`) where the host cannot write. Offline there is no transcript: the request and response
+    /// digests are compared with nothing (the SDK checks both when the answer arrives), so a receipt
+    /// alone does not show which prompt or answer it covers. Its `shards` are not compared with the
+    /// route's listed shards.
     Verify(ReceiptVerifyArgs),
 }
 

@@ -27,8 +27,26 @@ pub fn state_dir() -> PathBuf {
 
 const FLOORS: &str = "policy-versions.json";
 
-fn read_floors(dir: &Path) -> BTreeMap<String, u64> {
-    std::fs::read(dir.join(FLOORS)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
+/// A rollback-floor file that exists but cannot be used: refused, never
+/// read as empty (that would accept any older bundle again).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "corrupt rollback-floor state (the highest policy bundle version accepted per publisher): {0}; refusing \
+     every signed bundle rather than forgetting the floor (restore the file, or delete it to start again as a \
+     first use)"
+)]
+pub struct CorruptFloors(serde_json::Error);
+
+/// The highest version accepted per publisher; none yet when the file does
+/// not exist (first use). A file that cannot be read or parsed is an error
+/// naming it.
+fn read_floors(dir: &Path) -> Result<BTreeMap<String, u64>, CliError> {
+    let path = dir.join(FLOORS);
+    match std::fs::read(&path) {
+        Ok(b) => serde_json::from_slice(&b).map_err(|e| CliError::malformed(&path)(CorruptFloors(e))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(BTreeMap::new()),
+        Err(e) => Err(CliError::read(&path)(e)),
+    }
 }
 
 fn write_floors(dir: &Path, floors: &BTreeMap<String, u64>) -> Result<(), CliError> {
@@ -72,7 +90,7 @@ pub fn load_policy(path: &Path, key: Option<&Path>, log: &LogTrustArgs) -> Resul
     let pem = std::fs::read_to_string(key).map_err(CliError::read(key))?;
     let public = policy_bundle::public_key_from_pem(&pem).map_err(CliError::malformed(key))?;
     let dir = state_dir();
-    let mut floors = read_floors(&dir);
+    let mut floors = read_floors(&dir)?;
     let opened = policy_bundle::open(&bytes, &[public], |signer| floors.get(&signer.to_string()).copied())
         .map_err(CliError::malformed(path))?;
     let signer = opened.signer.to_string();

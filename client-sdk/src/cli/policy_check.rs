@@ -1,8 +1,64 @@
 //! `veil policy check POLICY`: what each setting of a policy means, and a
 //! warning for each one weaker than a production policy should be. Exit 0
 //! with no warnings, 1 with warnings, 2 when the file is not a valid policy.
+//!
+//! POLICY may be a signed bundle (with `--policy-key`). With `--log` too, the
+//! bundle must be its publisher's newest version in that transparency log
+//! ([`super::log::require_newest`]): a first-use client otherwise accepts
+//! any logged version, however old. Exit 1 when the log refuses it (an
+//! older version than the newest logged, not in the log, a log that went
+//! back since this client last accepted it), 2 when the log cannot be read.
 
+use veil_attestation::policy_bundle;
+use veil_attestation::Policy;
+
+use super::error::CliError;
 use super::{Exit, PolicyCheckArgs};
+
+/// The policy to explain: a TOML file, or a signed bundle (verified, and
+/// with `--log` required to be the newest logged version).
+fn load(args: &PolicyCheckArgs) -> Result<Policy, CliError> {
+    let path = &args.policy;
+    let bytes = std::fs::read(path).map_err(CliError::read(path))?;
+    if args.log.unlogged {
+        return Err(CliError::Usage("--unlogged: policy check reads a log only with --log; leave both out".into()));
+    }
+    if !policy_bundle::is_bundle(&bytes) {
+        if args.policy_key.is_some() || args.log.source.is_some() {
+            return Err(CliError::Usage(format!(
+                "{}: --policy-key or --log was given but this policy is not a signed bundle",
+                path.display()
+            )));
+        }
+        return super::policy_bundle::read_toml(path);
+    }
+    let key = args.policy_key.as_deref().ok_or_else(|| {
+        CliError::Usage(format!(
+            "{} is a signed policy bundle: give the publisher's public key with --policy-key",
+            path.display()
+        ))
+    })?;
+    let pem = std::fs::read_to_string(key).map_err(CliError::read(key))?;
+    let public = policy_bundle::public_key_from_pem(&pem).map_err(CliError::malformed(key))?;
+    let opened = policy_bundle::open(&bytes, &[public], |_| None).map_err(CliError::malformed(path))?;
+    let publisher = opened.signer.to_string();
+    let publisher = &publisher[..16];
+    if args.log.source.is_none() {
+        println!(
+            "policy bundle version {} from publisher {publisher} (signature verified; not compared with a log: \
+             --log refuses a version older than the newest logged)",
+            opened.version
+        );
+        return Ok(opened.policy);
+    }
+    let dir = super::policy_bundle::state_dir();
+    let newest = super::log::require_newest(&bytes, &public, &args.log, &dir)?;
+    println!(
+        "policy bundle version {} from publisher {publisher}: the newest it has in log {} (entry {} of {})",
+        newest.version, newest.checkpoint.origin, newest.index, newest.checkpoint.size
+    );
+    Ok(opened.policy)
+}
 
 fn yes(b: bool) -> &'static str {
     if b {
@@ -14,8 +70,12 @@ fn yes(b: bool) -> &'static str {
 
 /// Runs the command.
 pub fn run(args: &PolicyCheckArgs) -> Exit {
-    let policy = match super::policy_bundle::read_toml(&args.policy) {
+    let policy = match load(args) {
         Ok(p) => p,
+        Err(e) if super::log::is_refusal(&e) => {
+            eprintln!("veil policy check: {}: REFUSED: {e}", args.policy.display());
+            return Exit::Rejected;
+        }
         Err(e) => {
             eprintln!("veil policy check: {e}");
             return Exit::Unreadable;

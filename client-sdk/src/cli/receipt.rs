@@ -7,10 +7,17 @@
 //! - a saved route (`veil verify --save-route FILE`, Python's
 //!   `Client.saved_route()`), or lines `{"route": …}` (the proxy's file again).
 //!
-//! Every saved route is verified again against the policy, as of when it
-//! was first verified; each receipt is then checked against the route its
-//! `route` names (or, with a single saved route, that one, so a receipt for
-//! another route fails on `route`).
+//! Every saved route is verified again against the policy, as of the
+//! `verified_at` it holds; each receipt is then checked against the route
+//! its `route` names (or, with a single saved route, that one, so a receipt
+//! for another route fails on `route`).
+//!
+//! A saved route is not authenticated: its nonce and `verified_at` are the
+//! file's word, and the host can build one with evidence it asked for with a
+//! nonce of its own. An accepted receipt shows the attested entry signed it
+//! on a route that passes the policy; not that this client verified that
+//! route, nor when (the `veil receipt verify --help` text and THREAT_MODEL
+//! §4.11 say what it proves and what it does not).
 
 use std::io::Write as _;
 use std::path::Path;
