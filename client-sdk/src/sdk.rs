@@ -588,6 +588,7 @@ impl Client {
             b"veil-entry".to_vec(),
             path.as_bytes().to_vec(),
         );
+        let cost = crate::seal::declared_cost(&body);
         if !body.is_empty() {
             message.put_header("content-type", "application/json");
             message.write_content(body);
@@ -595,6 +596,7 @@ impl Client {
         let (sealed, opener) = seal(&self.route, message).await?;
         let req = hyper::Request::post(format!("{}{SEALED_PATH}", self.base))
             .header(hyper::header::CONTENT_TYPE, SEALED_REQUEST_TYPE)
+            .header(veil_wire::http::COST_HEADER, cost.to_string())
             .body(Full::new(Bytes::from(sealed)))
             .map_err(|e| ClientError::Config(e.to_string()))?;
         let first_byte = self.timeouts.first_byte;

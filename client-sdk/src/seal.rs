@@ -332,3 +332,29 @@ impl OpenedResponse {
         Ok(all)
     }
 }
+
+/// The cost a request's JSON body declares in the `veil-cost` header
+/// ([`veil_wire::http::request_cost`]): its `n` choices and `top_logprobs`
+/// (or the completions endpoint's integer `logprobs`). A body that is not
+/// JSON costs 1 (the entry refuses it anyway).
+pub fn declared_cost(body: &[u8]) -> u32 {
+    let Ok(v) = serde_json::from_slice::<serde_json::Value>(body) else { return 1 };
+    let count = |key: &str| v.get(key).and_then(serde_json::Value::as_u64).map(|n| n.min(u64::from(u32::MAX)) as u32);
+    let top = count("top_logprobs").or_else(|| count("logprobs")).unwrap_or(0);
+    veil_wire::http::request_cost(count("n").unwrap_or(1), top)
+}
+
+#[cfg(test)]
+mod cost_tests {
+    use super::declared_cost;
+
+    #[test]
+    fn a_body_declares_its_choices_and_log_probabilities() {
+        assert_eq!(declared_cost(br#"{"messages":[]}"#), 1);
+        assert_eq!(declared_cost(br#"{"n":8}"#), 8);
+        assert_eq!(declared_cost(br#"{"n":8,"logprobs":true,"top_logprobs":20}"#), 24);
+        assert_eq!(declared_cost(br#"{"prompt":"x","logprobs":5}"#), 2);
+        assert_eq!(declared_cost(br#"{"n":1000}"#), 9, "past the maximum: more than any valid request");
+        assert_eq!(declared_cost(b"not json"), 1);
+    }
+}

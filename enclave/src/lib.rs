@@ -26,6 +26,7 @@
 pub mod attest;
 pub mod canary;
 pub mod cli;
+pub mod contain;
 pub mod error;
 pub mod gateway;
 pub mod generate;

@@ -110,6 +110,9 @@ pub struct NodeOptions {
     pub listen: Option<SocketAddr>,
     /// Compute here instead of on the route stage's device.
     pub device: Option<crate::model::ComputeDevice>,
+    /// Where the entry compiles clients' response formats (worker processes
+    /// of `veil-shard` in production).
+    pub format_worker: crate::pipeline::entry::format_jobs::FormatWorker,
 }
 
 /// A node with its slice loaded and verified, ready to serve.
@@ -201,7 +204,14 @@ impl Node {
             }
         };
         let drafter = drafter_info(&route.speculation, draft_model.as_deref());
-        let e = entry::Entry::start(route, loaded.slice, tokenizer, loaded.trust, draft_model);
+        let e = entry::Entry::start(
+            route,
+            loaded.slice,
+            tokenizer,
+            loaded.trust,
+            draft_model,
+            options.format_worker.clone(),
+        );
         tracing::info!(%addr, generate = %gen_addr, "entry up; internal generate endpoint on loopback");
         if let (Some(sealed), Some(key)) = (sealed_addr, seal_key) {
             let listener =

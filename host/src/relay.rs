@@ -27,7 +27,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use veil_attestation::tlog::http as tlog_http;
 use veil_wire::http::{
-    ATTESTATION_PATH, HEALTH_PATH, METRICS_PATH, NOT_FOUND_MESSAGE, SEALED_PATH, SEALED_REQUEST_TYPE,
+    ATTESTATION_PATH, COST_HEADER, HEALTH_PATH, MAX_COST, METRICS_PATH, NOT_FOUND_MESSAGE, SEALED_PATH,
+    SEALED_REQUEST_TYPE,
 };
 
 use bytes::Bytes;
@@ -47,10 +48,12 @@ pub struct RelayConfig {
     pub entry: SocketAddr,
     /// Largest request body accepted.
     pub max_body: usize,
-    /// Sealed requests in flight at once; more get 503.
+    /// Slots of sealed requests in flight at once; more get 503. A request
+    /// holds the cost it declares (`veil-cost`: one slot per choice, more for
+    /// log-probabilities).
     pub max_concurrent: usize,
-    /// Sealed requests in flight at once from one client address; more get
-    /// 429. Keeps one client from holding every slot.
+    /// Slots of sealed requests in flight at once from one client address;
+    /// more get 429. Keeps one client from holding every slot.
     pub max_per_client: usize,
     /// Attestation fetches in flight at once from one client address; more
     /// get 429 (the entry builds few evidences at once; a flood from one
@@ -168,18 +171,27 @@ struct PerClient {
 struct ClientSlot {
     table: Arc<PerClient>,
     ip: IpAddr,
+    count: usize,
 }
 
 impl PerClient {
     /// A slot for `ip`, unless it holds `max` already.
     fn acquire(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<ClientSlot> {
+        self.acquire_many(ip, 1, max)
+    }
+
+    /// `count` slots for `ip`, unless that would take it past `max`.
+    fn acquire_many(self: &Arc<Self>, ip: IpAddr, count: usize, max: usize) -> Option<ClientSlot> {
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         let n = held.entry(ip).or_insert(0);
-        if *n >= max {
+        if *n + count > max {
+            if *n == 0 {
+                held.remove(&ip);
+            }
             return None;
         }
-        *n += 1;
-        Some(ClientSlot { table: self.clone(), ip })
+        *n += count;
+        Some(ClientSlot { table: self.clone(), ip, count })
     }
 
     /// Slots `ip` holds now.
@@ -192,7 +204,7 @@ impl Drop for ClientSlot {
     fn drop(&mut self) {
         let mut held = self.table.held.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(n) = held.get_mut(&self.ip) {
-            *n -= 1;
+            *n -= self.count.min(*n);
             if *n == 0 {
                 held.remove(&self.ip);
             }
@@ -233,12 +245,14 @@ impl Relay {
         })
     }
 
-    /// Sealed requests in flight for every client together.
+    /// Slots held by sealed requests in flight, every client together (a
+    /// request holds its declared cost: one per choice, more for
+    /// log-probabilities).
     pub fn sealed_in_flight(&self) -> usize {
         self.config.max_concurrent - self.permits.available_permits()
     }
 
-    /// Sealed requests in flight from client address `ip`.
+    /// Slots held by sealed requests in flight from client address `ip`.
     pub fn sealed_in_flight_from(&self, ip: IpAddr) -> usize {
         self.sealed_per_client.held(ip)
     }
@@ -399,11 +413,33 @@ impl Relay {
 
     async fn sealed(self: Arc<Self>, req: Request<Incoming>, client: IpAddr) -> Response<Body> {
         let started = Instant::now();
-        let Some(slot) = self.sealed_per_client.acquire(client, self.config.max_per_client) else {
+        // What the request costs: one slot per choice and more for
+        // log-probabilities, as the client declares (the entry refuses a
+        // request that costs more than it declared).
+        let cost = match req.headers().get(COST_HEADER).map(|v| v.to_str().ok().and_then(|v| v.parse::<u32>().ok())) {
+            None => 1,
+            Some(Some(c)) if (1..=MAX_COST).contains(&c) => c,
+            Some(_) => {
+                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!("{COST_HEADER} must be an integer from 1 to {MAX_COST}\n"),
+                );
+            }
+        };
+        let share = self.config.max_per_client.min(self.config.max_concurrent);
+        if cost as usize > share {
+            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+            return text(
+                StatusCode::TOO_MANY_REQUESTS,
+                format!("this request costs {cost} slots; one client holds at most {share}\n"),
+            );
+        }
+        let Some(slot) = self.sealed_per_client.acquire_many(client, cost as usize, self.config.max_per_client) else {
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
             return text(StatusCode::TOO_MANY_REQUESTS, "too many requests in flight from this client\n");
         };
-        let Ok(permit) = self.permits.clone().try_acquire_owned() else {
+        let Ok(permit) = self.permits.clone().try_acquire_many_owned(cost) else {
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
             return text(StatusCode::SERVICE_UNAVAILABLE, "too many requests in flight\n");
         };
@@ -431,6 +467,7 @@ impl Relay {
         self.metrics.bytes_in.fetch_add(body.len() as u64, Ordering::Relaxed);
         let forward = hyper::Request::post(format!("http://{}/v1/sealed", self.config.entry))
             .header(hyper::header::CONTENT_TYPE, SEALED_REQUEST_TYPE)
+            .header(COST_HEADER, cost.to_string())
             .body(Full::new(body));
         let Ok(forward) = forward else { return text(StatusCode::INTERNAL_SERVER_ERROR, "cannot forward\n") };
         let resp = match self.client.request(forward).await {

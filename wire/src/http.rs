@@ -33,6 +33,38 @@ pub const SEALED_REQUEST_TYPE: &str = "message/ohttp-chunked-req";
 pub const SEALED_RESPONSE_TYPE: &str = "message/ohttp-chunked-res";
 /// JSON bodies.
 pub const JSON_TYPE: &str = "application/json";
+
+/// The header a client puts on `POST /v1/sealed` (outside the seal) to
+/// declare what its request costs in slots ([`request_cost`]): the relay
+/// charges the client's share by it, and the entry, which sees the request
+/// opened, refuses a request that costs more than it declared. It tells the
+/// host how many choices and log-probabilities a request asks for, nothing
+/// else of it.
+pub const COST_HEADER: &str = "veil-cost";
+
+/// Most choices a request may ask for (OpenAI's `n`).
+pub const MAX_CHOICES: u32 = 8;
+/// Most top alternatives per position (OpenAI's `top_logprobs`).
+pub const MAX_TOP_LOGPROBS: u32 = 20;
+/// The highest cost a valid request has.
+pub const MAX_COST: u32 = request_cost(MAX_CHOICES, MAX_TOP_LOGPROBS);
+
+/// What a request costs in slots: each choice is a session (one slot), and
+/// each ten top log-probabilities per position one more per choice (the
+/// last stage ranks the vocabulary for them and the verdict carries them).
+/// Arguments past their maxima count as the maxima plus one, so an invalid
+/// request still costs more than any valid one.
+pub const fn request_cost(choices: u32, top_logprobs: u32) -> u32 {
+    let n = if choices == 0 {
+        1
+    } else if choices > MAX_CHOICES {
+        MAX_CHOICES + 1
+    } else {
+        choices
+    };
+    let top = if top_logprobs > MAX_TOP_LOGPROBS { MAX_TOP_LOGPROBS + 1 } else { top_logprobs };
+    n * (1 + top.div_ceil(10))
+}
 /// Streamed answers (server-sent events).
 pub const EVENT_STREAM_TYPE: &str = "text/event-stream";
 

@@ -142,7 +142,9 @@ export class ChatStream {
     try {
       res = await this.route.fetch(`${this.route.url}${SEALED_PATH}`, {
         method: "POST",
-        headers: { "content-type": SEALED_REQUEST_TYPE },
+        // What the request costs in slots (its choices and log-probabilities):
+        // the relay charges this client's share by it.
+        headers: { "content-type": SEALED_REQUEST_TYPE, "veil-cost": String(sealed.cost) },
         body: sealed.request,
         signal: abort.signal,
       });

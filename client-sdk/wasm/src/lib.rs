@@ -121,6 +121,7 @@ impl Route {
     pub fn seal(&self, method: &str, path: &str, body: &[u8], now_ms: f64) -> Result<Sealed, JsValue> {
         let mut message =
             bhttp::Message::request(method.into(), b"https".to_vec(), b"veil-entry".to_vec(), path.into());
+        let cost = veil_client::seal::declared_cost(body);
         if !body.is_empty() {
             message.put_header("content-type", "application/json");
             message.write_content(body);
@@ -129,7 +130,7 @@ impl Route {
         // Sealing writes to memory only: the future is ready at once.
         let (request, opener) = futures::executor::block_on(veil_client::seal::seal_at(&self.inner, message, sent_at))
             .map_err(seal_error)?;
-        Ok(Sealed { request, opener: Some(opener) })
+        Ok(Sealed { request, opener: Some(opener), cost })
     }
 }
 
@@ -139,6 +140,7 @@ impl Route {
 pub struct Sealed {
     request: Vec<u8>,
     opener: Option<ResponseOpener>,
+    cost: u32,
 }
 
 #[wasm_bindgen]
@@ -147,6 +149,14 @@ impl Sealed {
     #[wasm_bindgen(getter)]
     pub fn request(&self) -> Vec<u8> {
         self.request.clone()
+    }
+
+    /// What the request costs in slots, for the `veil-cost` header of its
+    /// POST (one per choice, more for log-probabilities); the entry refuses
+    /// a request that costs more than it declared.
+    #[wasm_bindgen(getter)]
+    pub fn cost(&self) -> u32 {
+        self.cost
     }
 
     /// Starts opening the answer: push its bytes as they arrive, then read

@@ -30,6 +30,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Compile response formats for the entry under its budget (the entry
+    /// starts these itself; it speaks a binary protocol on stdin/stdout).
+    #[command(hide = true)]
+    FormatWorker,
     /// Print an evidence bundle (JSON) binding this shard's claims.
     Evidence {
         /// Use the SIMULATED root in DIR (made by `veil attest sim-init`).
@@ -389,7 +393,9 @@ fn run() -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
+    crate::contain::install_quiet_hook();
     match Cli::parse().command {
+        Command::FormatWorker => crate::pipeline::entry::format_jobs::run_worker()?,
         Command::Evidence { simulated, hardware, vmpl, layers, nonce, out } => {
             let source = match (simulated, hardware) {
                 (Some(dir), false) => Source::Simulated(dir),

@@ -15,6 +15,7 @@ pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
         bind_config: args.bind_config,
         listen: args.listen,
         device: args.device,
+        format_worker: crate::pipeline::entry::format_jobs::FormatWorker::this_executable(),
     };
     let node = Node::load(route, options)?;
     node.watch_weights(|why| {

@@ -37,6 +37,7 @@ use veil_attestation::{Attester, Claims, Nonce, Policy};
 use super::openai::{self, ApiError, Call, Ids, Kind, Route, Usage};
 use super::seal::{GatewaySealError, ResponseSealer, SealKey, MAX_SEALED_REQUEST};
 use crate::generate::{Generation, TokenLogprob};
+use crate::pipeline::entry::format_jobs::FormatRefusal;
 use crate::pipeline::entry::{Entry, Failure, GenerateEvent};
 use crate::text::harmony::Delta;
 use crate::text::reasoning::Reader;
@@ -44,7 +45,9 @@ use crate::text::tokenizer::Tokenizer;
 use crate::text::tools::Parsed;
 use veil_wire::Blame;
 
-use veil_wire::http::{ATTESTATION_PATH, EVENT_STREAM_TYPE, HEALTH_PATH, JSON_TYPE, METRICS_PATH, SEALED_PATH};
+use veil_wire::http::{
+    request_cost, ATTESTATION_PATH, COST_HEADER, EVENT_STREAM_TYPE, HEALTH_PATH, JSON_TYPE, METRICS_PATH, SEALED_PATH,
+};
 pub use veil_wire::http::{DRAFTER_FIELD, RECEIPT_FIELD, ROUTE_FIELD, SEALED_REQUEST_TYPE, SEALED_RESPONSE_TYPE};
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
@@ -68,6 +71,9 @@ pub struct Gateway {
     /// get 503, so the attestation endpoint cannot be used to burn the
     /// entry's CPU.
     evidence_permits: Arc<tokio::sync::Semaphore>,
+    /// Slots of generation requests in flight (a request holds one per
+    /// choice, more for log-probabilities: `veil_wire::http::request_cost`).
+    units: Arc<tokio::sync::Semaphore>,
     /// Nonce-bound requests waiting for the next batch's evidence.
     batch_tx: mpsc::Sender<Waiting>,
     batch_rx: std::sync::Mutex<Option<mpsc::Receiver<Waiting>>>,
@@ -105,6 +111,10 @@ struct Batched {
 pub const MAX_EVIDENCE_IN_FLIGHT: usize = 4;
 /// Nonce-bound attestation requests waiting for a batch; more get 503.
 pub const MAX_ATTESTATION_QUEUE: usize = 4096;
+/// Slots of generation requests the entry runs at once, whatever the relay
+/// lets through: twice a default relay's total (64), so an honest relay's
+/// limits bind first.
+pub const MAX_UNITS_IN_FLIGHT: u32 = 128;
 
 impl std::fmt::Debug for Gateway {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -163,6 +173,7 @@ impl Gateway {
             receipts,
             route_id,
             evidence_permits,
+            units: Arc::new(tokio::sync::Semaphore::new(MAX_UNITS_IN_FLIGHT as usize)),
             batch_tx,
             batch_rx: std::sync::Mutex::new(Some(batch_rx)),
         })
@@ -283,7 +294,16 @@ impl Gateway {
             ("GET", METRICS_PATH) => full(
                 StatusCode::OK,
                 "text/plain; version=0.0.4",
-                self.entry.counters().render_with(self.entry.stage_counters()).into(),
+                [
+                    self.entry.counters().render_with(self.entry.stage_counters()),
+                    self.entry.format_counters().render(),
+                    format!(
+                        "# HELP veil_entry_panics_contained_total Panics that failed one request or batch, not the process.\n# TYPE veil_entry_panics_contained_total counter\nveil_entry_panics_contained_total {}\n",
+                        crate::contain::CONTAINED.load(std::sync::atomic::Ordering::Relaxed)
+                    ),
+                ]
+                .concat()
+                .into(),
             ),
             ("POST", SEALED_PATH) => self.sealed(req).await,
             _ => plain_error(StatusCode::NOT_FOUND, veil_wire::http::NOT_FOUND_MESSAGE),
@@ -338,6 +358,14 @@ impl Gateway {
     }
 
     async fn sealed(self: Arc<Self>, req: Request<Incoming>) -> Response<Body> {
+        // The cost the client declared (the relay charged its share by it);
+        // checked against the opened request below.
+        let declared = match req.headers().get(COST_HEADER).map(|v| v.to_str().ok().and_then(|v| v.parse::<u32>().ok()))
+        {
+            None => 1,
+            Some(Some(c)) if c >= 1 => c,
+            Some(_) => return plain_error(StatusCode::BAD_REQUEST, "a malformed veil-cost header"),
+        };
         let body = match Limited::new(req.into_body(), MAX_SEALED_REQUEST).collect().await {
             Ok(b) => b.to_bytes().to_vec(),
             Err(_) => return plain_error(StatusCode::PAYLOAD_TOO_LARGE, "sealed request too large or unreadable"),
@@ -366,7 +394,7 @@ impl Gateway {
         let path = control.path().unwrap_or_default().to_vec();
         let content = request.content().to_vec();
         let gw = self.clone();
-        tokio::spawn(async move {
+        let handling = async move {
             // Templating and tokenizing are CPU work: off the reactor, so
             // heartbeats and other sessions' traffic keep flowing.
             let parser = gw.clone();
@@ -388,19 +416,52 @@ impl Gateway {
                 Ok(Route::Models) => {
                     gw.listing(sealer, sealed_digest, &openai::models_body(&gw.model_name, now())).await
                 }
-                Ok(Route::Generate(call)) => match gw.entry.check_format(&call.request.sampling) {
-                    Err(reason) => {
-                        let e = ApiError::invalid("response_format", reason);
-                        respond(sealer, e.status, JSON_TYPE, &e.body()).await
+                Ok(Route::Generate(call)) => {
+                    let cost = request_cost(call.n as u32, u32::from(call.request.sampling.logprobs.unwrap_or(0)));
+                    let units = match gw.units(cost, declared) {
+                        Ok(u) => u,
+                        Err(e) => {
+                            let _ = respond(sealer, e.status, JSON_TYPE, &e.body()).await;
+                            return;
+                        }
+                    };
+                    let _units = units;
+                    // The client leaving drops the compile (and kills its worker).
+                    let gone = sealer.reader_gone();
+                    let vetted = tokio::select! {
+                        v = gw.entry.check_format(&call.request.sampling) => Some(v),
+                        () = gone => None,
+                    };
+                    match vetted {
+                        None => Ok(()),
+                        Some(Err(refused)) => {
+                            let e = match refused {
+                                FormatRefusal::Busy => ApiError {
+                                    status: 503,
+                                    kind: "server_error",
+                                    param: Some("response_format"),
+                                    message: refused.to_string(),
+                                },
+                                FormatRefusal::Unavailable(_) => ApiError {
+                                    status: 500,
+                                    kind: "server_error",
+                                    param: None,
+                                    message: refused.to_string(),
+                                },
+                                _ => ApiError::invalid("response_format", refused.to_string()),
+                            };
+                            respond(sealer, e.status, JSON_TYPE, &e.body()).await
+                        }
+                        Some(Ok(())) => gw.run(*call, sealer, sealed_digest).await,
                     }
-                    Ok(()) => gw.run(*call, sealer, sealed_digest).await,
-                },
+                }
                 Err(e) => respond(sealer, e.status, JSON_TYPE, &e.body()).await,
             };
             if let Err(e) = result {
                 tracing::debug!(error = %e, "sealed response ended early");
             }
-        });
+        };
+        tokio::spawn(crate::contain::contain(handling, "sealed request"));
         let stream = futures::stream::poll_fn(move |cx| {
             chunks.poll_recv(cx).map(|c| c.map(|c| Ok(Frame::data(Bytes::from(c)))))
         });
@@ -409,6 +470,25 @@ impl Gateway {
             r.headers_mut().insert(hyper::header::CONTENT_TYPE, v);
         }
         r
+    }
+
+    /// The slots a request of `cost` holds while it runs: refused when it
+    /// costs more than the client `declared` (so the relay's per-client
+    /// share, charged by the declaration, holds), or when the entry's own
+    /// ceiling is reached (the relay is the host's, and may not limit).
+    fn units(&self, cost: u32, declared: u32) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+        if cost > declared {
+            return Err(ApiError::invalid(
+                "n",
+                format!("this request costs {cost} slots (n and top_logprobs) but its {COST_HEADER} header declared {declared}"),
+            ));
+        }
+        self.units.clone().try_acquire_many_owned(cost).map_err(|_| ApiError {
+            status: 503,
+            kind: "server_error",
+            param: None,
+            message: format!("the entry is at its ceiling of {MAX_UNITS_IN_FLIGHT} slots in flight; retry later"),
+        })
     }
 
     /// A model listing: a completed answer, so it carries a receipt too
@@ -433,7 +513,14 @@ impl Gateway {
             req.sampling.seed = req.sampling.seed.wrapping_add(i as u64);
             let (choice_tx, mut choice_rx) = mpsc::unbounded_channel();
             let (entry, routes, tx) = (self.entry.clone(), routes_tx.clone(), tx.clone());
-            tokio::spawn(async move { entry.generate_traced(req, choice_tx, Some(routes)).await });
+            tokio::spawn(async move {
+                let failed = choice_tx.clone();
+                let ran = crate::contain::contain(entry.generate_traced(req, choice_tx, Some(routes)), "a session");
+                if ran.await.is_none() {
+                    let message = "the session failed (an internal fault)".into();
+                    let _ = failed.send(GenerateEvent::Error(Failure { message, blame: Blame::Internal }));
+                }
+            });
             tokio::spawn(async move {
                 while let Some(ev) = choice_rx.recv().await {
                     if tx.send((i, ev)).is_err() {

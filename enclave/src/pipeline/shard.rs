@@ -183,6 +183,7 @@ pub async fn serve(
     }
     std::thread::Builder::new()
         .name(format!("stage-{stage}"))
+        .stack_size(crate::pipeline::entry::format_jobs::STAGE_STACK_BYTES)
         .spawn(move || worker.run(cmd_rx, out_tx))
         .map_err(Error::io("starting the stage worker"))?;
     let entry: EntrySink = Arc::new(Mutex::new(None));

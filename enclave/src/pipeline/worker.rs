@@ -26,6 +26,8 @@ pub const MIRROR_MAX_WAIT: u32 = 4;
 /// Most sessions one stage holds KV for: a peer cannot grow per-session state
 /// without limit by inventing session ids (each also counts against the KV budget).
 pub const MAX_SESSIONS: usize = 4096;
+/// Compiled response formats kept to fork from (see `StageWorker::compiled`).
+const COMPILED_FORMATS: usize = 8;
 
 /// What a job feeds the slice.
 #[derive(Clone, Debug)]
@@ -169,6 +171,9 @@ pub struct StageWorker {
     vocabulary: Option<Arc<Tokenizer>>,
     /// Per session with a response format: its text and matcher.
     formats: HashMap<SessionId, (String, Constrained)>,
+    /// Recently compiled formats at their start, by text: the sessions of
+    /// one request (its `n` choices) and repeated schemas fork one compile.
+    compiled: VecDeque<(String, Constrained)>,
 }
 
 impl StageWorker {
@@ -183,6 +188,7 @@ impl StageWorker {
             counters: Arc::new(WorkerCounters::default()),
             vocabulary: None,
             formats: HashMap::new(),
+            compiled: VecDeque::new(),
         }
     }
 
@@ -331,10 +337,42 @@ impl StageWorker {
             if held {
                 self.counters.mirror_waits.fetch_add(1, Ordering::Relaxed);
             }
-            for o in self.step(batch) {
+            for o in self.step_contained(batch) {
                 if out.blocking_send(o).is_err() {
                     return;
                 }
+            }
+        }
+    }
+
+    /// [`step`](Self::step), with a panic failing the batch's frames (each
+    /// gets an internal error, and their sessions' state here is dropped)
+    /// instead of the stage.
+    fn step_contained(&mut self, batch: Vec<Job>) -> Vec<Output> {
+        let jobs: Vec<(SessionId, u64, bool)> = batch.iter().map(|j| (j.session, j.seq, j.mirror)).collect();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step(batch))) {
+            Ok(outputs) => outputs,
+            Err(_) => {
+                crate::contain::CONTAINED.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(
+                    stage = self.stage,
+                    frames = jobs.len(),
+                    "a panic failed one batch; the stage keeps serving"
+                );
+                for (session, ..) in &jobs {
+                    self.sessions.remove(session);
+                    self.formats.remove(session);
+                }
+                (jobs.iter().filter(|j| !j.2))
+                    .map(|&(session, seq, _)| {
+                        Output::Error(ErrorReport {
+                            session: Some(session),
+                            seq,
+                            code: ErrorCode::Internal,
+                            message: "an internal fault at this stage failed the frame".into(),
+                        })
+                    })
+                    .collect()
             }
         }
     }
@@ -606,11 +644,23 @@ impl StageWorker {
         let held = match entry {
             std::collections::hash_map::Entry::Occupied(o) if o.get().0 == text => o.into_mut(),
             other => {
-                let format = ResponseFormat::from_wire(text).map_err(|e| ModelError::Invalid(e.to_string()))?;
-                // The entry compiled it at admission: a failure here is not
-                // the client's text to echo.
-                let state =
-                    grammars.compile(&format).map_err(|_| ModelError::Invalid("an unusable response format".into()))?;
+                let state = match self.compiled.iter().find(|(t, _)| t == text) {
+                    Some((_, fresh)) => fresh.fork(),
+                    None => {
+                        let format = ResponseFormat::from_wire(text).map_err(|e| ModelError::Invalid(e.to_string()))?;
+                        // The entry vetted it in a budgeted job: a failure
+                        // here is not the client's text to echo.
+                        let fresh = grammars
+                            .compile(&format)
+                            .map_err(|_| ModelError::Invalid("an unusable response format".into()))?;
+                        let state = fresh.fork();
+                        if self.compiled.len() >= COMPILED_FORMATS {
+                            self.compiled.pop_front();
+                        }
+                        self.compiled.push_back((text.to_owned(), fresh));
+                        state
+                    }
+                };
                 match other {
                     std::collections::hash_map::Entry::Occupied(mut o) => {
                         o.insert((text.to_owned(), state));

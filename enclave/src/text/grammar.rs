@@ -112,6 +112,9 @@ pub enum GrammarError {
     /// The engine failed while running (out of its step budget).
     #[error("the response format's matcher failed")]
     Engine,
+    /// Over one of the structural limits checked before compiling.
+    #[error(transparent)]
+    Limit(#[from] super::schema_limits::LimitExceeded),
 }
 
 /// A vocabulary's grammar engine: the token trie, built once.
@@ -131,17 +134,27 @@ impl Grammars {
     /// The engine for `tokenizer`'s vocabulary. Its errors name no tokens:
     /// matcher state never reaches a log or an error message.
     pub fn new(tokenizer: &Tokenizer) -> Result<Self, GrammarError> {
-        let words = tokenizer.token_bytes();
-        let info = TokRxInfo::new(words.len() as u32, tokenizer.eos());
-        let env: TokEnv = Arc::new(ApproximateTokEnv::new(TokTrie::from(&info, &words)));
+        Self::from_vocabulary(&Vocabulary::of(tokenizer))
+    }
+
+    /// The engine for a vocabulary given as its parts (what a format
+    /// worker process receives).
+    pub fn from_vocabulary(vocabulary: &Vocabulary) -> Result<Self, GrammarError> {
+        let words = &vocabulary.words;
+        let info = TokRxInfo::new(words.len() as u32, vocabulary.eos);
+        let env: TokEnv = Arc::new(ApproximateTokEnv::new(TokTrie::from(&info, words)));
         let mut factory = ParserFactory::new_simple(&env).map_err(|e| GrammarError::Compile(e.to_string()))?;
         factory.quiet();
         factory.limits_mut().verbose_errors = false;
-        Ok(Self { factory, eos: tokenizer.eos(), stop_ids: tokenizer.stop_ids().to_vec() })
+        Ok(Self { factory, eos: vocabulary.eos, stop_ids: vocabulary.stop_ids.clone() })
     }
 
-    /// A matcher for `format`, at the start of the output.
+    /// A matcher for `format`, at the start of the output. The structural
+    /// limits ([`schema_limits`](super::schema_limits)) are checked first;
+    /// the compile itself is bounded only by the engine's fuel, so callers
+    /// outside a budgeted job run only formats such a job has passed.
     pub fn compile(&self, format: &ResponseFormat) -> Result<Constrained, GrammarError> {
+        super::schema_limits::check(format)?;
         let parser = self.factory.create_parser(format.grammar()?).map_err(|e| GrammarError::Compile(e.to_string()))?;
         let mut matcher = Matcher::new(Ok(parser));
         if matcher.is_error() {
@@ -150,6 +163,25 @@ impl Grammars {
         // Fail at compile time, not at the first token.
         matcher.compute_mask().map_err(|e| GrammarError::Compile(e.to_string()))?;
         Ok(Constrained { matcher, consumed: Vec::new(), eos: self.eos, stop_ids: self.stop_ids.clone() })
+    }
+}
+
+/// A vocabulary as the grammar engine needs it: every token's bytes, the
+/// end-of-sequence token and the other stop tokens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Vocabulary {
+    /// Each token's bytes, by id.
+    pub words: Vec<Vec<u8>>,
+    /// End of sequence.
+    pub eos: u32,
+    /// Every token that ends generation.
+    pub stop_ids: Vec<u32>,
+}
+
+impl Vocabulary {
+    /// `tokenizer`'s vocabulary.
+    pub fn of(tokenizer: &Tokenizer) -> Self {
+        Self { words: tokenizer.token_bytes(), eos: tokenizer.eos(), stop_ids: tokenizer.stop_ids().to_vec() }
     }
 }
 
@@ -168,6 +200,17 @@ impl std::fmt::Debug for Constrained {
 }
 
 impl Constrained {
+    /// An independent copy in the same state (a compiled format shared by
+    /// the sessions of one request starts from one compile).
+    pub fn fork(&self) -> Self {
+        Self {
+            matcher: self.matcher.deep_clone(),
+            consumed: self.consumed.clone(),
+            eos: self.eos,
+            stop_ids: self.stop_ids.clone(),
+        }
+    }
+
     /// Moves to just after `output`: rolls back to the longest common prefix
     /// with what was consumed, then consumes the rest.
     pub fn sync(&mut self, output: &[u32]) -> Result<(), GrammarError> {

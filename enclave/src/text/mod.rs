@@ -4,6 +4,7 @@ pub mod grammar;
 pub mod harmony;
 pub mod reasoning;
 pub mod sampler;
+pub mod schema_limits;
 pub mod spm;
 pub mod template;
 pub mod tokenizer;

@@ -18,6 +18,7 @@ mod abuse;
 mod cli;
 mod device;
 mod families;
+mod format_budget;
 mod model;
 mod openai;
 mod pipeline;

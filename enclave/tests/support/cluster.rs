@@ -164,6 +164,9 @@ impl Cluster {
                     bind_config: false,
                     listen: None,
                     device: None,
+                    format_worker: veil_enclave::pipeline::entry::format_jobs::FormatWorker::Process(
+                        env!("CARGO_BIN_EXE_veil-shard").into(),
+                    ),
                 };
                 let node = Node::load(self.route.clone(), options).unwrap();
                 node.watch_weights(|why| panic!("resident weights changed: {why}")).unwrap();

@@ -160,7 +160,14 @@ async fn handle_generate(entry: Arc<Entry>, tcp: TcpStream) -> std::io::Result<(
             }
             Ok(req) => {
                 let entry = entry.clone();
-                tokio::spawn(async move { entry.generate(req, tx).await });
+                tokio::spawn(async move {
+                    let failed = tx.clone();
+                    if crate::contain::contain(entry.generate(req, tx), "a session").await.is_none() {
+                        let message = "the session failed (an internal fault)".into();
+                        let _ =
+                            failed.send(GenerateEvent::Error(Failure { message, blame: veil_wire::Blame::Internal }));
+                    }
+                });
             }
         },
     }

@@ -32,6 +32,7 @@ use crate::text::tools::CallMarkers;
 
 mod admit_error;
 mod control;
+pub mod format_jobs;
 mod loopback;
 mod metrics;
 pub mod session;
@@ -108,6 +109,8 @@ pub struct Entry {
     draft_model: Option<Arc<DraftModel>>,
     counters: SpecCounters,
     stage_counters: Arc<WorkerCounters>,
+    /// Response formats are vetted here, in budgeted jobs, before a session starts.
+    formats: format_jobs::FormatJobs,
 }
 
 impl Entry {
@@ -119,6 +122,7 @@ impl Entry {
         tokenizer: Arc<Tokenizer>,
         trust: Arc<Trust>,
         draft_model: Option<Arc<DraftModel>>,
+        format_worker: format_jobs::FormatWorker,
     ) -> Arc<Self> {
         let (cmd_tx, cmd_rx) = mpsc::channel::<Command>(1024);
         let (out_tx, mut out_rx) = mpsc::channel::<Output>(1024);
@@ -129,12 +133,20 @@ impl Entry {
         let stage_counters = worker.counters();
         std::thread::Builder::new()
             .name("stage-0".into())
+            .stack_size(format_jobs::STAGE_STACK_BYTES)
             .spawn(move || worker.run(cmd_rx, out_tx))
             .map_err(|e| tracing::error!(error = %e, "cannot start the entry worker"))
             .ok();
         let replicas =
             route.stages[1..].iter().map(|s| s.replicas.iter().map(|_| Replica::default()).collect()).collect();
+        let vocabulary = crate::text::grammar::Vocabulary::of(&tokenizer);
+        let engine = tokenizer.clone();
+        let formats =
+            format_jobs::FormatJobs::new(format_worker, format_jobs::FormatBudget::default(), &vocabulary, move || {
+                engine.grammars()
+            });
         let entry = Arc::new(Self {
+            formats,
             context: slice.config().context_length,
             route: route.clone(),
             tokenizer,
@@ -436,6 +448,21 @@ impl Entry {
         out: mpsc::UnboundedSender<GenerateEvent>,
         routes: Option<mpsc::UnboundedSender<String>>,
     ) {
+        // The format first: its compile is the one cost the client picks.
+        if let Some(format) = &req.sampling.response_format {
+            if let Err(e) = self.formats.vet(format).await {
+                let blame = match e {
+                    format_jobs::FormatRefusal::Busy => veil_wire::Blame::Busy,
+                    format_jobs::FormatRefusal::Unavailable(_) => veil_wire::Blame::Internal,
+                    _ => veil_wire::Blame::Request,
+                };
+                let _ = out.send(match blame {
+                    veil_wire::Blame::Request => GenerateEvent::Refused(e.to_string()),
+                    _ => GenerateEvent::Error(Failure { message: e.to_string(), blame }),
+                });
+                return;
+            }
+        }
         let event = match self.admit_request(&req) {
             Err(e) => GenerateEvent::Refused(e.to_string()),
             Ok(admitted) => match self.run_session(req, admitted, &out, routes.as_ref()).await {
@@ -446,11 +473,19 @@ impl Entry {
         let _ = out.send(event);
     }
 
-    /// Whether the request's response format (if any) can be enforced: the
-    /// engine's reason when not. Admission checks it again.
-    pub fn check_format(&self, sampling: &SamplingParams) -> Result<(), String> {
-        let Some(format) = &sampling.response_format else { return Ok(()) };
-        self.tokenizer.grammars().and_then(|g| g.compile(format)).map(|_| ()).map_err(|e| e.to_string())
+    /// Whether the request's response format (if any) compiles within the
+    /// budget ([`format_jobs`]); each choice's session finds the verdict
+    /// cached. Dropping the future (the client left) kills the compile.
+    pub async fn check_format(&self, sampling: &SamplingParams) -> Result<(), format_jobs::FormatRefusal> {
+        match &sampling.response_format {
+            Some(format) => self.formats.vet(format).await,
+            None => Ok(()),
+        }
+    }
+
+    /// What format vetting has done (compiles, worker processes).
+    pub fn format_counters(&self) -> &format_jobs::FormatCounters {
+        self.formats.counters()
     }
 
     /// Everything about a request that is the caller's to get right, checked
@@ -464,11 +499,10 @@ impl Entry {
             GenerateRequest { prompt_ids: req.prompt_ids.clone(), max_tokens: req.max_tokens, stop: req.stop.clone() };
         let max_tokens = check_request(&gen, self.context)?;
         let spec = self.speculation_for(req, req.prompt_ids.len())?;
-        if let Some(format) = &req.sampling.response_format {
-            if max_tokens > crate::link::frame::MAX_HISTORY {
-                return Err(AdmitError::FormatTooLong);
-            }
-            self.tokenizer.grammars()?.compile(format)?;
+        // The format itself was vetted (`generate_traced`); the last stage
+        // compiles it for the session.
+        if req.sampling.response_format.is_some() && max_tokens > crate::link::frame::MAX_HISTORY {
+            return Err(AdmitError::FormatTooLong);
         }
         Ok(Admitted { prompt_ids: req.prompt_ids.clone(), sampler, max_tokens, spec })
     }
