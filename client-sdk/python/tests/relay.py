@@ -21,10 +21,12 @@ class Relay:
     """Modes: ``pass``; ``truncate`` (a sealed response ends cleanly after
     ``at`` bytes); ``tamper`` (the byte at offset ``at`` of a sealed response
     is flipped); ``stall`` (a sealed request gets no answer for ``at``
-    seconds); ``replay`` (an attestation request is forwarded with a nonce
-    the relay chose, so the answer is evidence made for another request,
-    as a replayed document is); ``flood`` (an attestation request is
-    answered with ``at`` MiB of junk)."""
+    seconds); ``refuse`` (a sealed request is answered with the HTTP status
+    ``at``, not forwarded); ``drop`` (a sealed request's connection is closed
+    with no answer, not forwarded); ``replay`` (an attestation request is
+    forwarded with a nonce the relay chose, so the answer is evidence made
+    for another request, as a replayed document is); ``flood`` (an
+    attestation request is answered with ``at`` MiB of junk)."""
 
     def __init__(self, upstream: str):
         parts = urlsplit(upstream)
@@ -86,6 +88,17 @@ class Relay:
             return
         if sealed and self.mode == "stall":
             time.sleep(self.at)
+        if sealed and self.mode == "refuse":
+            h.send_response(int(self.at))
+            h.send_header("Content-Type", "text/plain")
+            h.send_header("Content-Length", "7")
+            h.end_headers()
+            h.wfile.write(b"refused")
+            h.wfile.flush()
+            return
+        if sealed and self.mode == "drop":
+            h.close_connection = True
+            return
         conn = http.client.HTTPConnection(*self.upstream, timeout=600)
         headers = {k: v for k, v in h.headers.items() if k.lower() in ("content-type", "content-length")}
         conn.request(h.command, path, body=body, headers=headers)

@@ -26,8 +26,11 @@ verifies, and an answer the host cut short or altered raises ``Truncated``.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
+import sys
 from typing import Any, Dict, Iterator, Mapping, Optional, Sequence, Union
 
 from . import _native
@@ -292,17 +295,18 @@ def _api_error(status: int, body: bytes) -> ApiError:
     return err
 
 
-def _httpx() -> Any:
+def _httpx(openai_module: Any) -> Any:
     """The HTTP library the installed ``openai`` package is built on:
-    ``httpx2`` (openai 3), else ``httpx``."""
-    try:
-        import httpx2
+    ``httpx2`` (openai 3), else ``httpx``; asked of openai's own client class,
+    since both may be installed side by side."""
+    base = openai_module.DefaultHttpxClient
+    for name in ("httpx2", "httpx"):
+        module = sys.modules.get(name)
+        if module is not None and issubclass(base, module.Client):
+            return module
+    import httpx
 
-        return httpx2
-    except ImportError:
-        import httpx
-
-        return httpx
+    return httpx
 
 
 def _request_path(request: Any) -> str:
@@ -310,16 +314,100 @@ def _request_path(request: Any) -> str:
     return raw.decode("ascii") if isinstance(raw, bytes) else str(raw)
 
 
-def openai(url: str, policy: PathLike, **options: Any) -> Any:
+_NO_RETRIES = (
+    "clients from veil.openai() and veil.async_openai() never retry (max_retries is 0): "
+    "an openai retry after a host cut, stalled or refused a call seals and sends the prompt "
+    "again and hides Veil's exception. Veil's transport re-sends a call only when the entry's "
+    "attested key changed; retry in your own code where a second send is acceptable"
+)
+
+
+def _refuse_retries(max_retries: Any, *, unset: bool = False) -> None:
+    """Raises ``ValueError`` unless ``max_retries`` is 0; with ``unset``, a
+    request's own options, a non-number (openai's ``NotGiven``) also passes."""
+    if unset and not isinstance(max_retries, (int, float)):
+        return
+    if max_retries != 0:
+        raise ValueError(f"max_retries={max_retries!r}: {_NO_RETRIES}")
+
+
+def _veil_cause(error: BaseException) -> Optional[VeilError]:
+    """The Veil exception an openai ``APIConnectionError`` wraps: openai 1.x
+    and 2.x catch every exception of the transport (``raise
+    APIConnectionError(...) from err``); openai 3 lets them through."""
+    cause = error.__cause__ if error.__cause__ is not None else error.__context__
+    return cause if isinstance(cause, VeilError) else None
+
+
+@functools.lru_cache(maxsize=None)
+def _no_retry_class(base: type, connection_error: type) -> type:
+    """``base`` (``openai.OpenAI`` or ``openai.AsyncOpenAI``) pinned to
+    ``max_retries=0`` everywhere openai reads it (the constructor, ``copy`` /
+    ``with_options``, the attribute, a request's own options), and letting
+    Veil's exceptions through unwrapped. The overrides are of openai's public
+    ``max_retries`` and ``request``, whose shape is the same from 1.40 to 3.x."""
+    is_async = inspect.iscoroutinefunction(base.request)
+
+    class NoRetry(base):  # type: ignore[misc,valid-type]
+        @property  # type: ignore[override]
+        def max_retries(self) -> int:
+            return 0
+
+        @max_retries.setter
+        def max_retries(self, value: Any) -> None:
+            _refuse_retries(value)
+
+    if is_async:
+
+        async def request(self: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any) -> Any:
+            _refuse_retries(getattr(options, "max_retries", None), unset=True)
+            try:
+                return await super(NoRetry, self).request(cast_to, options, *args, **kwargs)
+            except connection_error as e:
+                cause = _veil_cause(e)
+                if cause is None:
+                    raise
+            # Outside the handler, so the app gets the transport's exception
+            # as it was raised, not chained to openai's wrapper.
+            raise cause
+
+    else:
+
+        def request(self: Any, cast_to: Any, options: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            _refuse_retries(getattr(options, "max_retries", None), unset=True)
+            try:
+                return super(NoRetry, self).request(cast_to, options, *args, **kwargs)
+            except connection_error as e:
+                cause = _veil_cause(e)
+                if cause is None:
+                    raise
+            raise cause
+
+    NoRetry.request = request  # type: ignore[attr-defined]
+    NoRetry.__name__ = NoRetry.__qualname__ = "Veil" + base.__name__
+    NoRetry.__module__ = __name__
+    return NoRetry
+
+
+def openai(url: str, policy: PathLike, *, max_retries: int = 0, **options: Any) -> Any:
     """An ``openai.OpenAI`` client whose HTTP transport verifies the route and
     seals every call in-process (no proxy): every method of the official
     client works, streams included. The route is verified here, before the
-    client is returned; ``options`` are ``Client``'s. Veil's exceptions
-    (``RouteRejected``, ``Truncated``, ...) propagate through the openai
-    client unchanged."""
+    client is returned; ``options`` are ``Client``'s.
+
+    Veil's exceptions (``RouteRejected``, ``Truncated``, ``Timeout``,
+    ``Refused``, ...) reach the caller unchanged under every openai version,
+    never wrapped in ``openai.APIConnectionError``. The client never retries:
+    ``max_retries`` is pinned to 0 and any other value (here, in
+    ``with_options`` or set on the client) raises ``ValueError``, since an
+    openai retry would seal and send the prompt again to a host that cut,
+    stalled or refused it. Veil's transport itself re-sends a call once, and
+    only when the entry's attested key changed (a restart its evidence
+    proves), never on a status code alone."""
     import openai as openai_module
 
-    httpx = _httpx()
+    _refuse_retries(max_retries)
+    httpx = _httpx(openai_module)
     client = Client(url, policy, **options)
 
     class _Stream(httpx.SyncByteStream):
@@ -342,22 +430,26 @@ def openai(url: str, policy: PathLike, **options: Any) -> Any:
             resp = client._native.call(request.method, _request_path(request), body)
             return httpx.Response(resp.status, headers=resp.headers, stream=_Stream(resp), request=request)
 
-    return openai_module.OpenAI(
+    return _no_retry_class(openai_module.OpenAI, openai_module.APIConnectionError)(
         base_url=client.url + "/v1",
         api_key="veil",
         http_client=httpx.Client(transport=_Transport()),
+        max_retries=0,
     )
 
 
-def async_openai(url: str, policy: PathLike, **options: Any) -> Any:
+def async_openai(url: str, policy: PathLike, *, max_retries: int = 0, **options: Any) -> Any:
     """``openai`` for asyncio: an ``openai.AsyncOpenAI`` whose transport
     verifies and seals in-process. Each wait runs in a worker thread with the
     GIL released, so the event loop and concurrent requests keep running.
-    The route is verified here (a blocking call), before it returns."""
+    The route is verified here (a blocking call), before it returns. As with
+    ``openai``, Veil's exceptions come through unchanged and ``max_retries``
+    is pinned to 0."""
     import anyio.to_thread
     import openai as openai_module
 
-    httpx = _httpx()
+    _refuse_retries(max_retries)
+    httpx = _httpx(openai_module)
     client = Client(url, policy, **options)
 
     class _AsyncStream(httpx.AsyncByteStream):
@@ -380,8 +472,9 @@ def async_openai(url: str, policy: PathLike, **options: Any) -> Any:
             resp = await anyio.to_thread.run_sync(client._native.call, request.method, _request_path(request), body)
             return httpx.Response(resp.status, headers=resp.headers, stream=_AsyncStream(resp), request=request)
 
-    return openai_module.AsyncOpenAI(
+    return _no_retry_class(openai_module.AsyncOpenAI, openai_module.APIConnectionError)(
         base_url=client.url + "/v1",
         api_key="veil",
         http_client=httpx.AsyncClient(transport=_AsyncTransport()),
+        max_retries=0,
     )
