@@ -135,3 +135,129 @@ fn abandoned_non_streamed_requests_end_and_free_their_slots() {
     );
     assert!(started.elapsed() < Duration::from_secs(60), "honest requests took {:?}", started.elapsed());
 }
+
+/// Issue 53 (C1, C2, C3): the review's schemas (a 27 KB `$ref` chain that
+/// overflowed a reactor thread's stack, an `allOf` of patterns that ran the
+/// regex engine for minutes), schemas at the limits, and requests with
+/// `n = 8` and `top_logprobs = 20`, sent from one address next to honest
+/// sessions through the relay. Each hostile schema is refused by the limit
+/// it exceeds; costly requests take their cost of the client's share (the
+/// relay lets 2 of 8 `n = 8` requests through, refuses `n = 8` with 20
+/// top log-probabilities outright, and the entry refuses a request that
+/// declares less than it costs); every honest request completes within a
+/// stated bound; and the entry never restarts (the client verified before
+/// the attack still seals to the same key), contains no panic, and its
+/// format workers were spawned rather than its threads held.
+#[test]
+fn hostile_schemas_and_costly_choices_leave_honest_sessions_served() {
+    use crate::format_budget::{pattern_pile, ref_chain};
+    use std::time::{Duration, Instant};
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("schemas", &path, &[15], &[1, 1]);
+    c.start_all();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let gateway = c.route.sealed_listen.unwrap();
+    let host = abuse::relay(&rt, gateway, 16);
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let url = format!("http://{host}");
+    let client = Arc::new(rt.block_on(veil_client::sdk::Client::connect(&url, &policy)).unwrap());
+    let bad = Arc::new(rt.block_on(abuse::abuser_client(&url, &policy)));
+    let chat = |extra: serde_json::Value| {
+        let mut body = serde_json::json!({"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 16});
+        body.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let schema = |v: serde_json::Value| serde_json::json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": v}}});
+    // (status, body) of one call; a relay refusal is its status.
+    let send = |client: Arc<veil_client::sdk::Client>, body: serde_json::Value| async move {
+        match client.call("POST", "/v1/chat/completions", &body).await {
+            Ok(r) => (r.status, String::from_utf8_lossy(&r.collect().await.unwrap_or_default()).into_owned()),
+            Err(veil_client::sdk::ClientError::Refused { status, message }) => (status, message),
+            Err(e) => (0, e.to_string()),
+        }
+    };
+    let honest = rt.spawn(abuse::honest_load(client.clone(), 4, 2, 8));
+    let started = Instant::now();
+    let mut hostile = Vec::new();
+    let (c1, c2) = rt.block_on(async {
+        tokio::join!(send(bad.clone(), chat(schema(ref_chain(400)))), send(bad.clone(), chat(schema(pattern_pile(40)))))
+    });
+    hostile.push(("C1 ref chain", c1, "`refs`"));
+    hostile.push(("C2 pattern pile", c2, "`branches`"));
+    // Twelve intersected patterns (the limit), in distinct variants so no
+    // verdict is cached: each compiles in a worker and is refused there.
+    for i in 0..4 {
+        let v = serde_json::json!({"allOf": (0..12).map(|k| serde_json::json!(
+            {"type": "string", "pattern": format!(".*{}{}.*", char::from(b'a' + k as u8), i)})).collect::<Vec<_>>()});
+        hostile.push(("patterns at the limit", rt.block_on(send(bad.clone(), chat(schema(v)))), "cannot be enforced"));
+    }
+    for (name, (status, body), names) in &hostile {
+        assert_eq!(*status, 400, "{name}: {body}");
+        assert!(body.contains(names), "{name} is refused by name ({names}): {body}");
+    }
+    let refused_in = started.elapsed();
+    // n = 8 costs 8 of the abuser's 16 slots: 2 of 8 at once get through.
+    let many = rt.block_on(futures::future::join_all(
+        (0..8).map(|_| send(bad.clone(), chat(serde_json::json!({"n": 8, "max_tokens": 24, "temperature": 0.8})))),
+    ));
+    let through = many.iter().filter(|(s, _)| *s == 200).count();
+    let limited = many.iter().filter(|(s, _)| *s == 429).count();
+    assert!((1..=2).contains(&through) && through + limited == 8, "n = 8 requests: {many:?}");
+    let (status, body) =
+        rt.block_on(send(bad.clone(), chat(serde_json::json!({"n": 8, "logprobs": true, "top_logprobs": 20}))));
+    assert_eq!(status, 429, "{body}");
+    assert!(body.contains("costs 24 slots"), "{body}");
+    // Declaring less than it costs, straight to the entry: refused there.
+    let (status, body) = rt.block_on(async {
+        let body = chat(serde_json::json!({"n": 8}));
+        let (sealed, opener) = cluster::seal_chat(bad.route(), &body).await;
+        let http = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+            .build_http::<http_body_util::Full<bytes::Bytes>>();
+        let req = hyper::Request::post(format!("http://{gateway}/v1/sealed"))
+            .header("content-type", "message/ohttp-chunked-req")
+            .header(veil_wire::http::COST_HEADER, "1")
+            .body(http_body_util::Full::new(bytes::Bytes::from(sealed)))
+            .unwrap();
+        let resp = http.request(req).await.unwrap();
+        let bytes = http_body_util::BodyExt::collect(resp.into_body()).await.unwrap().to_bytes();
+        let opened = opener.open(Box::pin(futures::io::Cursor::new(bytes.to_vec()))).await.unwrap();
+        let status = opened.status;
+        (status, String::from_utf8_lossy(&opened.collect().await.unwrap()).into_owned())
+    });
+    assert_eq!(status, 400, "{body}");
+    assert!(body.contains("declared 1"), "{body}");
+    let honest = rt.block_on(honest).unwrap();
+    println!(
+        "hostile schemas refused within {refused_in:?}; n = 8: {through} through, {limited} limited; honest: {} ok, p50 {:.0} ms, p99 {:.0} ms",
+        honest.latencies_ms.len(),
+        honest.quantile(0.5),
+        honest.quantile(0.99)
+    );
+    assert!(honest.failures.is_empty(), "honest requests failed: {:#?}", honest.failures);
+    assert_eq!(honest.latencies_ms.len(), 8);
+    // The bound: an honest 8-token answer on 2 cores shared with the
+    // attacker's compiles and choices.
+    assert!(honest.quantile(0.99) < 30_000.0, "honest p99 {:.0} ms", honest.quantile(0.99));
+    // The same entry: the client verified before the attack still seals to it.
+    let (status, body) = rt.block_on(send(client.clone(), chat(serde_json::json!({"temperature": 0}))));
+    assert_eq!(status, 200, "{body}");
+    let metrics = rt.block_on(async {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(gateway).await.unwrap();
+        tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").await.unwrap();
+        let mut out = String::new();
+        tcp.read_to_string(&mut out).await.unwrap();
+        out
+    });
+    let metric = |name: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse::<u64>().ok()))
+            .unwrap_or_else(|| panic!("no {name} in the entry's metrics:\n{metrics}"))
+    };
+    assert_eq!(metric("veil_entry_panics_contained_total "), 0);
+    assert!(metric("veil_entry_format_compiles_total ") >= 4, "the schemas at the limit compiled in workers");
+    assert!(metric("veil_entry_format_workers_spawned_total ") >= 1);
+    let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
+    assert!(!log.contains("panic"), "the entry logged a panic:\n{log}");
+}

@@ -103,9 +103,10 @@ pub enum FormatRefusal {
     /// Over a structural limit.
     #[error(transparent)]
     Limit(#[from] LimitExceeded),
-    /// The engine cannot compile it.
-    #[error(transparent)]
-    Invalid(GrammarError),
+    /// The engine cannot compile it (its reason, which may quote the
+    /// client's own schema).
+    #[error("{0}")]
+    Invalid(String),
     /// The compile ran past [`FormatBudget::time`].
     #[error("the response format exceeds the limit `compile_time`: it did not compile within {} ms", .0.as_millis())]
     TimeLimit(Duration),
@@ -300,7 +301,7 @@ impl FormatJobs {
             })
             .map_err(|e| FormatRefusal::Unavailable(e.to_string()))?;
         match tokio::time::timeout(self.budget.time, rx).await {
-            Ok(Ok(r)) => r.map_err(FormatRefusal::Invalid),
+            Ok(Ok(r)) => r.map_err(|e| FormatRefusal::Invalid(e.to_string())),
             Ok(Err(_)) => Err(FormatRefusal::Crashed),
             Err(_) => Err(FormatRefusal::TimeLimit(self.budget.time)),
         }
@@ -394,7 +395,7 @@ impl WorkerProcess {
         let verdict = tokio::select! {
             a = answer => match a {
                 Ok((0, _)) => Ok(()),
-                Ok((_, m)) => Err(FormatRefusal::Invalid(GrammarError::Compile(m))),
+                Ok((_, m)) => Err(FormatRefusal::Invalid(m)),
                 // It died mid-compile: its stack, or a signal.
                 Err(_) => Err(FormatRefusal::Crashed),
             },
