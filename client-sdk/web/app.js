@@ -11,6 +11,17 @@
 
 import { Veil, load } from "./veil.js";
 
+// `veil web` forwards a request to the host only when it is this page's own
+// fetch: it carries this header (which no navigation, <script> or other
+// origin's request can), and it must stay on this origin.
+const PAGE_HEADER = "X-Veil-Page";
+
+function pageFetch(url, init = {}) {
+  const headers = new Headers(init.headers);
+  headers.set(PAGE_HEADER, "1");
+  return fetch(url, { ...init, headers, mode: "same-origin", credentials: "omit", redirect: "error" });
+}
+
 const $ = (id) => document.getElementById(id);
 const page = { state: "loading", loadMs: null, verifyMs: null, answers: [], error: null, simulated: null };
 window.veilPage = page;
@@ -120,7 +131,7 @@ async function main() {
   const started = performance.now();
   let route;
   try {
-    route = await Veil.verify(location.origin, policy);
+    route = await Veil.verify(location.origin, policy, { fetch: pageFetch });
   } catch (e) {
     page.verifyMs = performance.now() - started;
     $("verify-ms").textContent = `${page.verifyMs.toFixed(0)} ms`;
