@@ -151,7 +151,7 @@ fn abandoned_non_streamed_requests_end_and_free_their_slots() {
 #[test]
 fn hostile_schemas_and_costly_choices_leave_honest_sessions_served() {
     use crate::format_budget::{pattern_pile, ref_chain};
-    use std::time::{Duration, Instant};
+    use std::time::Instant;
     let Some(path) = model_path() else { return };
     let mut c = Cluster::new("schemas", &path, &[15], &[1, 1]);
     c.start_all();
