@@ -13,6 +13,7 @@ mod device_bench;
 mod device_check;
 mod generate;
 mod memory;
+mod perplexity;
 mod plan;
 mod serve;
 mod tokenize;
@@ -30,6 +31,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// A model's perplexity over a text by llama.cpp's method (windows of
+    /// `--ctx`, the second half of each scored), and its KL divergence from
+    /// a base model's saved log-probabilities; ends with `perplexity: X`.
+    Perplexity(perplexity::PerplexityArgs),
     /// Compile response formats for the entry under its budget (the entry
     /// starts these itself; it speaks a binary protocol on stdin/stdout).
     #[command(hide = true)]
@@ -395,6 +400,7 @@ fn run() -> anyhow::Result<()> {
         .init();
     crate::contain::install_quiet_hook();
     match Cli::parse().command {
+        Command::Perplexity(args) => perplexity::perplexity(args)?,
         Command::FormatWorker => crate::pipeline::entry::format_jobs::run_worker()?,
         Command::Evidence { simulated, hardware, vmpl, layers, nonce, out } => {
             let source = match (simulated, hardware) {

@@ -18,6 +18,7 @@ mod layers;
 pub mod manifest;
 mod moe;
 pub mod plan;
+pub mod quant;
 pub mod reference;
 mod rows;
 mod slice;

@@ -696,7 +696,9 @@ fn encode(values: Vec<f32>, dims: &[usize], dtype: TensorType) -> Result<Vec<u8>
             Ok(QTensor::quantize(&t, dt)?.data()?.to_vec())
         }
         TensorType::Mxfp4 => Ok(values.chunks_exact(32).flat_map(mxfp4::quantize_block).collect()),
-        TensorType::Unknown(id) => Err(ModelError::Invalid(format!("cannot write tensors of type {id}"))),
+        TensorType::Other(_) | TensorType::Unknown(_) => {
+            Err(ModelError::Invalid(format!("cannot write tensors of type {}", dtype.ggml_name())))
+        }
     }
 }
 

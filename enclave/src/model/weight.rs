@@ -204,10 +204,22 @@ impl Weight {
             Self::KQuant(w) => w.matmul(x, m),
             Self::F32 { data, rows, cols } => {
                 let mut out = vec![0f32; m * rows];
+                // Each output is one fixed-order dot, whatever the batch or
+                // the threads (a dequantized matrix can be large).
+                let per_task = (1 << 16) / (*cols).max(1) + 1;
                 for (xr, or) in x.chunks_exact(*cols).zip(out.chunks_exact_mut(*rows)) {
-                    for (o, w) in or.iter_mut().zip(data.chunks_exact(*cols)) {
-                        *o = dot_f32(xr, w);
+                    if rows * cols < 1 << 20 {
+                        for (o, w) in or.iter_mut().zip(data.chunks_exact(*cols)) {
+                            *o = dot_f32(xr, w);
+                        }
+                        continue;
                     }
+                    use rayon::prelude::*;
+                    or.par_chunks_mut(per_task).zip(data.par_chunks(per_task * cols)).for_each(|(o, ws)| {
+                        for (o, w) in o.iter_mut().zip(ws.chunks_exact(*cols)) {
+                            *o = dot_f32(xr, w);
+                        }
+                    });
                 }
                 out
             }

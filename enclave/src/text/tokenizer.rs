@@ -361,6 +361,11 @@ impl Tokenizer {
         self.tokenize(text, true, parse_special)
     }
 
+    /// The BOS token, when the model puts one before every text.
+    pub fn bos_added(&self) -> Option<u32> {
+        self.bos.filter(|_| self.add_bos)
+    }
+
     /// Text to ids as llama.cpp's `llama_tokenize` gives them: BOS first when
     /// `add_special` and the vocabulary adds one; special-token text parsed
     /// as the token when `parse_special`. An empty text is no tokens.

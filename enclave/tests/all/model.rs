@@ -321,10 +321,21 @@ fn bad_input_gets_typed_errors() {
     let gptj = dir.join("gptj.gguf");
     write_gguf(&gptj, "gptj");
     assert!(matches!(LayerSlice::load(&gptj, 0..1), Err(ModelError::Unsupported(_))));
-    // Unsupported quant type on a tensor we need.
-    let q2 = dir.join("q2k.gguf");
-    write_gguf_with_q2k(&q2);
-    assert!(matches!(LayerSlice::load(&q2, 0..1), Err(ModelError::Unsupported(_))));
+    // A type ggml has but Veil cannot compute with, and a type number ggml
+    // does not have: each refused by name, the tensor named.
+    use veil_enclave::model::gguf::TensorType;
+    use veil_enclave::model::quant::GgmlType;
+    for (dtype, bytes, named) in [
+        (TensorType::Other(GgmlType::I64), 8, "quant type I64"),
+        (TensorType::Unknown(77), 4, "quant type unknown ggml type 77"),
+    ] {
+        let odd = dir.join("odd-type.gguf");
+        write_gguf_with_type(&odd, dtype, bytes);
+        match LayerSlice::load(&odd, 0..1) {
+            Err(ModelError::Unsupported(e)) => assert!(e.contains("token_embd.weight") && e.contains(named), "{e}"),
+            other => panic!("{dtype:?} was not refused by name: {other:?}"),
+        }
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -336,22 +347,30 @@ fn write_gguf(path: &std::path::Path, arch: &str) {
     write(&mut f, &meta_refs, &[]).unwrap();
 }
 
-fn write_gguf_with_q2k(path: &std::path::Path) {
-    use candle_core::quantized::gguf_file::{write, Value};
-    use candle_core::quantized::{GgmlDType, QTensor};
-    let meta = [
+/// A one-tensor llama GGUF whose embedding has type `dtype`
+/// (`bytes_per_value` bytes a value, 4 × 256 values).
+fn write_gguf_with_type(path: &std::path::Path, dtype: veil_enclave::model::gguf::TensorType, bytes_per_value: usize) {
+    use candle_core::quantized::gguf_file::Value;
+    use veil_enclave::model::gguf::write::{write, OutTensor};
+    let meta: Vec<(String, Value)> = [
         ("general.architecture", Value::String("llama".into())),
         ("llama.block_count", Value::U32(1)),
         ("llama.embedding_length", Value::U32(256)),
         ("llama.attention.head_count", Value::U32(2)),
         ("llama.context_length", Value::U32(16)),
         ("llama.vocab_size", Value::U32(4)),
-    ];
-    let meta_refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
-    let zeros = candle_core::Tensor::zeros((4, 256), candle_core::DType::F32, &candle_core::Device::Cpu).unwrap();
-    let emb = QTensor::quantize(&zeros, GgmlDType::Q2K).unwrap();
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect();
+    let emb = OutTensor {
+        name: "token_embd.weight".into(),
+        dims: vec![4, 256],
+        dtype,
+        bytes: vec![0; 4 * 256 * bytes_per_value],
+    };
     let mut f = std::fs::File::create(path).unwrap();
-    write(&mut f, &meta_refs, &[("token_embd.weight", &emb)]).unwrap();
+    write(&mut f, &meta, &[emb]).unwrap();
 }
 
 #[test]
@@ -523,6 +542,12 @@ fn every_served_quant_type_matches_the_f32_model() {
         (GgmlDType::Q4K, 0.25),
         (GgmlDType::Q4_0, 0.3),
         (GgmlDType::Q4_1, 0.25),
+        // candle's quantized matmul (Q8 activations, as ggml's).
+        (GgmlDType::Q5_0, 0.13),
+        (GgmlDType::Q5_1, 0.13),
+        (GgmlDType::Q3K, 0.55),
+        // Two bits: 0.70 here; a wrong kernel gives about 1.4.
+        (GgmlDType::Q2K, 1.0),
     ] {
         let (whole, split) = run(dtype);
         assert_eq!(whole, split, "{dtype:?}: split differs from whole");

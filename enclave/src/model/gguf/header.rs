@@ -29,7 +29,11 @@ pub enum TensorType {
     /// MXFP4 (ggml type 39; gpt-oss's experts): 32 E2M1 values sharing an
     /// E8M0 scale, 17 bytes a block.
     Mxfp4,
-    /// A type number Veil does not read.
+    /// A ggml type candle does not decode (the i-quants, ternary and
+    /// NVFP4 types, the integer types): read dequantized where
+    /// `model::quant::dequant` can, refused by its ggml name otherwise.
+    Other(crate::model::quant::GgmlType),
+    /// A type number ggml does not have.
     Unknown(u32),
 }
 
@@ -57,7 +61,10 @@ impl TensorType {
     pub fn from_id(id: u32) -> Self {
         match id {
             39 => Self::Mxfp4,
-            id => GGML_IDS.iter().find(|(i, _)| *i == id).map_or(Self::Unknown(id), |(_, d)| Self::Ggml(*d)),
+            id => match GGML_IDS.iter().find(|(i, _)| *i == id) {
+                Some((_, d)) => Self::Ggml(*d),
+                None => crate::model::quant::GgmlType::from_id(id).map_or(Self::Unknown(id), Self::Other),
+            },
         }
     }
 
@@ -66,7 +73,17 @@ impl TensorType {
         match self {
             Self::Ggml(d) => GGML_IDS.iter().find(|(_, t)| *t == d).map_or(u32::MAX, |(i, _)| *i),
             Self::Mxfp4 => 39,
+            Self::Other(t) => t.id(),
             Self::Unknown(id) => id,
+        }
+    }
+
+    /// The name ggml gives the type (`Q2_K`, `IQ4_NL`), or "unknown ggml
+    /// type N": what errors say.
+    pub fn ggml_name(self) -> String {
+        match crate::model::quant::GgmlType::from_id(self.id()) {
+            Some(t) => t.name().into(),
+            None => format!("unknown ggml type {}", self.id()),
         }
     }
 
@@ -75,6 +92,7 @@ impl TensorType {
         match self {
             Self::Ggml(d) => Some((d.block_size(), d.type_size())),
             Self::Mxfp4 => Some((32, 17)),
+            Self::Other(t) => Some((t.block_values(), t.block_bytes())),
             Self::Unknown(_) => None,
         }
     }
@@ -90,6 +108,7 @@ impl TensorType {
         match self {
             Self::Ggml(d) => format!("{d:?}"),
             Self::Mxfp4 => "MXFP4".into(),
+            Self::Other(t) => t.name().into(),
             Self::Unknown(id) => format!("type {id}"),
         }
     }

@@ -22,18 +22,32 @@ pub mod write;
 pub use header::{Header, HeaderError, TensorInfo, TensorType, DEFAULT_ALIGNMENT};
 
 /// Storage types Veil serves.
-pub const SUPPORTED_TYPES: [TensorType; 10] = [
+pub const SUPPORTED_TYPES: [TensorType; 14] = [
     TensorType::Ggml(GgmlDType::F32),
     TensorType::Ggml(GgmlDType::F16),
     TensorType::Ggml(GgmlDType::BF16),
     TensorType::Ggml(GgmlDType::Q4_0),
     TensorType::Ggml(GgmlDType::Q4_1),
+    TensorType::Ggml(GgmlDType::Q5_0),
+    TensorType::Ggml(GgmlDType::Q5_1),
     TensorType::Ggml(GgmlDType::Q8_0),
+    TensorType::Ggml(GgmlDType::Q2K),
+    TensorType::Ggml(GgmlDType::Q3K),
     TensorType::Ggml(GgmlDType::Q4K),
     TensorType::Ggml(GgmlDType::Q5K),
     TensorType::Ggml(GgmlDType::Q6K),
     TensorType::Mxfp4,
 ];
+
+/// Whether tensors of `dtype` load: one of [`SUPPORTED_TYPES`] (Veil's
+/// kernels or candle's quantized matmul), or a type read dequantized to
+/// F32 (`model::quant::dequant`: the i-quants, TQ1_0/TQ2_0, NVFP4).
+pub fn loads(dtype: TensorType) -> bool {
+    match dtype {
+        TensorType::Other(t) => crate::model::quant::dequant::can_dequantize(t),
+        other => SUPPORTED_TYPES.contains(&other),
+    }
+}
 
 /// A tensor's bytes as read (and hashed), before decoding.
 #[derive(Clone, Debug)]
@@ -57,7 +71,7 @@ impl RawTensor {
             other => Err(ModelError::Unsupported(format!(
                 "tensor {} of type {} where only matrices of that type are read",
                 self.record.name,
-                other.name()
+                other.ggml_name()
             ))),
         }
     }
@@ -407,7 +421,7 @@ impl GgufFile {
         let elems = info.elems();
         if info.dtype.block().is_none() {
             // Its size is unknown too, so it cannot even be hashed.
-            return Err(ModelError::Unsupported(format!("tensor {name} has quant type {}", info.dtype.name())));
+            return Err(ModelError::Unsupported(format!("tensor {name} has quant type {}", info.dtype.ggml_name())));
         }
         let Some(size) = info.dtype.bytes_for(elems) else {
             return Err(ModelError::Malformed(format!(
@@ -439,8 +453,8 @@ impl GgufFile {
     pub fn load_raw(&mut self, name: &str) -> Result<RawTensor> {
         let (part, start, size) = self.locate(name)?;
         let dtype = self.tensors[name].1.dtype;
-        if !SUPPORTED_TYPES.contains(&dtype) {
-            return Err(ModelError::Unsupported(format!("tensor {name} has quant type {}", dtype.name())));
+        if !loads(dtype) {
+            return Err(ModelError::Unsupported(format!("tensor {name} has quant type {}", dtype.ggml_name())));
         }
         let mut record = self.header_record(name);
         let mut raw = vec![0u8; size];
@@ -448,6 +462,18 @@ impl GgufFile {
         file.seek(SeekFrom::Start(start))?;
         file.read_exact(&mut raw)?;
         record.sha256 = Sha256::digest(&raw).into();
+        if let TensorType::Other(t) = dtype {
+            // Hashed as stored; computed with as F32, dequantized as ggml does.
+            let values = crate::model::quant::dequant::dequantize(t, &raw)
+                .map_err(|e| ModelError::Malformed(format!("tensor {name}: {e}")))?;
+            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+            return Ok(RawTensor {
+                bytes,
+                dtype: TensorType::Ggml(GgmlDType::F32),
+                dims: record.shape.clone(),
+                record,
+            });
+        }
         Ok(RawTensor { bytes: raw, dtype, dims: record.shape.clone(), record })
     }
 
