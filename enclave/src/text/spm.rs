@@ -1,12 +1,19 @@
 //! The sentencepiece-style tokenizer of GGUF files whose
-//! `tokenizer.ggml.model` is `llama` (Llama 1/2, Mistral, and their kin):
+//! `tokenizer.ggml.model` is `llama` (Llama 1/2, Mistral, Gemma, and their kin):
 //! scored pieces merged greedily, highest score first, with byte fallback
 //! (`<0xXX>` tokens) for characters no piece covers, and spaces written as
 //! `▁`. The merge order follows llama.cpp's SPM tokenizer, which
 //! `scripts/reference/gen_spm_fixtures.py` checks it against.
+//!
+//! Before merging, text is split at special tokens as llama.cpp's
+//! `tokenizer_st_partition` splits it: every special token, longest text
+//! first, cuts every occurrence out of the text left over. User-defined
+//! tokens are cut out of plain text too — Gemma's runs of spaces, tabs and
+//! newlines (`"  "` is one token, not `▁▁`) — while control and unknown
+//! tokens are only with special parsing on.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 
 use crate::model::error::{ModelError, Result};
 
@@ -35,9 +42,55 @@ pub struct Spm {
     bytes: [Option<u32>; 256],
     unk: Option<u32>,
     add_space_prefix: bool,
-    /// Control and user-defined tokens, longest text first, matched as wholes
-    /// when special parsing is on.
-    specials: Vec<(String, u32)>,
+    /// Control, unknown and user-defined tokens, longest text first (ties by
+    /// id), cut out of text before merging.
+    specials: Vec<Special>,
+    /// Each special text, and whether plain text has it cut out (some
+    /// token of that text is not control).
+    special_texts: HashMap<String, bool>,
+    /// For each first byte, the lengths of the special texts starting with
+    /// it, to find which special texts a text holds in one pass.
+    special_lengths: Vec<Vec<usize>>,
+}
+
+/// User-defined token texts that llama.cpp marks control all the same (it
+/// takes them for end-of-generation tokens; `llama_vocab::impl::load`, the
+/// `special_eog_ids` list), so plain text never holds them as the token.
+const END_OF_GENERATION: [&str; 22] = [
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<\u{ff5c}end\u{2581}of\u{2581}sentence\u{ff5c}>",
+    "[e~[",
+];
+
+/// A token cut out of text as a whole before merging (llama.cpp's special
+/// token cache).
+#[derive(Debug)]
+struct Special {
+    text: String,
+    id: u32,
+    /// Cut out only when special parsing is on: control and unknown tokens.
+    control: bool,
+    /// Whitespace after it is dropped (llama.cpp's `LLAMA_TOKEN_ATTR_RSTRIP`).
+    rstrip: bool,
 }
 
 /// A candidate merge of two adjacent symbols.
@@ -102,19 +155,55 @@ impl Spm {
                         None => return Err(ModelError::Malformed(format!("byte token {t:?} is not <0xXX>"))),
                     }
                 }
-                token_type::CONTROL | token_type::USER_DEFINED if !t.is_empty() => specials.push((t.clone(), id)),
+                // An empty special token would match everywhere: never cut.
+                token_type::CONTROL | token_type::UNKNOWN | token_type::USER_DEFINED if !t.is_empty() => {
+                    let control = *kind != token_type::USER_DEFINED || END_OF_GENERATION.contains(&t.as_str());
+                    specials.push(Special { text: t.clone(), id, control, rstrip: false });
+                }
                 _ => {}
             }
             by_text.entry(t.clone()).or_insert(id);
         }
-        specials.sort_by(|a, b| b.0.len().cmp(&a.0.len()).then(a.1.cmp(&b.1)));
+        // llama.cpp sorts by length alone (`std::sort`, so equal lengths
+        // fall in no set order); here they fall in id order.
+        specials.sort_by(|a, b| b.text.len().cmp(&a.text.len()).then(a.id.cmp(&b.id)));
+        let mut special_texts = HashMap::with_capacity(specials.len());
+        let mut special_lengths = vec![Vec::new(); 256];
+        for s in &specials {
+            *special_texts.entry(s.text.clone()).or_insert(false) |= !s.control;
+            // Not empty (above), so it has a first byte.
+            let lengths: &mut Vec<usize> = &mut special_lengths[usize::from(s.text.as_bytes()[0])];
+            if !lengths.contains(&s.text.len()) {
+                lengths.push(s.text.len());
+            }
+        }
         let unk = unk.or_else(|| types.iter().position(|&k| k == token_type::UNKNOWN).map(|i| i as u32));
-        Ok(Self { tokens, scores, types, by_text, bytes, unk, add_space_prefix, specials })
+        Ok(Self {
+            tokens,
+            scores,
+            types,
+            by_text,
+            bytes,
+            unk,
+            add_space_prefix,
+            specials,
+            special_texts,
+            special_lengths,
+        })
     }
 
-    /// Text to ids (no BOS). With `parse_special`, control-token text is
-    /// the token; a fragment after one (or at the start) gets the space
-    /// prefix, as llama.cpp does.
+    /// Drops the whitespace after every special token but those named, as
+    /// llama.cpp does for Phi-3 (`LLAMA_TOKEN_ATTR_RSTRIP`, set by model name).
+    pub fn strip_whitespace_after_specials(&mut self, except: &[&str]) {
+        for s in &mut self.specials {
+            s.rstrip = !except.contains(&s.text.as_str());
+        }
+    }
+
+    /// Text to ids (no BOS). User-defined tokens are cut out of the text
+    /// first; with `parse_special`, control tokens too. A fragment after a
+    /// special token (or at the start) gets the space prefix, as llama.cpp
+    /// does.
     pub fn encode(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
         let mut out = Vec::new();
         let mut prev_special = true;
@@ -138,28 +227,65 @@ impl Spm {
         Ok(out)
     }
 
+    /// `text` split at special tokens as llama.cpp's `tokenizer_st_partition`
+    /// splits it: each special token in turn, longest first, cuts all its
+    /// (non-overlapping, leftmost-first) occurrences out of the text
+    /// fragments the longer ones left.
     fn fragments<'t>(&self, text: &'t str, parse_special: bool) -> Vec<Fragment<'t>> {
         let mut out = Vec::new();
-        let mut rest = 0;
-        let mut i = 0;
-        while parse_special && i < text.len() {
-            let hit = self.specials.iter().find(|(s, _)| text[i..].starts_with(s.as_str()));
-            match hit {
-                Some((s, id)) => {
-                    if rest < i {
-                        out.push(Fragment::Text(&text[rest..i]));
-                    }
-                    out.push(Fragment::Special(*id));
-                    i += s.len();
-                    rest = i;
-                }
-                None => i += text[i..].chars().next().map_or(1, char::len_utf8),
-            }
+        if text.is_empty() {
+            return out;
         }
-        if rest < text.len() {
-            out.push(Fragment::Text(&text[rest..]));
+        out.push(Fragment::Text(text));
+        let present = self.specials_in(text, parse_special);
+        if present.is_empty() {
+            return out;
+        }
+        for s in self.specials.iter().filter(|s| present.contains(s.text.as_str())) {
+            if s.control && !parse_special {
+                continue;
+            }
+            let mut next = Vec::with_capacity(out.len() + 2);
+            for fragment in out {
+                let Fragment::Text(mut rest) = fragment else {
+                    next.push(fragment);
+                    continue;
+                };
+                while let Some(at) = rest.find(s.text.as_str()) {
+                    if at > 0 {
+                        next.push(Fragment::Text(&rest[..at]));
+                    }
+                    next.push(Fragment::Special(s.id));
+                    rest = &rest[at + s.text.len()..];
+                    if s.rstrip {
+                        // C's `isspace`, as llama.cpp tests it.
+                        rest = rest.trim_start_matches([' ', '\t', '\n', '\r', '\x0B', '\x0C']);
+                    }
+                }
+                if !rest.is_empty() {
+                    next.push(Fragment::Text(rest));
+                }
+            }
+            out = next;
         }
         out
+    }
+
+    /// The texts of the special tokens that occur in `text` (control ones
+    /// only with `parse_special`), found in one pass over it.
+    fn specials_in<'s>(&'s self, text: &str, parse_special: bool) -> HashSet<&'s str> {
+        let mut found = HashSet::new();
+        for (at, &b) in text.as_bytes().iter().enumerate() {
+            for &len in &self.special_lengths[usize::from(b)] {
+                let Some(candidate) = text.get(at..at + len) else { continue };
+                if let Some((s, &plain)) = self.special_texts.get_key_value(candidate) {
+                    if parse_special || plain {
+                        found.insert(s.as_str());
+                    }
+                }
+            }
+        }
+        found
     }
 
     /// Merges one escaped piece of text and appends its ids.
@@ -284,6 +410,53 @@ mod tests {
         assert_eq!(v.encode("</s>", true).unwrap(), vec![2]);
         assert!(v.encode("</s>", false).unwrap().len() > 1);
         assert!(Spm::new(vec!["<0xZZ>".into()], vec![0.0], vec![token_type::BYTE], None, true).is_err());
+    }
+
+    /// [`vocab`] with user-defined tokens: runs of spaces written with
+    /// spaces (as Gemma's are), two that overlap, and one with the text of
+    /// an end-of-generation token.
+    fn with_user_defined() -> Spm {
+        let v = vocab();
+        let (mut tokens, mut scores, mut types) = (v.tokens, v.scores, v.types);
+        for t in ["  ", "   ", "<b", "b>x", "</s2>", "<|im_end|>"] {
+            tokens.push(t.into());
+            scores.push(-1000.0);
+            types.push(token_type::USER_DEFINED);
+        }
+        Spm::new(tokens, scores, types, Some(0), false).unwrap()
+    }
+
+    #[test]
+    fn user_defined_tokens_are_cut_out_of_plain_text() {
+        let v = with_user_defined();
+        let id = |t: &str| v.by_text[t];
+        // Gemma: "a  b" is a, "  ", b, not a ▁▁ b.
+        assert_eq!(v.encode("a  b", false).unwrap(), vec![id("a"), id("  "), id("b")]);
+        // Longest first: five spaces are "   " then "  ".
+        assert_eq!(v.encode("a     b", false).unwrap(), vec![id("a"), id("   "), id("  "), id("b")]);
+        // One space stays ▁ (no space prefix here).
+        assert_eq!(v.encode("a b", false).unwrap(), vec![id("a"), id("▁"), id("b")]);
+        // Longest text first, not leftmost first: "b>x" before "<b".
+        assert_eq!(v.encode("<b>x", false).unwrap()[1..], [id("b>x")]);
+        // An end-of-generation text counts as control: only with special parsing.
+        assert_ne!(v.encode("<|im_end|>", false).unwrap(), vec![id("<|im_end|>")]);
+        assert_eq!(v.encode("<|im_end|>", true).unwrap(), vec![id("<|im_end|>")]);
+        assert_eq!(v.encode("</s2>", false).unwrap(), vec![id("</s2>")]);
+        // Control tokens only with special parsing.
+        assert_eq!(v.encode("a</s>", true).unwrap(), vec![id("a"), 2]);
+        assert!(!v.encode("a</s>", false).unwrap().contains(&2));
+    }
+
+    #[test]
+    fn whitespace_after_specials_is_dropped_when_asked() {
+        let mut v = with_user_defined();
+        let id = |v: &Spm, t: &str| v.by_text[t];
+        let before = v.encode("</s> \n a", true).unwrap();
+        assert_eq!(before[0], 2);
+        assert!(before.len() > 2);
+        v.strip_whitespace_after_specials(&["<s>"]);
+        assert_eq!(v.encode("</s> \n a", true).unwrap(), vec![2, id(&v, "a")]);
+        assert_eq!(v.encode("<s> a", true).unwrap()[..2], [1, id(&v, "▁")]);
     }
 
     #[test]

@@ -252,7 +252,14 @@ impl Tokenizer {
                 let scores = g.meta_f32s("tokenizer.ggml.scores")?;
                 let space_prefix = g.meta_bool("tokenizer.ggml.add_space_prefix").unwrap_or(true);
                 let unk = id("tokenizer.ggml.unknown_token_id");
-                (Engine::Spm(Box::new(Spm::new(tokens.clone(), scores, types, unk, space_prefix)?)), true, true)
+                let mut spm = Spm::new(tokens.clone(), scores, types, unk, space_prefix)?;
+                // llama.cpp drops the whitespace after Phi-3's special tokens,
+                // which it knows by `general.name`.
+                let name = g.meta_str("general.name").unwrap_or("").to_lowercase();
+                if name.contains("phi-3") || name.contains("phi3") {
+                    spm.strip_whitespace_after_specials(&["<unk>", "<s>", "<|endoftext|>"]);
+                }
+                (Engine::Spm(Box::new(spm)), true, true)
             }
             other => {
                 return Err(ModelError::Unsupported(format!(

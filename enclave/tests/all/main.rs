@@ -19,6 +19,7 @@ mod cli;
 mod device;
 mod families;
 mod format_budget;
+mod gemma3;
 mod model;
 mod openai;
 mod pipeline;

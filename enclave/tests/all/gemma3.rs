@@ -1,0 +1,154 @@
+//! The tokenizer and chat template on a real sentencepiece vocabulary with
+//! whitespace tokens: Gemma 3 270M (`scripts/fetch-gemma3.sh`), whose runs
+//! of spaces, tabs and newlines are user-defined tokens llama.cpp cuts out
+//! of plain text. Every id must equal llama.cpp's in
+//! `testdata/gemma3/tokenize.json` (`scripts/make-gemma3-fixtures.py`),
+//! and the Gemma 3 chat template must render jinja2's (and llama.cpp's)
+//! prompt. The GGUF is `$VEIL_GEMMA3`, else `gemma-3-270m-q4_k_m.gguf` in
+//! the model cache; without it the tests print SKIP, unless
+//! `VEIL_REQUIRE_GEMMA3=1`.
+
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use veil_enclave::model::GgufFile;
+use veil_enclave::text::template::{render, ChatMessage, RenderRequest};
+use veil_enclave::text::tokenizer::Tokenizer;
+
+const MODEL_NAME: &str = "gemma-3-270m-q4_k_m.gguf";
+
+fn model_path() -> Option<PathBuf> {
+    let path = match std::env::var_os("VEIL_GEMMA3") {
+        Some(p) => PathBuf::from(p),
+        None => std::env::var_os("VEIL_MODELS")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/veil/models"))
+            .join(MODEL_NAME),
+    };
+    if path.exists() {
+        return Some(path);
+    }
+    if std::env::var("VEIL_REQUIRE_GEMMA3").as_deref() == Ok("1") {
+        panic!("VEIL_REQUIRE_GEMMA3=1 but {} is missing", path.display());
+    }
+    veil_tests::skip("Gemma 3 model not found (run scripts/fetch-gemma3.sh, set VEIL_GEMMA3)");
+    None
+}
+
+fn testdata() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/gemma3")
+}
+
+#[derive(serde::Deserialize)]
+struct Fixture {
+    model_sha256: String,
+    bos_token: String,
+    eos_token: String,
+    cases: Vec<Case>,
+    chat_template: String,
+    chats: Vec<Chat>,
+}
+
+#[derive(serde::Deserialize)]
+struct Case {
+    text: String,
+    add_bos: bool,
+    special: bool,
+    ids: Vec<u32>,
+}
+
+#[derive(serde::Deserialize)]
+struct Chat {
+    messages: Vec<Message>,
+    prompt: String,
+    ids: Vec<u32>,
+}
+
+#[derive(serde::Deserialize)]
+struct Message {
+    role: String,
+    content: String,
+}
+
+fn fixture() -> Fixture {
+    let text = std::fs::read_to_string(testdata().join("tokenize.json")).unwrap();
+    serde_json::from_str(&text).unwrap()
+}
+
+fn tokenizer(path: &Path) -> Tokenizer {
+    let g = GgufFile::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Tokenizer::from_gguf(&g).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+#[test]
+fn the_fixture_is_for_the_fetched_model() {
+    let script = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/fetch-gemma3.sh"));
+    let f = fixture();
+    assert!(
+        script.unwrap().contains(&format!("MODEL_SHA256=\"{}\"", f.model_sha256)),
+        "tokenize.json was made from another file than scripts/fetch-gemma3.sh fetches"
+    );
+    assert!(f.cases.len() >= 30);
+}
+
+#[test]
+fn every_case_matches_llama_cpp() {
+    let Some(path) = model_path() else { return };
+    let tok = tokenizer(&path);
+    let f = fixture();
+    let mut wrong = Vec::new();
+    for (i, case) in f.cases.iter().enumerate() {
+        let ids = tok.tokenize(&case.text, case.add_bos, case.special).unwrap();
+        if ids != case.ids {
+            wrong.push(format!("case {i} {:?}:\n  llama.cpp {:?}\n  veil      {:?}", case.text, case.ids, ids));
+        }
+    }
+    println!("gemma3: {} cases, {} equal", f.cases.len(), f.cases.len() - wrong.len());
+    assert!(wrong.is_empty(), "{} of {} cases differ:\n{}", wrong.len(), f.cases.len(), wrong.join("\n"));
+}
+
+/// Plain text's ids decode back to the text: user-defined tokens are
+/// their text, and Gemma adds no space prefix to take off.
+#[test]
+fn plain_text_round_trips() {
+    let Some(path) = model_path() else { return };
+    let tok = tokenizer(&path);
+    for case in fixture().cases.iter().filter(|c| !c.special && !c.add_bos) {
+        assert_eq!(tok.decode(&case.ids).unwrap(), case.text);
+    }
+}
+
+/// The Gemma 3 chat template renders jinja2's prompt (which the fixture
+/// script checked against llama.cpp's Gemma format), and the prompt
+/// tokenizes, special tokens parsed, to llama.cpp's ids.
+#[test]
+fn the_chat_template_renders_and_tokenizes_as_llama_cpp_does() {
+    let f = fixture();
+    let template = std::fs::read_to_string(testdata().join(&f.chat_template)).unwrap();
+    let model = model_path();
+    let tok = model.as_deref().map(tokenizer);
+    if let Some(tok) = &tok {
+        // The base model's GGUF has no template of its own.
+        assert!(tok.render_chat(&[ChatMessage::new("user", "hi")]).is_err());
+        assert_eq!(tok.piece(tok.bos_added().unwrap()).unwrap(), f.bos_token);
+        assert_eq!(tok.piece(tok.eos()).unwrap(), f.eos_token);
+    }
+    assert!(!f.chats.is_empty());
+    for chat in &f.chats {
+        let messages: Vec<ChatMessage> = chat.messages.iter().map(|m| ChatMessage::new(&m.role, &m.content)).collect();
+        let request = RenderRequest {
+            messages: &messages,
+            add_generation_prompt: true,
+            bos_token: &f.bos_token,
+            eos_token: &f.eos_token,
+            tools: None,
+            now: SystemTime::UNIX_EPOCH,
+            extra: None,
+        };
+        let prompt = render(&template, &request).unwrap();
+        assert_eq!(prompt, chat.prompt);
+        if let Some(tok) = &tok {
+            assert_eq!(tok.tokenize(&prompt, false, true).unwrap(), chat.ids, "{prompt:?}");
+        }
+    }
+}
