@@ -11,9 +11,11 @@ trailing spaces, code, digits, non-Latin scripts, HTML tags (user-defined
 tokens in Gemma 3), special-token text, and ten everyday sentences.
 
 Chat: the GGUF (Gemma 3 270M, a base model) has no `tokenizer.chat_template`,
-so the template is the instruction-tuned Gemma 3 models' (Hugging Face
-`google/gemma-3-*-it`, `tokenizer_config.json`), kept beside the fixture as
-`chat_template.jinja`. Each chat is rendered as transformers'
+so the template is the Gemma chat template llama.cpp tests with
+(`google-gemma-2-2b-it.jinja` among llama.cpp's reference templates:
+`$VEIL_LLAMACPP_REF/templates`, else `../shared/llamacpp-reference/templates`;
+not kept in this repository), which writes Gemma 3's turn format with the same
+control tokens. Each chat is rendered as transformers'
 `apply_chat_template` renders it (jinja2, `trim_blocks`, `lstrip_blocks`,
 `add_generation_prompt=True`, `bos_token`/`eos_token` from the GGUF), and
 checked against llama.cpp's own Gemma format (`llama_chat_apply_template`,
@@ -36,6 +38,7 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "enclave" / "testdata" / "gemma3"
+TEMPLATE = "google-gemma-2-2b-it.jinja"
 MODEL_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
 
 EVERYDAY = [
@@ -86,7 +89,6 @@ SPECIAL = [
 
 CHATS = [
     [
-        {"role": "system", "content": "You are a concise assistant."},
         {"role": "user", "content": "  What is 2 + 2?\tAnswer  in one word.  "},
     ],
     [
@@ -145,7 +147,10 @@ def main(model: Path) -> None:
     cases += [{"text": t, "add_bos": False, "special": True, "ids": ids(t, False, True)} for t in SPECIAL]
     cases.append({"text": EVERYDAY[0], "add_bos": True, "special": False, "ids": ids(EVERYDAY[0], True, False)})
 
-    template = (OUT / "chat_template.jinja").read_text()
+    import os
+
+    ref = Path(os.environ.get("VEIL_LLAMACPP_REF", ROOT.parent / "shared" / "llamacpp-reference"))
+    template = (ref / "templates" / TEMPLATE).read_text()
     bos = llm.detokenize([llm.token_bos()], special=True).decode()
     eos = llm.detokenize([llm.token_eos()], special=True).decode()
     env = jinja_env()
@@ -167,7 +172,7 @@ def main(model: Path) -> None:
         "bos_token": bos,
         "eos_token": eos,
         "cases": cases,
-        "chat_template": "chat_template.jinja",
+        "chat_template": TEMPLATE,
         "chats": chats,
     }
     OUT.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,8 @@
 //! of spaces, tabs and newlines are user-defined tokens llama.cpp cuts out
 //! of plain text. Every id must equal llama.cpp's in
 //! `testdata/gemma3/tokenize.json` (`scripts/make-gemma3-fixtures.py`),
-//! and the Gemma 3 chat template must render jinja2's (and llama.cpp's)
-//! prompt. The GGUF is `$VEIL_GEMMA3`, else `gemma-3-270m-q4_k_m.gguf` in
+//! and llama.cpp's Gemma chat template (from its reference files) must
+//! render jinja2's (and llama.cpp's) prompt. The GGUF is `$VEIL_GEMMA3`, else `gemma-3-270m-q4_k_m.gguf` in
 //! the model cache; without it the tests print SKIP, unless
 //! `VEIL_REQUIRE_GEMMA3=1`.
 
@@ -118,13 +118,27 @@ fn plain_text_round_trips() {
     }
 }
 
-/// The Gemma 3 chat template renders jinja2's prompt (which the fixture
+/// llama.cpp's Gemma chat template renders jinja2's prompt (which the fixture
 /// script checked against llama.cpp's Gemma format), and the prompt
 /// tokenizes, special tokens parsed, to llama.cpp's ids.
 #[test]
 fn the_chat_template_renders_and_tokenizes_as_llama_cpp_does() {
     let f = fixture();
-    let template = std::fs::read_to_string(testdata().join(&f.chat_template)).unwrap();
+    // llama.cpp's Gemma template, from its reference files (not kept here).
+    let candidates = std::env::var_os("VEIL_LLAMACPP_REF")
+        .map(PathBuf::from)
+        .into_iter()
+        .chain([Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared/llamacpp-reference")]);
+    let Some(path) = candidates.map(|c| c.join("templates").join(&f.chat_template)).find(|p| p.is_file()) else {
+        assert!(
+            std::env::var("VEIL_REQUIRE_LLAMACPP_REF").as_deref() != Ok("1"),
+            "VEIL_REQUIRE_LLAMACPP_REF=1 but {} is not among llama.cpp's reference templates",
+            f.chat_template
+        );
+        veil_tests::skip("llama.cpp reference templates not found (set VEIL_LLAMACPP_REF)");
+        return;
+    };
+    let template = std::fs::read_to_string(path).unwrap();
     let model = model_path();
     let tok = model.as_deref().map(tokenizer);
     if let Some(tok) = &tok {
