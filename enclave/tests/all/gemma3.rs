@@ -17,7 +17,7 @@ use veil_enclave::text::tokenizer::Tokenizer;
 
 const MODEL_NAME: &str = "gemma-3-270m-q4_k_m.gguf";
 
-fn model_path() -> Option<PathBuf> {
+pub(crate) fn model_path() -> Option<PathBuf> {
     let path = match std::env::var_os("VEIL_GEMMA3") {
         Some(p) => PathBuf::from(p),
         None => std::env::var_os("VEIL_MODELS")

@@ -22,6 +22,7 @@ mod format_budget;
 mod gemma3;
 mod model;
 mod openai;
+mod perplexity;
 mod pipeline;
 mod route_binding;
 mod self_draft;
