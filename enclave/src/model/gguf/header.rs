@@ -453,10 +453,21 @@ mod tests {
 
     #[test]
     fn an_unknown_type_opens_and_refuses_to_load_by_name() {
-        let mut g = open(file(&[], &[tensor("w", TensorType::Unknown(23), &[256], 64)])).unwrap();
+        let mut g = open(file(&[], &[tensor("w", TensorType::Unknown(77), &[256], 64)])).unwrap();
         assert_eq!(g.tensor_bytes("w"), None);
         match g.load_raw("w") {
-            Err(ModelError::Unsupported(m)) => assert!(m.contains("type 23"), "{m}"),
+            Err(ModelError::Unsupported(m)) => {
+                assert!(m.contains("tensor w") && m.contains("unknown ggml type 77"), "{m}")
+            }
+            other => panic!("{other:?}"),
+        }
+        // A type ggml has and candle does not: known by its name and size.
+        let iq4 = TensorType::from_id(23);
+        assert_eq!((iq4.ggml_name().as_str(), iq4.bytes_for(256)), ("IQ4_XS", Some(136)));
+        // One ggml has and nothing computes with: refused by its name.
+        let mut g = open(file(&[], &[tensor("w", TensorType::from_id(27), &[4], 8)])).unwrap();
+        match g.load_raw("w") {
+            Err(ModelError::Unsupported(m)) => assert!(m.contains("tensor w") && m.contains("I64"), "{m}"),
             other => panic!("{other:?}"),
         }
         // MXFP4 rows must be whole blocks.
