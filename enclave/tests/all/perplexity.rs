@@ -40,7 +40,11 @@ fn veil(model: &Path, extra: &[&str]) -> f64 {
 fn within(name: &str, veil: f64, reference: f64) {
     let diff = (veil - reference) / reference;
     println!("{name}: Veil {veil:.4}, llama.cpp {reference:.4} ({:+.2}%)", 100.0 * diff);
-    assert!(diff.abs() < 0.01, "{name}: Veil's perplexity {veil} is {:+.2}% from llama.cpp's {reference}", 100.0 * diff);
+    assert!(
+        diff.abs() < 0.01,
+        "{name}: Veil's perplexity {veil} is {:+.2}% from llama.cpp's {reference}",
+        100.0 * diff
+    );
 }
 
 #[test]
