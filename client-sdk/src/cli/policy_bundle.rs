@@ -64,6 +64,19 @@ pub fn read_toml(path: &Path) -> Result<Policy, CliError> {
     Policy::from_toml(&text).map_err(CliError::malformed(path))
 }
 
+/// The publisher's public key (`--policy-key`) that the signed bundle at
+/// `path` needs.
+pub(super) fn publisher_key(path: &Path, key: Option<&Path>) -> Result<p256::PublicKey, CliError> {
+    let key = key.ok_or_else(|| {
+        CliError::Usage(format!(
+            "{} is a signed policy bundle: give the publisher's public key with --policy-key",
+            path.display()
+        ))
+    })?;
+    let pem = std::fs::read_to_string(key).map_err(CliError::read(key))?;
+    policy_bundle::public_key_from_pem(&pem).map_err(CliError::malformed(key))
+}
+
 /// Reads the policy at `path`: TOML, or a signed bundle verified with the
 /// public key at `key` (required then) whose version is not below the
 /// highest accepted before from that publisher, and which is in the
@@ -81,14 +94,7 @@ pub fn load_policy(path: &Path, key: Option<&Path>, log: &LogTrustArgs) -> Resul
         let text = String::from_utf8(bytes).map_err(|_| CliError::malformed(path)("policy is not UTF-8"))?;
         return Policy::from_toml(&text).map_err(CliError::malformed(path));
     }
-    let key = key.ok_or_else(|| {
-        CliError::Usage(format!(
-            "{} is a signed policy bundle: give the publisher's public key with --policy-key",
-            path.display()
-        ))
-    })?;
-    let pem = std::fs::read_to_string(key).map_err(CliError::read(key))?;
-    let public = policy_bundle::public_key_from_pem(&pem).map_err(CliError::malformed(key))?;
+    let public = publisher_key(path, key)?;
     let dir = state_dir();
     let mut floors = read_floors(&dir)?;
     let opened = policy_bundle::open(&bytes, &[public], |signer| floors.get(&signer.to_string()).copied())

@@ -32,14 +32,7 @@ fn load(args: &PolicyCheckArgs) -> Result<Policy, CliError> {
         }
         return super::policy_bundle::read_toml(path);
     }
-    let key = args.policy_key.as_deref().ok_or_else(|| {
-        CliError::Usage(format!(
-            "{} is a signed policy bundle: give the publisher's public key with --policy-key",
-            path.display()
-        ))
-    })?;
-    let pem = std::fs::read_to_string(key).map_err(CliError::read(key))?;
-    let public = policy_bundle::public_key_from_pem(&pem).map_err(CliError::malformed(key))?;
+    let public = super::policy_bundle::publisher_key(path, args.policy_key.as_deref())?;
     let opened = policy_bundle::open(&bytes, &[public], |_| None).map_err(CliError::malformed(path))?;
     let publisher = opened.signer.to_string();
     let publisher = &publisher[..16];

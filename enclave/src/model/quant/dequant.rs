@@ -96,7 +96,10 @@ fn decoder(ty: GgmlType) -> Option<Decoder> {
         T::IQ4_XS => |b| blocks(b, iq4_xs),
         T::TQ1_0 => |b| blocks(b, tq1_0),
         T::TQ2_0 => |b| blocks(b, tq2_0),
-        T::MXFP4 => |b| blocks(b, mxfp4),
+        // The MXFP4 kernel's own block decoder (`kernels::mxfp4`).
+        T::MXFP4 => {
+            |b| blocks(b, |b: &[u8; 17], y: &mut [f32; 32]| *y = crate::model::kernels::mxfp4::dequantize_block(b))
+        }
         T::NVFP4 => |b| blocks(b, nvfp4),
         // Q8_1 is an activation format: ggml has no to-float for it.
         T::Q8_1 | T::I8 | T::I16 | T::I32 | T::I64 => return None,
@@ -289,20 +292,7 @@ fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 /// values j: value `64j + l` is the low nibble of `qs[32j + l]`, `64j + 32
 /// + l` the high one, as `(d·sc)·q − dmin·m` with sub-blocks `2j`, `2j+1`.
 fn q4_k(b: &[u8; 144], y: &mut [f32; 256]) {
-    let d = f16(b[0], b[1]);
-    let min = f16(b[2], b[3]);
-    let scales = &b[4..16];
-    for j in 0..4 {
-        let (sc1, m1) = scale_min_k4(2 * j, scales);
-        let (sc2, m2) = scale_min_k4(2 * j + 1, scales);
-        let (d1, m1) = (d * f32::from(sc1), min * f32::from(m1));
-        let (d2, m2) = (d * f32::from(sc2), min * f32::from(m2));
-        for l in 0..32 {
-            let q = b[16 + 32 * j + l];
-            y[64 * j + l] = d1 * f32::from(q & 0x0F) - m1;
-            y[64 * j + 32 + l] = d2 * f32::from(q >> 4) - m2;
-        }
-    }
+    k_with_mins(b, &b[16..144], None, y);
 }
 
 /// Q5_K: `block_q5_K` (176 bytes, 256 values) = `d: f16`, `dmin: f16`,
@@ -310,6 +300,12 @@ fn q4_k(b: &[u8; 144], y: &mut [f32; 256]) {
 /// Q4_K, with 16 added to value `64j + l` where bit `2j` of `qh[l]` is set
 /// and to `64j + 32 + l` where bit `2j + 1` is.
 fn q5_k(b: &[u8; 176], y: &mut [f32; 256]) {
+    k_with_mins(b, &b[48..176], Some(&b[16..48]), y);
+}
+
+/// Q4_K and Q5_K: `d`, `dmin` and the packed scales at the block's start,
+/// four bits of each value in `qs`, the fifth (Q5_K) in `qh`.
+fn k_with_mins(b: &[u8], qs: &[u8], qh: Option<&[u8]>, y: &mut [f32; 256]) {
     let d = f16(b[0], b[1]);
     let min = f16(b[2], b[3]);
     let scales = &b[4..16];
@@ -319,10 +315,13 @@ fn q5_k(b: &[u8; 176], y: &mut [f32; 256]) {
         let (d1, m1) = (d * f32::from(sc1), min * f32::from(m1));
         let (d2, m2) = (d * f32::from(sc2), min * f32::from(m2));
         for l in 0..32 {
-            let q = b[48 + 32 * j + l];
-            let qh = b[16 + l];
-            let h1 = if qh & (1 << (2 * j)) != 0 { 16 } else { 0 };
-            let h2 = if qh & (2 << (2 * j)) != 0 { 16 } else { 0 };
+            let q = qs[32 * j + l];
+            let (h1, h2) = match qh {
+                Some(qh) => {
+                    (if qh[l] & (1 << (2 * j)) != 0 { 16 } else { 0 }, if qh[l] & (2 << (2 * j)) != 0 { 16 } else { 0 })
+                }
+                None => (0, 0),
+            };
             y[64 * j + l] = d1 * f32::from((q & 0x0F) + h1) - m1;
             y[64 * j + 32 + l] = d2 * f32::from((q >> 4) + h2) - m2;
         }
@@ -594,21 +593,6 @@ fn tq2_0(b: &[u8; 66], y: &mut [f32; 256]) {
                 y[128 * h + 32 * l + m] = (f32::from(q) - 1.0) * d;
             }
         }
-    }
-}
-
-/// MXFP4: `block_mxfp4` (17 bytes, 32 values) = `e: u8` (E8M0 scale),
-/// `qs: [u8; 16]` (nibbles as Q4_0, indexing `kvalues_mxfp4`, E2M1
-/// doubled); each value `k·d` with `d = 2^(e − 128)` (ggml's
-/// `ggml_e8m0_to_fp32_half`, which halves to match the doubling).
-fn mxfp4(b: &[u8; 17], y: &mut [f32; 32]) {
-    let e = b[0];
-    let bits = if e < 2 { 0x0020_0000u32 << e } else { u32::from(e - 1) << 23 };
-    let d = f32::from_bits(bits);
-    for j in 0..16 {
-        let q = b[1 + j];
-        y[j] = f32::from(KVALUES_MXFP4[usize::from(q & 0x0F)]) * d;
-        y[j + 16] = f32::from(KVALUES_MXFP4[usize::from(q >> 4)]) * d;
     }
 }
 

@@ -27,7 +27,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -210,11 +210,17 @@ impl FormatJobs {
         if matches!(format, ResponseFormat::JsonObject) {
             return Ok(());
         }
-        schema_limits::check(format)?;
+        // Each of a request's `n` sessions vets its format again: a hash and
+        // a cache hit, not another parse.
         let wire = format.to_wire();
         let key: [u8; 32] = Sha256::digest(wire.as_bytes()).into();
         if let Some(v) = self.verdicts.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return v;
+        }
+        if let Err(e) = schema_limits::check(format) {
+            let refused = Err(FormatRefusal::Limit(e));
+            self.verdicts.lock().unwrap_or_else(|p| p.into_inner()).put(key, refused.clone());
+            return refused;
         }
         let permit = self.permit().await?;
         // Another request may have compiled it while this one waited.
@@ -256,7 +262,7 @@ impl FormatJobs {
         }
     }
 
-    async fn in_worker(&self, exe: &PathBuf, wire: &str) -> Result<(), FormatRefusal> {
+    async fn in_worker(&self, exe: &Path, wire: &str) -> Result<(), FormatRefusal> {
         // Until it answers, this future dropped (the caller left) kills the
         // worker, a new one included.
         let mut guard = KillCount(Some(&self.counters.killed));
@@ -355,7 +361,7 @@ struct WorkerProcess {
 }
 
 impl WorkerProcess {
-    async fn spawn(exe: &PathBuf, vocabulary: &[u8]) -> Result<Self, String> {
+    async fn spawn(exe: &Path, vocabulary: &[u8]) -> Result<Self, String> {
         let mut child = tokio::process::Command::new(exe)
             .arg("format-worker")
             .stdin(Stdio::piped())
