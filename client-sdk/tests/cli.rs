@@ -642,7 +642,7 @@ fn signed_policy_bundles_verify_and_refuse_rollback() {
 /// attestation path); returns its address.
 fn plain_http_404() -> std::net::SocketAddr {
     use std::io::{Read, Write};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listener = std::net::TcpListener::bind(veil_tests::free_loopback_port()).unwrap();
     let addr = listener.local_addr().unwrap();
     std::thread::spawn(move || {
         for mut conn in listener.incoming().flatten().take(8) {

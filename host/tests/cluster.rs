@@ -107,7 +107,7 @@ fn supervises_restarts_and_stops_every_shard() {
             .spawn()
             .unwrap(),
     );
-    let text = wait_for(&log, "ready", 1);
+    let text = wait_for(&log, "every stage has a verified shard: ready", 1);
     assert!(generate(gen).contains("\"done\""));
     wait_for(&stdout, &format!("listening on http://{public}"), 1);
     sealed_chat_through_the_relay(&dir, public, &log);
@@ -150,7 +150,7 @@ fn sealed_chat_through_the_relay(dir: &std::path::Path, public: SocketAddr, host
     use std::sync::{Arc, Mutex};
     // A recording TCP proxy in front of the host: everything the host receives and sends.
     let seen = Arc::new(Mutex::new(Vec::<u8>::new()));
-    let proxy = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy = TcpListener::bind(port()).unwrap();
     let proxy_addr = proxy.local_addr().unwrap();
     let record = seen.clone();
     std::thread::spawn(move || {
@@ -244,7 +244,7 @@ fn sealed_chat_over_https(dir: &std::path::Path, gateway: SocketAddr) {
     let policy = veil_attestation::Policy::from_toml(&policy_text).unwrap();
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
     rt.block_on(async {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(port()).await.unwrap();
         let url = format!("https://localhost:{}", listener.local_addr().unwrap().port());
         let relay = veil_host::relay::Relay::new(veil_host::relay::RelayConfig {
             tls: Some(tls),
@@ -289,7 +289,7 @@ fn sealed_chat_over_https(dir: &std::path::Path, gateway: SocketAddr) {
         std::fs::write(dir.join("self.crt"), own.pem()).unwrap();
         std::fs::write(dir.join("self.key"), self_key.serialize_pem()).unwrap();
         let tls = veil_host::relay::tls_server_config(&dir.join("self.crt"), &dir.join("self.key")).unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let listener = tokio::net::TcpListener::bind(port()).await.unwrap();
         let url = format!("https://localhost:{}", listener.local_addr().unwrap().port());
         let relay = veil_host::relay::Relay::new(veil_host::relay::RelayConfig {
             tls: Some(tls),
@@ -572,8 +572,9 @@ fn a_configuration_error_stops_the_supervisor_instead_of_a_restart_loop() {
         let dir = std::env::temp_dir().join(format!("veil-config-error-{}-{}", std::process::id(), case.len()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(dir.join("sim")).unwrap();
-        // Occupied for the whole case when the case is "address in use".
-        let squatter = TcpListener::bind("127.0.0.1:0").unwrap();
+        // Occupied for the whole case when the case is "address in use". Taken
+        // through `port()`, so no other test in this process is handed it.
+        let squatter = TcpListener::bind(port()).unwrap();
         let shard_addr = if case == "address in use" { squatter.local_addr().unwrap() } else { port() };
         let policy = if case == "policy typo" { "sim/typo.toml" } else { "sim/policy.dev.toml" };
         std::fs::write(dir.join("sim/typo.toml"), "alow_debug = true\n").unwrap();
@@ -651,27 +652,56 @@ fn a_second_cluster_on_the_same_route_does_not_relay_the_first(host: &std::path:
     assert!(err.contains("configuration error"), "{err}");
 }
 
-/// Starts `veil-host cluster` on `config` in `dir`; returns it (stopped on
-/// drop) and its public address once the entry is ready.
-fn start_cluster(host: &std::path::Path, dir: &std::path::Path, name: &str, config: &str) -> (Stopped, SocketAddr) {
-    let public = port();
-    let file = dir.join(format!("{name}.toml"));
-    std::fs::write(&file, config).unwrap();
-    let log = dir.join(format!("{name}.log"));
-    let stdout = dir.join(format!("{name}.out"));
-    let sup = Stopped(
-        Command::new(host)
-            .args(["cluster", "--listen", &public.to_string(), "--config"])
-            .arg(&file)
-            .env("RUST_LOG", "info")
-            .stdout(std::fs::File::create(&stdout).unwrap())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    wait_for(&log, "ready", 1);
-    wait_for(&stdout, &format!("listening on http://{public}"), 1);
-    (sup, public)
+/// Starts `veil-host cluster` on the config `make_config` writes in `dir`;
+/// returns it (stopped on drop), its public address once the entry is ready,
+/// and the config it ran. The ports in a config are free when chosen but not
+/// held, so another process may take one before its shard binds it: a
+/// cluster that stops because an address is in use is started again on a
+/// fresh config (at most three times). Any other early exit fails the test
+/// at once, with the supervisor's log.
+fn start_cluster(
+    host: &std::path::Path,
+    dir: &std::path::Path,
+    name: &str,
+    make_config: impl Fn() -> String,
+) -> (Stopped, SocketAddr, String) {
+    for attempt in 1..=3 {
+        let public = port();
+        let config = make_config();
+        let file = dir.join(format!("{name}.toml"));
+        std::fs::write(&file, &config).unwrap();
+        let log = dir.join(format!("{name}.log"));
+        let stdout = dir.join(format!("{name}.out"));
+        let mut sup = Stopped(
+            Command::new(host)
+                .args(["cluster", "--listen", &public.to_string(), "--config"])
+                .arg(&file)
+                .env("RUST_LOG", "info")
+                .stdout(std::fs::File::create(&stdout).unwrap())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap(),
+        );
+        let listening = format!("listening on http://{public}");
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            if std::fs::read_to_string(&stdout).unwrap_or_default().contains(&listening) {
+                return (sup, public, config);
+            }
+            let exited = sup.0.try_wait().unwrap();
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            if let Some(status) = exited {
+                if text.contains("in use") && attempt < 3 {
+                    println!("{name}: a chosen port was taken before its shard bound it; starting again");
+                    break;
+                }
+                panic!("{name}: the cluster stopped ({status}) before listening:\n{text}");
+            }
+            assert!(Instant::now() < deadline, "{name}: timed out waiting for {listening:?}:\n{text}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    unreachable!("the third attempt returns or panics")
 }
 
 /// ISSUE 17: a reviewer builds the client's policy only from values
@@ -761,8 +791,7 @@ fn a_policy_from_reproduced_values_accepts_the_cluster_and_refuses_changed_weigh
 
     // Started from the same inputs: accepted, every check named.
     {
-        let text = config(&model, &route_policy);
-        let (_cluster, public) = start_cluster(&host, &dir, "same", &text);
+        let (_cluster, public, text) = start_cluster(&host, &dir, "same", || config(&model, &route_policy));
         let (code, table) = verify(public);
         assert_eq!(code, Some(0), "{table}");
         for check in ["measurement", "manifest", "peer_policy", "route_shape", "tcb"] {
@@ -798,7 +827,7 @@ fn a_policy_from_reproduced_values_accepts_the_cluster_and_refuses_changed_weigh
         std::fs::write(&changed, bytes).unwrap();
         let theirs = root_of(&changed);
         assert_ne!(root_of(&model), theirs, "one changed byte is another model");
-        let (_cluster, public) = start_cluster(&host, &dir, "weights", &config(&changed, &route_policy));
+        let (_cluster, public, _) = start_cluster(&host, &dir, "weights", || config(&changed, &route_policy));
         let (code, why) = verify(public);
         assert_eq!(code, Some(1), "{why}");
         assert!(why.contains("rejected by check `route_manifests`") && why.contains(&theirs), "{why}");
@@ -809,7 +838,7 @@ fn a_policy_from_reproduced_values_accepts_the_cluster_and_refuses_changed_weigh
         let text = std::fs::read_to_string(&route_policy).unwrap();
         std::fs::write(&weak, text.replace("allow_debug = false", "allow_debug = true")).unwrap();
         assert_ne!(std::fs::read_to_string(&weak).unwrap(), text);
-        let (_cluster, public) = start_cluster(&host, &dir, "policy", &config(&model, &weak));
+        let (_cluster, public, _) = start_cluster(&host, &dir, "policy", || config(&model, &weak));
         let (code, why) = verify(public);
         assert_eq!(code, Some(1), "{why}");
         assert!(why.contains("rejected by check `peer_policy`") && why.contains("allow_debug"), "{why}");
@@ -885,7 +914,7 @@ fn a_policy_from_reproduced_values_accepts_the_cluster_and_refuses_changed_weigh
     };
     {
         let (_cluster, public, log) = start_bound("bound-run", &bound(&route_policy));
-        wait_for(&log, "ready", 1);
+        wait_for(&log, "every stage has a verified shard: ready", 1);
         assert_eq!(wait_for(&log, "HOST_DATA commits to this route", 2).matches("HOST_DATA commits").count(), 2);
         wait_for(&dir.join("bound-run.out"), "listening on", 1);
         let (code, table) = verify(public);

@@ -24,7 +24,7 @@ fn clients_fetch_checkpoints_and_proofs_through_the_relay() {
         // No entry behind this relay: the log needs none.
         let unused = "127.0.0.1:9".parse().unwrap();
         let serve = |log: Option<std::path::PathBuf>| async {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let listener = tokio::net::TcpListener::bind(veil_tests::free_loopback_port()).await.unwrap();
             let url = format!("http://{}", listener.local_addr().unwrap());
             let relay = veil_host::relay::Relay::new(veil_host::relay::RelayConfig {
                 log,

@@ -920,7 +920,7 @@ async fn delaying_host_counting(
     use futures::StreamExt as _;
     use http_body_util::{BodyExt, Full, StreamBody};
     type Frames = futures::stream::BoxStream<'static, Result<hyper::body::Frame<Bytes>, std::convert::Infallible>>;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind(veil_tests::free_loopback_port()).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let client =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();

@@ -21,7 +21,7 @@ pub trait Tamper: Send + Sync + 'static {
 
 /// Starts the relay on a free loopback port; returns its address.
 pub async fn tampering_host(gateway: SocketAddr, tamper: Arc<dyn Tamper>) -> SocketAddr {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let listener = tokio::net::TcpListener::bind(veil_tests::free_loopback_port()).await.unwrap();
     let addr = listener.local_addr().unwrap();
     let client =
         hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http::<Full<Bytes>>();
