@@ -1,7 +1,15 @@
-//! K-quants (ggml Q4_K, Q5_K, Q6_K; the bulk of a `Q4_K_M` file) against
-//! activations quantized to Q8_K, as llama.cpp pairs them.
+//! K-quants (ggml Q2_K, Q3_K, Q4_K, Q5_K, Q6_K; the bulk of `Q4_K_M`,
+//! `Q3_K_M` and `Q2_K` files) against activations quantized to Q8_K, as
+//! llama.cpp pairs them.
 //!
 //! Formats (256 weights a block, in the file's little-endian layout):
+//! - Q2_K, 84 bytes: `scales: [u8; 16], qs: [u8; 64], d: f16, dmin: f16`;
+//!   sixteen sub-blocks of 16 with a 4-bit scale (low nibble) and a 4-bit
+//!   min (high nibble) each, `w = d·sc·q − dmin·m`, `q` two bits.
+//! - Q3_K, 110 bytes: `hmask: [u8; 32], qs: [u8; 64], scales: [u8; 12], d:
+//!   f16`; sixteen sub-blocks of 16 with a 6-bit scale (packed in `scales`,
+//!   less 32), `w = d·(sc − 32)·(q − 4)`, `q` two bits of `qs` and a third
+//!   from `hmask`.
 //! - Q4_K, 144 bytes: `d: f16, dmin: f16, scales: [u8; 12], qs: [u8; 128]`;
 //!   eight sub-blocks of 32 with a 6-bit scale and a 6-bit min each (packed
 //!   in `scales`), `w = d·sc·q − dmin·m`, `q` a nibble of `qs`.
@@ -21,8 +29,9 @@
 //! row is one such sequence whatever the batch.
 //!
 //! In memory a block keeps its values as stored but its f16 scales as f32
-//! and its packed 6-bit scales and mins as bytes: 152 (Q4_K), 184 (Q5_K)
-//! and 212 (Q6_K) bytes a block, 1–6% more than the file.
+//! and its packed scales and mins as bytes: 104 (Q2_K), 116 (Q3_K), 152
+//! (Q4_K), 184 (Q5_K) and 212 (Q6_K) bytes a block, 1–24% more than the
+//! file.
 
 use rayon::prelude::*;
 
@@ -30,6 +39,10 @@ use super::{f16_at, par_matmul, Dots, Isa, KernelError};
 
 /// Weights per K-quant block (ggml's `QK_K`).
 pub const QK_K: usize = 256;
+/// Bytes of one Q2_K block in a GGUF.
+pub const Q2_K_BLOCK_BYTES: usize = 84;
+/// Bytes of one Q3_K block in a GGUF.
+pub const Q3_K_BLOCK_BYTES: usize = 110;
 /// Bytes of one Q4_K block in a GGUF.
 pub const Q4_K_BLOCK_BYTES: usize = 144;
 /// Bytes of one Q5_K block in a GGUF.
@@ -141,7 +154,38 @@ pub(crate) struct BlockQ6K {
     qh: [u8; 64],
 }
 
-/// What the three formats share: decoding, the values as unsigned
+/// A Q2_K block in memory.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct BlockQ2K {
+    d: f32,
+    dmin: f32,
+    sc: [u8; 16],
+    m: [u8; 16],
+    qs: [u8; 64],
+}
+
+/// A Q3_K block in memory: its scales unpacked, less 32.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(crate) struct BlockQ3K {
+    d: f32,
+    sc: [i8; 16],
+    hmask: [u8; 32],
+    qs: [u8; 64],
+}
+
+/// Q3_K's sixteen 6-bit scales from its 12 packed bytes (ggml's
+/// `kmask1`/`kmask2` unpacking), less 32.
+fn unpack_q3_scales(p: &[u8]) -> [i8; 16] {
+    std::array::from_fn(|i| {
+        let low = if i < 8 { p[i % 8] & 0x0F } else { p[i % 8] >> 4 };
+        let high = (p[8 + i % 4] >> (2 * (i / 4))) & 3;
+        ((low | (high << 4)) as i8) - 32
+    })
+}
+
+/// What the formats share: decoding, the values as unsigned
 /// integers with their per-16 scales (the lanes' inputs), and the bytes
 /// the resident digest covers.
 pub(crate) trait KBlock: Copy + Send + Sync + Sized + 'static {
@@ -156,6 +200,76 @@ pub(crate) trait KBlock: Copy + Send + Sync + Sized + 'static {
     fn bytes_into(&self, out: &mut Vec<u8>);
     /// Dequantized, as ggml's `dequantize_row_*` computes each value.
     fn dequantize(&self) -> [f32; QK_K];
+}
+
+impl KBlock for BlockQ2K {
+    const NAME: &'static str = "Q2_K";
+    const FILE_BYTES: usize = Q2_K_BLOCK_BYTES;
+    fn decode(b: &[u8]) -> Self {
+        let (mut sc, mut m, mut qs) = ([0u8; 16], [0u8; 16], [0u8; 64]);
+        for (i, &byte) in b[..16].iter().enumerate() {
+            (sc[i], m[i]) = (byte & 0x0F, byte >> 4);
+        }
+        qs.copy_from_slice(&b[16..80]);
+        Self { d: f16_at(b, 80), dmin: f16_at(b, 82), sc, m, qs }
+    }
+    fn values(&self) -> [u8; QK_K] {
+        // Values 128n + 32t + l: bits 2t of qs[32n + l].
+        std::array::from_fn(|i| {
+            let (n, t, l) = (i / 128, (i / 32) % 4, i % 32);
+            (self.qs[32 * n + l] >> (2 * t)) & 3
+        })
+    }
+    fn scales16(&self) -> [i32; 16] {
+        self.sc.map(i32::from)
+    }
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.dmin.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.sc);
+        out.extend_from_slice(&self.m);
+        out.extend_from_slice(&self.qs);
+    }
+    fn dequantize(&self) -> [f32; QK_K] {
+        let v = self.values();
+        // ggml: `dl = d·sc`, `ml = dmin·m`, `dl·q − ml`.
+        std::array::from_fn(|i| {
+            let (dl, ml) = (self.d * f32::from(self.sc[i / 16]), self.dmin * f32::from(self.m[i / 16]));
+            dl * f32::from(v[i]) - ml
+        })
+    }
+}
+
+impl KBlock for BlockQ3K {
+    const NAME: &'static str = "Q3_K";
+    const FILE_BYTES: usize = Q3_K_BLOCK_BYTES;
+    fn decode(b: &[u8]) -> Self {
+        let (mut hmask, mut qs) = ([0u8; 32], [0u8; 64]);
+        hmask.copy_from_slice(&b[..32]);
+        qs.copy_from_slice(&b[32..96]);
+        Self { d: f16_at(b, 108), sc: unpack_q3_scales(&b[96..108]), hmask, qs }
+    }
+    fn values(&self) -> [u8; QK_K] {
+        // Values 128n + 32t + l: bits 2t of qs[32n + l], and bit 4n + t of hmask[l] as 4.
+        std::array::from_fn(|i| {
+            let (n, t, l) = (i / 128, (i / 32) % 4, i % 32);
+            ((self.qs[32 * n + l] >> (2 * t)) & 3) | (((self.hmask[l] >> (4 * n + t)) & 1) << 2)
+        })
+    }
+    fn scales16(&self) -> [i32; 16] {
+        self.sc.map(i32::from)
+    }
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_bits().to_le_bytes());
+        out.extend(self.sc.iter().map(|s| s.to_le_bytes()[0]));
+        out.extend_from_slice(&self.hmask);
+        out.extend_from_slice(&self.qs);
+    }
+    fn dequantize(&self) -> [f32; QK_K] {
+        let v = self.values();
+        // ggml: `dl = d·(sc − 32)`, then `dl·(q − 4)`.
+        std::array::from_fn(|i| self.d * f32::from(self.sc[i / 16]) * f32::from(i16::from(v[i]) - 4))
+    }
 }
 
 impl KBlock for BlockQ4K {
@@ -274,30 +388,26 @@ impl KBlock for BlockQ6K {
 
 /// One weight block against one activation block, in integers (exact):
 /// `Σ sc·w·x` over the 256 values with each value's sub-block scale, and
-/// the bias — Q4_K/Q5_K `Σ m_j·(bsums[2j] + bsums[2j+1])` (scaled by
-/// `dmin` in [`finish`]), Q6_K `32·Σ sc_s·bsums[s]` (the −32 of its
-/// values, taken off in [`finish`]). Integer sums do not depend on their
+/// the bias `Σ b_s·bsums[s]` over the sixteen groups of 16 with
+/// [`Finish::bias16`]'s weights — the mins (Q2_K/Q4_K/Q5_K, scaled by
+/// `dmin` in [`finish`]), or the scales times the values' offset (Q3_K 4,
+/// Q6_K 32, taken off in [`finish`]). Integer sums do not depend on their
 /// order, so every kernel gets these same two numbers.
 fn block_sums<B: Finish>(b: &B, a: &BlockQ8K) -> (i32, i32) {
     let (v, s) = (b.values(), b.scales16());
     let sumi = v.iter().zip(&a.qs).enumerate().map(|(i, (&w, &x))| s[i / 16] * i32::from(w) * i32::from(x)).sum();
-    let bs = |j: usize| i32::from(a.bsums[j]);
-    let bias = if let Some(m) = b.mins() {
-        (0..8).map(|j| i32::from(m[j]) * (bs(2 * j) + bs(2 * j + 1))).sum()
-    } else {
-        32 * (0..16).map(|j| s[j] * bs(j)).sum::<i32>()
-    };
-    (sumi, bias)
+    let bias: i32 = b.bias16().iter().zip(&a.bsums).map(|(&w, &x)| w * i32::from(x)).sum();
+    (sumi, if B::MINS { bias } else { bias << B::OFFSET_SHIFT })
 }
 
-/// The float steps of one block, shared by every kernel: Q4_K/Q5_K
-/// `acc + (d·x.d)·sumi − (dmin·x.d)·bias`, Q6_K `acc + (d·x.d)·(sumi −
+/// The float steps of one block, shared by every kernel: with mins
+/// `acc + (d·x.d)·sumi − (dmin·x.d)·bias`, else `acc + (d·x.d)·(sumi −
 /// bias)`, each product and sum rounded on its own (no fused multiply-add).
 #[inline]
 fn finish<B: Finish>(b: &B, a: &BlockQ8K, sumi: i32, bias: i32, acc: f32) -> f32 {
     let (d, dmin) = b.factors();
     let (d, dm) = (d * a.d, dmin * a.d);
-    if b.mins().is_some() {
+    if B::MINS {
         acc + d * sumi as f32 - dm * bias as f32
     } else {
         acc + d * (sumi - bias) as f32
@@ -306,31 +416,61 @@ fn finish<B: Finish>(b: &B, a: &BlockQ8K, sumi: i32, bias: i32, acc: f32) -> f32
 
 /// The float side of a block, shared by the scalar and SIMD kernels.
 trait Finish: KBlock {
-    /// Q4_K/Q5_K's mins (Q6_K: none).
-    fn mins(&self) -> Option<&[u8; 8]>;
-    /// `(d, dmin)` (Q6_K: `dmin` 0, unused).
+    /// Whether the format has mins (`w = d·sc·q − dmin·m`): Q2_K, Q4_K,
+    /// Q5_K. Without, its values are offset by `1 << OFFSET_SHIFT` (`w =
+    /// d·sc·(q − offset)`): Q3_K, Q6_K.
+    const MINS: bool;
+    /// log2 of the values' offset, for a format without mins.
+    const OFFSET_SHIFT: u32 = 0;
+    /// The weight of each group of 16 activations' sum in the bias: its
+    /// min (with mins), or its scale (without).
+    fn bias16(&self) -> [i32; 16];
+    /// `(d, dmin)` (`dmin` 0, unused, without mins).
     fn factors(&self) -> (f32, f32);
 }
 
+impl Finish for BlockQ2K {
+    const MINS: bool = true;
+    fn bias16(&self) -> [i32; 16] {
+        self.m.map(i32::from)
+    }
+    fn factors(&self) -> (f32, f32) {
+        (self.d, self.dmin)
+    }
+}
+impl Finish for BlockQ3K {
+    const MINS: bool = false;
+    const OFFSET_SHIFT: u32 = 2;
+    fn bias16(&self) -> [i32; 16] {
+        self.scales16()
+    }
+    fn factors(&self) -> (f32, f32) {
+        (self.d, 0.0)
+    }
+}
 impl Finish for BlockQ4K {
-    fn mins(&self) -> Option<&[u8; 8]> {
-        Some(&self.m)
+    const MINS: bool = true;
+    fn bias16(&self) -> [i32; 16] {
+        std::array::from_fn(|i| i32::from(self.m[i / 2]))
     }
     fn factors(&self) -> (f32, f32) {
         (self.d, self.dmin)
     }
 }
 impl Finish for BlockQ5K {
-    fn mins(&self) -> Option<&[u8; 8]> {
-        Some(&self.m)
+    const MINS: bool = true;
+    fn bias16(&self) -> [i32; 16] {
+        std::array::from_fn(|i| i32::from(self.m[i / 2]))
     }
     fn factors(&self) -> (f32, f32) {
         (self.d, self.dmin)
     }
 }
 impl Finish for BlockQ6K {
-    fn mins(&self) -> Option<&[u8; 8]> {
-        None
+    const MINS: bool = false;
+    const OFFSET_SHIFT: u32 = 5;
+    fn bias16(&self) -> [i32; 16] {
+        self.scales16()
     }
     fn factors(&self) -> (f32, f32) {
         (self.d, 0.0)
@@ -354,12 +494,15 @@ struct KMatrix<B> {
     blocks: Vec<B>,
 }
 
-/// A Q4_K, Q5_K or Q6_K matrix (a `Q4_K_M` file holds all three).
+/// A Q2_K, Q3_K, Q4_K, Q5_K or Q6_K matrix (a `Q4_K_M` file holds the
+/// last three, a `Q3_K_M` the middle three).
 #[derive(Debug)]
 pub struct KQuantMatrix(Blocks);
 
 #[derive(Debug)]
 enum Blocks {
+    Q2K(KMatrix<BlockQ2K>),
+    Q3K(KMatrix<BlockQ3K>),
     Q4K(KMatrix<BlockQ4K>),
     Q5K(KMatrix<BlockQ5K>),
     Q6K(KMatrix<BlockQ6K>),
@@ -414,6 +557,8 @@ impl<B: Finish> KMatrix<B> {
 macro_rules! each {
     ($self:expr, $m:ident => $e:expr) => {
         match &$self.0 {
+            Blocks::Q2K($m) => $e,
+            Blocks::Q3K($m) => $e,
             Blocks::Q4K($m) => $e,
             Blocks::Q5K($m) => $e,
             Blocks::Q6K($m) => $e,
@@ -433,6 +578,8 @@ impl KQuantMatrix {
         use candle_core::quantized::GgmlDType as T;
         Some(
             match dtype {
+                T::Q2K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q2K),
+                T::Q3K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q3K),
                 T::Q4K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q4K),
                 T::Q5K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q5K),
                 T::Q6K => KMatrix::from_gguf_bytes(raw, rows, cols).map(Blocks::Q6K),
@@ -465,6 +612,8 @@ impl KQuantMatrix {
             }};
         }
         match parts.first().map(|p| &p.0) {
+            Some(Blocks::Q2K(_)) => all!(Q2K),
+            Some(Blocks::Q3K(_)) => all!(Q3K),
             Some(Blocks::Q4K(_)) => all!(Q4K),
             Some(Blocks::Q5K(_)) => all!(Q5K),
             Some(Blocks::Q6K(_)) => all!(Q6K),
@@ -482,9 +631,11 @@ impl KQuantMatrix {
         each!(self, m => m.cols)
     }
 
-    /// The format's name (`Q4_K`, `Q5_K`, `Q6_K`).
+    /// The format's name (`Q2_K` … `Q6_K`).
     pub fn format(&self) -> &'static str {
         match &self.0 {
+            Blocks::Q2K(_) => BlockQ2K::NAME,
+            Blocks::Q3K(_) => BlockQ3K::NAME,
             Blocks::Q4K(_) => BlockQ4K::NAME,
             Blocks::Q5K(_) => BlockQ5K::NAME,
             Blocks::Q6K(_) => BlockQ6K::NAME,

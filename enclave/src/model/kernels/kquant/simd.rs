@@ -7,11 +7,11 @@
 use std::arch::x86_64::*;
 
 use super::super::hsum4_epi32;
-use super::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, Finish};
+use super::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, Finish};
 
 /// The vector side of a format.
 pub(crate) trait Simd: Finish {
-    /// Whether each 16 values have their own scale (Q6_K), not each 32.
+    /// Whether each 16 values have their own scale (Q2_K, Q3_K, Q6_K), not each 32.
     const SCALES_PER_16: bool = false;
     /// Values `32j..32j + 32` as unsigned bytes, and their scales as i16
     /// (low half: the first 16 values', high half: the other 16's).
@@ -19,25 +19,94 @@ pub(crate) trait Simd: Finish {
     /// # Safety
     /// The CPU must have AVX2, and `j < 8`.
     unsafe fn vector(&self, j: usize) -> (__m256i, __m256i);
-    /// The weight side of the bias ([`super::block_sums`]): each mins byte twice
-    /// (Q4_K/Q5_K, this default), or the sixteen scales (Q6_K), as i16.
+    /// The weight side of the bias ([`super::block_sums`]): the sixteen
+    /// [`Finish::bias16`] as i16.
     ///
     /// # Safety
     /// The CPU must have AVX2.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn bias_weights(&self) -> __m256i {
-        mins_pairs(self.mins().unwrap_or(&[0; 8]))
-    }
-    /// The bias in eight i32 lanes, from the activation sums and [`Simd::bias_weights`]
-    /// (Q4_K/Q5_K: this default).
+    unsafe fn bias_weights(&self) -> __m256i;
+    /// The bias in eight i32 lanes, from the activation sums and
+    /// [`Simd::bias_weights`], shifted by the values' offset without mins.
     ///
     /// # Safety
     /// The CPU must have AVX2.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn bias(bsums: __m256i, weights: __m256i) -> __m256i {
-        _mm256_madd_epi16(bsums, weights)
+        let b = _mm256_madd_epi16(bsums, weights);
+        if Self::MINS {
+            b
+        } else {
+            _mm256_sll_epi32(b, _mm_cvtsi32_si128(Self::OFFSET_SHIFT as i32))
+        }
+    }
+}
+
+/// Sixteen bytes as i16 lanes, unsigned.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn widen_u8(v: &[u8; 16]) -> __m256i {
+    // SAFETY: `v` is 16 bytes; the load reads exactly them.
+    _mm256_cvtepu8_epi16(_mm_loadu_si128(v.as_ptr().cast()))
+}
+
+/// Sixteen bytes as i16 lanes, signed.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn widen_i8(v: &[i8; 16]) -> __m256i {
+    // SAFETY: `v` is 16 bytes; the load reads exactly them.
+    _mm256_cvtepi8_epi16(_mm_loadu_si128(v.as_ptr().cast()))
+}
+
+/// Scales `2j` (low half) and `2j + 1` (high half) as i16 lanes.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn scale_pair(a: i16, b: i16) -> __m256i {
+    _mm256_set_m128i(_mm_set1_epi16(b), _mm_set1_epi16(a))
+}
+
+/// Two-bit field `t` (bits `2t`) of the 32 bytes at `qs[32n..]`: values
+/// `128n + 32t..` of Q2_K and Q3_K.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn crumbs(qs: &[u8; 64], n: usize, t: usize) -> __m256i {
+    // SAFETY: `n < 2`, so `qs[32n..][..32]` is in bounds (64 bytes).
+    let q = _mm256_loadu_si256(qs.as_ptr().add(32 * n).cast());
+    _mm256_and_si256(_mm256_srl_epi16(q, _mm_cvtsi32_si128(2 * t as i32)), _mm256_set1_epi8(3))
+}
+
+impl Simd for BlockQ2K {
+    const SCALES_PER_16: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn vector(&self, j: usize) -> (__m256i, __m256i) {
+        let s = |k: usize| i16::from(self.sc[k]);
+        (crumbs(&self.qs, j / 4, j % 4), scale_pair(s(2 * j), s(2 * j + 1)))
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn bias_weights(&self) -> __m256i {
+        widen_u8(&self.m)
+    }
+}
+
+impl Simd for BlockQ3K {
+    const SCALES_PER_16: bool = true;
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn vector(&self, j: usize) -> (__m256i, __m256i) {
+        // SAFETY: `hmask` is 32 bytes; the load reads exactly them.
+        let h = _mm256_loadu_si256(self.hmask.as_ptr().cast());
+        // Bit j of each hmask byte, moved to bit 2 of that byte.
+        let bit = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(j as i32)), _mm256_set1_epi8(1));
+        let v = _mm256_or_si256(crumbs(&self.qs, j / 4, j % 4), _mm256_slli_epi16(bit, 2));
+        let s = |k: usize| i16::from(self.sc[k]);
+        (v, scale_pair(s(2 * j), s(2 * j + 1)))
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn bias_weights(&self) -> __m256i {
+        widen_i8(&self.sc)
     }
 }
 
@@ -68,12 +137,22 @@ unsafe fn nibbles(qs: &[u8; 128], j: usize) -> __m256i {
 impl Simd for BlockQ4K {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
+    unsafe fn bias_weights(&self) -> __m256i {
+        mins_pairs(&self.m)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
     unsafe fn vector(&self, j: usize) -> (__m256i, __m256i) {
         (nibbles(&self.qs, j), _mm256_set1_epi16(i16::from(self.sc[j])))
     }
 }
 
 impl Simd for BlockQ5K {
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn bias_weights(&self) -> __m256i {
+        mins_pairs(&self.m)
+    }
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn vector(&self, j: usize) -> (__m256i, __m256i) {
@@ -106,19 +185,13 @@ impl Simd for BlockQ6K {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn bias_weights(&self) -> __m256i {
-        // SAFETY: `sc` is 16 bytes; the load reads exactly them.
-        _mm256_cvtepi8_epi16(_mm_loadu_si128(self.sc.as_ptr().cast()))
-    }
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn bias(bsums: __m256i, weights: __m256i) -> __m256i {
-        _mm256_slli_epi32(_mm256_madd_epi16(bsums, weights), 5)
+        widen_i8(&self.sc)
     }
 }
 
 /// The products of [`super::finish`] for four blocks, one per lane (`d`,
 /// `dmin` the weight factors, `xd` the activation scales): what it adds,
-/// and (Q4_K/Q5_K) what it then subtracts, each rounded as it rounds them.
+/// and (with mins) what it then subtracts, each rounded as it rounds them.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn terms4(
@@ -142,7 +215,7 @@ unsafe fn terms4(
 unsafe fn finish4<B: Simd>(b: &B, a: [&BlockQ8K; 4], sumi: __m128i, bias: __m128i, acc: __m128) -> __m128 {
     let xd = _mm_set_ps(a[3].d, a[2].d, a[1].d, a[0].d);
     let (d, dmin) = b.factors();
-    let (plus, minus) = terms4(b.mins().is_some(), (_mm_set1_ps(d), _mm_set1_ps(dmin), xd), sumi, bias);
+    let (plus, minus) = terms4(B::MINS, (_mm_set1_ps(d), _mm_set1_ps(dmin), xd), sumi, bias);
     let acc = _mm_add_ps(acc, plus);
     minus.map_or(acc, |m| _mm_sub_ps(acc, m))
 }
@@ -213,7 +286,7 @@ pub(super) unsafe fn fold4<B: Simd>(b: &[B], a: &[BlockQ8K], lanes: [(__m256i, _
     let xd = _mm_set_ps(a[3].d, a[2].d, a[1].d, a[0].d);
     let f: [(f32, f32); 4] = std::array::from_fn(|t| b[t].factors());
     let factors = (_mm_set_ps(f[3].0, f[2].0, f[1].0, f[0].0), _mm_set_ps(f[3].1, f[2].1, f[1].1, f[0].1), xd);
-    let (plus, minus) = terms4(b[0].mins().is_some(), factors, sumi, bias);
+    let (plus, minus) = terms4(B::MINS, factors, sumi, bias);
     let (mut p, mut m) = ([0f32; 4], [0f32; 4]);
     // SAFETY (both): `p` and `m` are four f32.
     _mm_storeu_ps(p.as_mut_ptr(), plus);

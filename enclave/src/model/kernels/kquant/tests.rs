@@ -24,7 +24,7 @@ fn candle_dequantized(dtype: GgmlDType, raw: &[u8], rows: usize, cols: usize) ->
     t.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1().unwrap()
 }
 
-const FORMATS: [GgmlDType; 3] = [GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K];
+const FORMATS: [GgmlDType; 5] = [GgmlDType::Q2K, GgmlDType::Q3K, GgmlDType::Q4K, GgmlDType::Q5K, GgmlDType::Q6K];
 
 #[test]
 fn dequantization_equals_ggmls_bit_for_bit() {
@@ -86,6 +86,8 @@ fn simd_equals_scalar_bit_for_bit_and_approximates_the_dequantized_product() {
                 let xr = &xq[i * per..(i + 1) * per];
                 for j in 0..rows {
                     let scalar = match &m.0 {
+                        Blocks::Q2K(w) => dot_scalar(&w.blocks[j * per..(j + 1) * per], xr),
+                        Blocks::Q3K(w) => dot_scalar(&w.blocks[j * per..(j + 1) * per], xr),
                         Blocks::Q4K(w) => dot_scalar(&w.blocks[j * per..(j + 1) * per], xr),
                         Blocks::Q5K(w) => dot_scalar(&w.blocks[j * per..(j + 1) * per], xr),
                         Blocks::Q6K(w) => dot_scalar(&w.blocks[j * per..(j + 1) * per], xr),

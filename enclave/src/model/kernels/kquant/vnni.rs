@@ -144,8 +144,9 @@ unsafe fn dots8<B: Simd, const G: usize>(w: &[B], xs: [&[Q8Kx8]; G]) -> [[f32; 8
             // SAFETY: `d` is eight f32 at a multiple of 32 in a 32-byte aligned struct.
             let xd = _mm256_load_ps(x[g].d.as_ptr());
             let dx = _mm256_mul_ps(_mm256_set1_ps(d), xd);
-            acc[g] = if B::SCALES_PER_16 {
-                let lanes = _mm256_sub_epi32(sumi[g], _mm256_slli_epi32(bias, 5));
+            acc[g] = if !B::MINS {
+                let shift = _mm_cvtsi32_si128(B::OFFSET_SHIFT as i32);
+                let lanes = _mm256_sub_epi32(sumi[g], _mm256_sll_epi32(bias, shift));
                 _mm256_add_ps(acc[g], _mm256_mul_ps(dx, _mm256_cvtepi32_ps(lanes)))
             } else {
                 let a = _mm256_add_ps(acc[g], _mm256_mul_ps(dx, _mm256_cvtepi32_ps(sumi[g])));

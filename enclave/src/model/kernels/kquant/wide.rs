@@ -14,7 +14,7 @@
 use std::arch::x86_64::*;
 
 use super::simd::{bsums, Simd};
-use super::{BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
+use super::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K};
 
 /// A format's 64-value vectors.
 pub(crate) trait Wide: Simd {
@@ -47,7 +47,7 @@ const fn halves(a: i16, b: i16) -> [i16; 32] {
 /// scale per 32 values (sub-blocks `2c`, `2c + 1`).
 const PAIRS: [[i16; 32]; 4] = [halves(0, 1), halves(2, 3), halves(4, 5), halves(6, 7)];
 
-/// Q6_K: one scale per 16 values (`4c..4c + 4`, eight lanes each).
+/// Q2_K, Q3_K, Q6_K: one scale per 16 values (`4c..4c + 4`, eight lanes each).
 const QUADS: [[i16; 32]; 4] = {
     let mut q = [[0i16; 32]; 4];
     let mut c = 0;
@@ -66,8 +66,12 @@ const QUADS: [[i16; 32]; 4] = {
 const NIBBLE_SHIFTS: [i16; 32] = halves(0, 4);
 /// Q5_K's fifth bits of sub-blocks `2c`, `2c + 1`: bit `2c` and `2c + 1` of each `qh` byte.
 const Q5_HIGH_SHIFTS: [[i16; 32]; 4] = [halves(0, 1), halves(2, 3), halves(4, 5), halves(6, 7)];
-/// Q6_K's top two bits of values `128n + 64h..`: bits `4h` and `4h + 2` of each `qh` byte.
+/// Q6_K's top two bits of values `128n + 64h..`: bits `4h` and `4h + 2` of
+/// each `qh` byte; and Q2_K's and Q3_K's two low bits of the same values, of
+/// each `qs[32n..]` byte.
 const Q6_HIGH_SHIFTS: [[i16; 32]; 2] = [halves(0, 2), halves(4, 6)];
+/// Q3_K's third bits of values `64c..`: bits `2c` and `2c + 1` of each `hmask` byte.
+const Q3_HIGH_SHIFTS: [[i16; 32]; 4] = Q5_HIGH_SHIFTS;
 
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
@@ -148,6 +152,43 @@ impl Wide for BlockQ6K {
         let low = _mm512_and_si512(_mm512_srl_epi16(ql, _mm_cvtsi32_si128(4 * h as i32)), _mm512_set1_epi8(0x0F));
         let high = bits(twice(self.qh.as_ptr().add(32 * n)), &Q6_HIGH_SHIFTS[h], 3);
         let v = _mm512_or_si512(low, _mm512_slli_epi16(high, 4));
+        (v, _mm512_permutexvar_epi16(constant(&QUADS[c]), scales))
+    }
+}
+
+impl Wide for BlockQ2K {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn scales(&self) -> __m512i {
+        // SAFETY: `sc` is 16 bytes; the load reads exactly them.
+        _mm512_castsi256_si512(_mm256_cvtepu8_epi16(_mm_loadu_si128(self.sc.as_ptr().cast())))
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn wide(&self, c: usize, scales: __m512i) -> (__m512i, __m512i) {
+        // Values 128n + 64h..: bits 4h and 4h + 2 of qs[32n..][..32].
+        let (n, h) = (c / 2, c % 2);
+        // SAFETY: `c < 4`: `qs[32n..][..32]` is in bounds (64 bytes).
+        let v = bits(twice(self.qs.as_ptr().add(32 * n)), &Q6_HIGH_SHIFTS[h], 3);
+        (v, _mm512_permutexvar_epi16(constant(&QUADS[c]), scales))
+    }
+}
+
+impl Wide for BlockQ3K {
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn scales(&self) -> __m512i {
+        // SAFETY: `sc` is 16 bytes; the load reads exactly them.
+        _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(self.sc.as_ptr().cast())))
+    }
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw")]
+    unsafe fn wide(&self, c: usize, scales: __m512i) -> (__m512i, __m512i) {
+        let (n, h) = (c / 2, c % 2);
+        // SAFETY: `c < 4`: `qs[32n..][..32]` is in bounds (64 bytes); `hmask` is 32 bytes.
+        let low = bits(twice(self.qs.as_ptr().add(32 * n)), &Q6_HIGH_SHIFTS[h], 3);
+        let high = bits(twice(self.hmask.as_ptr()), &Q3_HIGH_SHIFTS[c], 1);
+        let v = _mm512_or_si512(low, _mm512_slli_epi16(high, 2));
         (v, _mm512_permutexvar_epi16(constant(&QUADS[c]), scales))
     }
 }
