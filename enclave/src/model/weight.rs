@@ -10,10 +10,11 @@ use candle_core::{DType, Device, Module, Tensor};
 
 use super::error::{ModelError, Result};
 use super::gguf::{GgufFile, RawTensor, TensorType};
+use super::kernels::expanded::ExpandedMatrix;
 use super::kernels::kquant::KQuantMatrix;
-use super::kernels::mxfp4::Mxfp4Matrix;
 use super::kernels::{KernelError, Q41Matrix, Q80Matrix};
 use super::manifest::TensorRecord;
+use super::quant::GgmlType;
 
 pub(crate) struct Loader<'a> {
     pub(crate) gguf: &'a mut GgufFile,
@@ -27,7 +28,18 @@ pub(crate) struct Loader<'a> {
 
 impl Loader<'_> {
     pub(crate) fn raw(&mut self, name: &str) -> Result<RawTensor> {
-        let raw = self.gguf.load_raw(name)?;
+        self.raw_keeping(name, &[])
+    }
+
+    /// [`Self::raw`], keeping a matrix as stored where Veil's CPU kernels
+    /// run its type packed (candle does not decode it): IQ4_NL and IQ4_XS.
+    fn matrix_raw(&mut self, name: &str) -> Result<RawTensor> {
+        const PACKED: [GgmlType; 2] = [GgmlType::IQ4_NL, GgmlType::IQ4_XS];
+        self.raw_keeping(name, if self.device.is_none() { &PACKED } else { &[] })
+    }
+
+    fn raw_keeping(&mut self, name: &str, packed: &[GgmlType]) -> Result<RawTensor> {
+        let raw = self.gguf.load_raw_keeping(name, packed)?;
         if let Some(p) = &self.progress {
             p.inc(1);
         }
@@ -41,9 +53,10 @@ impl Loader<'_> {
     }
 
     /// A weight matrix on Veil's kernels where it has one (Q4_1, Q8_0,
-    /// Q4_K, Q5_K, Q6_K, MXFP4), otherwise on candle's quantized matmul.
+    /// Q5_0, Q2_K–Q6_K, IQ4_NL, IQ4_XS, MXFP4), otherwise on candle's
+    /// quantized matmul (or, for a type candle does not decode, dequantized).
     pub(crate) fn weight(&mut self, name: &str) -> Result<Weight> {
-        let raw = self.raw(name)?;
+        let raw = self.matrix_raw(name)?;
         self.weight_from(name, raw)
     }
 
@@ -66,14 +79,20 @@ impl Loader<'_> {
             let t = ggml_file::qtensor_from_ggml(raw.ggml()?, &raw.bytes, raw.dims, device)?;
             return Ok(Weight::Candle { matmul: QMatMul::from_qtensor(t)?, rows, cols });
         }
-        let dtype = match raw.dtype {
-            // Kept 4-bit; each block expands in registers to an exact 8-bit
-            // block, so the kernels compute llama.cpp's MXFP4 × Q8_0 dot.
-            TensorType::Mxfp4 => {
-                return Ok(Weight::Mxfp4(Arc::new(Mxfp4Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?)))
-            }
-            _ => raw.ggml()?,
+        // Kept packed; each block expands in registers to an exact 8-bit
+        // block, so the kernels compute llama.cpp's MXFP4/IQ4_NL/Q5_0 × Q8_0 dot.
+        type Load = fn(&[u8], usize, usize) -> std::result::Result<ExpandedMatrix, KernelError>;
+        let expanded: Option<Load> = match raw.dtype {
+            TensorType::Mxfp4 => Some(ExpandedMatrix::from_mxfp4_bytes),
+            TensorType::Other(GgmlType::IQ4_NL) => Some(ExpandedMatrix::from_iq4_nl_bytes),
+            TensorType::Other(GgmlType::IQ4_XS) => Some(ExpandedMatrix::from_iq4_xs_bytes),
+            TensorType::Ggml(GgmlDType::Q5_0) => Some(ExpandedMatrix::from_q5_0_bytes),
+            _ => None,
         };
+        if let Some(load) = expanded {
+            return Ok(Weight::Expanded(Arc::new(load(&raw.bytes, rows, cols).map_err(bad)?)));
+        }
+        let dtype = raw.ggml()?;
         if let Some(k) = KQuantMatrix::from_gguf_bytes(dtype, &raw.bytes, rows, cols) {
             return Ok(Weight::KQuant(Arc::new(k.map_err(bad)?)));
         }
@@ -97,7 +116,7 @@ impl Loader<'_> {
     /// The experts of a `[n_expert, rows, cols]` tensor (`ffn_*_exps`), one
     /// weight matrix each, from the one read (and hash) of the tensor.
     pub(crate) fn experts(&mut self, name: &str, n_expert: usize) -> Result<Vec<Weight>> {
-        let raw = self.raw(name)?;
+        let raw = self.matrix_raw(name)?;
         let [n, rows, cols] = raw.dims[..] else {
             return Err(ModelError::Malformed(format!(
                 "{name} has shape {:?}, expected [experts, rows, cols]",
@@ -143,7 +162,7 @@ impl Loader<'_> {
 pub(crate) enum Weight {
     Q41(Q41Matrix),
     Q80(Arc<Q80Matrix>),
-    Mxfp4(Arc<Mxfp4Matrix>),
+    Expanded(Arc<ExpandedMatrix>),
     KQuant(Arc<KQuantMatrix>),
     F32 { data: Arc<Vec<f32>>, rows: usize, cols: usize },
     Candle { matmul: QMatMul, rows: usize, cols: usize },
@@ -164,7 +183,7 @@ impl Weight {
         match self {
             Self::Q41(m) => m.digest_into(h),
             Self::Q80(m) => m.digest_into(h),
-            Self::Mxfp4(m) => m.digest_into(h),
+            Self::Expanded(m) => m.digest_into(h),
             Self::KQuant(m) => m.digest_into(h),
             Self::F32 { data, .. } => digest_f32s(h, data),
             Self::Candle { matmul: QMatMul::QTensor(t), .. } => h.update(&*t.data()?),
@@ -179,7 +198,7 @@ impl Weight {
         match self {
             Self::Q41(m) => m.rows(),
             Self::Q80(m) => m.rows(),
-            Self::Mxfp4(m) => m.rows(),
+            Self::Expanded(m) => m.rows(),
             Self::KQuant(m) => m.rows(),
             Self::F32 { rows, .. } | Self::Candle { rows, .. } => *rows,
         }
@@ -189,7 +208,7 @@ impl Weight {
         match self {
             Self::Q41(m) => m.cols(),
             Self::Q80(m) => m.cols(),
-            Self::Mxfp4(m) => m.cols(),
+            Self::Expanded(m) => m.cols(),
             Self::KQuant(m) => m.cols(),
             Self::F32 { cols, .. } | Self::Candle { cols, .. } => *cols,
         }
@@ -200,7 +219,7 @@ impl Weight {
         Ok(match self {
             Self::Q41(w) => w.matmul(x, m),
             Self::Q80(w) => w.matmul(x, m),
-            Self::Mxfp4(w) => w.matmul(x, m),
+            Self::Expanded(w) => w.matmul(x, m),
             Self::KQuant(w) => w.matmul(x, m),
             Self::F32 { data, rows, cols } => {
                 let mut out = vec![0f32; m * rows];

@@ -449,8 +449,15 @@ impl GgufFile {
         TensorRecord { name: name.to_owned(), dtype: info.dtype.name(), shape: info.dims.clone(), sha256: [0; 32] }
     }
 
-    /// Reads `name` once and hashes its bytes, returning them undecoded.
+    /// Reads `name` once and hashes its bytes, returning them undecoded
+    /// (a type candle does not decode dequantized to F32, see [`Self::load_raw_keeping`]).
     pub fn load_raw(&mut self, name: &str) -> Result<RawTensor> {
+        self.load_raw_keeping(name, &[])
+    }
+
+    /// [`Self::load_raw`], but a tensor of a type in `packed` (one that
+    /// Veil's kernels run as stored, such as IQ4_XS) comes back as stored.
+    pub fn load_raw_keeping(&mut self, name: &str, packed: &[crate::model::quant::GgmlType]) -> Result<RawTensor> {
         let (part, start, size) = self.locate(name)?;
         let dtype = self.tensors[name].1.dtype;
         if !loads(dtype) {
@@ -462,19 +469,17 @@ impl GgufFile {
         file.seek(SeekFrom::Start(start))?;
         file.read_exact(&mut raw)?;
         record.sha256 = Sha256::digest(&raw).into();
-        if let TensorType::Other(t) = dtype {
+        match dtype {
             // Hashed as stored; computed with as F32, dequantized as ggml does.
-            let values = crate::model::quant::dequant::dequantize(t, &raw)
-                .map_err(|e| ModelError::Malformed(format!("tensor {name}: {e}")))?;
-            let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
-            return Ok(RawTensor {
-                bytes,
-                dtype: TensorType::Ggml(GgmlDType::F32),
-                dims: record.shape.clone(),
-                record,
-            });
+            TensorType::Other(t) if !packed.contains(&t) => {
+                let values = crate::model::quant::dequant::dequantize(t, &raw)
+                    .map_err(|e| ModelError::Malformed(format!("tensor {name}: {e}")))?;
+                let bytes = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                let dims = record.shape.clone();
+                Ok(RawTensor { bytes, dtype: TensorType::Ggml(GgmlDType::F32), dims, record })
+            }
+            _ => Ok(RawTensor { bytes: raw, dtype, dims: record.shape.clone(), record }),
         }
-        Ok(RawTensor { bytes: raw, dtype, dims: record.shape.clone(), record })
     }
 
     /// Reads `name` in pieces and hashes it, keeping none of its bytes.

@@ -1075,6 +1075,7 @@ pub(crate) unsafe fn hsum4_epi32(v: [std::arch::x86_64::__m256i; 4]) -> std::arc
     _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1))
 }
 
+pub mod expanded;
 pub mod kquant;
 mod kv;
 pub mod mxfp4;

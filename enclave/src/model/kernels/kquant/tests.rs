@@ -181,3 +181,20 @@ fn stacking_keeps_every_output_and_refuses_mixed_formats() {
     let q6 = KQuantMatrix::from_gguf_bytes(GgmlDType::Q6K, &c_raw, 5, cols).unwrap().unwrap();
     assert!(KQuantMatrix::stack(vec![load(&a_raw, 7), q6]).is_none());
 }
+
+/// The kernels' blocks dequantize as gguf-py does (`testdata/dequant`),
+/// bit for bit, for every K-quant.
+#[test]
+fn dequantization_equals_gguf_py_bit_for_bit() {
+    for (dtype, name) in FORMATS.into_iter().zip(["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]) {
+        let (raw, want) = crate::model::kernels::expanded::tests::gguf_py_fixture(name);
+        let cols = want.len();
+        let m = KQuantMatrix::from_gguf_bytes(dtype, &raw, 1, cols).unwrap().unwrap();
+        assert_eq!(m.format(), name);
+        let mut row = vec![0f32; cols];
+        m.row_into(0, &mut row);
+        for (i, (g, w)) in row.iter().zip(&want).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "{name} value {i}: {g} vs gguf-py {w}");
+        }
+    }
+}

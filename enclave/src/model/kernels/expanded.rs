@@ -1,0 +1,480 @@
+//! Blocks of 32 weights that are, exactly, 32 signed 8-bit integers and
+//! one scale once unpacked: MXFP4 (a 16-entry E2M1 table and an E8M0
+//! scale), IQ4_NL (a 16-entry non-linear table and an f16 scale), IQ4_XS
+//! (IQ4_NL's table in super-blocks of 256 with a 6-bit scale per 32, here
+//! folded into each block's f32 scale exactly as ggml's dequantisation
+//! computes it) and Q5_0 (five bits less 16, an f16 scale).
+//!
+//! The blocks stay packed in memory (20 bytes a block for the table types,
+//! 24 for Q5_0) and expand in registers to their integers (`pshufb` table
+//! lookups; Q5_0's fifth bits spread to bytes), then run the Q8_0 × Q8_0
+//! kernels' arithmetic against Q8_0 activations: per block the exact
+//! integer dot, times `w.d · x.d`. That is llama.cpp's arithmetic for
+//! MXFP4, IQ4_NL and Q5_0, which it pairs with Q8_0; llama.cpp pairs IQ4_XS
+//! with Q8_K (one activation scale per 256), so Veil's IQ4_XS products use
+//! a finer activation scale than llama.cpp's. Every kernel (scalar, AVX2,
+//! VNNI) gives the results of the blocks expanded to Q8_0 at load, bit for
+//! bit (tested).
+
+use std::marker::PhantomData;
+
+use rayon::prelude::*;
+
+use super::{check_shape, f16_at, par_matmul, quantize_row_q8_0, BlockQ80, Dots, KernelError, BLOCK};
+
+/// Bytes of one IQ4_NL block in a GGUF.
+pub const IQ4_NL_BLOCK_BYTES: usize = 18;
+/// Bytes of one IQ4_XS super-block (256 weights) in a GGUF.
+pub const IQ4_XS_BLOCK_BYTES: usize = 136;
+/// Bytes of one Q5_0 block in a GGUF.
+pub const Q5_0_BLOCK_BYTES: usize = 22;
+
+/// IQ4_NL's and IQ4_XS's values (ggml's `kvalues_iq4nl`).
+pub const KVALUES_IQ4NL: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
+
+/// A block that unpacks to 32 exact integers and one scale.
+pub(crate) trait Expand: Copy + Send + Sync + 'static {
+    /// The block's scale.
+    fn scale(&self) -> f32;
+    /// The 32 integers, in weight order.
+    fn ints(&self) -> [i8; BLOCK];
+    /// The 32 integers in one vector.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn ints_avx2(&self) -> std::arch::x86_64::__m256i;
+    /// Appends the resident fields to `out` (what the digest covers).
+    fn bytes_into(&self, out: &mut Vec<u8>);
+    /// The block dequantized, as ggml's `dequantize_row_*` computes each value.
+    fn dequantize(&self) -> [f32; BLOCK] {
+        let d = self.scale();
+        self.ints().map(|q| f32::from(q) * d)
+    }
+}
+
+/// A 16-entry table of integers that 4-bit codes index.
+pub(crate) trait Codebook: Copy + Send + Sync + std::fmt::Debug + 'static {
+    const TABLE: [i8; 16];
+    /// [`Codebook::TABLE`]'s bits, as bytes (the `pshufb` table).
+    const TABLE_BITS: [u8; 16] = {
+        let mut t = [0u8; 16];
+        let mut i = 0;
+        while i < 16 {
+            t[i] = Self::TABLE[i] as u8;
+            i += 1;
+        }
+        t
+    };
+    /// [`Codebook::TABLE`] plus 128, as unsigned bytes (VNNI's unsigned side).
+    const TABLE_U8: [u8; 16] = {
+        let mut t = [0u8; 16];
+        let mut i = 0;
+        while i < 16 {
+            t[i] = (Self::TABLE[i] as u8) ^ 0x80;
+            i += 1;
+        }
+        t
+    };
+}
+
+/// MXFP4's E2M1 values, doubled.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Mxfp4Code;
+impl Codebook for Mxfp4Code {
+    const TABLE: [i8; 16] = super::mxfp4::KVALUES;
+}
+
+/// IQ4_NL's and IQ4_XS's non-linear values.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Iq4Code;
+impl Codebook for Iq4Code {
+    const TABLE: [i8; 16] = KVALUES_IQ4NL;
+}
+
+/// A block of 32 table codes: value `j` in the low nibble of `qs[j]`,
+/// value `j + 16` in the high one; the scale decoded to f32.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+struct Nib<C> {
+    d: f32,
+    qs: [u8; 16],
+    code: PhantomData<C>,
+}
+
+impl<C: Codebook> Nib<C> {
+    fn new(d: f32, qs: &[u8]) -> Self {
+        let mut q = [0u8; 16];
+        q.copy_from_slice(qs);
+        Self { d, qs: q, code: PhantomData }
+    }
+}
+
+/// Nibble `j` of `qs` (low nibbles, then high) looked up in `table`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn lookup(qs: &[u8; 16], table: &[u8; 16]) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    // SAFETY: `table` and `qs` are 16 bytes; each load reads exactly them.
+    let (t, q) = (_mm_loadu_si128(table.as_ptr().cast()), _mm_loadu_si128(qs.as_ptr().cast()));
+    let low = _mm_set1_epi8(0x0F);
+    let lo = _mm_shuffle_epi8(t, _mm_and_si128(q, low));
+    let hi = _mm_shuffle_epi8(t, _mm_and_si128(_mm_srli_epi16(q, 4), low));
+    _mm256_set_m128i(hi, lo)
+}
+
+impl<C: Codebook> Expand for Nib<C> {
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    fn ints(&self) -> [i8; BLOCK] {
+        std::array::from_fn(|j| C::TABLE[usize::from(if j < 16 { self.qs[j] & 0x0F } else { self.qs[j - 16] >> 4 })])
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn ints_avx2(&self) -> std::arch::x86_64::__m256i {
+        lookup(&self.qs, &C::TABLE_BITS)
+    }
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.qs);
+    }
+}
+
+/// A Q5_0 block in memory: `qh` holds the fifth bit of value `j` at bit `j`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+struct BlockQ50 {
+    d: f32,
+    qh: u32,
+    qs: [u8; 16],
+}
+
+impl Expand for BlockQ50 {
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    fn ints(&self) -> [i8; BLOCK] {
+        std::array::from_fn(|j| {
+            let nibble = if j < 16 { self.qs[j] & 0x0F } else { self.qs[j - 16] >> 4 };
+            let fifth = ((self.qh >> j) & 1) as u8;
+            (nibble | (fifth << 4)) as i8 - 16
+        })
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn ints_avx2(&self) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
+        // SAFETY: `qs` is 16 bytes; the load reads exactly them.
+        let q = _mm_loadu_si128(self.qs.as_ptr().cast());
+        let low = _mm_set1_epi8(0x0F);
+        let nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
+        // Byte j: all ones where bit j of qh is set. Each byte first takes
+        // byte j / 8 of qh, then every bit but bit j % 8 is set.
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(self.qh as i32),
+            _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303),
+        );
+        let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+        let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
+        // q − 16: the nibble where the fifth bit is set, else the nibble − 16
+        // (its high four bits set, as an i8).
+        _mm256_or_si256(nibbles, _mm256_andnot_si256(set, _mm256_set1_epi8(0xF0u8 as i8)))
+    }
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.qh.to_le_bytes());
+        out.extend_from_slice(&self.qs);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<C: Codebook> super::I8Block for Nib<C> {
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn weights(&self) -> std::arch::x86_64::__m256i {
+        // SAFETY: AVX2 and FMA are enabled here.
+        unsafe { self.ints_avx2() }
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn weights_u8(&self) -> std::arch::x86_64::__m256i {
+        // SAFETY: AVX2 and FMA are enabled here.
+        unsafe { lookup(&self.qs, &C::TABLE_U8) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl super::I8Block for BlockQ50 {
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn weights(&self) -> std::arch::x86_64::__m256i {
+        // SAFETY: AVX2 and FMA are enabled here.
+        unsafe { self.ints_avx2() }
+    }
+}
+
+/// A `rows × cols` matrix of expanding blocks.
+#[derive(Debug)]
+struct Expanded<B> {
+    rows: usize,
+    cols: usize,
+    blocks: Vec<B>,
+}
+
+#[cfg(target_arch = "x86_64")]
+trait Kernel: Expand + super::I8Block {}
+#[cfg(target_arch = "x86_64")]
+impl<B: Expand + super::I8Block> Kernel for B {}
+#[cfg(not(target_arch = "x86_64"))]
+trait Kernel: Expand {}
+#[cfg(not(target_arch = "x86_64"))]
+impl<B: Expand> Kernel for B {}
+
+impl<B: Kernel> Expanded<B> {
+    fn matmul_on(&self, x: &[f32], m: usize, isa: super::Isa) -> Vec<f32> {
+        assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
+        let xq: Vec<BlockQ80> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_0).collect();
+        #[cfg(target_arch = "x86_64")]
+        if isa == super::Isa::Avx512Vnni {
+            return super::q80_matmul_vnni(&self.blocks, self.rows, self.cols / BLOCK, &xq, m);
+        }
+        par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, dots(isa))
+    }
+
+    fn digest_into(&self, h: &mut sha2::Sha256) {
+        use sha2::Digest as _;
+        let mut buf = Vec::with_capacity(24 * 4096);
+        for chunk in self.blocks.chunks(4096) {
+            buf.clear();
+            chunk.iter().for_each(|b| b.bytes_into(&mut buf));
+            h.update(&buf);
+        }
+    }
+
+    fn row_into(&self, r: usize, out: &mut [f32]) {
+        let per = self.cols / BLOCK;
+        for (b, o) in self.blocks[r * per..(r + 1) * per].iter().zip(out.chunks_exact_mut(BLOCK)) {
+            o.copy_from_slice(&b.dequantize());
+        }
+    }
+
+    /// The blocks expanded to Q8_0 (the reference the kernels equal).
+    #[cfg(test)]
+    fn to_q80(&self) -> super::Q80Matrix {
+        let blocks = self.blocks.iter().map(|b| BlockQ80 { d: Expand::scale(b), qs: b.ints() }).collect();
+        super::Q80Matrix { rows: self.rows, cols: self.cols, blocks }
+    }
+}
+
+/// A weight matrix whose blocks expand to 8-bit integers in registers.
+#[derive(Debug)]
+pub struct ExpandedMatrix(Kind);
+
+#[derive(Debug)]
+enum Kind {
+    Mxfp4(Expanded<Nib<Mxfp4Code>>),
+    /// IQ4_NL or IQ4_XS (`xs`).
+    Iq4 {
+        m: Expanded<Nib<Iq4Code>>,
+        xs: bool,
+    },
+    Q50(Expanded<BlockQ50>),
+}
+
+macro_rules! each {
+    ($self:expr, $m:ident => $e:expr) => {
+        match &$self.0 {
+            Kind::Mxfp4($m) => $e,
+            Kind::Iq4 { m: $m, .. } => $e,
+            Kind::Q50($m) => $e,
+        }
+    };
+}
+
+impl ExpandedMatrix {
+    /// Decodes raw GGUF bytes of a `rows × cols` MXFP4 tensor.
+    pub fn from_mxfp4_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        check_shape(raw, rows, cols, super::mxfp4::MXFP4_BLOCK_BYTES, "MXFP4")?;
+        let blocks = raw.par_chunks_exact(17).map(|b| Nib::new(super::mxfp4::e8m0_half(b[0]), &b[1..17])).collect();
+        Ok(Self(Kind::Mxfp4(Expanded { rows, cols, blocks })))
+    }
+
+    /// Decodes raw GGUF bytes of a `rows × cols` IQ4_NL tensor (`d: f16, qs: [u8; 16]`).
+    pub fn from_iq4_nl_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        check_shape(raw, rows, cols, IQ4_NL_BLOCK_BYTES, "IQ4_NL")?;
+        let blocks = raw.par_chunks_exact(IQ4_NL_BLOCK_BYTES).map(|b| Nib::new(f16_at(b, 0), &b[2..18])).collect();
+        Ok(Self(Kind::Iq4 { m: Expanded { rows, cols, blocks }, xs: false }))
+    }
+
+    /// Decodes raw GGUF bytes of a `rows × cols` IQ4_XS tensor (`d: f16,
+    /// scales_h: u16, scales_l: [u8; 4], qs: [u8; 128]` per 256 weights)
+    /// into eight blocks per super-block, block `b`'s scale `d·(ls − 32)`
+    /// with `ls` its 6-bit scale, as ggml's `dequantize_row_iq4_xs` computes it.
+    pub fn from_iq4_xs_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        const QK: usize = 256;
+        let format = "IQ4_XS";
+        if cols == 0 || !cols.is_multiple_of(QK) {
+            return Err(KernelError::RowLength { format, cols, block: QK });
+        }
+        let expected = rows
+            .checked_mul(cols / QK)
+            .and_then(|n| n.checked_mul(IQ4_XS_BLOCK_BYTES))
+            .ok_or(KernelError::SizeOverflow { format })?;
+        if raw.len() != expected {
+            return Err(KernelError::ByteCount { format, actual: raw.len(), expected });
+        }
+        let blocks = raw
+            .par_chunks_exact(IQ4_XS_BLOCK_BYTES)
+            .flat_map_iter(|b| {
+                let d = f16_at(b, 0);
+                let scales_h = u16::from_le_bytes([b[2], b[3]]);
+                (0..8).map(move |ib| {
+                    let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F;
+                    let high = ((scales_h >> (2 * ib)) & 3) as u8;
+                    let ls = i32::from(low | (high << 4));
+                    Nib::new(d * (ls - 32) as f32, &b[8 + 16 * ib..8 + 16 * ib + 16])
+                })
+            })
+            .collect();
+        Ok(Self(Kind::Iq4 { m: Expanded { rows, cols, blocks }, xs: true }))
+    }
+
+    /// Decodes raw GGUF bytes of a `rows × cols` Q5_0 tensor (`d: f16, qh: [u8; 4], qs: [u8; 16]`).
+    pub fn from_q5_0_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        check_shape(raw, rows, cols, Q5_0_BLOCK_BYTES, "Q5_0")?;
+        let blocks = raw
+            .par_chunks_exact(Q5_0_BLOCK_BYTES)
+            .map(|b| {
+                let mut qs = [0u8; 16];
+                qs.copy_from_slice(&b[6..22]);
+                BlockQ50 { d: f16_at(b, 0), qh: u32::from_le_bytes([b[2], b[3], b[4], b[5]]), qs }
+            })
+            .collect();
+        Ok(Self(Kind::Q50(Expanded { rows, cols, blocks })))
+    }
+
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        each!(self, m => m.rows)
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        each!(self, m => m.cols)
+    }
+
+    /// The format's ggml name.
+    pub fn format(&self) -> &'static str {
+        match &self.0 {
+            Kind::Mxfp4(_) => "MXFP4",
+            Kind::Iq4 { xs: false, .. } => "IQ4_NL",
+            Kind::Iq4 { xs: true, .. } => "IQ4_XS",
+            Kind::Q50(_) => "Q5_0",
+        }
+    }
+
+    /// Bytes the blocks take in memory.
+    pub fn resident_bytes(&self) -> usize {
+        fn bytes<B>(m: &Expanded<B>) -> usize {
+            m.blocks.len() * std::mem::size_of::<B>()
+        }
+        each!(self, m => bytes(m))
+    }
+
+    /// `x (m × cols) · selfᵀ → (m × rows)`, row-major; activations
+    /// quantized to Q8_0.
+    pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
+        self.matmul_on(x, m, super::q80_isa())
+    }
+
+    /// [`Self::matmul`] on the kernels of `isa`, which this CPU must run.
+    fn matmul_on(&self, x: &[f32], m: usize, isa: super::Isa) -> Vec<f32> {
+        each!(self, w => w.matmul_on(x, m, isa))
+    }
+
+    /// Row `r` dequantized into `out` (an embedding lookup).
+    pub fn row_into(&self, r: usize, out: &mut [f32]) {
+        each!(self, m => m.row_into(r, out))
+    }
+
+    /// Feeds the resident weights — exactly what the kernels read — to `h`.
+    pub(crate) fn digest_into(&self, h: &mut sha2::Sha256) {
+        each!(self, m => m.digest_into(h))
+    }
+}
+
+/// Q8_0's kernels ([`super::q80_isa`]) on the blocks expanded in registers.
+fn dots<B: Kernel>(isa: super::Isa) -> Dots<B, BlockQ80> {
+    #[cfg(target_arch = "x86_64")]
+    if isa != super::Isa::Scalar {
+        return Dots {
+            // SAFETY (both): `isa` came from `at_most`, which chose AVX2 or
+            // VNNI after run-time detection of AVX2 and FMA (pshufb is SSSE3, implied).
+            one: |w, x| unsafe { dot_avx2(w, x) },
+            four: |w, x| unsafe { dot4_avx2(w, x) },
+        };
+    }
+    let _ = isa;
+    Dots { one: dot_scalar, four: |w, x| x.map(|x| dot_scalar(w, x)) }
+}
+
+/// The arithmetic of `q80_dot_scalar` on the unpacked integers.
+fn dot_scalar<B: Expand>(w: &[B], x: &[BlockQ80]) -> f32 {
+    super::sum4(w.iter().zip(x).map(|(b, a)| {
+        let sumi: i32 = b.ints().iter().zip(&a.qs).map(|(&p, &q)| i32::from(p) * i32::from(q)).sum();
+        b.scale() * a.d * sumi as f32
+    }))
+}
+
+/// The arithmetic of `q80_dot_avx2` on the expanded block.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot_avx2<B: Expand>(w: &[B], x: &[BlockQ80]) -> f32 {
+    use std::arch::x86_64::*;
+    let mut acc = _mm256_setzero_ps();
+    let ones = _mm256_set1_epi16(1);
+    for (b, a) in w.iter().zip(x) {
+        let qw = b.ints_avx2();
+        // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
+        let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
+        let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
+        let p32 = _mm256_madd_epi16(p16, ones);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(b.scale() * a.d), _mm256_cvtepi32_ps(p32), acc);
+    }
+    super::hsum(acc)
+}
+
+/// [`dot_avx2`] for four input rows (bit-identical per row).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn dot4_avx2<B: Expand>(w: &[B], x: [&[BlockQ80]; 4]) -> [f32; 4] {
+    use std::arch::x86_64::*;
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let ones = _mm256_set1_epi16(1);
+    let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
+    for (i, b) in w[..n].iter().enumerate() {
+        let qw = b.ints_avx2();
+        let aw = _mm256_sign_epi8(qw, qw);
+        for r in 0..4 {
+            let a = &x[r][i];
+            // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
+            let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
+            let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw)), ones);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.scale() * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
+        }
+    }
+    [super::hsum(acc[0]), super::hsum(acc[1]), super::hsum(acc[2]), super::hsum(acc[3])]
+}
+
+#[cfg(test)]
+pub(crate) mod tests;
