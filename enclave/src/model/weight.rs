@@ -12,6 +12,7 @@ use super::error::{ModelError, Result};
 use super::gguf::{GgufFile, RawTensor, TensorType};
 use super::kernels::expanded::ExpandedMatrix;
 use super::kernels::kquant::KQuantMatrix;
+use super::kernels::q5_1::Q51Matrix;
 use super::kernels::{KernelError, Q41Matrix, Q80Matrix};
 use super::manifest::TensorRecord;
 use super::quant::GgmlType;
@@ -99,6 +100,7 @@ impl Loader<'_> {
         Ok(match dtype {
             GgmlDType::Q4_1 => Weight::Q41(Q41Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?),
             GgmlDType::Q8_0 => Weight::Q80(Arc::new(Q80Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?)),
+            GgmlDType::Q5_1 => Weight::Q51(Arc::new(Q51Matrix::from_gguf_bytes(&raw.bytes, rows, cols).map_err(bad)?)),
             // Small f32 matrices (an MoE router): a plain row-wise dot, whose
             // result for a row does not depend on the rows beside it.
             GgmlDType::F32 => {
@@ -163,6 +165,7 @@ pub(crate) enum Weight {
     Q41(Q41Matrix),
     Q80(Arc<Q80Matrix>),
     Expanded(Arc<ExpandedMatrix>),
+    Q51(Arc<Q51Matrix>),
     KQuant(Arc<KQuantMatrix>),
     F32 { data: Arc<Vec<f32>>, rows: usize, cols: usize },
     Candle { matmul: QMatMul, rows: usize, cols: usize },
@@ -184,6 +187,7 @@ impl Weight {
             Self::Q41(m) => m.digest_into(h),
             Self::Q80(m) => m.digest_into(h),
             Self::Expanded(m) => m.digest_into(h),
+            Self::Q51(m) => m.digest_into(h),
             Self::KQuant(m) => m.digest_into(h),
             Self::F32 { data, .. } => digest_f32s(h, data),
             Self::Candle { matmul: QMatMul::QTensor(t), .. } => h.update(&*t.data()?),
@@ -199,6 +203,7 @@ impl Weight {
             Self::Q41(m) => m.rows(),
             Self::Q80(m) => m.rows(),
             Self::Expanded(m) => m.rows(),
+            Self::Q51(m) => m.rows(),
             Self::KQuant(m) => m.rows(),
             Self::F32 { rows, .. } | Self::Candle { rows, .. } => *rows,
         }
@@ -209,6 +214,7 @@ impl Weight {
             Self::Q41(m) => m.cols(),
             Self::Q80(m) => m.cols(),
             Self::Expanded(m) => m.cols(),
+            Self::Q51(m) => m.cols(),
             Self::KQuant(m) => m.cols(),
             Self::F32 { cols, .. } | Self::Candle { cols, .. } => *cols,
         }
@@ -220,6 +226,7 @@ impl Weight {
             Self::Q41(w) => w.matmul(x, m),
             Self::Q80(w) => w.matmul(x, m),
             Self::Expanded(w) => w.matmul(x, m),
+            Self::Q51(w) => w.matmul(x, m),
             Self::KQuant(w) => w.matmul(x, m),
             Self::F32 { data, rows, cols } => {
                 let mut out = vec![0f32; m * rows];

@@ -542,7 +542,8 @@ fn every_served_quant_type_matches_the_f32_model() {
         (GgmlDType::Q4K, 0.25),
         (GgmlDType::Q4_0, 0.3),
         (GgmlDType::Q4_1, 0.25),
-        // candle's quantized matmul (Q8 activations, as ggml's).
+        // Q4_0 above runs on candle's quantized matmul; these on Veil's
+        // kernels (Q8_0, Q8_1 and Q8_K activations, as ggml pairs them).
         (GgmlDType::Q5_0, 0.13),
         (GgmlDType::Q5_1, 0.13),
         (GgmlDType::Q3K, 0.55),

@@ -168,18 +168,7 @@ impl Expand for BlockQ50 {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn ints_avx2(&self) -> std::arch::x86_64::__m256i {
         use std::arch::x86_64::*;
-        // SAFETY: `qs` is 16 bytes; the load reads exactly them.
-        let q = _mm_loadu_si128(self.qs.as_ptr().cast());
-        let low = _mm_set1_epi8(0x0F);
-        let nibbles = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
-        // Byte j: all ones where bit j of qh is set. Each byte first takes
-        // byte j / 8 of qh, then every bit but bit j % 8 is set.
-        let spread = _mm256_shuffle_epi8(
-            _mm256_set1_epi32(self.qh as i32),
-            _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303),
-        );
-        let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
-        let set = _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi64x(-1));
+        let (nibbles, set) = (super::nibbles_avx2(&self.qs), super::bits_to_bytes(self.qh));
         // q − 16: the nibble where the fifth bit is set, else the nibble − 16
         // (its high four bits set, as an i8).
         _mm256_or_si256(nibbles, _mm256_andnot_si256(set, _mm256_set1_epi8(0xF0u8 as i8)))

@@ -40,6 +40,64 @@ struct BlockQ41 {
     qs: [u8; 16],
 }
 
+/// A block of 32 unsigned weights `w = d·q + m` (Q4_1, Q5_1), against
+/// Q8_1 activations.
+pub(crate) trait UBlock: Copy + Send + Sync + 'static {
+    /// `(d, m)`.
+    fn dm(&self) -> (f32, f32);
+    /// The 32 values `q`, in weight order.
+    fn unsigned(&self) -> [u8; 32];
+    /// [`UBlock::unsigned`] in one vector.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[cfg(target_arch = "x86_64")]
+    unsafe fn unsigned_avx2(&self) -> std::arch::x86_64::__m256i;
+}
+
+impl UBlock for BlockQ41 {
+    fn dm(&self) -> (f32, f32) {
+        (self.d, self.m)
+    }
+    fn unsigned(&self) -> [u8; 32] {
+        std::array::from_fn(|j| if j < 16 { self.qs[j] & 0x0F } else { self.qs[j - 16] >> 4 })
+    }
+    #[cfg(target_arch = "x86_64")]
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn unsigned_avx2(&self) -> std::arch::x86_64::__m256i {
+        nibbles_avx2(&self.qs)
+    }
+}
+
+/// Values `j` (low nibble of `qs[j]`) and `j + 16` (high nibble) of a
+/// 32-value block, as bytes `j` and `j + 16`.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn nibbles_avx2(qs: &[u8; 16]) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    // SAFETY: `qs` is 16 bytes; the load reads exactly them.
+    let q = _mm_loadu_si128(qs.as_ptr().cast());
+    let low = _mm_set1_epi8(0x0F);
+    _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low))
+}
+
+/// Byte `j` all ones where bit `j` of `bits` is set, else zero (Q5_0's and
+/// Q5_1's fifth bits). Each byte takes byte `j / 8` of `bits`, then every
+/// bit but bit `j % 8` is set; the byte is all ones when that bit was.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn bits_to_bytes(bits: u32) -> std::arch::x86_64::__m256i {
+    use std::arch::x86_64::*;
+    let spread = _mm256_shuffle_epi8(
+        _mm256_set1_epi32(bits as i32),
+        _mm256_setr_epi64x(0, 0x0101_0101_0101_0101, 0x0202_0202_0202_0202, 0x0303_0303_0303_0303),
+    );
+    _mm256_cmpeq_epi8(_mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe)), _mm256_set1_epi64x(-1))
+}
+
 /// One Q8_0 block (weights or activations).
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
@@ -571,7 +629,7 @@ pub fn vnni_available() -> bool {
     at_most(Isa::Avx512Vnni) == Isa::Avx512Vnni
 }
 
-fn q41_dots() -> Dots<BlockQ41, BlockQ81> {
+fn q41_dots<B: UBlock>() -> Dots<B, BlockQ81> {
     #[cfg(target_arch = "x86_64")]
     match q41_isa() {
         Isa::Avx512Vnni => {
@@ -608,15 +666,12 @@ fn q80_dots(isa: Isa) -> Dots<BlockQ80, BlockQ80> {
     Dots { one: q80_dot_scalar, four: |w, x| x.map(|x| q80_dot_scalar(w, x)) }
 }
 
-fn q41_dot_scalar(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
+fn q41_dot_scalar<B: UBlock>(w: &[B], x: &[BlockQ81]) -> f32 {
     let mut sum = 0f32;
     for (b, a) in w.iter().zip(x) {
-        let mut sumi = 0i32;
-        for j in 0..16 {
-            sumi += i32::from(b.qs[j] & 0x0F) * i32::from(a.qs[j]);
-            sumi += i32::from(b.qs[j] >> 4) * i32::from(a.qs[j + 16]);
-        }
-        sum += b.d * a.d * sumi as f32 + b.m * a.s;
+        let sumi: i32 = b.unsigned().iter().zip(&a.qs).map(|(&q, &x)| i32::from(q) * i32::from(x)).sum();
+        let (d, m) = b.dm();
+        sum += d * a.d * sumi as f32 + m * a.s;
     }
     sum
 }
@@ -662,24 +717,20 @@ unsafe fn hsum(acc: std::arch::x86_64::__m256) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn q41_dot_avx2(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
+unsafe fn q41_dot_avx2<B: UBlock>(w: &[B], x: &[BlockQ81]) -> f32 {
     use std::arch::x86_64::*;
     let mut acc = _mm256_setzero_ps();
     let mut summs = 0f32;
-    let low = _mm_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
     for (b, a) in w.iter().zip(x) {
-        summs += b.m * a.s;
-        // SAFETY: `b.qs` is 16 bytes and `a.qs` 32 bytes; the unaligned
-        // loads read exactly those arrays.
-        let q = _mm_loadu_si128(b.qs.as_ptr().cast());
-        let lo = _mm_and_si128(q, low);
-        let hi = _mm_and_si128(_mm_srli_epi16(q, 4), low);
-        let q4 = _mm256_set_m128i(hi, lo);
+        let (d, m) = b.dm();
+        summs += m * a.s;
+        let q4 = b.unsigned_avx2();
+        // SAFETY: `a.qs` is 32 bytes; the unaligned load reads exactly it.
         let q8 = _mm256_loadu_si256(a.qs.as_ptr().cast());
-        // u8 × i8 pairs summed to i16 (at most 2·15·128, no saturation), then to i32.
+        // u8 × i8 pairs summed to i16 (at most 2·31·128, no saturation), then to i32.
         let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(q4, q8), ones);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(p32), acc);
     }
     hsum(acc) + summs
 }
@@ -707,24 +758,22 @@ unsafe fn q80_dot_avx2(w: &[BlockQ80], x: &[BlockQ80]) -> f32 {
 /// once; every row's accumulation is the single-row sequence exactly.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn q41_dot4_avx2(w: &[BlockQ41], x: [&[BlockQ81]; 4]) -> [f32; 4] {
+unsafe fn q41_dot4_avx2<B: UBlock>(w: &[B], x: [&[BlockQ81]; 4]) -> [f32; 4] {
     use std::arch::x86_64::*;
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut summs = [0f32; 4];
-    let low = _mm_set1_epi8(0x0F);
     let ones = _mm256_set1_epi16(1);
     let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
     for (i, b) in w[..n].iter().enumerate() {
-        // SAFETY: `b.qs` is 16 bytes; the load reads exactly it.
-        let q = _mm_loadu_si128(b.qs.as_ptr().cast());
-        let q4 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
+        let (d, m) = b.dm();
+        let q4 = b.unsigned_avx2();
         for r in 0..4 {
             let a = &x[r][i];
-            summs[r] += b.m * a.s;
+            summs[r] += m * a.s;
             // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
             let q8 = _mm256_loadu_si256(a.qs.as_ptr().cast());
             let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(q4, q8), ones);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
         }
     }
     [hsum(acc[0]) + summs[0], hsum(acc[1]) + summs[1], hsum(acc[2]) + summs[2], hsum(acc[3]) + summs[3]]
@@ -756,21 +805,19 @@ unsafe fn q80_dot4_avx2(w: &[BlockQ80], x: [&[BlockQ80]; 4]) -> [f32; 4] {
 /// [`q41_dot_avx2`] with `vpdpbusd` for the integer products (bit-identical).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-unsafe fn q41_dot_vnni(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
+unsafe fn q41_dot_vnni<B: UBlock>(w: &[B], x: &[BlockQ81]) -> f32 {
     use std::arch::x86_64::*;
     let mut acc = _mm256_setzero_ps();
     let mut summs = 0f32;
-    let low = _mm_set1_epi8(0x0F);
     for (b, a) in w.iter().zip(x) {
-        summs += b.m * a.s;
-        // SAFETY: `b.qs` is 16 bytes and `a.qs` 32 bytes; the unaligned
-        // loads read exactly those arrays.
-        let q = _mm_loadu_si128(b.qs.as_ptr().cast());
-        let q4 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
+        let (d, m) = b.dm();
+        summs += m * a.s;
+        let q4 = b.unsigned_avx2();
+        // SAFETY: `a.qs` is 32 bytes; the unaligned load reads exactly it.
         let q8 = _mm256_loadu_si256(a.qs.as_ptr().cast());
         // Four u8 × i8 products summed to i32 per lane: the AVX2 kernel's lanes exactly.
         let p32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q4, q8);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(p32), acc);
     }
     hsum(acc) + summs
 }
@@ -778,23 +825,21 @@ unsafe fn q41_dot_vnni(w: &[BlockQ41], x: &[BlockQ81]) -> f32 {
 /// [`q41_dot4_avx2`] with `vpdpbusd` (bit-identical per row).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-unsafe fn q41_dot4_vnni(w: &[BlockQ41], x: [&[BlockQ81]; 4]) -> [f32; 4] {
+unsafe fn q41_dot4_vnni<B: UBlock>(w: &[B], x: [&[BlockQ81]; 4]) -> [f32; 4] {
     use std::arch::x86_64::*;
     let mut acc = [_mm256_setzero_ps(); 4];
     let mut summs = [0f32; 4];
-    let low = _mm_set1_epi8(0x0F);
     let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
     for (i, b) in w[..n].iter().enumerate() {
-        // SAFETY: `b.qs` is 16 bytes; the load reads exactly it.
-        let q = _mm_loadu_si128(b.qs.as_ptr().cast());
-        let q4 = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), low), _mm_and_si128(q, low));
+        let (d, m) = b.dm();
+        let q4 = b.unsigned_avx2();
         for r in 0..4 {
             let a = &x[r][i];
-            summs[r] += b.m * a.s;
+            summs[r] += m * a.s;
             // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
             let q8 = _mm256_loadu_si256(a.qs.as_ptr().cast());
             let p32 = _mm256_dpbusd_epi32(_mm256_setzero_si256(), q4, q8);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
         }
     }
     [hsum(acc[0]) + summs[0], hsum(acc[1]) + summs[1], hsum(acc[2]) + summs[2], hsum(acc[3]) + summs[3]]
@@ -1079,6 +1124,7 @@ pub mod expanded;
 pub mod kquant;
 mod kv;
 pub mod mxfp4;
+pub mod q5_1;
 pub use kv::{axpy_f16, dot_f16};
 
 #[cfg(test)]
