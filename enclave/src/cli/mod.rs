@@ -94,8 +94,9 @@ enum Command {
         /// `gemma3-smoke` (for tests and tooling).
         #[arg(long, default_value = "llama3-8b")]
         shape: String,
-        /// Quantization of the matrices: `q4_0`, `q4_1`, `q8_0`, `q4_k`, `q5_k`, `q6_k`, `bf16`,
-        /// `f16`, `f32`, or `mxfp4` (experts MXFP4, the other matrices Q8_0).
+        /// Quantization of the matrices: `q4_0`, `q4_1`, `q5_0`, `q5_1`, `q8_0`, `q2_k`, `q3_k`,
+        /// `q4_k`, `q5_k`, `q6_k`, `bf16`, `f16`, `f32`, or `mxfp4` (experts MXFP4, the other
+        /// matrices Q8_0).
         #[arg(long, default_value = "q4_0")]
         dtype: String,
         /// Write Llama 3.1-style RoPE frequency factors (`rope_freqs.weight`; factor 8 over an

@@ -287,10 +287,14 @@ impl Shape {
 /// The quantizations `synth-model` and `plan` take, by name. With
 /// `mxfp4` the experts are MXFP4 and every other matrix Q8_0, as in
 /// gpt-oss's own GGUFs.
-pub const DTYPES: [(&str, TensorType); 10] = [
+pub const DTYPES: [(&str, TensorType); 14] = [
     ("q4_0", TensorType::Ggml(GgmlDType::Q4_0)),
     ("q4_1", TensorType::Ggml(GgmlDType::Q4_1)),
+    ("q5_0", TensorType::Ggml(GgmlDType::Q5_0)),
+    ("q5_1", TensorType::Ggml(GgmlDType::Q5_1)),
     ("q8_0", TensorType::Ggml(GgmlDType::Q8_0)),
+    ("q2_k", TensorType::Ggml(GgmlDType::Q2K)),
+    ("q3_k", TensorType::Ggml(GgmlDType::Q3K)),
     ("q4_k", TensorType::Ggml(GgmlDType::Q4K)),
     ("q5_k", TensorType::Ggml(GgmlDType::Q5K)),
     ("q6_k", TensorType::Ggml(GgmlDType::Q6K)),
