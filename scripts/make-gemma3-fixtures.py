@@ -23,6 +23,11 @@ which writes no BOS); the prompt's ids are llama.cpp's tokenization of the
 rendered text with special tokens parsed and no BOS added (the text has it).
 
     pip install llama-cpp-python==0.3.36 jinja2
+Answers: for each chat, llama.cpp's greedy continuation of the prompt's ids
+(GREEDY tokens; the model's weights loaded, logits of every step kept) with
+the gap between its top two logits at each step, so the test can tell a
+near-tie from a different answer.
+
     python3 scripts/make-gemma3-fixtures.py "$(scripts/fetch-gemma3.sh)"
 """
 import ctypes
@@ -40,6 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "enclave" / "testdata" / "gemma3"
 TEMPLATE = "google-gemma-2-2b-it.jinja"
 MODEL_SHA256 = "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GREEDY = 32
 
 EVERYDAY = [
     "Hello, world!",
@@ -131,6 +137,28 @@ def llama_cpp_chat(template: str, messages: list) -> str:
     return buf.raw[:n].decode()
 
 
+def answer(model: Path, chats: list) -> None:
+    """Adds llama.cpp's greedy answer and its top-2 gaps to each chat."""
+    import numpy as np
+
+    llm = llama_cpp.Llama(model_path=str(model), n_ctx=512, n_batch=512, n_threads=2, logits_all=True, verbose=False)
+    for chat in chats:
+        llm.reset()
+        llm.eval(chat["ids"])
+        gen, gaps = [], []
+        for _ in range(GREEDY):
+            logits = np.array(llm.scores[llm.n_tokens - 1], dtype=np.float32)
+            order = np.argsort(-logits, kind="stable")
+            gen.append(int(order[0]))
+            gaps.append(float(logits[order[0]] - logits[order[1]]))
+            llm.eval([gen[-1]])
+        chat["greedy_ids"] = gen
+        chat["top2_gaps"] = gaps
+        text = llm.detokenize(gen).decode(errors="replace")
+        print(f"answer {text!r}, near-ties {sum(g < 0.5 for g in gaps)}")
+    del llm
+
+
 def main(model: Path) -> None:
     digest = sha256(model)
     if digest != MODEL_SHA256:
@@ -163,6 +191,7 @@ def main(model: Path) -> None:
         if prompt != bos + native:
             sys.exit(f"jinja2 and llama.cpp render differently:\n{prompt!r}\n{bos + native!r}")
         chats.append({"messages": messages, "prompt": prompt, "ids": ids(prompt, False, True)})
+    answer(model, chats)
 
     fixture = {
         "generated_by": "scripts/make-gemma3-fixtures.py",

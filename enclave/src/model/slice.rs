@@ -31,6 +31,7 @@ use super::config::Config;
 use super::device::ComputeDevice;
 use super::error::{ModelError, Result};
 use super::gguf::GgufFile;
+use super::kernels::expanded::ExpandedMatrix;
 use super::kernels::kquant::KQuantMatrix;
 use super::kernels::Q80Matrix;
 use super::kv_cache::SessionKv;
@@ -44,6 +45,8 @@ use super::weight::{digest_f32s, Loader, Weight};
 enum Embedding {
     Q80(Arc<Q80Matrix>),
     KQuant(Arc<KQuantMatrix>),
+    /// MXFP4, IQ4_NL, IQ4_XS or Q5_0, kept packed (CPU path).
+    Expanded(Arc<ExpandedMatrix>),
     Candle(Arc<QTensor>),
 }
 
@@ -135,6 +138,7 @@ impl LayerSlice {
                 // A whole-model slice shares the one copy it already loaded.
                 (Some(Embedding::Q80(m)), false) => Weight::Q80(m.clone()),
                 (Some(Embedding::KQuant(m)), false) => Weight::KQuant(m.clone()),
+                (Some(Embedding::Expanded(m)), false) => Weight::Expanded(m.clone()),
                 (Some(Embedding::Candle(t)), false) => {
                     Weight::Candle { matmul: QMatMul::from_arc(t.clone())?, rows: config.vocab_size, cols: d }
                 }
@@ -219,6 +223,10 @@ impl LayerSlice {
                 h.update([3]);
                 m.digest_into(&mut h);
             }
+            Some(Embedding::Expanded(m)) => {
+                h.update([4]);
+                m.digest_into(&mut h);
+            }
             Some(Embedding::Candle(t)) => {
                 h.update([2]);
                 h.update(&*t.data()?);
@@ -268,6 +276,7 @@ impl LayerSlice {
         let mut data = match emb {
             Embedding::Q80(m) => rows_of(ids, d, |r, out| m.row_into(r, out)),
             Embedding::KQuant(m) => rows_of(ids, d, |r, out| m.row_into(r, out)),
+            Embedding::Expanded(m) => rows_of(ids, d, |r, out| m.row_into(r, out)),
             Embedding::Candle(t) => {
                 t.embedding(&Tensor::new(ids, &Device::Cpu)?)?.to_dtype(DType::F32)?.flatten_all()?.to_vec1()?
             }
@@ -465,7 +474,7 @@ fn rows_of(ids: &[u32], d: usize, row_into: impl Fn(usize, &mut [f32])) -> Vec<f
 }
 
 fn load_embedding(l: &mut Loader<'_>, config: &Config) -> Result<Embedding> {
-    let raw = l.raw("token_embd.weight")?;
+    let raw = l.matrix_raw("token_embd.weight")?;
     if raw.dims != [config.vocab_size, config.n_embd] {
         return Err(ModelError::Malformed(format!(
             "token_embd.weight has shape {:?}, expected [{}, {}]",
@@ -474,6 +483,14 @@ fn load_embedding(l: &mut Loader<'_>, config: &Config) -> Result<Embedding> {
     }
     if l.device.is_some() && !l.gguf.has_tensor("output.weight") {
         l.tied = Some(raw.clone());
+    }
+    // Kept packed on the CPU path (IQ4_NL/IQ4_XS come back packed only there).
+    if l.device.is_none() {
+        if let Some(load) = crate::model::weight::expanded_loader(raw.dtype) {
+            let m = load(&raw.bytes, config.vocab_size, config.n_embd)
+                .map_err(|e| ModelError::Malformed(format!("token_embd.weight: {e}")))?;
+            return Ok(Embedding::Expanded(Arc::new(m)));
+        }
     }
     if raw.ggml()? == GgmlDType::Q8_0 {
         let m = Q80Matrix::from_gguf_bytes(&raw.bytes, config.vocab_size, config.n_embd)

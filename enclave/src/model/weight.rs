@@ -34,7 +34,7 @@ impl Loader<'_> {
 
     /// [`Self::raw`], keeping a matrix as stored where Veil's CPU kernels
     /// run its type packed (candle does not decode it): IQ4_NL and IQ4_XS.
-    fn matrix_raw(&mut self, name: &str) -> Result<RawTensor> {
+    pub(crate) fn matrix_raw(&mut self, name: &str) -> Result<RawTensor> {
         const PACKED: [GgmlType; 2] = [GgmlType::IQ4_NL, GgmlType::IQ4_XS];
         self.raw_keeping(name, if self.device.is_none() { &PACKED } else { &[] })
     }
@@ -82,15 +82,7 @@ impl Loader<'_> {
         }
         // Kept packed; each block expands in registers to an exact 8-bit
         // block, so the kernels compute llama.cpp's MXFP4/IQ4_NL/Q5_0 × Q8_0 dot.
-        type Load = fn(&[u8], usize, usize) -> std::result::Result<ExpandedMatrix, KernelError>;
-        let expanded: Option<Load> = match raw.dtype {
-            TensorType::Mxfp4 => Some(ExpandedMatrix::from_mxfp4_bytes),
-            TensorType::Other(GgmlType::IQ4_NL) => Some(ExpandedMatrix::from_iq4_nl_bytes),
-            TensorType::Other(GgmlType::IQ4_XS) => Some(ExpandedMatrix::from_iq4_xs_bytes),
-            TensorType::Ggml(GgmlDType::Q5_0) => Some(ExpandedMatrix::from_q5_0_bytes),
-            _ => None,
-        };
-        if let Some(load) = expanded {
+        if let Some(load) = expanded_loader(raw.dtype) {
             return Ok(Weight::Expanded(Arc::new(load(&raw.bytes, rows, cols).map_err(bad)?)));
         }
         let dtype = raw.ggml()?;
@@ -156,6 +148,21 @@ impl Loader<'_> {
         } else {
             Ok(None)
         }
+    }
+}
+
+/// What decodes a tensor of `dtype` into an [`ExpandedMatrix`], for the
+/// types whose blocks expand in registers to exact 8-bit blocks (so the
+/// kernels compute llama.cpp's MXFP4/IQ4_NL/Q5_0 × Q8_0 dot).
+pub(crate) fn expanded_loader(
+    dtype: TensorType,
+) -> Option<fn(&[u8], usize, usize) -> std::result::Result<ExpandedMatrix, KernelError>> {
+    match dtype {
+        TensorType::Mxfp4 => Some(ExpandedMatrix::from_mxfp4_bytes),
+        TensorType::Other(GgmlType::IQ4_NL) => Some(ExpandedMatrix::from_iq4_nl_bytes),
+        TensorType::Other(GgmlType::IQ4_XS) => Some(ExpandedMatrix::from_iq4_xs_bytes),
+        TensorType::Ggml(GgmlDType::Q5_0) => Some(ExpandedMatrix::from_q5_0_bytes),
+        _ => None,
     }
 }
 

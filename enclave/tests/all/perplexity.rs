@@ -1,9 +1,11 @@
 //! `veil-shard perplexity` on real weights against llama.cpp's figures
 //! (`testdata/perplexity`): the reference model (Q4_1 on Veil's kernels) and
-//! Gemma 3 270M Q4_K_M as shipped (Q5_0 fallbacks on candle's kernels,
-//! Q4_K/Q6_K/Q8_0 on Veil's), each within 1% of llama.cpp over the same
-//! windows; and the reference model split in three stages scores exactly as
-//! one process. Needs the models (SKIP without them unless required).
+//! Gemma 3 270M Q4_K_M as shipped (Q5_0 fallbacks, Q4_K, Q6_K and Q8_0,
+//! all on Veil's kernels), within 1% and 2% of llama.cpp over the same
+//! windows, Gemma also over windows of 1,024 tokens, whose scored halves lie
+//! beyond its 512-token sliding window; and the reference model split in
+//! three stages scores exactly as one process. Needs the models (SKIP
+//! without them unless required).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -16,16 +18,19 @@ fn testdata() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/perplexity")
 }
 
-fn llamacpp(file: &str) -> f64 {
+/// llama.cpp's perplexity of `file` over the fixture text in windows of `ctx`.
+fn llamacpp(file: &str, ctx: usize) -> f64 {
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(testdata().join("llamacpp.json")).unwrap()).unwrap();
-    v["perplexity"][file].as_f64().unwrap_or_else(|| panic!("no llama.cpp figure for {file}"))
+    let table = if ctx == 512 { "perplexity".to_owned() } else { format!("perplexity_ctx{ctx}") };
+    v[&table][file].as_f64().unwrap_or_else(|| panic!("no llama.cpp figure for {file} at {ctx}"))
 }
 
-/// Veil's perplexity of `model` over the fixture text (`extra` arguments added).
-fn veil(model: &Path, extra: &[&str]) -> f64 {
+/// Veil's perplexity of `model` over the fixture text, two windows of `ctx`
+/// (`extra` arguments added).
+fn veil(model: &Path, ctx: usize, extra: &[&str]) -> f64 {
     let o = Command::new(env!("CARGO_BIN_EXE_veil-shard"))
-        .args(["perplexity", "--ctx", "512", "--chunks", "2", "--model"])
+        .args(["perplexity", "--ctx", &ctx.to_string(), "--chunks", "2", "--model"])
         .arg(model)
         .arg("--file")
         .arg(testdata().join("prose.txt"))
@@ -37,11 +42,21 @@ fn veil(model: &Path, extra: &[&str]) -> f64 {
     out.lines().find_map(|l| l.strip_prefix("perplexity: ")).and_then(|v| v.parse().ok()).unwrap()
 }
 
-fn within(name: &str, veil: f64, reference: f64) {
+/// The reference model's tolerance: 1%.
+const TOLERANCE: f64 = 0.01;
+
+/// Gemma 3's: 2%. Over these 510 scored tokens its perplexity moves by 1.3%
+/// with the order of float sums alone: the same integer products summed by
+/// the scalar kernels give 141.83, by the AVX2 ones 139.99, while the KL
+/// divergence from llama.cpp's distributions stays 0.0078–0.0079 (measured
+/// with `--kl-base`); which kernels run depends on the CPU.
+const GEMMA_TOLERANCE: f64 = 0.02;
+
+fn within(name: &str, veil: f64, reference: f64, tolerance: f64) {
     let diff = (veil - reference) / reference;
     println!("{name}: Veil {veil:.4}, llama.cpp {reference:.4} ({:+.2}%)", 100.0 * diff);
     assert!(
-        diff.abs() < 0.01,
+        diff.abs() < tolerance,
         "{name}: Veil's perplexity {veil} is {:+.2}% from llama.cpp's {reference}",
         100.0 * diff
     );
@@ -50,13 +65,25 @@ fn within(name: &str, veil: f64, reference: f64) {
 #[test]
 fn the_reference_model_scores_as_llama_cpp_and_the_same_split_in_three() {
     let Some(path) = model_path() else { return };
-    let whole = veil(&path, &[]);
-    within("SmolLM2-135M Q4_1", whole, llamacpp("SmolLM2-135M-Instruct.Q4_1.gguf"));
-    assert_eq!(veil(&path, &["--split", "10,20"]), whole, "three stages score differently from one process");
+    let whole = veil(&path, 512, &[]);
+    within("SmolLM2-135M Q4_1", whole, llamacpp("SmolLM2-135M-Instruct.Q4_1.gguf", 512), TOLERANCE);
+    assert_eq!(veil(&path, 512, &["--split", "10,20"]), whole, "three stages score differently from one process");
 }
 
 #[test]
 fn gemma3_as_shipped_scores_as_llama_cpp() {
     let Some(path) = crate::gemma3::model_path() else { return };
-    within("Gemma 3 270M Q4_K_M", veil(&path, &[]), llamacpp("gemma-3-270m-q4_k_m.gguf"));
+    let reference = llamacpp("gemma-3-270m-q4_k_m.gguf", 512);
+    within("Gemma 3 270M Q4_K_M", veil(&path, 512, &[]), reference, GEMMA_TOLERANCE);
+}
+
+/// Windows of 1,024 tokens score their second halves, positions 512 to
+/// 1,023: every one of them is past Gemma 3's 512-token sliding window, so a
+/// local layer that attended to the whole window, or to too little of it,
+/// moves the perplexity away from llama.cpp's.
+#[test]
+fn gemma3_beyond_its_sliding_window_scores_as_llama_cpp() {
+    let Some(path) = crate::gemma3::model_path() else { return };
+    let name = "Gemma 3 270M Q4_K_M, windows of 1,024";
+    within(name, veil(&path, 1024, &[]), llamacpp("gemma-3-270m-q4_k_m.gguf", 1024), GEMMA_TOLERANCE);
 }
