@@ -151,12 +151,13 @@ impl Loader<'_> {
     }
 }
 
+/// A decoder of raw `rows × cols` tensor bytes into an [`ExpandedMatrix`].
+pub(crate) type ExpandedLoad = fn(&[u8], usize, usize) -> std::result::Result<ExpandedMatrix, KernelError>;
+
 /// What decodes a tensor of `dtype` into an [`ExpandedMatrix`], for the
 /// types whose blocks expand in registers to exact 8-bit blocks (so the
 /// kernels compute llama.cpp's MXFP4/IQ4_NL/Q5_0 × Q8_0 dot).
-pub(crate) fn expanded_loader(
-    dtype: TensorType,
-) -> Option<fn(&[u8], usize, usize) -> std::result::Result<ExpandedMatrix, KernelError>> {
+pub(crate) fn expanded_loader(dtype: TensorType) -> Option<ExpandedLoad> {
     match dtype {
         TensorType::Mxfp4 => Some(ExpandedMatrix::from_mxfp4_bytes),
         TensorType::Other(GgmlType::IQ4_NL) => Some(ExpandedMatrix::from_iq4_nl_bytes),
