@@ -38,12 +38,6 @@ pub(crate) trait Expand: Copy + Send + Sync + 'static {
     fn scale(&self) -> f32;
     /// The 32 integers, in weight order.
     fn ints(&self) -> [i8; BLOCK];
-    /// The 32 integers in one vector.
-    ///
-    /// # Safety
-    /// The CPU must have AVX2.
-    #[cfg(target_arch = "x86_64")]
-    unsafe fn ints_avx2(&self) -> std::arch::x86_64::__m256i;
     /// Appends the resident fields to `out` (what the digest covers).
     fn bytes_into(&self, out: &mut Vec<u8>);
     /// The block dequantized, as ggml's `dequantize_row_*` computes each value.
@@ -131,12 +125,6 @@ impl<C: Codebook> Expand for Nib<C> {
     fn ints(&self) -> [i8; BLOCK] {
         std::array::from_fn(|j| C::TABLE[usize::from(if j < 16 { self.qs[j] & 0x0F } else { self.qs[j - 16] >> 4 })])
     }
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn ints_avx2(&self) -> std::arch::x86_64::__m256i {
-        lookup(&self.qs, &C::TABLE_BITS)
-    }
     fn bytes_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.d.to_bits().to_le_bytes());
         out.extend_from_slice(&self.qs);
@@ -163,16 +151,6 @@ impl Expand for BlockQ50 {
             (nibble | (fifth << 4)) as i8 - 16
         })
     }
-    #[cfg(target_arch = "x86_64")]
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn ints_avx2(&self) -> std::arch::x86_64::__m256i {
-        use std::arch::x86_64::*;
-        let (nibbles, set) = (super::nibbles_avx2(&self.qs), super::bits_to_bytes(self.qh));
-        // q − 16: the nibble where the fifth bit is set, else the nibble − 16
-        // (its high four bits set, as an i8).
-        _mm256_or_si256(nibbles, _mm256_andnot_si256(set, _mm256_set1_epi8(0xF0u8 as i8)))
-    }
     fn bytes_into(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&self.d.to_bits().to_le_bytes());
         out.extend_from_slice(&self.qh.to_le_bytes());
@@ -189,7 +167,7 @@ impl<C: Codebook> super::I8Block for Nib<C> {
     #[target_feature(enable = "avx2,fma")]
     unsafe fn weights(&self) -> std::arch::x86_64::__m256i {
         // SAFETY: AVX2 and FMA are enabled here.
-        unsafe { self.ints_avx2() }
+        unsafe { lookup(&self.qs, &C::TABLE_BITS) }
     }
     #[inline]
     #[target_feature(enable = "avx2,fma")]
@@ -207,8 +185,12 @@ impl super::I8Block for BlockQ50 {
     #[inline]
     #[target_feature(enable = "avx2,fma")]
     unsafe fn weights(&self) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
         // SAFETY: AVX2 and FMA are enabled here.
-        unsafe { self.ints_avx2() }
+        let (nibbles, set) = unsafe { (super::nibbles_avx2(&self.qs), super::bits_to_bytes(self.qh)) };
+        // q − 16: the nibble where the fifth bit is set, else the nibble − 16
+        // (its high four bits set, as an i8).
+        _mm256_or_si256(nibbles, _mm256_andnot_si256(set, _mm256_set1_epi8(0xF0u8 as i8)))
     }
 }
 
@@ -409,8 +391,8 @@ fn dots<B: Kernel>(isa: super::Isa) -> Dots<B, BlockQ80> {
         return Dots {
             // SAFETY (both): `isa` came from `at_most`, which chose AVX2 or
             // VNNI after run-time detection of AVX2 and FMA (pshufb is SSSE3, implied).
-            one: |w, x| unsafe { dot_avx2(w, x) },
-            four: |w, x| unsafe { dot4_avx2(w, x) },
+            one: |w, x| unsafe { super::q80_dot_avx2(w, x) },
+            four: |w, x| unsafe { super::q80_dot4_avx2(w, x) },
         };
     }
     let _ = isa;
@@ -423,46 +405,6 @@ fn dot_scalar<B: Expand>(w: &[B], x: &[BlockQ80]) -> f32 {
         let sumi: i32 = b.ints().iter().zip(&a.qs).map(|(&p, &q)| i32::from(p) * i32::from(q)).sum();
         b.scale() * a.d * sumi as f32
     }))
-}
-
-/// The arithmetic of `q80_dot_avx2` on the expanded block.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot_avx2<B: Expand>(w: &[B], x: &[BlockQ80]) -> f32 {
-    use std::arch::x86_64::*;
-    let mut acc = _mm256_setzero_ps();
-    let ones = _mm256_set1_epi16(1);
-    for (b, a) in w.iter().zip(x) {
-        let qw = b.ints_avx2();
-        // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
-        let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
-        let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
-        let p32 = _mm256_madd_epi16(p16, ones);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(b.scale() * a.d), _mm256_cvtepi32_ps(p32), acc);
-    }
-    super::hsum(acc)
-}
-
-/// [`dot_avx2`] for four input rows (bit-identical per row).
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn dot4_avx2<B: Expand>(w: &[B], x: [&[BlockQ80]; 4]) -> [f32; 4] {
-    use std::arch::x86_64::*;
-    let mut acc = [_mm256_setzero_ps(); 4];
-    let ones = _mm256_set1_epi16(1);
-    let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
-    for (i, b) in w[..n].iter().enumerate() {
-        let qw = b.ints_avx2();
-        let aw = _mm256_sign_epi8(qw, qw);
-        for r in 0..4 {
-            let a = &x[r][i];
-            // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
-            let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
-            let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw)), ones);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.scale() * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
-        }
-    }
-    [super::hsum(acc[0]), super::hsum(acc[1]), super::hsum(acc[2]), super::hsum(acc[3])]
 }
 
 #[cfg(test)]

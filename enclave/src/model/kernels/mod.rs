@@ -737,19 +737,19 @@ unsafe fn q41_dot_avx2<B: UBlock>(w: &[B], x: &[BlockQ81]) -> f32 {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn q80_dot_avx2(w: &[BlockQ80], x: &[BlockQ80]) -> f32 {
+unsafe fn q80_dot_avx2<B: I8Block>(w: &[B], x: &[BlockQ80]) -> f32 {
     use std::arch::x86_64::*;
     let mut acc = _mm256_setzero_ps();
     let ones = _mm256_set1_epi16(1);
     for (b, a) in w.iter().zip(x) {
-        // SAFETY: both `qs` are 32 bytes; the unaligned loads read exactly them.
-        let qw = _mm256_loadu_si256(b.qs.as_ptr().cast());
+        let qw = b.weights();
+        // SAFETY: `a.qs` is 32 bytes; the unaligned load reads exactly it.
         let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
         // |w| (as u8, so −128 reads 128) times x with w's sign: the pair sums
         // stay below 2·128·127 because activations are quantized to ±127.
         let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
         let p32 = _mm256_madd_epi16(p16, ones);
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(b.scale() * a.d), _mm256_cvtepi32_ps(p32), acc);
     }
     hsum(acc)
 }
@@ -779,24 +779,24 @@ unsafe fn q41_dot4_avx2<B: UBlock>(w: &[B], x: [&[BlockQ81]; 4]) -> [f32; 4] {
     [hsum(acc[0]) + summs[0], hsum(acc[1]) + summs[1], hsum(acc[2]) + summs[2], hsum(acc[3]) + summs[3]]
 }
 
-/// [`q80_dot_avx2`] for four input rows (bit-identical per row).
+/// [`q80_dot_avx2`] for four input rows (bit-identical per row). `w` is
+/// Q8_0 blocks, or blocks that expand to them in registers ([`I8Block`]).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn q80_dot4_avx2(w: &[BlockQ80], x: [&[BlockQ80]; 4]) -> [f32; 4] {
+unsafe fn q80_dot4_avx2<B: I8Block>(w: &[B], x: [&[BlockQ80]; 4]) -> [f32; 4] {
     use std::arch::x86_64::*;
     let mut acc = [_mm256_setzero_ps(); 4];
     let ones = _mm256_set1_epi16(1);
     let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
     for (i, b) in w[..n].iter().enumerate() {
-        // SAFETY: `b.qs` is 32 bytes; the load reads exactly it.
-        let qw = _mm256_loadu_si256(b.qs.as_ptr().cast());
+        let qw = b.weights();
         let aw = _mm256_sign_epi8(qw, qw);
         for r in 0..4 {
             let a = &x[r][i];
             // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
             let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
             let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw)), ones);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.d * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
+            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.scale() * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
         }
     }
     [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]
