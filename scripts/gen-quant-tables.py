@@ -48,7 +48,7 @@ def packed(rows: list[list[int]]) -> list[int]:
 def rust_array(name: str, doc: str, ty: str, values: list[str], per_line: int) -> str:
     lines = [f"/// {line}".rstrip() for line in doc.strip().splitlines()]
     lines.append("#[rustfmt::skip]")
-    lines.append(f"pub(super) static {name}: [{ty}; {len(values)}] = [")
+    lines.append(f"pub(crate) static {name}: [{ty}; {len(values)}] = [")
     for i in range(0, len(values), per_line):
         lines.append("    " + " ".join(v + "," for v in values[i : i + per_line]))
     lines.append("];")

@@ -35,7 +35,14 @@ impl Loader<'_> {
     /// [`Self::raw`], keeping a matrix as stored where Veil's CPU kernels
     /// run its type packed (candle does not decode it): IQ4_NL and IQ4_XS.
     pub(crate) fn matrix_raw(&mut self, name: &str) -> Result<RawTensor> {
-        const PACKED: [GgmlType; 2] = [GgmlType::IQ4_NL, GgmlType::IQ4_XS];
+        const PACKED: [GgmlType; 6] = [
+            GgmlType::IQ4_NL,
+            GgmlType::IQ4_XS,
+            GgmlType::IQ2_XXS,
+            GgmlType::IQ2_XS,
+            GgmlType::IQ3_XXS,
+            GgmlType::IQ3_S,
+        ];
         self.raw_keeping(name, if self.device.is_none() { &PACKED } else { &[] })
     }
 
@@ -163,6 +170,10 @@ pub(crate) fn expanded_loader(dtype: TensorType) -> Option<ExpandedLoad> {
         TensorType::Other(GgmlType::IQ4_NL) => Some(ExpandedMatrix::from_iq4_nl_bytes),
         TensorType::Other(GgmlType::IQ4_XS) => Some(ExpandedMatrix::from_iq4_xs_bytes),
         TensorType::Ggml(GgmlDType::Q5_0) => Some(ExpandedMatrix::from_q5_0_bytes),
+        TensorType::Other(GgmlType::IQ2_XXS) => Some(ExpandedMatrix::from_iq2_xxs_bytes),
+        TensorType::Other(GgmlType::IQ2_XS) => Some(ExpandedMatrix::from_iq2_xs_bytes),
+        TensorType::Other(GgmlType::IQ3_XXS) => Some(ExpandedMatrix::from_iq3_xxs_bytes),
+        TensorType::Other(GgmlType::IQ3_S) => Some(ExpandedMatrix::from_iq3_s_bytes),
         _ => None,
     }
 }

@@ -20,7 +20,7 @@ use std::marker::PhantomData;
 
 use rayon::prelude::*;
 
-use super::{check_shape, f16_at, par_matmul, quantize_row_q8_0, BlockQ80, Dots, KernelError, BLOCK};
+use super::{check_shape, f16_at, grid, par_matmul, quantize_row_q8_0, BlockQ80, Dots, KernelError, BLOCK};
 
 /// Bytes of one IQ4_NL block in a GGUF.
 pub const IQ4_NL_BLOCK_BYTES: usize = 18;
@@ -40,10 +40,20 @@ pub(crate) trait Expand: Copy + Send + Sync + 'static {
     fn ints(&self) -> [i8; BLOCK];
     /// Appends the resident fields to `out` (what the digest covers).
     fn bytes_into(&self, out: &mut Vec<u8>);
-    /// The block dequantized, as ggml's `dequantize_row_*` computes each value.
+    /// Whether the block has a scale per 16 weights: the scale times an
+    /// integer multiplier per half ([`Expand::halves`]).
+    const HALVED: bool = false;
+    /// The multipliers of the first and second 16 weights' scale.
+    fn halves(&self) -> [i32; 2] {
+        [1, 1]
+    }
+    /// The block dequantized, as ggml's `dequantize_row_*` computes each
+    /// value: the integer times the scale (times its half's multiplier).
     fn dequantize(&self) -> [f32; BLOCK] {
         let d = self.scale();
-        self.ints().map(|q| f32::from(q) * d)
+        let h = self.halves().map(|m| d * m as f32);
+        let q = self.ints();
+        std::array::from_fn(|j| f32::from(q[j]) * h[j / 16])
     }
 }
 
@@ -216,7 +226,7 @@ impl<B: Kernel> Expanded<B> {
         assert_eq!(x.len(), m * self.cols, "input of {} values for {m} rows of {}", x.len(), self.cols);
         let xq: Vec<BlockQ80> = x.chunks_exact(self.cols).flat_map(quantize_row_q8_0).collect();
         #[cfg(target_arch = "x86_64")]
-        if isa == super::Isa::Avx512Vnni {
+        if isa == super::Isa::Avx512Vnni && !B::HALVED {
             return super::q80_matmul_vnni(&self.blocks, self.rows, self.cols / BLOCK, &xq, m);
         }
         par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, dots(isa))
@@ -260,6 +270,33 @@ enum Kind {
         xs: bool,
     },
     Q50(Expanded<BlockQ50>),
+    Iq2Xxs(Expanded<grid::BlockIq2Xxs>),
+    Iq2Xs(Expanded<grid::BlockIq2Xs>),
+    Iq3Xxs(Expanded<grid::BlockIq3Xxs>),
+    Iq3S(Expanded<grid::BlockIq3S>),
+}
+
+/// A `rows × cols` matrix of super-blocks of 256 weights (`bytes` each in
+/// the file), each split into its eight blocks of 32 by `split`.
+fn super_blocks<B: Send>(
+    raw: &[u8],
+    rows: usize,
+    cols: usize,
+    bytes: usize,
+    format: &'static str,
+    split: impl Fn(&[u8]) -> [B; 8] + Sync + Send,
+) -> Result<Expanded<B>, KernelError> {
+    const QK: usize = 256;
+    if cols == 0 || !cols.is_multiple_of(QK) {
+        return Err(KernelError::RowLength { format, cols, block: QK });
+    }
+    let expected =
+        rows.checked_mul(cols / QK).and_then(|n| n.checked_mul(bytes)).ok_or(KernelError::SizeOverflow { format })?;
+    if raw.len() != expected {
+        return Err(KernelError::ByteCount { format, actual: raw.len(), expected });
+    }
+    let blocks = raw.par_chunks_exact(bytes).flat_map_iter(split).collect();
+    Ok(Expanded { rows, cols, blocks })
 }
 
 macro_rules! each {
@@ -268,6 +305,10 @@ macro_rules! each {
             Kind::Mxfp4($m) => $e,
             Kind::Iq4 { m: $m, .. } => $e,
             Kind::Q50($m) => $e,
+            Kind::Iq2Xxs($m) => $e,
+            Kind::Iq2Xs($m) => $e,
+            Kind::Iq3Xxs($m) => $e,
+            Kind::Iq3S($m) => $e,
         }
     };
 }
@@ -292,32 +333,37 @@ impl ExpandedMatrix {
     /// into eight blocks per super-block, block `b`'s scale `d·(ls − 32)`
     /// with `ls` its 6-bit scale, as ggml's `dequantize_row_iq4_xs` computes it.
     pub fn from_iq4_xs_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
-        const QK: usize = 256;
-        let format = "IQ4_XS";
-        if cols == 0 || !cols.is_multiple_of(QK) {
-            return Err(KernelError::RowLength { format, cols, block: QK });
-        }
-        let expected = rows
-            .checked_mul(cols / QK)
-            .and_then(|n| n.checked_mul(IQ4_XS_BLOCK_BYTES))
-            .ok_or(KernelError::SizeOverflow { format })?;
-        if raw.len() != expected {
-            return Err(KernelError::ByteCount { format, actual: raw.len(), expected });
-        }
-        let blocks = raw
-            .par_chunks_exact(IQ4_XS_BLOCK_BYTES)
-            .flat_map_iter(|b| {
-                let d = f16_at(b, 0);
-                let scales_h = u16::from_le_bytes([b[2], b[3]]);
-                (0..8).map(move |ib| {
-                    let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F;
-                    let high = ((scales_h >> (2 * ib)) & 3) as u8;
-                    let ls = i32::from(low | (high << 4));
-                    Nib::new(d * (ls - 32) as f32, &b[8 + 16 * ib..8 + 16 * ib + 16])
-                })
+        let m = super_blocks(raw, rows, cols, IQ4_XS_BLOCK_BYTES, "IQ4_XS", |b| {
+            let d = f16_at(b, 0);
+            let scales_h = u16::from_le_bytes([b[2], b[3]]);
+            std::array::from_fn(|ib| {
+                let low = (b[4 + ib / 2] >> (4 * (ib % 2))) & 0x0F;
+                let high = ((scales_h >> (2 * ib)) & 3) as u8;
+                let ls = i32::from(low | (high << 4));
+                Nib::new(d * (ls - 32) as f32, &b[8 + 16 * ib..8 + 16 * ib + 16])
             })
-            .collect();
-        Ok(Self(Kind::Iq4 { m: Expanded { rows, cols, blocks }, xs: true }))
+        })?;
+        Ok(Self(Kind::Iq4 { m, xs: true }))
+    }
+
+    /// Decodes raw GGUF bytes of a `rows × cols` IQ2_XXS tensor.
+    pub fn from_iq2_xxs_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        Ok(Self(Kind::Iq2Xxs(super_blocks(raw, rows, cols, grid::IQ2_XXS_BLOCK_BYTES, "IQ2_XXS", grid::iq2_xxs)?)))
+    }
+
+    /// Decodes raw GGUF bytes of a `rows × cols` IQ2_XS tensor.
+    pub fn from_iq2_xs_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        Ok(Self(Kind::Iq2Xs(super_blocks(raw, rows, cols, grid::IQ2_XS_BLOCK_BYTES, "IQ2_XS", grid::iq2_xs)?)))
+    }
+
+    /// Decodes raw GGUF bytes of a `rows × cols` IQ3_XXS tensor.
+    pub fn from_iq3_xxs_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        Ok(Self(Kind::Iq3Xxs(super_blocks(raw, rows, cols, grid::IQ3_XXS_BLOCK_BYTES, "IQ3_XXS", grid::iq3_xxs)?)))
+    }
+
+    /// Decodes raw GGUF bytes of a `rows × cols` IQ3_S tensor.
+    pub fn from_iq3_s_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        Ok(Self(Kind::Iq3S(super_blocks(raw, rows, cols, grid::IQ3_S_BLOCK_BYTES, "IQ3_S", grid::iq3_s)?)))
     }
 
     /// Decodes raw GGUF bytes of a `rows × cols` Q5_0 tensor (`d: f16, qh: [u8; 4], qs: [u8; 16]`).
@@ -351,6 +397,10 @@ impl ExpandedMatrix {
             Kind::Iq4 { xs: false, .. } => "IQ4_NL",
             Kind::Iq4 { xs: true, .. } => "IQ4_XS",
             Kind::Q50(_) => "Q5_0",
+            Kind::Iq2Xxs(_) => "IQ2_XXS",
+            Kind::Iq2Xs(_) => "IQ2_XS",
+            Kind::Iq3Xxs(_) => "IQ3_XXS",
+            Kind::Iq3S(_) => "IQ3_S",
         }
     }
 
@@ -399,11 +449,15 @@ fn dots<B: Kernel>(isa: super::Isa) -> Dots<B, BlockQ80> {
     Dots { one: dot_scalar, four: |w, x| x.map(|x| dot_scalar(w, x)) }
 }
 
-/// The arithmetic of `q80_dot_scalar` on the unpacked integers.
+/// The arithmetic of `q80_dot_scalar` on the unpacked integers (each
+/// half's integer dot times its multiplier).
 fn dot_scalar<B: Expand>(w: &[B], x: &[BlockQ80]) -> f32 {
     super::sum4(w.iter().zip(x).map(|(b, a)| {
-        let sumi: i32 = b.ints().iter().zip(&a.qs).map(|(&p, &q)| i32::from(p) * i32::from(q)).sum();
-        b.scale() * a.d * sumi as f32
+        let (q, h) = (b.ints(), b.halves());
+        let half = |k: usize| -> i32 {
+            (16 * k..16 * k + 16).map(|j| i32::from(q[j]) * i32::from(a.qs[j])).sum::<i32>() * h[k]
+        };
+        b.scale() * a.d * (half(0) + half(1)) as f32
     }))
 }
 

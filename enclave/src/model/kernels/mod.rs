@@ -740,15 +740,14 @@ unsafe fn q41_dot_avx2<B: UBlock>(w: &[B], x: &[BlockQ81]) -> f32 {
 unsafe fn q80_dot_avx2<B: I8Block>(w: &[B], x: &[BlockQ80]) -> f32 {
     use std::arch::x86_64::*;
     let mut acc = _mm256_setzero_ps();
-    let ones = _mm256_set1_epi16(1);
     for (b, a) in w.iter().zip(x) {
-        let qw = b.weights();
+        let (aw, sw) = b.magnitudes_signs();
         // SAFETY: `a.qs` is 32 bytes; the unaligned load reads exactly it.
         let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
         // |w| (as u8, so −128 reads 128) times x with w's sign: the pair sums
         // stay below 2·128·127 because activations are quantized to ±127.
-        let p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(qw, qw), _mm256_sign_epi8(qx, qw));
-        let p32 = _mm256_madd_epi16(p16, ones);
+        let p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, sw));
+        let p32 = _mm256_madd_epi16(p16, b.pair_weights());
         acc = _mm256_fmadd_ps(_mm256_set1_ps(b.scale() * a.d), _mm256_cvtepi32_ps(p32), acc);
     }
     hsum(acc)
@@ -786,16 +785,15 @@ unsafe fn q41_dot4_avx2<B: UBlock>(w: &[B], x: [&[BlockQ81]; 4]) -> [f32; 4] {
 unsafe fn q80_dot4_avx2<B: I8Block>(w: &[B], x: [&[BlockQ80]; 4]) -> [f32; 4] {
     use std::arch::x86_64::*;
     let mut acc = [_mm256_setzero_ps(); 4];
-    let ones = _mm256_set1_epi16(1);
     let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
     for (i, b) in w[..n].iter().enumerate() {
-        let qw = b.weights();
-        let aw = _mm256_sign_epi8(qw, qw);
+        let (aw, sw) = b.magnitudes_signs();
+        let pairs = b.pair_weights();
         for r in 0..4 {
             let a = &x[r][i];
             // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
             let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
-            let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, qw)), ones);
+            let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, sw)), pairs);
             acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.scale() * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
         }
     }
@@ -901,6 +899,32 @@ pub(crate) trait I8Block: Sync {
         use std::arch::x86_64::*;
         // SAFETY: AVX2 is enabled here.
         _mm256_xor_si256(unsafe { self.weights() }, _mm256_set1_epi8(i8::MIN))
+    }
+    /// The 32 weights' magnitudes (as unsigned bytes), and bytes whose
+    /// signs are the weights' (`_mm256_sign_epi8`'s second operand: zero
+    /// only where the weight is).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn magnitudes_signs(&self) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m256i) {
+        use std::arch::x86_64::*;
+        // SAFETY: AVX2 is enabled here.
+        let w = unsafe { self.weights() };
+        (_mm256_sign_epi8(w, w), w)
+    }
+    /// What each of the 16 sums of two neighbouring products is multiplied
+    /// by before they are added: 1, except in blocks with a scale per 16
+    /// weights, whose two halves carry integer multipliers (the VNNI kernels,
+    /// which sum four products at once, do not run those).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn pair_weights(&self) -> std::arch::x86_64::__m256i {
+        std::arch::x86_64::_mm256_set1_epi16(1)
     }
 }
 
@@ -1121,6 +1145,7 @@ pub(crate) unsafe fn hsum4_epi32(v: [std::arch::x86_64::__m256i; 4]) -> std::arc
 }
 
 pub mod expanded;
+pub mod grid;
 pub mod kquant;
 mod kv;
 pub mod mxfp4;

@@ -9,7 +9,7 @@
 //! Veil cannot compute with is refused as, say, `I64`.
 
 pub mod dequant;
-mod tables;
+pub(crate) mod tables;
 
 /// One of ggml's storage types.
 #[allow(non_camel_case_types, missing_docs)]

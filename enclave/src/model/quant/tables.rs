@@ -7,7 +7,7 @@
 /// ggml's `iq2xxs_grid` (256 rows of 8 bytes, little-endian):
 /// IQ2_XXS magnitudes, each byte 0x08, 0x19 or 0x2b.
 #[rustfmt::skip]
-pub(super) static IQ2XXS_GRID: [u64; 256] = [
+pub(crate) static IQ2XXS_GRID: [u64; 256] = [
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x08080808082b0808,
     0x08080808082b082b, 0x08080808082b2b08, 0x08080808082b2b2b, 0x0808080819080819,
@@ -77,7 +77,7 @@ pub(super) static IQ2XXS_GRID: [u64; 256] = [
 /// ggml's `iq2xs_grid` (512 rows of 8 bytes, little-endian):
 /// IQ2_XS magnitudes, each byte 0x08, 0x19 or 0x2b.
 #[rustfmt::skip]
-pub(super) static IQ2XS_GRID: [u64; 512] = [
+pub(crate) static IQ2XS_GRID: [u64; 512] = [
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x080808080819192b,
     0x0808080808192b19, 0x08080808082b0808, 0x08080808082b082b, 0x08080808082b1919,
@@ -211,7 +211,7 @@ pub(super) static IQ2XS_GRID: [u64; 512] = [
 /// ggml's `iq2s_grid` (1024 rows of 8 bytes, little-endian):
 /// IQ2_S magnitudes, each byte 0x08, 0x19 or 0x2b.
 #[rustfmt::skip]
-pub(super) static IQ2S_GRID: [u64; 1024] = [
+pub(crate) static IQ2S_GRID: [u64; 1024] = [
     0x0808080808080808, 0x080808080808082b, 0x0808080808081919, 0x0808080808082b08,
     0x0808080808082b2b, 0x0808080808190819, 0x0808080808191908, 0x080808080819192b,
     0x0808080808192b19, 0x08080808082b0808, 0x08080808082b082b, 0x08080808082b1919,
@@ -473,7 +473,7 @@ pub(super) static IQ2S_GRID: [u64; 1024] = [
 /// ggml's `iq3xxs_grid` (256 rows of 4 bytes, little-endian):
 /// IQ3_XXS magnitudes, each byte one of 0x04, 0x0c, … 0x34, 0x3e.
 #[rustfmt::skip]
-pub(super) static IQ3XXS_GRID: [u32; 256] = [
+pub(crate) static IQ3XXS_GRID: [u32; 256] = [
     0x04040404, 0x04040414, 0x04040424, 0x04040c0c, 0x04040c1c, 0x04040c3e, 0x04041404, 0x04041414,
     0x04041c0c, 0x04042414, 0x04043e1c, 0x04043e2c, 0x040c040c, 0x040c041c, 0x040c0c04, 0x040c0c14,
     0x040c140c, 0x040c142c, 0x040c1c04, 0x040c1c14, 0x040c240c, 0x040c2c24, 0x040c3e04, 0x04140404,
@@ -511,7 +511,7 @@ pub(super) static IQ3XXS_GRID: [u32; 256] = [
 /// ggml's `iq3s_grid` (512 rows of 4 bytes, little-endian):
 /// IQ3_S magnitudes, each byte odd, 0x01 to 0x0f.
 #[rustfmt::skip]
-pub(super) static IQ3S_GRID: [u32; 512] = [
+pub(crate) static IQ3S_GRID: [u32; 512] = [
     0x01010101, 0x01010103, 0x01010105, 0x0101010b, 0x0101010f, 0x01010301, 0x01010303, 0x01010305,
     0x01010309, 0x0101030d, 0x01010501, 0x01010503, 0x0101050b, 0x01010707, 0x01010901, 0x01010905,
     0x0101090b, 0x0101090f, 0x01010b03, 0x01010b07, 0x01010d01, 0x01010d05, 0x01010f03, 0x01010f09,
@@ -581,7 +581,7 @@ pub(super) static IQ3S_GRID: [u32; 512] = [
 /// ggml's `iq1s_grid` (2048 rows of 8 bytes, little-endian):
 /// IQ1_S and IQ1_M values, each byte an i8 of -1 (0xff), 0 or 1.
 #[rustfmt::skip]
-pub(super) static IQ1S_GRID: [u64; 2048] = [
+pub(crate) static IQ1S_GRID: [u64; 2048] = [
     0xffffffffffffffff, 0xffffffffffffff01, 0xffffffffffff0000, 0xffffffffffff01ff,
     0xffffffffffff0101, 0xffffffffff00ff00, 0xffffffffff000000, 0xffffffffff01ffff,
     0xffffffffff01ff01, 0xffffffffff0101ff, 0xffffffffff010101, 0xffffffff00ff0000,
@@ -1099,7 +1099,7 @@ pub(super) static IQ1S_GRID: [u64; 2048] = [
 /// ggml's `ksigns_iq2xs`: 7 sign bits and an eighth that makes the
 /// number of set bits even (bit j set: value j is negative).
 #[rustfmt::skip]
-pub(super) static KSIGNS_IQ2XS: [u8; 128] = [
+pub(crate) static KSIGNS_IQ2XS: [u8; 128] = [
     0, 129, 130, 3, 132, 5, 6, 135, 136, 9, 10, 139, 12, 141, 142, 15,
     144, 17, 18, 147, 20, 149, 150, 23, 24, 153, 154, 27, 156, 29, 30, 159,
     160, 33, 34, 163, 36, 165, 166, 39, 40, 169, 170, 43, 172, 45, 46, 175,
@@ -1112,19 +1112,19 @@ pub(super) static KSIGNS_IQ2XS: [u8; 128] = [
 
 /// ggml's `kmask_iq2xs`: the bit of value j in a sign byte.
 #[rustfmt::skip]
-pub(super) static KMASK_IQ2XS: [u8; 8] = [
+pub(crate) static KMASK_IQ2XS: [u8; 8] = [
     1, 2, 4, 8, 16, 32, 64, 128,
 ];
 
 /// ggml's `kvalues_iq4nl`: the 16 IQ4_NL / IQ4_XS levels.
 #[rustfmt::skip]
-pub(super) static KVALUES_IQ4NL: [i8; 16] = [
+pub(crate) static KVALUES_IQ4NL: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 
 /// ggml's `kvalues_mxfp4`: E2M1 values, doubled (MXFP4 and NVFP4 halve
 /// their scales to match).
 #[rustfmt::skip]
-pub(super) static KVALUES_MXFP4: [i8; 16] = [
+pub(crate) static KVALUES_MXFP4: [i8; 16] = [
     0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
 ];

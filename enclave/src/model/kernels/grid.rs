@@ -1,0 +1,320 @@
+//! The grid types that large models ship in at two and three bits a
+//! weight: IQ2_XXS, IQ2_XS, IQ3_XXS and IQ3_S. Each 8 weights (4 for the
+//! IQ3 types) are an index into a table of magnitudes (ggml's
+//! `iq2xxs_grid`, `iq2xs_grid`, `iq3xxs_grid`, `iq3s_grid`) and 8 sign
+//! bits; each 32 weights share a scale (IQ2_XS: each 16).
+//!
+//! The blocks stay packed (the indexes, sign codes and scale as read, the
+//! scale widened to f32: 12, 13, 16 and 17 bytes per 32 weights, against
+//! 8.25, 9.25, 12.25 and 13.75 in the file) and expand in registers to their signed 8-bit integers: table
+//! rows gathered into a vector, sign bytes from a 256-entry table. Then
+//! the Q8_0 kernels' arithmetic runs on them against Q8_0 activations,
+//! exactly as for [`super::expanded`]'s blocks. IQ2_XS's two scales per
+//! block are one f32 scale and an integer multiplier per half, applied to
+//! the integer dot of each half before it meets the scale, so every
+//! product stays exact in integers; the VNNI kernels do not run IQ2_XS.
+//!
+//! llama.cpp pairs these types with Q8_K activations (one scale per 256);
+//! Veil's use one scale per 32.
+
+use super::expanded::Expand;
+use super::BLOCK;
+use crate::model::quant::tables::{IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS};
+
+/// Bytes of one IQ2_XXS super-block (256 weights) in a GGUF.
+pub const IQ2_XXS_BLOCK_BYTES: usize = 66;
+/// Bytes of one IQ2_XS super-block (256 weights) in a GGUF.
+pub const IQ2_XS_BLOCK_BYTES: usize = 74;
+/// Bytes of one IQ3_XXS super-block (256 weights) in a GGUF.
+pub const IQ3_XXS_BLOCK_BYTES: usize = 98;
+/// Bytes of one IQ3_S super-block (256 weights) in a GGUF.
+pub const IQ3_S_BLOCK_BYTES: usize = 110;
+
+/// `SIGN_BYTES[s]`: byte `j` is 0xFF where bit `j` of `s` is set, else 0.
+static SIGN_BYTES: [u64; 256] = {
+    let mut t = [0u64; 256];
+    let mut s = 0;
+    while s < 256 {
+        let mut j = 0;
+        while j < 8 {
+            if s & (1 << j) != 0 {
+                t[s] |= 0xFF << (8 * j);
+            }
+            j += 1;
+        }
+        s += 1;
+    }
+    t
+};
+
+/// The sign bytes of a 7-bit `ksigns_iq2xs` code (its eighth bit is parity).
+fn ksigns(code: u32) -> u64 {
+    SIGN_BYTES[usize::from(KSIGNS_IQ2XS[(code & 127) as usize])]
+}
+
+/// A block of 32 weights as four groups of 8: magnitudes (unsigned bytes)
+/// and sign bytes (0xFF: negative).
+pub(super) trait Grid: Copy + Send + Sync + std::fmt::Debug + 'static {
+    /// Whether each half has its own multiplier ([`Expand::halves`]).
+    const HALVED: bool = false;
+    /// The block's scale.
+    fn scale(&self) -> f32;
+    /// The multipliers of the two halves' scale.
+    fn halves(&self) -> [i32; 2] {
+        [1, 1]
+    }
+    /// Weights `8k..8k + 8`'s magnitudes, little-endian, for each `k`.
+    fn magnitudes(&self) -> [u64; 4];
+    /// Weights `8k..8k + 8`'s sign bytes, little-endian, for each `k`.
+    fn signs(&self) -> [u64; 4];
+    /// Appends the resident fields to `out`.
+    fn bytes_into(&self, out: &mut Vec<u8>);
+}
+
+impl<G: Grid> Expand for G {
+    const HALVED: bool = G::HALVED;
+    fn scale(&self) -> f32 {
+        Grid::scale(self)
+    }
+    fn halves(&self) -> [i32; 2] {
+        Grid::halves(self)
+    }
+    fn ints(&self) -> [i8; BLOCK] {
+        let (m, s) = (self.magnitudes(), self.signs());
+        std::array::from_fn(|j| {
+            let magnitude = (m[j / 8] >> (8 * (j % 8))) as u8 as i8;
+            if (s[j / 8] >> (8 * (j % 8))) & 1 == 1 {
+                -magnitude
+            } else {
+                magnitude
+            }
+        })
+    }
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        Grid::bytes_into(self, out);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+impl<G: Grid> super::I8Block for G {
+    fn scale(&self) -> f32 {
+        Grid::scale(self)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn weights(&self) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
+        // SAFETY: AVX2 is enabled here.
+        let (m, s) = unsafe { self.magnitudes_signs() };
+        _mm256_sign_epi8(m, s)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn magnitudes_signs(&self) -> (std::arch::x86_64::__m256i, std::arch::x86_64::__m256i) {
+        use std::arch::x86_64::*;
+        let v = |q: [u64; 4]| _mm256_set_epi64x(q[3] as i64, q[2] as i64, q[1] as i64, q[0] as i64);
+        // Sign bytes 0xFF (−1) or 0x01 (+1): `_mm256_sign_epi8`'s operand.
+        (v(self.magnitudes()), _mm256_or_si256(v(self.signs()), _mm256_set1_epi8(1)))
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn pair_weights(&self) -> std::arch::x86_64::__m256i {
+        use std::arch::x86_64::*;
+        if G::HALVED {
+            let [a, b] = Grid::halves(self).map(|m| _mm_set1_epi16(m as i16));
+            _mm256_set_m128i(b, a)
+        } else {
+            _mm256_set1_epi16(1)
+        }
+    }
+}
+
+/// 32 IQ2_XXS weights: four `iq2xxs_grid` indexes, and four 7-bit sign
+/// codes in the low 28 bits of `signs`; `d` is ggml's `d·(0.5 + s)·0.25`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(super) struct BlockIq2Xxs {
+    d: f32,
+    grid: [u8; 4],
+    signs: u32,
+}
+
+impl Grid for BlockIq2Xxs {
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    fn magnitudes(&self) -> [u64; 4] {
+        self.grid.map(|i| IQ2XXS_GRID[usize::from(i)])
+    }
+    fn signs(&self) -> [u64; 4] {
+        std::array::from_fn(|k| ksigns(self.signs >> (7 * k)))
+    }
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.grid);
+        out.extend_from_slice(&self.signs.to_le_bytes());
+    }
+}
+
+/// 32 IQ2_XS weights: four 16-bit codes (a 9-bit `iq2xs_grid` index, a
+/// 7-bit sign code); `d` is ggml's `d / 8`, and the halves' multipliers
+/// `2s + 1` for their 4-bit scales `s` (so `d·m` is ggml's `d·(0.5 + s)·0.25`).
+#[derive(Clone, Copy, Debug)]
+#[repr(C, packed)]
+pub(super) struct BlockIq2Xs {
+    d: f32,
+    qs: [u16; 4],
+    scales: u8,
+}
+
+impl Grid for BlockIq2Xs {
+    const HALVED: bool = true;
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    fn halves(&self) -> [i32; 2] {
+        [i32::from(self.scales & 0x0F) * 2 + 1, i32::from(self.scales >> 4) * 2 + 1]
+    }
+    fn magnitudes(&self) -> [u64; 4] {
+        self.qs.map(|q| IQ2XS_GRID[usize::from(q & 511)])
+    }
+    fn signs(&self) -> [u64; 4] {
+        self.qs.map(|q| ksigns(u32::from(q >> 9)))
+    }
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_bits().to_le_bytes());
+        { self.qs }.iter().for_each(|q| out.extend_from_slice(&q.to_le_bytes()));
+        out.push(self.scales);
+    }
+}
+
+/// 32 IQ3_XXS weights: eight `iq3xxs_grid` indexes (4 magnitudes each),
+/// four 7-bit sign codes in the low 28 bits of `signs`; `d` is ggml's
+/// `d·(0.5 + s)·0.5`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C)]
+pub(super) struct BlockIq3Xxs {
+    d: f32,
+    grid: [u8; 8],
+    signs: u32,
+}
+
+impl Grid for BlockIq3Xxs {
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    fn magnitudes(&self) -> [u64; 4] {
+        let row = |i: u8| u64::from(IQ3XXS_GRID[usize::from(i)]);
+        std::array::from_fn(|k| row(self.grid[2 * k]) | row(self.grid[2 * k + 1]) << 32)
+    }
+    fn signs(&self) -> [u64; 4] {
+        std::array::from_fn(|k| ksigns(self.signs >> (7 * k)))
+    }
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.grid);
+        out.extend_from_slice(&self.signs.to_le_bytes());
+    }
+}
+
+/// 32 IQ3_S weights: eight 9-bit `iq3s_grid` indexes (low bytes in `qs`,
+/// the ninth bits in `qh`), a sign byte per 8 weights; `d` is ggml's
+/// `d·(1 + 2s)`.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, packed)]
+pub(super) struct BlockIq3S {
+    d: f32,
+    qs: [u8; 8],
+    signs: [u8; 4],
+    qh: u8,
+}
+
+impl Grid for BlockIq3S {
+    fn scale(&self) -> f32 {
+        self.d
+    }
+    fn magnitudes(&self) -> [u64; 4] {
+        let row = |k: usize| {
+            let high = usize::from((self.qh >> k) & 1) << 8;
+            u64::from(IQ3S_GRID[usize::from(self.qs[k]) | high])
+        };
+        std::array::from_fn(|k| row(2 * k) | row(2 * k + 1) << 32)
+    }
+    fn signs(&self) -> [u64; 4] {
+        self.signs.map(|s| SIGN_BYTES[usize::from(s)])
+    }
+    fn bytes_into(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.d.to_bits().to_le_bytes());
+        out.extend_from_slice(&self.qs);
+        out.extend_from_slice(&self.signs);
+        out.push(self.qh);
+    }
+}
+
+/// A GGUF super-block's f16 scale.
+fn d(b: &[u8]) -> f32 {
+    super::f16_at(b, 0)
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+/// The eight blocks of an IQ2_XXS super-block (`d: f16, qs: [u16; 32]`).
+pub(super) fn iq2_xxs(b: &[u8]) -> [BlockIq2Xxs; 8] {
+    let d = d(b);
+    std::array::from_fn(|ib| {
+        let at = 2 + 8 * ib;
+        let aux = u32_at(b, at + 4);
+        let mut grid = [0u8; 4];
+        grid.copy_from_slice(&b[at..at + 4]);
+        BlockIq2Xxs { d: d * (0.5 + (aux >> 28) as f32) * 0.25, grid, signs: aux & 0x0FFF_FFFF }
+    })
+}
+
+/// The eight blocks of an IQ2_XS super-block (`d: f16, qs: [u16; 32], scales: [u8; 8]`).
+pub(super) fn iq2_xs(b: &[u8]) -> [BlockIq2Xs; 8] {
+    let d = d(b);
+    std::array::from_fn(|ib| {
+        let qs = std::array::from_fn(|l| {
+            let at = 2 + 2 * (4 * ib + l);
+            u16::from_le_bytes([b[at], b[at + 1]])
+        });
+        BlockIq2Xs { d: d * 0.125, qs, scales: b[66 + ib] }
+    })
+}
+
+/// The eight blocks of an IQ3_XXS super-block (`d: f16, qs: [u8; 96]`:
+/// 64 grid indexes, then a u32 of sign codes and scale per 32 weights).
+pub(super) fn iq3_xxs(b: &[u8]) -> [BlockIq3Xxs; 8] {
+    let d = d(b);
+    std::array::from_fn(|ib| {
+        let aux = u32_at(b, 66 + 4 * ib);
+        let mut grid = [0u8; 8];
+        grid.copy_from_slice(&b[2 + 8 * ib..10 + 8 * ib]);
+        BlockIq3Xxs { d: d * (0.5 + (aux >> 28) as f32) * 0.5, grid, signs: aux & 0x0FFF_FFFF }
+    })
+}
+
+/// The eight blocks of an IQ3_S super-block (`d: f16, qs: [u8; 64], qh:
+/// [u8; 8], signs: [u8; 32], scales: [u8; 4]`).
+pub(super) fn iq3_s(b: &[u8]) -> [BlockIq3S; 8] {
+    let d = d(b);
+    std::array::from_fn(|ib| {
+        let s = b[106 + ib / 2];
+        let s = if ib % 2 == 0 { s & 0x0F } else { s >> 4 };
+        let mut qs = [0u8; 8];
+        qs.copy_from_slice(&b[2 + 8 * ib..10 + 8 * ib]);
+        let mut signs = [0u8; 4];
+        signs.copy_from_slice(&b[74 + 4 * ib..78 + 4 * ib]);
+        BlockIq3S { d: d * f32::from(1 + 2 * s), qs, signs, qh: b[66 + ib] }
+    })
+}
+
+// What the module's header says each block costs in memory.
+const _: () = assert!(
+    std::mem::size_of::<BlockIq2Xxs>() == 12
+        && std::mem::size_of::<BlockIq2Xs>() == 13
+        && std::mem::size_of::<BlockIq3Xxs>() == 16
+        && std::mem::size_of::<BlockIq3S>() == 17
+);
