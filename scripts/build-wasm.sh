@@ -18,14 +18,20 @@ case "${1:-}" in
   *) echo "build-wasm.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
 target="${CARGO_TARGET_DIR:-target}"
+# Every prerequisite first, so a missing one fails at once, not after minutes.
+command -v clang >/dev/null || { echo "build-wasm.sh: clang is missing (apt install clang): ring compiles C for wasm32" >&2; exit 1; }
+command -v rustup >/dev/null || { echo "build-wasm.sh: rustup is missing (the wasm32-unknown-unknown target comes from it)" >&2; exit 1; }
 version="$(awk '/^name = "wasm-bindgen"$/ {getline; gsub(/[^0-9.]/, ""); print; exit}' Cargo.lock)"
 [ -n "$version" ] || { echo "build-wasm.sh: wasm-bindgen is not in Cargo.lock" >&2; exit 1; }
+if ! rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown; then
+  echo "build-wasm.sh: adding the wasm32-unknown-unknown target" >&2
+  rustup target add wasm32-unknown-unknown >&2
+fi
 if ! wasm-bindgen --version 2>/dev/null | grep -qx "wasm-bindgen $version"; then
-  echo "installing wasm-bindgen-cli $version" >&2
+  echo "build-wasm.sh: installing wasm-bindgen-cli $version into ~/.cargo/bin (a few minutes on 2 cores)" >&2
   cargo install --quiet wasm-bindgen-cli --version "$version" >&2
 fi
-rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown >&2
-command -v clang >/dev/null || { echo "build-wasm.sh: clang is missing (apt install clang)" >&2; exit 1; }
+echo "build-wasm.sh: building veil-wasm for wasm32 (release; a few minutes the first time)" >&2
 cargo build --quiet --locked --release -p veil-wasm --target wasm32-unknown-unknown >&2
 out="$target/npm/veil-client"
 rm -rf "$out" && mkdir -p "$out"

@@ -41,6 +41,16 @@ case "${1:-}" in
   *) echo "usage: scripts/check-k8s.sh [--release]" >&2; exit 2 ;;
 esac
 
+# A Python whose packages the system manages (Debian 12's, PEP 668) refuses
+# pip: the tools then go into a venv of their own, first on PATH.
+if [ -z "${VIRTUAL_ENV:-}" ] && python3 -c 'import os, sys, sysconfig
+sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
+  venv="${CARGO_TARGET_DIR:-target}/k8s-venv"
+  [ -x "$venv/bin/python3" ] || python3 -m venv "$venv" ||
+    { echo "check-k8s: this python3 is system-managed and cannot make a venv (apt install python3-venv)" >&2; exit 1; }
+  PATH="$(cd "$venv/bin" && pwd):$PATH"
+  export PATH
+fi
 pip_install() {
   python3 -m pip install --quiet --disable-pip-version-check "$@"
 }

@@ -12,7 +12,11 @@ file (`scripts/compare-quants.sh`: KL divergence and top-1 agreement; the
 perplexity of such a model means nothing). Prints one line per file:
 `TYPE PATH SHA256`.
 
-  scripts/make-random-iquants.py --model F16.gguf [--out DIR] [--seed N] [--std-scale X] [TYPE...]
+  scripts/make-random-iquants.py --model F16.gguf [--out DIR] [--seed N] [--std-scale X] [--embedding-q8-0] [TYPE...]
+
+`--embedding-q8-0` stores the token embedding as Q8_0 (gguf-py's quantiser)
+instead of as it was: for speed benchmarks, where an F16 embedding that is
+also the output head would cost more than every layer of a small model.
 
 Needs the `gguf` package (gguf-py). The model should be F16 or F32 (other
 tensors are copied as stored).
@@ -72,7 +76,7 @@ def copy_fields(reader, writer):
         writer.add_key_value(field.name, field.contents(), vtype, sub_type=sub)
 
 
-def make(model, out, qtype, seed, std_scale):
+def make(model, out, qtype, seed, std_scale, embedding_q8_0=False):
     reader = gguf.GGUFReader(model)
     arch = reader.fields["general.architecture"].contents()
     writer = gguf.GGUFWriter(out, arch)
@@ -87,6 +91,10 @@ def make(model, out, qtype, seed, std_scale):
             data = random_tensor(rng, qtype, shape, std * std_scale)
             writer.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=qtype)
             changed += 1
+        elif t.name == "token_embd.weight" and embedding_q8_0 and t.tensor_type in (Q.F16, Q.F32, Q.BF16):
+            values = gguf.quants.dequantize(t.data, t.tensor_type).reshape(shape)
+            data = gguf.quants.quantize(values.astype(np.float32), Q.Q8_0)
+            writer.add_tensor(t.name, data, raw_shape=data.shape, raw_dtype=Q.Q8_0)
         else:
             writer.add_tensor(t.name, t.data, raw_shape=t.data.shape, raw_dtype=t.tensor_type)
     if changed == 0:
@@ -104,15 +112,17 @@ def main():
     ap.add_argument("--out", default=os.path.expanduser("~/.cache/veil/models/quants"))
     ap.add_argument("--seed", type=int, default=54)
     ap.add_argument("--std-scale", type=float, default=0.05)
+    ap.add_argument("--embedding-q8-0", action="store_true")
     ap.add_argument("types", nargs="*", default=TYPES)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     stem = os.path.basename(args.model).rsplit(".", 2)[0]
     for name in args.types:
         qtype = Q[name]
-        path = os.path.join(args.out, f"{stem}.random-{name}.gguf")
+        tag = "-embd-q8_0" if args.embedding_q8_0 else ""
+        path = os.path.join(args.out, f"{stem}.random-{name}{tag}.gguf")
         if not os.path.exists(path):
-            make(args.model, path, qtype, args.seed, args.std_scale)
+            make(args.model, path, qtype, args.seed, args.std_scale, args.embedding_q8_0)
         digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
         print(name, path, digest)
 

@@ -352,10 +352,23 @@ impl SimulatedAttester {
     pub fn dev_policy(&self) -> Result<crate::Policy, Error> {
         let ark = crate::x509::ParsedCert::from_der(self.ark_der())
             .map_err(|e| Error::ApiMisuse(format!("simulated ARK: {e}")))?;
+        // The product and TCB this root signs: what `veil policy init`
+        // pins from the same evidence, so a client's trust-on-first-use
+        // policy is no stricter than the shards' own (no policy gaps).
+        let (c, t) = (self.config(), self.config().tcb);
+        let min = crate::policy::TcbMinimum {
+            fmc: t.fmc,
+            bootloader: Some(t.bootloader),
+            tee: Some(t.tee),
+            snp: Some(t.snp),
+            microcode: Some(t.microcode),
+        };
         Ok(crate::Policy {
             allow_simulated: true,
             simulated_roots: vec![crate::KeyHash(ark.spki_sha256())],
-            measurements: vec![self.config().measurement],
+            measurements: vec![c.measurement],
+            products: vec![c.product],
+            min_tcb: [(c.product, min)].into_iter().collect(),
             ..crate::Policy::default()
         })
     }

@@ -61,11 +61,18 @@ pub fn route_json(route: &VerifiedRoute) -> serde_json::Value {
     })
 }
 
-/// Every warning a reviewer must see: each shard's (simulated evidence
-/// accepted, fields this verifier does not know), each GPU's, then the
-/// route's simulated notice; in route order, without repeats.
+/// Every warning a reviewer must see: the route checks' (a peer policy
+/// weaker than the client's, accepted because pinned), each shard's
+/// (simulated evidence accepted, fields this verifier does not know), each
+/// GPU's, then the route's simulated notice; in route order, without repeats.
 pub fn route_warnings(route: &VerifiedRoute) -> Vec<String> {
+    use veil_attestation::check::{CheckName as _, Outcome};
     let mut out: Vec<String> = Vec::new();
+    for r in &route.checks().table.results {
+        if let Outcome::Warned { warning, .. } = &r.outcome {
+            out.push(format!("{}: {warning}", r.check.check_name()));
+        }
+    }
     for s in std::iter::once(route.entry()).chain(route.shards()) {
         let e = s.evidence();
         let gpu = e.gpus().into_iter().flat_map(|g| g.appraisal().gpus.iter().flat_map(|t| t.warnings.iter()));

@@ -141,7 +141,13 @@ async function main() {
   page.verifyMs = performance.now() - started;
   $("verify-ms").textContent = `${page.verifyMs.toFixed(0)} ms`;
   showRoute(route);
-  setState("verified", route.simulated ? "Verified (SIMULATED attestation: development only)" : "Verified");
+  // Simulated evidence is not a green "Verified": the status says what was
+  // accepted, in the warning colour (style.css, data-simulated).
+  document.body.dataset.simulated = String(route.simulated);
+  setState(
+    "verified",
+    route.simulated ? "SIMULATED attestation: accepted by a development policy, no hardware verified" : "Verified",
+  );
   const history = [];
   const prompt = $("prompt");
   prompt.disabled = false;

@@ -374,6 +374,9 @@ fn policy_init_pins_what_it_saw(host: &std::path::Path, dir: &std::path::Path, p
         assert!(table.lines().any(|l| l.contains(check) && l.contains("PASS")), "{check}:\n{table}");
     }
     assert!(table.contains("pinned in your policy") && table.contains("layer count pinned"), "{table}");
+    // The cluster's development policy pins what `policy init` pins (the
+    // product and its TCB): nothing weaker to warn about on the happy path.
+    assert!(!table.contains("weaker than your policy"), "{table}");
     assert_eq!(table.matches("live link").count(), 1, "shard freshness not established:\n{table}");
     // Issue 23: a reviewer sees what was simulated — in the verdict line and
     // row by row — and scripts get the whole table as JSON.
@@ -395,19 +398,23 @@ fn policy_init_pins_what_it_saw(host: &std::path::Path, dir: &std::path::Path, p
     }
     assert_eq!(v["route_checks"]["results"].as_array().map(Vec::len), Some(10), "{v}");
     assert_eq!(v["drafter"]["digest"].as_str().map(str::len), Some(64), "{v}");
-    // Without the pin, the cluster's development policy is weaker than the
-    // pinned one (no TCB minimums): refused, the gaps listed line by line.
+    // Without the pin, a client policy stricter than the cluster's (here a
+    // HOST_DATA pin the shards meet but do not demand of their peers) is
+    // refused, the gaps listed by name; the same policy without the extra
+    // pin passes as at least as strict.
     let unpinned = dir.join("unpinned.toml");
     let digest = policy.peer_policies[0].to_string();
-    std::fs::write(
-        &unpinned,
-        text.lines().filter(|l| !l.contains(&digest) && !l.starts_with("peer_policies")).collect::<Vec<_>>().join("\n"),
-    )
-    .unwrap();
+    let unpinned_text =
+        text.lines().filter(|l| !l.contains(&digest) && !l.starts_with("peer_policies")).collect::<Vec<_>>().join("\n");
+    std::fs::write(&unpinned, &unpinned_text).unwrap();
+    let ok = verify(&unpinned).unwrap();
+    let table = String::from_utf8_lossy(&ok.stdout);
+    assert!(ok.status.success() && table.contains("at least as strict as your policy"), "{table}");
+    std::fs::write(&unpinned, format!("host_data = \"{}\"\n{unpinned_text}", "00".repeat(32))).unwrap();
     let no = verify(&unpinned).unwrap();
     let why = format!("{}{}", String::from_utf8_lossy(&no.stdout), String::from_utf8_lossy(&no.stderr));
     assert_eq!(no.status.code(), Some(1), "{why}");
-    assert!(why.contains("peer_policy") && why.contains("weaker: min_tcb."), "{why}");
+    assert!(why.contains("peer_policy") && why.contains("weaker on 1 setting(s): host_data"), "{why}");
     // Another layer count pinned: refused by name.
     let layers = dir.join("layers.toml");
     std::fs::write(&layers, text.replace("model_layers = 30", "model_layers = 32")).unwrap();

@@ -250,6 +250,10 @@ def test_the_page_verifies_the_route_in_the_browser_and_answers_like_the_rust_sd
     assert wait_for(browser, ("verified", "refused")) == "verified", page(browser)
     shown = page(browser)
     assert shown["simulated"] is True and shown["verifyMs"] > 0
+    # Simulated evidence is never a green "Verified": said, in the warning colour.
+    status = browser.find_element(By.ID, "status")  # type: ignore[attr-defined]
+    assert status.text.startswith("SIMULATED") and "Verified" not in status.text, status.text
+    assert status.value_of_css_property("color") in ("rgba(138, 75, 0, 1)", "rgb(138, 75, 0)"), status.text
     summary = browser.find_element(By.ID, "route-summary").text  # type: ignore[attr-defined]
     assert cluster.model_id in summary and "SIMULATED" in summary.upper()
     # One box per shard (entry, three stages with two replicas in the middle)

@@ -49,3 +49,54 @@ def test_the_webassembly_client_in_node(cluster: Cluster, tmp_path: Path) -> Non
     )
     print(run.stdout[-6000:])
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+
+
+def test_the_readme_node_example_runs_as_an_app_installs_it(cluster: Cluster, tmp_path: Path) -> None:
+    """The README's Node example, run as written from an app directory into
+    which the package is installed as `npm install PATH` lays it out (npm when
+    present, else the same copy under node_modules/): imported by name, the
+    .wasm loaded by the package itself, the greedy answer with the repetition
+    penalty equal to one local process's. A module that fails to load is a
+    VeilError of kind config, and a later load succeeds."""
+    import re
+
+    pkg = package()
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "package.json").write_text('{"name": "app", "version": "1.0.0", "type": "module"}\n')
+    if shutil.which("npm"):
+        subprocess.run(["npm", "install", "--no-audit", "--no-fund", "--offline", str(pkg)], cwd=app,
+                       check=True, capture_output=True, timeout=120)
+    else:
+        shutil.copytree(pkg, app / "node_modules" / "veil-client")
+    readme = (REPO / "README.md").read_text()
+    code = re.search(r"```js\n(// app\.mjs.*?)```", readme, re.S).group(1)
+    assert '"http://127.0.0.1:8080"' in code and '"target/veil-local/policy.toml"' in code
+    code = code.replace('"http://127.0.0.1:8080"', f'"{cluster.url}"')
+    code = code.replace('"target/veil-local/policy.toml"', f'"{cluster.policy}"')
+    (app / "app.mjs").write_text(code)
+    run = subprocess.run(["node", "app.mjs"], cwd=app, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout + run.stderr
+    local = subprocess.run(
+        [binary("veil-shard"), "generate", "--model", cluster.model, "--chat", "--prompt",
+         "What is the capital of France? Answer in one sentence.", "--max-tokens", "32",
+         "--temperature", "0", "--repeat-penalty", "1.1"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    lines = run.stdout.splitlines()
+    assert lines[0].startswith("ACCEPTED") and "SIMULATED" in lines[0], run.stdout
+    assert local and run.stdout.strip().endswith(local), f"{local!r} vs\n{run.stdout}"
+    # The .wasm is exported for bundlers, and a bad module is a typed error.
+    (app / "load.mjs").write_text(
+        'import { createRequire } from "node:module";\n'
+        'import { load, Veil } from "veil-client";\n'
+        'const require = createRequire(import.meta.url);\n'
+        'console.log(require.resolve("veil-client/veil_wasm_bg.wasm").endsWith("veil_wasm_bg.wasm"));\n'
+        'try { await load(new Uint8Array([0, 1, 2, 3])); console.log("loaded?"); }\n'
+        'catch (e) { console.log(e.name, e.kind); }\n'
+        'await load();\n'
+        'try { await Veil.verify("ftp://x", ""); } catch (e) { console.log(e.name, e.kind); }\n'
+    )
+    run = subprocess.run(["node", "load.mjs"], cwd=app, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.splitlines() == ["true", "VeilError config", "VeilError config"], run.stdout + run.stderr

@@ -56,6 +56,33 @@ def test_greedy_answer_equals_the_rust_sdk_and_one_local_process(cluster: Cluste
     assert streamed.finish_reason == answer.finish_reason and streamed.route_used
 
 
+def test_the_readme_example_runs_as_written(cluster: Cluster, capsys: pytest.CaptureFixture[str]) -> None:
+    """The package README's example, with only the demo's URL and policy
+    path replaced by this cluster's: it verifies, answers greedily with the
+    repetition penalty as one local process does, and names the served model."""
+    import re
+
+    from conftest import REPO
+
+    text = (REPO / "client-sdk" / "python" / "README.md").read_text()
+    code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
+    assert '"http://127.0.0.1:8080"' in code and '"target/veil-local/policy.toml"' in code
+    code = code.replace('"http://127.0.0.1:8080"', repr(cluster.url))
+    code = code.replace('"target/veil-local/policy.toml"', repr(str(cluster.policy)))
+    exec(compile(code, "client-sdk/python/README.md", "exec"), {})
+    out = capsys.readouterr().out
+    local = subprocess.run(
+        [binary("veil-shard"), "generate", "--model", cluster.model, "--chat", "--prompt",
+         "What is the capital of France? Answer in one sentence.", "--max-tokens", "32",
+         "--temperature", "0", "--repeat-penalty", "1.1"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    lines = out.splitlines()
+    assert lines[0].startswith("ACCEPTED") and "SIMULATED" in lines[0].upper(), out
+    assert local and local in out, f"{local!r} not in:\n{out}"
+    assert "Paris" in local, local
+
+
 def test_a_seeded_sampled_request_repeats(cluster: Cluster) -> None:
     client = veil.Client(cluster.url, policy=cluster.policy)
     params = dict(max_tokens=TOKENS, temperature=0.9, seed=1234)

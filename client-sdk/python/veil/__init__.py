@@ -21,7 +21,7 @@ verifies, and an answer the host cut short or altered raises ``Truncated``.
     open("route.json", "w").write(client.saved_route())  # for `veil receipt verify`
 
     openai = veil.openai("http://127.0.0.1:8080", policy="policy.toml")
-    openai.chat.completions.create(model="veil", messages=[...])
+    openai.chat.completions.create(model=route.model, messages=[...])  # the route's model
 """
 
 from __future__ import annotations

@@ -571,9 +571,23 @@ pub struct ChatArgs {
     /// Sampling temperature, 0 to 2 (0 = greedy).
     #[arg(long, default_value_t = 0.7, allow_negative_numbers = true, value_parser = parse_temperature)]
     pub temperature: f32,
+    /// Repetition penalty over the last 64 tokens, above 0 and at most 2
+    /// (1 = off; llama.cpp's chat default is 1.1). Turns speculation off.
+    #[arg(long, default_value_t = 1.0, allow_negative_numbers = true, value_parser = parse_repeat_penalty)]
+    pub repeat_penalty: f32,
     /// Also trust these PEM certificate authorities for the host's https:// URL.
     #[arg(long)]
     pub ca: Option<PathBuf>,
+}
+
+/// `--repeat-penalty`: the gateway's range, checked before anything is verified or sent.
+fn parse_repeat_penalty(s: &str) -> Result<f32, String> {
+    let p: f32 = s.parse().map_err(|_| format!("{s:?} is not a number"))?;
+    if p > 0.0 && p <= 2.0 {
+        Ok(p)
+    } else {
+        Err("must be above 0 and at most 2 (1 = off)".into())
+    }
 }
 
 /// `--temperature`: the gateway's range, checked before anything is verified or sent.

@@ -194,9 +194,12 @@ pub fn chat(args: &ChatArgs) -> Exit {
             continue;
         }
         history.push(serde_json::json!({"role": "user", "content": line}));
-        let body = serde_json::json!({
+        let mut body = serde_json::json!({
             "messages": history, "stream": true, "max_tokens": args.max_tokens, "temperature": args.temperature,
         });
+        if args.repeat_penalty != 1.0 {
+            body["repetition_penalty"] = args.repeat_penalty.into();
+        }
         let mut answer = String::new();
         let result = rt.block_on(async {
             let turn = async {

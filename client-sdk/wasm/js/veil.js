@@ -25,12 +25,29 @@ const MAX_DOC_BYTES = 8 << 20;
 
 let ready;
 
+const inNode = typeof process !== "undefined" && process.versions?.node !== undefined;
+
+/** The module's bytes in Node: the package's own veil_wasm_bg.wasm, read from disk. */
+async function nodeWasm() {
+  const { readFile } = await import("node:fs/promises");
+  return readFile(new URL("./veil_wasm_bg.wasm", import.meta.url));
+}
+
 /**
- * Loads the WebAssembly module once. Browsers fetch it next to this file;
- * Node (or a page that serves it elsewhere) passes its bytes or URL.
+ * Loads the WebAssembly module once (every call after the first that
+ * succeeded returns the same promise). Without an argument, browsers fetch
+ * it next to this file and Node reads the package's own copy; a page that
+ * serves it elsewhere passes its URL, and anyone may pass its bytes.
+ * Fails with a VeilError of kind `config`; a failed load may be retried.
  */
 export function load(wasm) {
-  ready ??= init(wasm === undefined ? undefined : { module_or_path: wasm });
+  ready ??= (async () => {
+    const source = wasm ?? (inNode ? await nodeWasm() : undefined);
+    return init(source === undefined ? undefined : { module_or_path: source });
+  })().catch((e) => {
+    ready = undefined;
+    throw fail("config", `the WebAssembly module did not load: ${e?.message ?? e}`);
+  });
   return ready;
 }
 

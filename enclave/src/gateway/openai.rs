@@ -160,6 +160,11 @@ struct Common {
     parallel_tool_calls: Option<bool>,
     #[serde(default)]
     response_format: Option<Value>,
+    /// Extension (vLLM's name; llama.cpp's `repeat_penalty`): logits of the
+    /// last 64 tokens (prompt and answer) divided by it where positive,
+    /// multiplied where negative; 1 = off. Turns speculation off.
+    #[serde(default)]
+    repetition_penalty: Option<f32>,
     /// Veil extension: speculative decoding on (`true`) or off (`false`)
     /// for this request; absent = the cluster's setting. Never changes the
     /// output's distribution, only its speed.
@@ -419,6 +424,9 @@ pub fn parse(
             return Err(ApiError::invalid(param, format!("{param} must be between -2 and 2")));
         }
     }
+    if common.repetition_penalty.is_some_and(|v| !(v > 0.0 && v <= 2.0)) {
+        return Err(ApiError::invalid("repetition_penalty", "repetition_penalty must be above 0 and at most 2"));
+    }
     let logit_bias = logit_bias(common.logit_bias.as_ref(), tokenizer.vocab_size())?;
     let mut response_format = response_format(common.response_format.as_ref())?;
     let tools = match tool_use {
@@ -490,6 +498,7 @@ pub fn parse(
             seed: common.seed.unwrap_or_else(crate::pipeline::sessions::random_id),
             presence_penalty: common.presence_penalty.unwrap_or(0.0),
             frequency_penalty: common.frequency_penalty.unwrap_or(0.0),
+            repetition_penalty: common.repetition_penalty.unwrap_or(1.0),
             logit_bias,
             logprobs,
             response_format,

@@ -278,7 +278,9 @@ fn chat_app_parameters_pass_at_defaults_and_are_refused_otherwise() {
         ),
     );
     let s = &c.request.sampling;
-    assert_eq!((s.presence_penalty, s.frequency_penalty), (0.5, -1.0));
+    assert_eq!((s.presence_penalty, s.frequency_penalty, s.repetition_penalty), (0.5, -1.0, 1.0));
+    let repeat = generate(&tok, "/v1/chat/completions", &with(r#","repetition_penalty":1.1"#));
+    assert_eq!(repeat.request.sampling.repetition_penalty, 1.1);
     assert_eq!(s.logit_bias, vec![(7, 2.5), (300, -100.0)], "ascending ids");
     assert_eq!(s.logprobs, Some(3));
     assert_eq!(generate(&tok, "/v1/chat/completions", &with(r#","logprobs":true"#)).request.sampling.logprobs, Some(0));
@@ -310,6 +312,9 @@ fn chat_app_parameters_pass_at_defaults_and_are_refused_otherwise() {
     for (bad, param) in [
         (r#","presence_penalty":2.5"#, "presence_penalty"),
         (r#","frequency_penalty":-2.01"#, "frequency_penalty"),
+        (r#","repetition_penalty":0"#, "repetition_penalty"),
+        (r#","repetition_penalty":2.5"#, "repetition_penalty"),
+        (r#","repetition_penalty":-1"#, "repetition_penalty"),
         (r#","logit_bias":{"50":-101}"#, "logit_bias"),
         (r#","logit_bias":{"fifty":1}"#, "logit_bias"),
         (r#","logit_bias":{"50":"high"}"#, "logit_bias"),

@@ -229,6 +229,10 @@ impl<B: Kernel> Expanded<B> {
         if isa == super::Isa::Avx512Vnni && !B::HALVED {
             return super::q80_matmul_vnni(&self.blocks, self.rows, self.cols / BLOCK, &xq, m);
         }
+        #[cfg(target_arch = "x86_64")]
+        if isa == super::Isa::Avx2 && !B::HALVED && m >= EXPAND_ROWS_FROM {
+            return matmul_expanding_rows(&self.blocks, self.rows, self.cols / BLOCK, &xq, m);
+        }
         par_matmul(&self.blocks, self.rows, self.cols / BLOCK, &xq, m, dots(isa))
     }
 
@@ -447,6 +451,62 @@ fn dots<B: Kernel>(isa: super::Isa) -> Dots<B, BlockQ80> {
     }
     let _ = isa;
     Dots { one: dot_scalar, four: |w, x| x.map(|x| dot_scalar(w, x)) }
+}
+
+/// Input rows from which a weight row is expanded once per sweep rather
+/// than once per four input rows.
+#[cfg(target_arch = "x86_64")]
+const EXPAND_ROWS_FROM: usize = 8;
+
+/// Prefill and batches on AVX2: each weight row, as a sweep reaches it, is
+/// expanded once into Q8_0 blocks (in registers, then stored: a few KiB that
+/// stay in L1), and Q8_0's own kernels run it against the sweep's input rows.
+/// The same results, bit for bit, as expanding every block for every four
+/// input rows (what [`dots`] does, and the test's reference: the blocks
+/// expanded to Q8_0 at load), with one expansion per weight row and sweep
+/// instead of one per four input rows. Not for halved blocks, which are no
+/// Q8_0 blocks.
+#[cfg(target_arch = "x86_64")]
+fn matmul_expanding_rows<B: Kernel>(w: &[B], rows: usize, per_row: usize, xq: &[BlockQ80], m: usize) -> Vec<f32> {
+    debug_assert!(!B::HALVED);
+    let xrow = |i: usize| &xq[i * per_row..(i + 1) * per_row];
+    let sweep = |wr: &[B], first: usize, n: usize, out: &mut [f32], stride: usize| {
+        let mut q = Vec::with_capacity(wr.len());
+        // SAFETY (all): this path is taken only when `q80_isa()` chose AVX2
+        // after run-time detection of AVX2 and FMA.
+        unsafe { expand_row(wr, &mut q) };
+        let mut i = 0;
+        while i + 4 <= n {
+            let r = first + i;
+            let v = unsafe { super::q80_dot4_avx2(&q, [xrow(r), xrow(r + 1), xrow(r + 2), xrow(r + 3)]) };
+            for (k, x) in v.into_iter().enumerate() {
+                out[(i + k) * stride] = x;
+            }
+            i += 4;
+        }
+        for i in i..n {
+            out[i * stride] = unsafe { super::q80_dot_avx2(&q, xrow(first + i)) };
+        }
+    };
+    // SAFETY: as above.
+    let one = |wr: &[B]| unsafe { super::q80_dot_avx2(wr, xq) };
+    super::par_tiles(w, rows, per_row, m, per_row * std::mem::size_of::<BlockQ80>(), one, sweep)
+}
+
+/// `wr`'s blocks expanded to Q8_0 blocks into `out`.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn expand_row<B: Kernel>(wr: &[B], out: &mut Vec<BlockQ80>) {
+    use std::arch::x86_64::*;
+    out.extend(wr.iter().map(|b| {
+        let mut qs = [0i8; BLOCK];
+        // SAFETY: AVX2 is enabled here; `qs` is 32 bytes, the store writes exactly them.
+        unsafe { _mm256_storeu_si256(qs.as_mut_ptr().cast(), b.weights()) };
+        BlockQ80 { d: super::I8Block::scale(b), qs }
+    }));
 }
 
 /// The arithmetic of `q80_dot_scalar` on the unpacked integers (each
