@@ -46,6 +46,8 @@ done
 if [ -z "$work" ]; then
   work="$(mktemp -d)"
   trap 'rm -rf "$work"' EXIT
+else
+  mkdir -p "$work" || { echo "build-ovmf.sh: cannot create --work $work" >&2; exit 2; }
 fi
 tarball="$work/edk2_${EDK2_VERSION}.orig.tar.xz"
 [ -f "$tarball" ] || curl -fsSL -o "$tarball" "$EDK2_URL"
