@@ -63,8 +63,9 @@ checks=target/veil-local/verify.txt
 if [ "$verbose" = 1 ]; then
   cat "$checks"
 else
-  # The verdict line, and every row that passed with a warning.
-  grep -E "WARN" "$checks" || true
+  # Each distinct warning (every shard repeats the simulated ones), every
+  # row that passed with a warning, then the verdict line.
+  grep -E "^WARNING|[[:space:]]WARN([[:space:]]|\()" "$checks" | sed 's/^[[:space:]]*//' | sort -u || true
   tail -n 1 "$checks"
   echo "(every check table: $checks, or scripts/demo.sh --verbose)"
 fi
