@@ -70,6 +70,28 @@ const REGEX_KIMI_K2: &str = concat!(
     contractions!(),
     r"?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 );
+/// DeepSeek Coder (`deepseek-coder`): newlines alone, letter and punctuation
+/// runs each with one leading space, CJK runs, digits one a piece.
+const REGEX_DEEPSEEK_CODER: [&str; 5] =
+    ["[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", r"[\x{4E00}-\x{9FA5}\x{800}-\x{4E00}\x{AC00}-\x{D7FF}]+", r"\p{N}"];
+/// DeepSeek LLM and V2 (`deepseek-llm`): newlines alone, runs of the cased
+/// letters of llama.cpp's list (Latin, Greek, Cyrillic, Armenian, Georgian,
+/// Cherokee, Glagolitic, Coptic, Deseret, …) and of ASCII and full-width
+/// punctuation, each with one leading space, trailing spaces, CJK runs,
+/// digit runs. (Written as code points: several of these letters have
+/// canonical equivalents, and an editor that normalises text would change
+/// them.)
+#[rustfmt::skip]
+const REGEX_DEEPSEEK_LLM: [&str; 6] = [
+    "[\r\n]",
+    "\\s?[A-Za-z\\x{B5}\\x{C0}-\\x{D6}\\x{D8}-\\x{F6}\\x{F8}-\\x{1BA}\\x{1BC}-\\x{1BF}\\x{1C4}-\\x{293}\\x{295}-\\x{2AF}\\x{370}-\\x{373}\\x{376}\\x{377}\\x{37B}-\\x{37D}\\x{37F}\\x{386}\\x{388}-\\x{38A}\\x{38C}\\x{38E}-\\x{3A1}\\x{3A3}-\\x{3F5}\\x{3F7}-\\x{481}\\x{48A}-\\x{52F}\\x{531}-\\x{556}\\x{10A0}-\\x{10C5}\\x{13A0}-\\x{13F5}\\x{13F8}-\\x{13FD}\\x{1C90}-\\x{1CBA}\\x{1CBD}-\\x{1CBF}\\x{1D00}-\\x{1D2B}\\x{1D6B}-\\x{1D77}\\x{1D79}-\\x{1D9A}\\x{1E00}-\\x{1F15}\\x{1F18}-\\x{1F1D}\\x{1F20}-\\x{1F45}\\x{1F48}-\\x{1F4D}\\x{1F50}-\\x{1F57}\\x{1F59}\\x{1F5B}\\x{1F5D}\\x{1F5F}-\\x{1F7D}\\x{1F80}-\\x{1FB4}\\x{1FB6}-\\x{1FBC}\\x{1FBE}\\x{1FC2}-\\x{1FC4}\\x{1FC6}-\\x{1FCC}\\x{1FD0}-\\x{1FD3}\\x{1FD6}-\\x{1FDB}\\x{1FE0}-\\x{1FEC}\\x{1FF2}-\\x{1FF4}\\x{1FF6}-\\x{1FFC}\\x{2102}\\x{2107}\\x{210A}-\\x{2113}\\x{2115}\\x{2119}-\\x{211D}\\x{2124}\\x{2126}\\x{2128}\\x{212A}-\\x{212D}\\x{212F}-\\x{2134}\\x{2139}\\x{213C}-\\x{213F}\\x{2145}-\\x{2149}\\x{214E}\\x{2183}\\x{2184}\\x{2C00}-\\x{2C7B}\\x{2C7E}-\\x{2CE4}\\x{2CEB}-\\x{2CEE}\\x{2CF2}\\x{2CF3}\\x{A640}-\\x{A66D}\\x{A680}-\\x{A69B}\\x{A722}-\\x{A76F}\\x{A771}-\\x{A787}\\x{A78B}-\\x{A78E}\\x{AB70}-\\x{ABBF}\\x{FB00}-\\x{FB06}\\x{FB13}-\\x{FB17}\\x{FF21}-\\x{FF3A}\\x{FF41}-\\x{FF5A}\\x{10400}-\\x{1044F}\\x{104B0}-\\x{104D3}\\x{104D8}-\\x{104FB}\\x{10C80}-\\x{10CB2}\\x{10CC0}-\\x{10CF2}\\x{118A0}-\\x{118DF}\\x{1E900}-\\x{1E943}]+",
+    "\\s?[!-/:-~\\x{FF01}-\\x{FF0F}\\x{FF1A}-\\x{FF5E}\\x{2018}-\\x{201F}\\x{3000}-\\x{3002}]+",
+    "\\s+$",
+    "[\\x{4E00}-\\x{9FA5}\\x{800}-\\x{4E00}\\x{AC00}-\\x{D7FF}]+",
+    "\\p{N}+",
+];
+/// Falcon (`falcon`): punctuation runs, GPT-2's split, then digits in threes.
+const REGEX_FALCON: [&str; 3] = [r"[\p{P}\$\+<=>\^~\|`]+", REGEX_GPT2, "[0-9][0-9][0-9]"];
 /// llama.cpp's fallback for `default` (and a missing `tokenizer.ggml.pre`).
 const REGEX_DEFAULT: [&str; 4] = [
     r"[\p{P}\$\+<=>\^~\|]+",
@@ -90,6 +112,12 @@ pub enum PreType {
     Dbrx,
     /// DeepSeek V3 / R1 (`deepseek-v3`).
     DeepseekV3,
+    /// DeepSeek Coder (`deepseek-coder`).
+    DeepseekCoder,
+    /// DeepSeek LLM and DeepSeek V2 (`deepseek-llm`).
+    DeepseekLlm,
+    /// Falcon (`falcon`).
+    Falcon,
     /// llama.cpp's fallback (`default`, or no `tokenizer.ggml.pre`).
     Default,
     /// GPT-2 and its kin (`gpt-2`, `gpt2`, `phi-2`, `mpt`, `olmo`, …).
@@ -116,6 +144,9 @@ impl PreType {
             "glm4" | "chatglm-bpe" => Self::ChatGlm4,
             "dbrx" | "smaug-bpe" => Self::Dbrx,
             "deepseek-v3" | "hunyuan-dense" | "joyai-llm" => Self::DeepseekV3,
+            "deepseek-coder" => Self::DeepseekCoder,
+            "deepseek-llm" => Self::DeepseekLlm,
+            "falcon" => Self::Falcon,
             "default" => Self::Default,
             // `gpt2` is no llama.cpp name; older Veil fixtures write it.
             "gpt-2" | "gpt2" | "phi-2" | "mpt" | "olmo" | "jais" | "trillion" | "granite-docling" | "exaone4" => {
@@ -140,6 +171,9 @@ impl PreType {
         match self {
             Self::ChatGlm4 | Self::Dbrx | Self::Llama3 => &[REGEX_LLAMA3],
             Self::DeepseekV3 => &REGEX_DEEPSEEK3,
+            Self::DeepseekCoder => &REGEX_DEEPSEEK_CODER,
+            Self::DeepseekLlm => &REGEX_DEEPSEEK_LLM,
+            Self::Falcon => &REGEX_FALCON,
             Self::Default => &REGEX_DEFAULT,
             Self::Gpt2 => &[REGEX_GPT2],
             Self::Gpt4o => &[REGEX_GPT4O],
@@ -188,6 +222,9 @@ enum Engine {
         with_special: Box<HfTokenizer>,
         /// Treats all text as text.
         plain: Box<HfTokenizer>,
+        /// GPT-2's byte-to-character spelling (`gpt2`); otherwise raw UTF-8
+        /// with `▁` for a space and `<0xNN>` byte tokens (`gemma4`).
+        byte_level: bool,
     },
     Spm(Box<Spm>),
 }
@@ -246,8 +283,11 @@ impl Tokenizer {
                 };
                 let pre = PreType::from_name(pre)
                     .ok_or_else(|| ModelError::Unsupported(format!("tokenizer pre-type {pre:?}")))?;
-                (Self::bpe(g, pre, &tokens, &special_ids)?, pre.add_bos_default(), pre.has_bos())
+                (Self::bpe(g, Some(pre), &tokens, &special_ids, &user_defined)?, pre.add_bos_default(), pre.has_bos())
             }
+            // Gemma 4: BPE over raw UTF-8 (llama.cpp's `gemma4` vocabulary,
+            // BOS only where the GGUF asks).
+            "gemma4" => (Self::bpe(g, None, &tokens, &special_ids, &user_defined)?, false, true),
             "llama" => {
                 let scores = g.meta_f32s("tokenizer.ggml.scores")?;
                 let space_prefix = g.meta_bool("tokenizer.ggml.add_space_prefix").unwrap_or(true);
@@ -263,7 +303,7 @@ impl Tokenizer {
             }
             other => {
                 return Err(ModelError::Unsupported(format!(
-                    "tokenizer model {other:?} (gpt2 byte-level BPE and llama sentencepiece are served)"
+                    "tokenizer model {other:?} (gpt2 byte-level BPE, gemma4 BPE and llama sentencepiece are served)"
                 )))
             }
         };
@@ -326,13 +366,25 @@ impl Tokenizer {
         self.grammars.get_or_init(|| Grammars::new(self).map(std::sync::Arc::new)).clone()
     }
 
-    fn bpe(g: &GgufFile, pre: PreType, tokens: &[String], special_ids: &[u32]) -> Result<Engine> {
+    /// Byte-level BPE (`pre`: its split), or with `pre` `None` Gemma 4's
+    /// BPE over raw UTF-8: spaces written `▁`, text split only at runs of
+    /// newlines, characters outside the vocabulary as `<0xNN>` byte tokens.
+    fn bpe(
+        g: &GgufFile,
+        pre: Option<PreType>,
+        tokens: &[String],
+        special_ids: &[u32],
+        user_defined: &[u32],
+    ) -> Result<Engine> {
+        // llama.cpp splits a merge at its first space after the first byte.
         let merges: Vec<(String, String)> = g
             .meta_strings("tokenizer.ggml.merges")?
             .into_iter()
             .map(|m| {
-                m.split_once(' ')
-                    .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                m.char_indices()
+                    .skip(1)
+                    .find(|&(_, c)| c == ' ')
+                    .map(|(at, _)| (m[..at].to_owned(), m[at + 1..].to_owned()))
                     .ok_or_else(|| ModelError::Malformed(format!("merge {m:?} has no space")))
             })
             .collect::<Result<_>>()?;
@@ -340,12 +392,34 @@ impl Tokenizer {
             tokens.iter().enumerate().map(|(i, t)| (t.clone(), i as u32)).collect();
         let bpe = BPE::builder()
             .vocab_and_merges(vocab, merges)
-            .ignore_merges(pre.ignore_merges())
+            .ignore_merges(pre.is_some_and(PreType::ignore_merges))
+            .byte_fallback(pre.is_none())
             .build()
             .map_err(|e| ModelError::Malformed(format!("BPE: {e}")))?;
         let mut plain = HfTokenizer::new(bpe);
-        plain.with_pre_tokenizer(Some(pre.pre_tokenizer()?));
-        plain.with_decoder(Some(ByteLevel::default()));
+        let byte_level = pre.is_some();
+        match pre {
+            Some(pre) => {
+                plain.with_pre_tokenizer(Some(pre.pre_tokenizer()?));
+                plain.with_decoder(Some(ByteLevel::default()));
+            }
+            None => {
+                use tokenizers::decoders::{byte_fallback::ByteFallback, fuse::Fuse, sequence::Sequence as Decoders};
+                use tokenizers::normalizers::replace::Replace;
+                let replace = |a: &str, b: &str| {
+                    Replace::new(a, b).map_err(|e| ModelError::Malformed(format!("tokenizer normalizer: {e}")))
+                };
+                plain
+                    .with_normalizer(Some(replace(" ", "\u{2581}")?))
+                    .map_err(|e| ModelError::Malformed(format!("tokenizer normalizer: {e}")))?;
+                plain.with_pre_tokenizer(Some(split("[^\n]+|[\n]+")?));
+                plain.with_decoder(Some(Decoders::new(vec![
+                    replace("\u{2581}", " ")?.into(),
+                    ByteFallback::new().into(),
+                    Fuse::new().into(),
+                ])));
+            }
+        }
         let mut with_special = plain.clone();
         let specials: Vec<AddedToken> = special_ids
             .iter()
@@ -355,7 +429,17 @@ impl Tokenizer {
             .map(|t| AddedToken::from(t.clone(), true))
             .collect();
         with_special.add_special_tokens(specials).map_err(|e| ModelError::Malformed(format!("special tokens: {e}")))?;
-        Ok(Engine::Bpe { with_special: Box::new(with_special), plain: Box::new(plain) })
+        // User-defined tokens are cut out of plain text too (llama.cpp skips
+        // only control and unknown tokens when special parsing is off): MPT's
+        // runs of spaces, Qwen's `<think>`.
+        let user: Vec<AddedToken> = user_defined
+            .iter()
+            .filter_map(|&i| tokens.get(i as usize))
+            .filter(|t| !t.is_empty())
+            .map(|t| AddedToken::from(t.clone(), false))
+            .collect();
+        plain.add_tokens(user).map_err(|e| ModelError::Malformed(format!("user-defined tokens: {e}")))?;
+        Ok(Engine::Bpe { with_special: Box::new(with_special), plain: Box::new(plain), byte_level })
     }
 
     /// Text to ids. `parse_special` matches special-token text as the
@@ -389,7 +473,7 @@ impl Tokenizer {
 
     fn encode_piece(&self, text: &str, parse_special: bool) -> Result<Vec<u32>> {
         match &self.engine {
-            Engine::Bpe { with_special, plain } => {
+            Engine::Bpe { with_special, plain, .. } => {
                 let t = if parse_special { with_special } else { plain };
                 let enc = t.encode(text, false).map_err(|e| ModelError::Invalid(format!("tokenize: {e}")))?;
                 Ok(enc.get_ids().to_vec())
@@ -546,7 +630,7 @@ impl Tokenizer {
     /// byte; control and user-defined tokens as `0xFF` and their text, which
     /// no text matches.
     pub fn token_bytes(&self) -> Vec<Vec<u8>> {
-        let byte_level = matches!(self.engine, Engine::Bpe { .. });
+        let byte_level = matches!(self.engine, Engine::Bpe { byte_level: true, .. });
         self.tokens
             .iter()
             .enumerate()
@@ -567,6 +651,12 @@ impl Tokenizer {
                 }
             })
             .collect()
+    }
+
+    /// Whether `id` is a user-defined token (written as its text when
+    /// decoded, cut out of plain text as a whole when encoding).
+    pub fn is_user_defined(&self, id: u32) -> bool {
+        self.user_defined.binary_search(&id).is_ok()
     }
 
     /// The end-of-sequence id.
