@@ -27,6 +27,21 @@ def binary(name: str) -> str:
     return str(path)
 
 
+# The question the READMEs' examples ask, and how they ask it.
+README_QUESTION = "What is the capital of France? Answer in one sentence."
+
+
+def readme_answer_locally(model: str) -> str:
+    """The READMEs' question answered by one local process (`veil-shard
+    generate`), greedily with the 1.1 repetition penalty and 32 tokens, as
+    the examples ask it through a route."""
+    return subprocess.run(
+        [binary("veil-shard"), "generate", "--model", model, "--chat", "--prompt", README_QUESTION,
+         "--max-tokens", "32", "--temperature", "0", "--repeat-penalty", "1.1"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()
+
+
 def npm_package() -> Path:
     """The WebAssembly client's npm package (scripts/build-wasm.sh)."""
     return Path(os.environ.get("VEIL_NPM_PACKAGE", REPO / "target" / "npm" / "veil-client"))

@@ -9,7 +9,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from conftest import REPO, Cluster, binary, npm_package, unavailable
+from conftest import REPO, Cluster, binary, npm_package, readme_answer_locally, unavailable
 
 PROMPT = "Name three colours of the rainbow."
 TOKENS = 24
@@ -77,12 +77,7 @@ def test_the_readme_node_example_runs_as_an_app_installs_it(cluster: Cluster, tm
     (app / "app.mjs").write_text(code)
     run = subprocess.run(["node", "app.mjs"], cwd=app, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout + run.stderr
-    local = subprocess.run(
-        [binary("veil-shard"), "generate", "--model", cluster.model, "--chat", "--prompt",
-         "What is the capital of France? Answer in one sentence.", "--max-tokens", "32",
-         "--temperature", "0", "--repeat-penalty", "1.1"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
+    local = readme_answer_locally(cluster.model)
     lines = run.stdout.splitlines()
     assert lines[0].startswith("ACCEPTED") and "SIMULATED" in lines[0], run.stdout
     assert local and run.stdout.strip().endswith(local), f"{local!r} vs\n{run.stdout}"

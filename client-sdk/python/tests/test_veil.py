@@ -62,7 +62,7 @@ def test_the_readme_example_runs_as_written(cluster: Cluster, capsys: pytest.Cap
     repetition penalty as one local process does, and names the served model."""
     import re
 
-    from conftest import REPO
+    from conftest import REPO, readme_answer_locally
 
     text = (REPO / "client-sdk" / "python" / "README.md").read_text()
     code = re.search(r"```python\n(.*?)```", text, re.S).group(1)
@@ -71,12 +71,7 @@ def test_the_readme_example_runs_as_written(cluster: Cluster, capsys: pytest.Cap
     code = code.replace('"target/veil-local/policy.toml"', repr(str(cluster.policy)))
     exec(compile(code, "client-sdk/python/README.md", "exec"), {})
     out = capsys.readouterr().out
-    local = subprocess.run(
-        [binary("veil-shard"), "generate", "--model", cluster.model, "--chat", "--prompt",
-         "What is the capital of France? Answer in one sentence.", "--max-tokens", "32",
-         "--temperature", "0", "--repeat-penalty", "1.1"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()
+    local = readme_answer_locally(cluster.model)
     lines = out.splitlines()
     assert lines[0].startswith("ACCEPTED") and "SIMULATED" in lines[0].upper(), out
     assert local and local in out, f"{local!r} not in:\n{out}"

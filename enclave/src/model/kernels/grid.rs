@@ -129,22 +129,34 @@ impl<G: Grid> super::I8Block for G {
     }
 }
 
-/// 32 IQ2_XXS weights: four `iq2xxs_grid` indexes, and four 7-bit sign
-/// codes in the low 28 bits of `signs`; `d` is ggml's `d·(0.5 + s)·0.25`.
+/// 32 IQ2_XXS (`N` = 4) or IQ3_XXS (`N` = 8) weights: `N` indexes into
+/// `iq2xxs_grid` (8 magnitudes each) or `iq3xxs_grid` (4 each), and four
+/// 7-bit sign codes in the low 28 bits of `signs`; `d` is ggml's
+/// `d·(0.5 + s)·0.25` (IQ2_XXS) or `d·(0.5 + s)·0.5` (IQ3_XXS).
 #[derive(Clone, Copy, Debug)]
 #[repr(C)]
-pub(super) struct BlockIq2Xxs {
+pub(super) struct BlockXxs<const N: usize> {
     d: f32,
-    grid: [u8; 4],
+    grid: [u8; N],
     signs: u32,
 }
 
-impl Grid for BlockIq2Xxs {
+/// An IQ2_XXS block.
+pub(super) type BlockIq2Xxs = BlockXxs<4>;
+/// An IQ3_XXS block.
+pub(super) type BlockIq3Xxs = BlockXxs<8>;
+
+impl<const N: usize> Grid for BlockXxs<N> {
     fn scale(&self) -> f32 {
         self.d
     }
     fn magnitudes(&self) -> [u64; 4] {
-        self.grid.map(|i| IQ2XXS_GRID[usize::from(i)])
+        if N == 4 {
+            std::array::from_fn(|k| IQ2XXS_GRID[usize::from(self.grid[k])])
+        } else {
+            let row = |i: u8| u64::from(IQ3XXS_GRID[usize::from(i)]);
+            std::array::from_fn(|k| row(self.grid[2 * k]) | row(self.grid[2 * k + 1]) << 32)
+        }
     }
     fn signs(&self) -> [u64; 4] {
         std::array::from_fn(|k| ksigns(self.signs >> (7 * k)))
@@ -185,35 +197,6 @@ impl Grid for BlockIq2Xs {
         out.extend_from_slice(&self.d.to_bits().to_le_bytes());
         { self.qs }.iter().for_each(|q| out.extend_from_slice(&q.to_le_bytes()));
         out.push(self.scales);
-    }
-}
-
-/// 32 IQ3_XXS weights: eight `iq3xxs_grid` indexes (4 magnitudes each),
-/// four 7-bit sign codes in the low 28 bits of `signs`; `d` is ggml's
-/// `d·(0.5 + s)·0.5`.
-#[derive(Clone, Copy, Debug)]
-#[repr(C)]
-pub(super) struct BlockIq3Xxs {
-    d: f32,
-    grid: [u8; 8],
-    signs: u32,
-}
-
-impl Grid for BlockIq3Xxs {
-    fn scale(&self) -> f32 {
-        self.d
-    }
-    fn magnitudes(&self) -> [u64; 4] {
-        let row = |i: u8| u64::from(IQ3XXS_GRID[usize::from(i)]);
-        std::array::from_fn(|k| row(self.grid[2 * k]) | row(self.grid[2 * k + 1]) << 32)
-    }
-    fn signs(&self) -> [u64; 4] {
-        std::array::from_fn(|k| ksigns(self.signs >> (7 * k)))
-    }
-    fn bytes_into(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.d.to_bits().to_le_bytes());
-        out.extend_from_slice(&self.grid);
-        out.extend_from_slice(&self.signs.to_le_bytes());
     }
 }
 
