@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """Files in the types llama.cpp's quantiser writes only with an importance
-matrix (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S; also IQ3_XXS and Q2_K), made
+matrix (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S; also IQ3_XXS and Q2_K), and
+the ternary types (TQ1_0, TQ2_0: a model not trained ternary, quantised to
+them, overflows in any engine; random blocks at a damped scale do not), made
 from a real model without one: every matrix whose rows are a whole number of
 256-value blocks (the reference model's `ffn_down`s) becomes random but valid
 blocks of the type, its scales set so the dequantised matrix has a twentieth
@@ -30,7 +32,7 @@ import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as Q
 
-TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "Q2_K"]
+TYPES = ["IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "Q2_K", "TQ1_0", "TQ2_0"]
 
 
 def f16_bits(x):
@@ -50,6 +52,10 @@ def set_scale(blocks, qtype, d):
         for k in range(4):
             s[:, k] = (s[:, k] & 0x0FFF) | (((bits >> (4 * k)) & 0xF) << 12)
         blocks[:, 48:56] = s.view(np.uint8)
+    elif qtype in (Q.TQ1_0, Q.TQ2_0):
+        # `d: f16` last (TQ1_0 at 52, TQ2_0 at 64).
+        at = 52 if qtype == Q.TQ1_0 else 64
+        blocks[:, at:at + 2] = np.frombuffer(np.uint16(bits).tobytes(), np.uint8)
     else:
         # IQ1_S, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS: `d: f16` first.
         blocks[:, 0:2] = np.frombuffer(np.uint16(bits).tobytes(), np.uint8)

@@ -35,15 +35,7 @@ impl Loader<'_> {
     /// [`Self::raw`], keeping a matrix as stored where Veil's CPU kernels
     /// run its type packed (candle does not decode it): IQ4_NL and IQ4_XS.
     pub(crate) fn matrix_raw(&mut self, name: &str) -> Result<RawTensor> {
-        const PACKED: [GgmlType; 6] = [
-            GgmlType::IQ4_NL,
-            GgmlType::IQ4_XS,
-            GgmlType::IQ2_XXS,
-            GgmlType::IQ2_XS,
-            GgmlType::IQ3_XXS,
-            GgmlType::IQ3_S,
-        ];
-        self.raw_keeping(name, if self.device.is_none() { &PACKED } else { &[] })
+        self.raw_keeping(name, if self.device.is_none() { &KEPT_PACKED } else { &[] })
     }
 
     fn raw_keeping(&mut self, name: &str, packed: &[GgmlType]) -> Result<RawTensor> {
@@ -158,6 +150,23 @@ impl Loader<'_> {
     }
 }
 
+/// The types outside candle's list that stay packed on the CPU (Veil's
+/// kernels: [`expanded_loader`]); the others outside it are read
+/// dequantized to F32 (NVFP4, Q1_0, Q8_K, F64).
+const KEPT_PACKED: [GgmlType; 11] = [
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ2_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
+    GgmlType::TQ1_0,
+    GgmlType::TQ2_0,
+];
+
 /// A decoder of raw `rows × cols` tensor bytes into an [`ExpandedMatrix`].
 pub(crate) type ExpandedLoad = fn(&[u8], usize, usize) -> std::result::Result<ExpandedMatrix, KernelError>;
 
@@ -174,6 +183,11 @@ pub(crate) fn expanded_loader(dtype: TensorType) -> Option<ExpandedLoad> {
         TensorType::Other(GgmlType::IQ2_XS) => Some(ExpandedMatrix::from_iq2_xs_bytes),
         TensorType::Other(GgmlType::IQ3_XXS) => Some(ExpandedMatrix::from_iq3_xxs_bytes),
         TensorType::Other(GgmlType::IQ3_S) => Some(ExpandedMatrix::from_iq3_s_bytes),
+        TensorType::Other(GgmlType::IQ2_S) => Some(ExpandedMatrix::from_iq2_s_bytes),
+        TensorType::Other(GgmlType::IQ1_S) => Some(ExpandedMatrix::from_iq1_s_bytes),
+        TensorType::Other(GgmlType::IQ1_M) => Some(ExpandedMatrix::from_iq1_m_bytes),
+        TensorType::Other(GgmlType::TQ1_0) => Some(ExpandedMatrix::from_tq1_0_bytes),
+        TensorType::Other(GgmlType::TQ2_0) => Some(ExpandedMatrix::from_tq2_0_bytes),
         _ => None,
     }
 }
@@ -376,5 +390,21 @@ impl Projections {
             digest_f32s(h, b);
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A type Veil has kernels for is kept packed at load, and only such a
+    /// type: one left off [`KEPT_PACKED`] would be read dequantized to F32
+    /// and never reach its kernels.
+    #[test]
+    fn the_types_kept_packed_are_the_types_with_kernels() {
+        for t in GgmlType::all() {
+            let kernels = expanded_loader(TensorType::Other(t)).is_some();
+            assert_eq!(KEPT_PACKED.contains(&t), kernels, "{t:?}");
+        }
     }
 }

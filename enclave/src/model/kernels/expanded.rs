@@ -278,6 +278,14 @@ enum Kind {
     Iq2Xs(Expanded<grid::BlockIq2Xs>),
     Iq3Xxs(Expanded<grid::BlockIq3Xxs>),
     Iq3S(Expanded<grid::BlockIq3S>),
+    Iq2S(Expanded<grid::BlockIq2S>),
+    Iq1S(Expanded<grid::BlockIq1S>),
+    Iq1M(Expanded<grid::BlockIq1M>),
+    /// TQ1_0 or TQ2_0 (`tq2`).
+    Ternary {
+        m: Expanded<grid::BlockTernary>,
+        tq2: bool,
+    },
 }
 
 /// A `rows × cols` matrix of super-blocks of 256 weights (`bytes` each in
@@ -313,6 +321,10 @@ macro_rules! each {
             Kind::Iq2Xs($m) => $e,
             Kind::Iq3Xxs($m) => $e,
             Kind::Iq3S($m) => $e,
+            Kind::Iq2S($m) => $e,
+            Kind::Iq1S($m) => $e,
+            Kind::Iq1M($m) => $e,
+            Kind::Ternary { m: $m, .. } => $e,
         }
     };
 }
@@ -370,6 +382,33 @@ impl ExpandedMatrix {
         Ok(Self(Kind::Iq3S(super_blocks(raw, rows, cols, grid::IQ3_S_BLOCK_BYTES, "IQ3_S", grid::iq3_s)?)))
     }
 
+    /// Decodes raw GGUF bytes of a `rows × cols` IQ2_S tensor.
+    pub fn from_iq2_s_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        Ok(Self(Kind::Iq2S(super_blocks(raw, rows, cols, grid::IQ2_S_BLOCK_BYTES, "IQ2_S", grid::iq2_s)?)))
+    }
+
+    /// Decodes raw GGUF bytes of a `rows × cols` IQ1_S tensor.
+    pub fn from_iq1_s_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        Ok(Self(Kind::Iq1S(super_blocks(raw, rows, cols, grid::IQ1_S_BLOCK_BYTES, "IQ1_S", grid::iq1_s)?)))
+    }
+
+    /// Decodes raw GGUF bytes of a `rows × cols` IQ1_M tensor.
+    pub fn from_iq1_m_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        Ok(Self(Kind::Iq1M(super_blocks(raw, rows, cols, grid::IQ1_M_BLOCK_BYTES, "IQ1_M", grid::iq1_m)?)))
+    }
+
+    /// Decodes raw GGUF bytes of a `rows × cols` TQ1_0 tensor.
+    pub fn from_tq1_0_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        let m = super_blocks(raw, rows, cols, grid::TQ1_0_BLOCK_BYTES, "TQ1_0", grid::tq1_0)?;
+        Ok(Self(Kind::Ternary { m, tq2: false }))
+    }
+
+    /// Decodes raw GGUF bytes of a `rows × cols` TQ2_0 tensor.
+    pub fn from_tq2_0_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        let m = super_blocks(raw, rows, cols, grid::TQ2_0_BLOCK_BYTES, "TQ2_0", grid::tq2_0)?;
+        Ok(Self(Kind::Ternary { m, tq2: true }))
+    }
+
     /// Decodes raw GGUF bytes of a `rows × cols` Q5_0 tensor (`d: f16, qh: [u8; 4], qs: [u8; 16]`).
     pub fn from_q5_0_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
         check_shape(raw, rows, cols, Q5_0_BLOCK_BYTES, "Q5_0")?;
@@ -405,7 +444,22 @@ impl ExpandedMatrix {
             Kind::Iq2Xs(_) => "IQ2_XS",
             Kind::Iq3Xxs(_) => "IQ3_XXS",
             Kind::Iq3S(_) => "IQ3_S",
+            Kind::Iq2S(_) => "IQ2_S",
+            Kind::Iq1S(_) => "IQ1_S",
+            Kind::Iq1M(_) => "IQ1_M",
+            Kind::Ternary { tq2: false, .. } => "TQ1_0",
+            Kind::Ternary { tq2: true, .. } => "TQ2_0",
         }
+    }
+
+    /// Whether the blocks carry a multiplier per half (IQ2_XS, IQ2_S,
+    /// IQ1_M), and so are not Q8_0 blocks.
+    #[cfg(test)]
+    fn halved(&self) -> bool {
+        fn halved<B: Expand>(_: &Expanded<B>) -> bool {
+            B::HALVED
+        }
+        each!(self, m => halved(m))
     }
 
     /// Bytes the blocks take in memory.

@@ -12,7 +12,7 @@ pub(crate) fn gguf_py_fixture(name: &str) -> (Vec<u8>, Vec<f32>) {
 type Load = fn(&[u8], usize, usize) -> Result<ExpandedMatrix, KernelError>;
 
 /// Each format's loader, block bytes and weights per block.
-const FORMATS: [(&str, Load, usize, usize); 8] = [
+const FORMATS: [(&str, Load, usize, usize); 13] = [
     ("MXFP4", ExpandedMatrix::from_mxfp4_bytes, 17, 32),
     ("IQ4_NL", ExpandedMatrix::from_iq4_nl_bytes, IQ4_NL_BLOCK_BYTES, 32),
     ("IQ4_XS", ExpandedMatrix::from_iq4_xs_bytes, IQ4_XS_BLOCK_BYTES, 256),
@@ -21,6 +21,11 @@ const FORMATS: [(&str, Load, usize, usize); 8] = [
     ("IQ2_XS", ExpandedMatrix::from_iq2_xs_bytes, grid::IQ2_XS_BLOCK_BYTES, 256),
     ("IQ3_XXS", ExpandedMatrix::from_iq3_xxs_bytes, grid::IQ3_XXS_BLOCK_BYTES, 256),
     ("IQ3_S", ExpandedMatrix::from_iq3_s_bytes, grid::IQ3_S_BLOCK_BYTES, 256),
+    ("IQ2_S", ExpandedMatrix::from_iq2_s_bytes, grid::IQ2_S_BLOCK_BYTES, 256),
+    ("IQ1_S", ExpandedMatrix::from_iq1_s_bytes, grid::IQ1_S_BLOCK_BYTES, 256),
+    ("IQ1_M", ExpandedMatrix::from_iq1_m_bytes, grid::IQ1_M_BLOCK_BYTES, 256),
+    ("TQ1_0", ExpandedMatrix::from_tq1_0_bytes, grid::TQ1_0_BLOCK_BYTES, 256),
+    ("TQ2_0", ExpandedMatrix::from_tq2_0_bytes, grid::TQ2_0_BLOCK_BYTES, 256),
 ];
 
 /// Random blocks whose scales are finite f16 values near 0.01 (random
@@ -34,11 +39,18 @@ fn random_blocks(name: &str, n: usize, block_bytes: usize, seed: &mut u64) -> Ve
     };
     let mut raw: Vec<u8> = (0..n * block_bytes).map(|_| next() as u8).collect();
     for b in raw.chunks_exact_mut(block_bytes) {
-        if name == "MXFP4" {
-            b[0] = 118 + (b[0] % 8);
-        } else {
-            let d = half::f16::from_f32(0.004 + f32::from(b[0]) / 25_000.0).to_bits().to_le_bytes();
-            b[..2].copy_from_slice(&d);
+        let d = half::f16::from_f32(0.004 + f32::from(b[0]) / 25_000.0).to_bits();
+        match name {
+            "MXFP4" => b[0] = 118 + (b[0] % 8),
+            "TQ1_0" => b[52..54].copy_from_slice(&d.to_le_bytes()),
+            "TQ2_0" => b[64..66].copy_from_slice(&d.to_le_bytes()),
+            // The f16 scale is the top nibbles of the four u16 scale words.
+            "IQ1_M" => {
+                for k in 0..4 {
+                    b[49 + 2 * k] = (b[49 + 2 * k] & 0x0F) | (((d >> (4 * k)) as u8 & 0x0F) << 4);
+                }
+            }
+            _ => b[..2].copy_from_slice(&d.to_le_bytes()),
         }
     }
     raw
@@ -62,8 +74,8 @@ fn dequantization_equals_gguf_py_bit_for_bit() {
 /// Every kernel this CPU runs (scalar, AVX2, and VNNI where present)
 /// equals the Q8_0 kernels on the blocks expanded at load, bit for bit,
 /// for every batch size the matmul splits differently; and approximates
-/// the dot of the dequantized weights. IQ2_XS, whose blocks carry a
-/// multiplier per half and so are not Q8_0 blocks, is held to the scalar
+/// the dot of the dequantized weights. IQ2_XS, IQ2_S and IQ1_M, whose
+/// blocks carry a multiplier per half and so are not Q8_0 blocks, are held to the scalar
 /// kernel (the same integer per half; sums in another order) and the
 /// dequantized dot.
 #[test]
@@ -80,7 +92,7 @@ fn kernels_equal_the_blocks_expanded_to_q8_0_bit_for_bit() {
         for (r, out) in dq.chunks_exact_mut(cols).enumerate() {
             native.row_into(r, out);
         }
-        let halved = matches!(native.0, Kind::Iq2Xs(_));
+        let halved = native.halved();
         let expanded = (!halved).then(|| each!(native, m => m.to_q80()));
         for n in [1usize, 3, 4, 9, 40] {
             let mut s = seed ^ n as u64;
