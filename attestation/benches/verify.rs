@@ -68,6 +68,8 @@ fn real_bundle(dir: &std::path::Path, vcek: &str) -> EvidenceBundle {
         crl: None,
         claims: None,
         gpus: Vec::new(),
+        gpu_rims: Vec::new(),
+        gpu_ocsp: Vec::new(),
     }
 }
 

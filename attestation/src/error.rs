@@ -136,4 +136,12 @@ pub enum Malformed {
     /// A certificate extension carrying evidence is malformed.
     #[error("RA-TLS certificate: {0}")]
     Certificate(String),
+    /// A RIM the bundle carries (`gpu_rims`) is not a RIM.
+    #[error("gpu_rims[{index}] is not a RIM: {reason}")]
+    CarriedRim {
+        /// Position in `gpu_rims`.
+        index: usize,
+        /// The parser's message.
+        reason: String,
+    },
 }

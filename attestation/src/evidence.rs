@@ -8,12 +8,22 @@
 //!   "endorsement": "<base64: VCEK or VLEK certificate, DER>",
 //!   "chain": ["<base64 DER: ASK or ASVK>", "<base64 DER: ARK>"],
 //!   "crl": "<base64 DER: CRL signed by the ARK>",
-//!   "claims": { "tls_key_hash": "…", "nonce": "…", … }
+//!   "claims": { "tls_key_hash": "…", "nonce": "…", … },
+//!   "gpus": [ … ],
+//!   "gpu_rims": ["<base64: an NVIDIA RIM, SWID XML as signed>"],
+//!   "gpu_ocsp": ["<base64 DER: an OCSP response for a GPU certificate>"]
 //! }
 //! ```
 //!
-//! `chain`, `crl` and `claims` are optional. The ARK is never taken from the
-//! bundle on trust: it is compared with the pinned AMD root of the product.
+//! `chain`, `crl`, `claims` and the GPU fields are optional. The ARK is never
+//! taken from the bundle on trust: it is compared with the pinned AMD root of
+//! the product. `gpu_rims` and `gpu_ocsp` are reference material the shard
+//! carries for its GPUs' verifier (the host fetched them from NVIDIA); the
+//! report does not commit to them and need not: a RIM counts only if its
+//! XML signature chains to NVIDIA's RIM root (when the policy requires
+//! signatures) and an OCSP response only if its issuer signed it, so any
+//! carrier may bring them, and one that edits or drops them can make a
+//! verification fail but never pass.
 
 use base64::Engine;
 use serde::{Deserialize, Serialize};
@@ -29,6 +39,14 @@ pub const BUNDLE_VERSION: u32 = 1;
 pub const MAX_BUNDLE_BYTES: usize = 384 * 1024;
 /// Most certificates accepted in `chain`.
 pub const MAX_CHAIN_CERTS: usize = 4;
+/// Most RIMs accepted in `gpu_rims` (a driver and a VBIOS RIM per GPU model).
+pub const MAX_CARRIED_RIMS: usize = 8;
+/// Largest RIM accepted in `gpu_rims` (NVIDIA's are 20–100 KiB).
+pub const MAX_CARRIED_RIM_BYTES: usize = 160 * 1024;
+/// Most OCSP responses accepted in `gpu_ocsp` (four per GPU chain).
+pub const MAX_CARRIED_OCSP: usize = 32;
+/// Largest OCSP response accepted in `gpu_ocsp`.
+pub const MAX_OCSP_BYTES: usize = 8 * 1024;
 
 /// Kind of evidence in a bundle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +72,10 @@ struct Wire {
     /// The shard's GPUs (composite attester), as Veil GPU evidence JSON.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     gpus: Option<serde_json::Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    gpu_rims: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    gpu_ocsp: Vec<String>,
 }
 
 /// Decoded evidence bundle (not yet verified).
@@ -73,6 +95,13 @@ pub struct EvidenceBundle {
     /// the claims commit to its digest, each GPU signed a nonce derived
     /// from the claims). Empty for a CPU-only shard.
     pub gpus: Vec<crate::gpu::GpuEvidence>,
+    /// NVIDIA RIMs (driver and VBIOS reference measurements, SWID XML as
+    /// NVIDIA signed it) for the GPUs, carried for the verifier; not
+    /// committed to by the report (see the module documentation).
+    pub gpu_rims: Vec<Vec<u8>>,
+    /// OCSP responses (DER) for the GPUs' device certificates, carried as
+    /// `gpu_rims` are.
+    pub gpu_ocsp: Vec<Vec<u8>>,
 }
 
 fn b64() -> base64::engine::GeneralPurpose {
@@ -118,7 +147,20 @@ impl EvidenceBundle {
             None => Vec::new(),
             Some(v) => crate::gpu::evidence::from_value(v).map_err(|e| Malformed::Json(format!("gpus: {e}")))?,
         };
-        Ok(Self { report, endorsement, chain, crl, claims: wire.claims, gpus })
+        if wire.gpu_rims.len() > MAX_CARRIED_RIMS {
+            return Err(Malformed::FieldTooLarge { field: "gpu_rims", limit: MAX_CARRIED_RIMS });
+        }
+        if wire.gpu_ocsp.len() > MAX_CARRIED_OCSP {
+            return Err(Malformed::FieldTooLarge { field: "gpu_ocsp", limit: MAX_CARRIED_OCSP });
+        }
+        let gpu_rims = wire
+            .gpu_rims
+            .iter()
+            .map(|r| decode_field("gpu_rims", r, MAX_CARRIED_RIM_BYTES))
+            .collect::<Result<_, _>>()?;
+        let gpu_ocsp =
+            wire.gpu_ocsp.iter().map(|r| decode_field("gpu_ocsp", r, MAX_OCSP_BYTES)).collect::<Result<_, _>>()?;
+        Ok(Self { report, endorsement, chain, crl, claims: wire.claims, gpus, gpu_rims, gpu_ocsp })
     }
 
     /// Serialises to bundle JSON.
@@ -143,6 +185,8 @@ impl EvidenceBundle {
             crl: self.crl.as_ref().map(|c| b64().encode(c)),
             claims: self.claims.clone(),
             gpus: (!self.gpus.is_empty()).then(|| crate::gpu::evidence::to_value(&self.gpus)),
+            gpu_rims: self.gpu_rims.iter().map(|r| b64().encode(r)).collect(),
+            gpu_ocsp: self.gpu_ocsp.iter().map(|r| b64().encode(r)).collect(),
         }
     }
 
@@ -151,6 +195,47 @@ impl EvidenceBundle {
     pub fn digest(&self) -> [u8; 32] {
         use sha2::Digest;
         sha2::Sha256::digest(self.to_json().as_bytes()).into()
+    }
+}
+
+/// What a shard sends after the RA-TLS handshake (its certificate stays
+/// small): its GPU evidence and the reference material it carries, in the
+/// bundle's wire form and limits.
+#[derive(Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PostHandshake {
+    gpus: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    gpu_rims: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    gpu_ocsp: Vec<String>,
+}
+
+impl EvidenceBundle {
+    /// The GPU part of the bundle (`gpus`, `gpu_rims`, `gpu_ocsp`) as JSON,
+    /// for sending after the handshake; empty without GPUs.
+    pub(crate) fn post_handshake_json(&self) -> Vec<u8> {
+        if self.gpus.is_empty() {
+            return Vec::new();
+        }
+        let wire = self.wire();
+        let part =
+            PostHandshake { gpus: wire.gpus.unwrap_or_default(), gpu_rims: wire.gpu_rims, gpu_ocsp: wire.gpu_ocsp };
+        // Invariant: plain strings and maps; serialising cannot fail.
+        serde_json::to_vec(&part).unwrap_or_default()
+    }
+
+    /// Adds the GPU part a peer sent after the handshake to this bundle
+    /// (from its certificate, which must carry none of it).
+    pub(crate) fn add_post_handshake_json(&mut self, bytes: &[u8]) -> Result<(), Malformed> {
+        let part: PostHandshake =
+            serde_json::from_slice(bytes).map_err(|e| Malformed::Json(format!("post-handshake GPU evidence: {e}")))?;
+        let mut wire = self.wire();
+        wire.gpus = Some(part.gpus);
+        wire.gpu_rims = part.gpu_rims;
+        wire.gpu_ocsp = part.gpu_ocsp;
+        *self = Self::from_wire(wire)?;
+        Ok(())
     }
 }
 
@@ -180,6 +265,8 @@ mod tests {
             crl: None,
             claims: Some(Claims::default()),
             gpus: Vec::new(),
+            gpu_rims: Vec::new(),
+            gpu_ocsp: Vec::new(),
         }
     }
 
@@ -187,6 +274,36 @@ mod tests {
     fn round_trips() {
         let b = sample();
         assert_eq!(EvidenceBundle::from_json(b.to_json().as_bytes()).unwrap(), b);
+        // Carried reference material comes back byte for byte (a RIM's XML
+        // signature covers its exact bytes).
+        let carried = EvidenceBundle {
+            gpu_rims: vec![b"<SoftwareIdentity>\r\n  \t</SoftwareIdentity>\n".to_vec(), vec![0xEF, 0xBB, 0xBF, b'<']],
+            gpu_ocsp: vec![vec![0x30, 0x03, 0x0A, 0x01, 0x00]],
+            ..sample()
+        };
+        assert_eq!(EvidenceBundle::from_json(carried.to_json().as_bytes()).unwrap(), carried);
+        assert_ne!(carried.digest(), sample().digest());
+    }
+
+    #[test]
+    fn refuses_too_much_carried_gpu_material_by_field() {
+        let too_many = EvidenceBundle { gpu_rims: vec![vec![b'<']; MAX_CARRIED_RIMS + 1], ..sample() };
+        assert_eq!(
+            EvidenceBundle::from_json(too_many.to_json().as_bytes()),
+            Err(Malformed::FieldTooLarge { field: "gpu_rims", limit: MAX_CARRIED_RIMS })
+        );
+        let too_large = EvidenceBundle { gpu_rims: vec![vec![b' '; MAX_CARRIED_RIM_BYTES + 1]], ..sample() };
+        assert_eq!(
+            EvidenceBundle::from_json(too_large.to_json().as_bytes()),
+            Err(Malformed::FieldTooLarge { field: "gpu_rims", limit: MAX_CARRIED_RIM_BYTES })
+        );
+        let too_many = EvidenceBundle { gpu_ocsp: vec![vec![0x30]; MAX_CARRIED_OCSP + 1], ..sample() };
+        assert_eq!(
+            EvidenceBundle::from_json(too_many.to_json().as_bytes()),
+            Err(Malformed::FieldTooLarge { field: "gpu_ocsp", limit: MAX_CARRIED_OCSP })
+        );
+        let j = EvidenceBundle { gpu_ocsp: vec![vec![0x30]], ..sample() }.to_json().replace("\"MA==\"", "\"M!==\"");
+        assert!(matches!(EvidenceBundle::from_json(j.as_bytes()), Err(Malformed::Base64 { field: "gpu_ocsp", .. })));
     }
 
     #[test]

@@ -103,6 +103,8 @@ impl Attester for HardwareAttester {
             crl: table.get(CertKind::Crl).map(<[u8]>::to_vec),
             claims: Some(claims.clone()),
             gpus: Vec::new(),
+            gpu_rims: Vec::new(),
+            gpu_ocsp: Vec::new(),
         })
     }
 }

@@ -458,6 +458,8 @@ impl SimulatedAttester {
             crl: None,
             claims,
             gpus: Vec::new(),
+            gpu_rims: Vec::new(),
+            gpu_ocsp: Vec::new(),
         }
     }
 

@@ -391,3 +391,62 @@ fn rim_xml_signatures_verify_before_signer_expiry_and_fail_after_or_when_edited(
     }
     assert_eq!(seen, 2);
 }
+
+/// Issue 55 item 11: NVIDIA's signed RIM travels in a shard's bundle (the
+/// host fetched it; the report does not commit to it), survives the bundle's
+/// JSON byte for byte, and is what the verifier compares: its XML signature
+/// verifies to NVIDIA's RIM root while the signer is valid and fails by name
+/// after, and its golden values are compared with the GPU's (a simulated
+/// GPU with this RIM's VBIOS version: they differ, at the first VBIOS index).
+#[test]
+fn an_nvidia_rim_carried_in_a_shard_bundle_is_verified_and_compared() {
+    use veil_attestation::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
+    use veil_attestation::gpu::{CompositeAttester, GpuSource};
+    use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
+    use veil_attestation::{Attester as _, Claims, Error, EvidenceBundle, ExpectedClaims};
+    let Some(d) = set("nvidia-h100-coco-trustee") else { return };
+    let rim = std::fs::read(d.join("rim/NV_GPU_VBIOS_1010_0200_882_960074001A_PROD.swidtag")).unwrap();
+    let root = || {
+        let config = SimulatedConfig::new(veil_attestation::snp::Product::Genoa, b"carried RIM test");
+        SimulatedAttester::from_seed(b"carried RIM root", config).unwrap()
+    };
+    // VBIOS 96.00.74.00.1A, as the RIM's colloquialVersion reads.
+    let config = SimulatedGpuConfig { vbios: [0x00, 0x74, 0x00, 0x96, 0x1A, 0, 0, 0], ..Default::default() };
+    let gpu = SimulatedGpu::from_seed(b"carried RIM gpu", config).unwrap();
+    let shard = CompositeAttester::new(Box::new(root()), GpuSource::Simulated(vec![gpu]))
+        .carrying(vec![rim.clone()], Vec::new())
+        .unwrap();
+    let bundle = shard.evidence(&Claims { software_version: "test".into(), ..Claims::default() }).unwrap();
+    let bundle = EvidenceBundle::from_json(bundle.to_json().as_bytes()).unwrap();
+    assert_eq!(bundle.gpu_rims, vec![rim]);
+    let mut policy = root().dev_policy().unwrap();
+    policy.gpu.require_rim_signature = true;
+    let gpu_table = |now: SystemTime| match veil_attestation::verify(&bundle, &policy, &ExpectedClaims::default(), now)
+    {
+        Err(Error::Rejected(r)) => r.gpu.unwrap().appraisal.gpus.into_iter().next().unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let t = gpu_table(at());
+    assert!(passed(&t, C::RimSignature), "{t}");
+    assert!(matches!(t.error(C::RimMeasurements), Some(GpuError::RimMismatch { .. })), "{t}");
+    let Some(Outcome::Failed { expected, .. }) = t.outcome(C::RimMeasurements) else { panic!("{t}") };
+    assert!(expected.starts_with("VBIOS RIM index"), "{expected}");
+    let late = gpu_table(parse_time("2026-01-01").unwrap());
+    assert!(
+        matches!(late.error(C::RimSignature), Some(GpuError::RimSignatureInvalid(m)) if m.contains("expired")),
+        "{late}"
+    );
+    // A carrier that flips one byte of the signed document breaks its signature.
+    let mut edited = bundle.clone();
+    let at_byte = edited.gpu_rims[0].len() / 2;
+    edited.gpu_rims[0][at_byte] ^= 0x01;
+    match veil_attestation::verify(&edited, &policy, &ExpectedClaims::default(), at()) {
+        Err(Error::Rejected(r)) => {
+            let t = r.gpu.unwrap().appraisal.gpus.into_iter().next().unwrap();
+            assert!(!passed(&t, C::RimSignature), "{t}");
+        }
+        // Or it is no longer a RIM at all.
+        Err(Error::Malformed(m)) => assert!(m.to_string().starts_with("gpu_rims[0]"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+}

@@ -514,3 +514,81 @@ fn one_evidence_answers_a_batch_of_nonces_by_inclusion_path() {
         Err(RouteError::Evidence { source, .. }) if source.check() == Some(CheckId::Freshness)
     ));
 }
+
+/// A stage shard on (simulated) GPUs, under root A: its bundle carries its
+/// GPUs' RIMs, as a hardware shard carries NVIDIA's.
+fn gpu_shard(stage: u32, peer: &Policy, shape: &RouteShape) -> LinkedShard {
+    use veil_attestation::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
+    use veil_attestation::gpu::{CompositeAttester, GpuSource};
+    use veil_attestation::Attester as _;
+    let gpu = SimulatedGpu::from_seed(b"route gpu", SimulatedGpuConfig::default()).unwrap();
+    let att = CompositeAttester::new(Box::new(sim(b"root A")), GpuSource::Simulated(vec![gpu]));
+    let s = shape.stages()[stage as usize];
+    let claims = Claims {
+        tls_key_hash: Some(KeyHash([0xC0 + stage as u8; 32])),
+        layer_range: Some(s.layers),
+        manifest_root: Some(s.manifest_root),
+        peer_policy: Some(peer.digest()),
+        route_shape: Some(shape.digest()),
+        software_version: "veil-shard test".into(),
+        ..Claims::default()
+    };
+    LinkedShard { stage, replica: 0, evidence: att.evidence(&claims).unwrap() }
+}
+
+/// Issue 55 item 11: with `require_rim = true`, a route whose GPU shards
+/// carry their RIMs verifies (the RIMs reach the client with the evidence);
+/// a host that strips them, or swaps in an unsigned RIM where the policy
+/// requires signatures, is refused at that GPU check, by name.
+#[test]
+fn gpu_shards_carry_their_rims_to_the_client_and_a_host_that_strips_them_is_named() {
+    use veil_attestation::GpuCheckId;
+    let sh = shape();
+    let mut policy = client_policy();
+    policy.gpu.require_rim = true;
+    let doc_for = |edit: &dyn Fn(&mut LinkedShard)| {
+        let mut stage2 = gpu_shard(2, &policy, &sh);
+        edit(&mut stage2);
+        let shards = vec![shard(root_a(), 1, 0, &policy, &sh), stage2];
+        doc_with(&nonce(), &policy, &sh, shards)
+    };
+    let route = verify_route(&doc_for(&|_| {}), &policy, &nonce(), SystemTime::now()).unwrap();
+    let gpus = route.shards().iter().find_map(|s| s.evidence().gpus()).expect("the GPU shard's GPUs verified");
+    let table = gpus.appraisal().gpus[0].to_string();
+    assert!(table.contains("active golden measurements match (driver + VBIOS RIM)"), "{table}");
+
+    // The host strips the RIMs: the route links still hold (they are not
+    // committed to), and the GPU check names what is missing.
+    let gpu_failure =
+        |doc: &AttestationDoc, policy: &Policy| match verify_route(doc, policy, &nonce(), SystemTime::now()) {
+            Err(RouteError::Evidence { source, .. }) => (source.check(), source.to_string()),
+            other => panic!("expected the GPU shard's evidence to be refused, got {other:?}"),
+        };
+    let stripped = doc_for(&|s| s.evidence.gpu_rims.clear());
+    let (check, why) = gpu_failure(&stripped, &policy);
+    assert_eq!(check, Some(CheckId::Gpu(GpuCheckId::RimMeasurements)), "{why}");
+    assert!(why.contains("none supplied"), "{why}");
+    // Without `require_rim`, the same route passes and says no RIM was compared.
+    let mut lax = policy.clone();
+    lax.gpu.require_rim = false;
+    let stripped_lax = {
+        let mut stage2 = gpu_shard(2, &lax, &sh);
+        stage2.evidence.gpu_rims.clear();
+        doc_with(&nonce(), &lax, &sh, vec![shard(root_a(), 1, 0, &lax, &sh), stage2])
+    };
+    let route = verify_route(&stripped_lax, &lax, &nonce(), SystemTime::now()).unwrap();
+    let table = route.shards().iter().find_map(|s| s.evidence().gpus()).unwrap().appraisal().gpus[0].to_string();
+    assert!(table.contains("no RIM supplied"), "{table}");
+
+    // Simulated RIMs are unsigned: under `require_rim_signature` (what a
+    // hardware policy sets, so that a host cannot write its own golden
+    // values) they are refused by name.
+    let mut signed = policy.clone();
+    signed.gpu.require_rim_signature = true;
+    let doc = {
+        let stage2 = gpu_shard(2, &signed, &sh);
+        doc_with(&nonce(), &signed, &sh, vec![shard(root_a(), 1, 0, &signed, &sh), stage2])
+    };
+    let (check, why) = gpu_failure(&doc, &signed);
+    assert_eq!(check, Some(CheckId::Gpu(GpuCheckId::RimSignature)), "{why}");
+}

@@ -38,14 +38,29 @@ pub enum Attestation {
     Hardware {
         /// Collect GPU evidence through NVML (feature `hw`).
         nvml_gpus: bool,
+        /// NVIDIA's RIMs and OCSP responses for the GPUs, carried in every
+        /// bundle for the client's verifier (`--gpu-rim`, `--gpu-ocsp`).
+        reference: GpuReference,
     },
+}
+
+/// NVIDIA's reference material for a shard's GPUs, fetched by the operator
+/// (NVIDIA's RIM service and OCSP responder) and carried in every evidence
+/// bundle: signed by NVIDIA, so the host that supplies it is no more trusted
+/// for it (`veil_attestation::evidence`).
+#[derive(Clone, Debug, Default)]
+pub struct GpuReference {
+    /// Driver and VBIOS RIMs, SWID XML as NVIDIA signed them.
+    pub rims: Vec<Vec<u8>>,
+    /// OCSP responses (DER) for the GPUs' device certificates.
+    pub ocsp: Vec<Vec<u8>>,
 }
 
 impl Attestation {
     /// The route's choice: its simulated root, or hardware when `hardware`.
-    pub fn for_route(route: &Route, hardware: bool, nvml_gpus: bool) -> Result<Self> {
+    pub fn for_route(route: &Route, hardware: bool, nvml_gpus: bool, reference: GpuReference) -> Result<Self> {
         match (&route.simulated_root, hardware) {
-            (_, true) => Ok(Self::Hardware { nvml_gpus }),
+            (_, true) => Ok(Self::Hardware { nvml_gpus, reference }),
             (Some(root), false) => Ok(Self::Simulated { root: root.clone(), gpus: route.simulated_gpus }),
             (None, false) => Err(Error::Config("the route sets no simulated_root; use --hardware on SEV-SNP".into())),
         }
@@ -61,16 +76,23 @@ impl Attestation {
                     .into(),
             )),
             #[cfg(feature = "hw")]
-            Self::Hardware { nvml_gpus } => {
+            Self::Hardware { nvml_gpus, reference } => {
                 let cpu = attest::attester(&Source::Hardware { vmpl: 0 })?;
                 if !nvml_gpus {
                     return Ok(cpu.into());
                 }
-                tracing::info!("collecting GPU evidence through NVML with every report");
-                Ok(Arc::new(veil_attestation::gpu::CompositeAttester::new(
+                tracing::info!(
+                    rims = reference.rims.len(),
+                    ocsp = reference.ocsp.len(),
+                    "collecting GPU evidence through NVML with every report"
+                );
+                let attester = veil_attestation::gpu::CompositeAttester::new(
                     cpu,
                     veil_attestation::gpu::GpuSource::Nvml(veil_attestation::gpu::hw::NvmlGpuAttester),
-                )))
+                )
+                .carrying(reference.rims.clone(), reference.ocsp.clone())
+                .map_err(|e| Error::Config(format!("--gpu-rim / --gpu-ocsp: {e}")))?;
+                Ok(Arc::new(attester))
             }
             Self::Simulated { root, gpus } => {
                 let cpu = attest::attester(&Source::Simulated(root.clone()))?;
@@ -268,7 +290,7 @@ fn gpu_gate(device: crate::model::ComputeDevice, attestation: &Attestation) -> R
             Ok(())
         }
         #[cfg(feature = "hw")]
-        Attestation::Hardware { nvml_gpus } => {
+        Attestation::Hardware { nvml_gpus, .. } => {
             if !nvml_gpus {
                 return Err(Error::Config(format!(
                     "{device}: computing on a GPU needs its evidence in every report (--nvml-gpus)"

@@ -94,6 +94,8 @@ impl Vector {
             crl: None,
             claims: None,
             gpus: Vec::new(),
+            gpu_rims: Vec::new(),
+            gpu_ocsp: Vec::new(),
         }
     }
 

@@ -336,6 +336,8 @@ fn sev_crate_milan_report_accepts() {
         crl: None,
         claims: None,
         gpus: Vec::new(),
+        gpu_rims: Vec::new(),
+        gpu_ocsp: Vec::new(),
     };
     let report = SnpReport::from_bytes(&bundle.report).unwrap();
     let policy =

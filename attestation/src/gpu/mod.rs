@@ -79,6 +79,8 @@ pub enum GpuSource {
 pub struct CompositeAttester {
     cpu: Box<dyn crate::Attester>,
     gpus: GpuSource,
+    rims: Vec<Vec<u8>>,
+    ocsp: Vec<Vec<u8>>,
 }
 
 impl fmt::Debug for CompositeAttester {
@@ -89,8 +91,49 @@ impl fmt::Debug for CompositeAttester {
 
 impl CompositeAttester {
     /// `cpu`'s reports, with `gpus`' evidence bound in.
+    ///
+    /// Simulated GPUs carry their own (unsigned) RIMs in every bundle, as a
+    /// hardware shard carries NVIDIA's when given them ([`Self::carrying`]).
     pub fn new(cpu: Box<dyn crate::Attester>, gpus: GpuSource) -> Self {
-        Self { cpu, gpus }
+        let rims = match &gpus {
+            GpuSource::Simulated(g) => {
+                let mut rims: Vec<Vec<u8>> = Vec::new();
+                for xml in g.iter().flat_map(|g| [g.rim_xml(true), g.rim_xml(false)]) {
+                    if !rims.iter().any(|r| r == xml.as_bytes()) {
+                        rims.push(xml.into_bytes());
+                    }
+                }
+                rims
+            }
+            #[cfg(feature = "hw")]
+            GpuSource::Nvml(_) => Vec::new(),
+        };
+        Self { cpu, gpus, rims, ocsp: Vec::new() }
+    }
+
+    /// Carries `rims` (NVIDIA's driver and VBIOS RIMs, as signed) and `ocsp`
+    /// (DER OCSP responses for the GPUs' certificates) in every bundle, in
+    /// place of any carried before, so a client can compare the GPUs with
+    /// NVIDIA's reference values without reaching NVIDIA. Each is checked
+    /// against [`crate::EvidenceBundle::from_json`]'s limits here, so a
+    /// shard refuses at start what every verifier would refuse.
+    pub fn carrying(mut self, rims: Vec<Vec<u8>>, ocsp: Vec<Vec<u8>>) -> Result<Self, crate::Error> {
+        use crate::evidence::{MAX_CARRIED_OCSP, MAX_CARRIED_RIMS, MAX_CARRIED_RIM_BYTES, MAX_OCSP_BYTES};
+        use crate::Malformed::{CarriedRim, FieldTooLarge};
+        if rims.len() > MAX_CARRIED_RIMS || rims.iter().any(|r| r.len() > MAX_CARRIED_RIM_BYTES) {
+            let limit = if rims.len() > MAX_CARRIED_RIMS { MAX_CARRIED_RIMS } else { MAX_CARRIED_RIM_BYTES };
+            return Err(FieldTooLarge { field: "gpu_rims", limit }.into());
+        }
+        if ocsp.len() > MAX_CARRIED_OCSP || ocsp.iter().any(|r| r.len() > MAX_OCSP_BYTES) {
+            let limit = if ocsp.len() > MAX_CARRIED_OCSP { MAX_CARRIED_OCSP } else { MAX_OCSP_BYTES };
+            return Err(FieldTooLarge { field: "gpu_ocsp", limit }.into());
+        }
+        for (index, raw) in rims.iter().enumerate() {
+            Rim::parse(raw).map_err(|e| CarriedRim { index, reason: e.to_string() })?;
+        }
+        self.rims = rims;
+        self.ocsp = ocsp;
+        Ok(self)
     }
 }
 
@@ -107,6 +150,6 @@ impl crate::Attester for CompositeAttester {
             }
         };
         let bundle = self.cpu.evidence(&bound)?;
-        Ok(crate::EvidenceBundle { gpus, ..bundle })
+        Ok(crate::EvidenceBundle { gpus, gpu_rims: self.rims.clone(), gpu_ocsp: self.ocsp.clone(), ..bundle })
     }
 }

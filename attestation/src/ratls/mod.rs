@@ -129,7 +129,10 @@ impl RaTlsIdentity {
     /// that produce evidence themselves, and for adversarial tests.
     pub fn from_key_and_evidence(key: p256::SecretKey, bundle: EvidenceBundle) -> Result<Self, Error> {
         let kp = rcgen_key(&key)?;
-        let in_certificate = EvidenceBundle { gpus: Vec::new(), ..bundle.clone() };
+        // GPU evidence follows the handshake; the carried RIMs and OCSP responses
+        // (tens of KiB) travel only in the route's attestation document.
+        let in_certificate =
+            EvidenceBundle { gpus: Vec::new(), gpu_rims: Vec::new(), gpu_ocsp: Vec::new(), ..bundle.clone() };
         let mut params = CertificateParams::new(vec!["veil-shard.invalid".to_owned()])
             .map_err(|e| Error::ApiMisuse(e.to_string()))?;
         params.distinguished_name = rcgen::DistinguishedName::new();
@@ -151,13 +154,10 @@ impl RaTlsIdentity {
         &self.bundle
     }
 
-    /// The GPU evidence sent after the handshake (empty without GPUs).
+    /// The GPU evidence sent after the handshake, with the RIMs and OCSP
+    /// responses the shard carries (empty without GPUs).
     pub fn post_handshake_gpus(&self) -> Vec<u8> {
-        if self.bundle.gpus.is_empty() {
-            return Vec::new();
-        }
-        // Invariant: GPU evidence is plain data; serialising cannot fail.
-        serde_json::to_vec(&crate::gpu::evidence::to_value(&self.bundle.gpus)).unwrap_or_default()
+        self.bundle.post_handshake_json()
     }
 
     /// Certificate chain and key for a rustls config.
@@ -273,17 +273,16 @@ impl VerifiedPeer {
         let handshake = verifier.verified_for(peer_cert_der)?;
         verify_binding(peer_cert_der, peer_role, exporter, signature)?;
         let (mut bundle, _) = decode_certificate(peer_cert_der)?;
-        if !bundle.gpus.is_empty() {
+        if !bundle.gpus.is_empty() || !bundle.gpu_rims.is_empty() || !bundle.gpu_ocsp.is_empty() {
             return Err(Error::PeerMisbehaved(
-                "GPU evidence belongs after the handshake, not in the certificate".into(),
+                "GPU evidence and its RIMs belong after the handshake, not in the certificate".into(),
             ));
         }
         if !peer_gpus.is_empty() {
             if peer_gpus.len() > MAX_POST_HANDSHAKE_GPU_BYTES {
                 return Err(Malformed::TooLarge { actual: peer_gpus.len(), limit: MAX_POST_HANDSHAKE_GPU_BYTES }.into());
             }
-            bundle.gpus = crate::gpu::evidence::from_json(peer_gpus)
-                .map_err(|e| Malformed::Json(format!("post-handshake GPU evidence: {e}")))?;
+            bundle.add_post_handshake_json(peer_gpus)?;
         }
         let evidence = verifier.verify_whole(&bundle, peer_cert_der)?;
         // The verifier pinned the claims' TLS key hash to this certificate's key.

@@ -22,7 +22,7 @@ use crate::claims::{
     Claims, GpuEvidenceHash, KeyHash, LayerRange, LinksCommitment, ManifestRoot, Nonce, PolicyDigest, ReportData,
     RouteDigest,
 };
-use crate::error::{Error, Rejection};
+use crate::error::{Error, Malformed, Rejection};
 use crate::evidence::EvidenceBundle;
 use crate::policy::Policy;
 use crate::snp::{Endorsement, Product, SigningKey, SnpReport, Tcb};
@@ -214,7 +214,18 @@ fn verify_inner(
                     || policy.gpu.required
                     || claims.is_some_and(|c| c.gpu_evidence_hash.is_some()))
             {
-                let expect = crate::gpu::GpuExpectations { rims, claims, nonce: None, ocsp: &[] };
+                // The verifier's own RIMs, then those the shard carries (their
+                // signatures, not their carrier, make them count).
+                let mut all_rims = rims.to_vec();
+                for (index, raw) in bundle.gpu_rims.iter().enumerate() {
+                    let rim = crate::gpu::Rim::parse(raw)
+                        .map_err(|e| Malformed::CarriedRim { index, reason: e.to_string() })?;
+                    if !all_rims.iter().any(|r| r.source() == rim.source()) {
+                        all_rims.push(rim);
+                    }
+                }
+                let expect =
+                    crate::gpu::GpuExpectations { rims: &all_rims, claims, nonce: None, ocsp: &bundle.gpu_ocsp };
                 Some(crate::gpu::verify_gpus(&bundle.gpus, &expect, policy, now)?)
             } else {
                 None

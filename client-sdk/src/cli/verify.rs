@@ -73,6 +73,8 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
                 crl: args.crl.as_deref().map(input::load_crl).transpose().map_err(CliError::failed)?,
                 claims: None,
                 gpus: Vec::new(),
+                gpu_rims: Vec::new(),
+                gpu_ocsp: Vec::new(),
             })
         }
         (None, None, None) if args.gpu_evidence.is_some() => None,

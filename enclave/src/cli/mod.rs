@@ -230,6 +230,15 @@ struct ServeArgs {
     /// mode), bound to this shard's claims (build with `--features hw`).
     #[arg(long, requires = "hardware")]
     nvml_gpus: bool,
+    /// With `--nvml-gpus`: an NVIDIA RIM (driver or VBIOS, as NVIDIA's RIM
+    /// service serves it) to carry in every bundle, so clients can compare
+    /// the GPUs' measurements with it (`require_rim`); repeatable.
+    #[arg(long = "gpu-rim", value_name = "FILE", requires = "nvml_gpus")]
+    gpu_rims: Vec<PathBuf>,
+    /// With `--nvml-gpus`: an OCSP response (DER) for a GPU certificate to
+    /// carry in every bundle; repeatable.
+    #[arg(long = "gpu-ocsp", value_name = "FILE", requires = "nvml_gpus")]
+    gpu_ocsp: Vec<PathBuf>,
     /// Exit when stdin closes (set by a supervisor, so no shard outlives it).
     #[arg(long)]
     supervised: bool,

@@ -3,15 +3,19 @@
 //! resident weights change (status 70) or the supervisor goes away.
 
 use super::{ServeArgs, EXIT_WEIGHTS_CHANGED};
-use crate::node::{Attestation, Node, NodeOptions};
+use crate::node::{Attestation, GpuReference, Node, NodeOptions};
 use crate::pipeline::route::Route;
 
 pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let route = Route::load(&args.config)?;
+    let read = |files: &[std::path::PathBuf]| -> anyhow::Result<Vec<Vec<u8>>> {
+        files.iter().map(|f| std::fs::read(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))).collect()
+    };
+    let reference = GpuReference { rims: read(&args.gpu_rims)?, ocsp: read(&args.gpu_ocsp)? };
     let options = NodeOptions {
         stage: args.stage,
         replica: args.replica,
-        attestation: Attestation::for_route(&route, args.hardware, args.nvml_gpus)?,
+        attestation: Attestation::for_route(&route, args.hardware, args.nvml_gpus, reference)?,
         bind_config: args.bind_config,
         listen: args.listen,
         device: args.device,
