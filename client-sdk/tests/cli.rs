@@ -700,3 +700,26 @@ fn veil_web_refuses_to_start_without_what_the_page_needs() {
     assert!(stderr(&o).contains("http://"), "{}", stderr(&o));
     std::fs::remove_dir_all(&d).unwrap();
 }
+
+/// `inspect` names the IDs NVIDIA's RIM service serves this GPU's RIMs
+/// under (what an operator fetches for `veil-shard serve --gpu-rim`), as the
+/// vector's provenance records them.
+#[test]
+fn inspect_names_the_rim_ids_of_a_real_gpu() {
+    let Some(d) = set("nvidia-h100-coco-trustee") else { return };
+    let expected: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.join("expected.json")).unwrap()).unwrap();
+    let o = veil(&[
+        "attest",
+        "inspect",
+        "--json",
+        "--gpu-evidence",
+        s(&d.join("attestation_report.hex")),
+        "--gpu-certs",
+        s(&d.join("cert_chain.pem")),
+    ]);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    let j: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(j["gpus"][0]["rim_ids"]["driver"], expected["driver_rim_id"]);
+    assert_eq!(j["gpus"][0]["rim_ids"]["vbios"], expected["vbios_rim_id"]);
+}

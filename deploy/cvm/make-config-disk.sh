@@ -11,7 +11,8 @@ set -euo pipefail
 usage() {
   cat <<'EOF2'
 usage: make-config-disk.sh --route ROUTE --stage N --replica N --address ADDR/PREFIX|dhcp
-                           [--gateway IP] [--dns IP] --out DISK.img
+                           [--gateway IP] [--dns IP] [--gpu-rim FILE]... [--gpu-ocsp FILE]...
+                           --out DISK.img
        make-config-disk.sh --help
 
   --route ROUTE   the complete route (every stage's manifest_root set); its
@@ -22,6 +23,11 @@ usage: make-config-disk.sh --route ROUTE --stage N --replica N --address ADDR/PR
   --address       the guest's IPv4 address with prefix, or dhcp; it must be
                   the address the route gives this replica
   --gateway, --dns optional
+  --gpu-rim FILE  an NVIDIA RIM (driver or VBIOS) for this guest's GPU, as
+                  NVIDIA's RIM service serves it: the shard carries it in its
+                  evidence so clients can check `require_rim`; repeatable (it
+                  is NVIDIA-signed, so the host may supply it)
+  --gpu-ocsp FILE an OCSP response (DER) for the GPU's certificates; repeatable
   --out           the disk image (ext4, attached as the virtio disk with
                   serial veil-config)
 
@@ -31,6 +37,7 @@ EOF2
 }
 
 route="" stage="" replica="" address="" gateway="" dns="" out=""
+rims=() ocsps=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --route) route="${2:?}"; shift 2 ;;
@@ -39,6 +46,8 @@ while [ $# -gt 0 ]; do
     --address) address="${2:?}"; shift 2 ;;
     --gateway) gateway="${2:?}"; shift 2 ;;
     --dns) dns="${2:?}"; shift 2 ;;
+    --gpu-rim) rims+=("${2:?}"); shift 2 ;;
+    --gpu-ocsp) ocsps+=("${2:?}"); shift 2 ;;
     --out) out="${2:?}"; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "make-config-disk.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
@@ -68,6 +77,15 @@ install -m 0644 "$(resolve "$policy")" "$dir/peer-policy.toml"
 sed -e "s|^policy[[:space:]]*=.*|policy = \"peer-policy.toml\"|" \
     -e "s|^model[[:space:]]*=.*|model = \"/models/$(basename "$model")\"|" \
     -e "s|^simulated_root[[:space:]]*=.*|simulated_root = \"sim\"|" "$route" > "$dir/route.toml"
+# GPU reference material under fixed names (the guest accepts only these).
+[ "${#rims[@]}" -le 8 ] || bad "at most 8 --gpu-rim files"
+[ "${#ocsps[@]}" -le 32 ] || bad "at most 32 --gpu-ocsp files"
+for i in "${!rims[@]}"; do
+  mkdir -p "$dir/gpu"; install -m 0644 "${rims[$i]}" "$dir/gpu/rim-$i.xml"
+done
+for i in "${!ocsps[@]}"; do
+  mkdir -p "$dir/gpu"; install -m 0644 "${ocsps[$i]}" "$dir/gpu/ocsp-$i.der"
+done
 if [ -n "$sim" ]; then
   cp -r "$(resolve "$sim")" "$dir/sim"
   echo "make-config-disk.sh: WARNING: the route names a SIMULATED attestation root: development only" >&2

@@ -117,6 +117,19 @@ pub fn gpu_json(g: &GpuEvidence) -> Value {
                 "feature_flag": m.opaque.feature_flag(),
                 "fields": m.opaque.fields.len(),
             });
+            // The IDs NVIDIA's RIM service serves this GPU's RIMs under (what a
+            // shard's `--gpu-rim` files are fetched by).
+            let driver = m.opaque.driver_version();
+            let vbios = m.opaque.vbios_version();
+            doc["rim_ids"] = json!({
+                "driver": driver.as_ref().filter(|_| g.arch == "HOPPER").map(|d| format!("NV_GPU_DRIVER_GH100_{d}")),
+                "vbios": match (&project, &project_sku, &chip_sku, &vbios) {
+                    (Some(p), Some(s), Some(c), Some(v)) => {
+                        Some(format!("NV_GPU_VBIOS_{p}_{s}_{c}_{}", v.replace('.', "").to_uppercase()))
+                    }
+                    _ => None,
+                },
+            });
             let blocks: serde_json::Map<String, Value> = m
                 .blocks
                 .iter()
