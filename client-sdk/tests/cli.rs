@@ -707,8 +707,7 @@ fn veil_web_refuses_to_start_without_what_the_page_needs() {
 #[test]
 fn inspect_names_the_rim_ids_of_a_real_gpu() {
     let Some(d) = set("nvidia-h100-coco-trustee") else { return };
-    let expected: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(d.join("expected.json")).unwrap()).unwrap();
+    let expected: serde_json::Value = serde_json::from_slice(&std::fs::read(d.join("expected.json")).unwrap()).unwrap();
     let o = veil(&[
         "attest",
         "inspect",

@@ -19,9 +19,7 @@
 
 use super::expanded::Expand;
 use super::BLOCK;
-use crate::model::quant::tables::{
-    IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID, KSIGNS_IQ2XS,
-};
+use crate::model::quant::tables::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 
 /// Bytes of one IQ2_XXS super-block (256 weights) in a GGUF.
 pub const IQ2_XXS_BLOCK_BYTES: usize = 66;
@@ -59,9 +57,23 @@ static SIGN_BYTES: [u64; 256] = {
     t
 };
 
+/// `KSIGN_BYTES[c]`: the sign bytes of 7-bit code `c`, whose
+/// `ksigns_iq2xs` byte is `c` with an eighth sign bit making the count of
+/// negatives even: one lookup instead of two on the decode path.
+static KSIGN_BYTES: [u64; 128] = {
+    let mut t = [0u64; 128];
+    let mut c = 0;
+    while c < 128 {
+        let s = c | (((c as u32).count_ones() as usize & 1) << 7);
+        t[c] = SIGN_BYTES[s];
+        c += 1;
+    }
+    t
+};
+
 /// The sign bytes of a 7-bit `ksigns_iq2xs` code (its eighth bit is parity).
 fn ksigns(code: u32) -> u64 {
-    SIGN_BYTES[usize::from(KSIGNS_IQ2XS[(code & 127) as usize])]
+    KSIGN_BYTES[(code & 127) as usize]
 }
 
 /// A block of 32 weights as four groups of 8: magnitudes (unsigned bytes)
@@ -640,3 +652,17 @@ const _: () = assert!(
         && std::mem::size_of::<BlockIq1M>() == 11
         && std::mem::size_of::<BlockTernary>() == 12
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::quant::tables::KSIGNS_IQ2XS;
+
+    #[test]
+    fn the_sign_code_table_is_ggmls_two_lookups_in_one() {
+        for c in 0..128u32 {
+            assert_eq!(ksigns(c), SIGN_BYTES[usize::from(KSIGNS_IQ2XS[c as usize])], "code {c}");
+            assert_eq!(ksigns(c | 0x80), ksigns(c), "only the low 7 bits are read");
+        }
+    }
+}
