@@ -52,9 +52,10 @@ impl Loader<'_> {
         Ok(ggml_file::qtensor_from_ggml(raw.ggml()?, &raw.bytes, raw.dims, &Device::Cpu)?)
     }
 
-    /// A weight matrix on Veil's kernels where it has one (Q4_1, Q8_0,
-    /// Q5_0, Q2_K–Q6_K, IQ4_NL, IQ4_XS, MXFP4), otherwise on candle's
-    /// quantized matmul (or, for a type candle does not decode, dequantized).
+    /// A weight matrix on Veil's kernels where it has one (Q4_1, Q5_1,
+    /// Q8_0, Q5_0, Q2_K–Q6_K, MXFP4, the i-quants, TQ1_0, TQ2_0), otherwise
+    /// on candle's quantized matmul (or, for a type candle does not decode,
+    /// dequantized).
     pub(crate) fn weight(&mut self, name: &str) -> Result<Weight> {
         let raw = self.matrix_raw(name)?;
         self.weight_from(name, raw)
