@@ -45,18 +45,23 @@ fn shape() -> RouteShape {
 
 const KEY_CONFIG: &[u8] = b"an OHTTP key configuration";
 
-/// A shard's static evidence (as in its RA-TLS certificate).
-fn shard(att: &SimulatedAttester, stage: u32, replica: u32, peer: &Policy, shape: &RouteShape) -> LinkedShard {
+/// The claims of a shard of `stage` whose TLS key hash is `key` repeated.
+fn shard_claims(stage: u32, key: u8, peer: &Policy, shape: &RouteShape) -> Claims {
     let s = shape.stages()[stage as usize];
-    let claims = Claims {
-        tls_key_hash: Some(KeyHash([stage as u8 * 16 + replica as u8; 32])),
+    Claims {
+        tls_key_hash: Some(KeyHash([key; 32])),
         layer_range: Some(s.layers),
         manifest_root: Some(s.manifest_root),
         peer_policy: Some(peer.digest()),
         route_shape: Some(shape.digest()),
         software_version: "veil-shard test".into(),
         ..Claims::default()
-    };
+    }
+}
+
+/// A shard's static evidence (as in its RA-TLS certificate).
+fn shard(att: &SimulatedAttester, stage: u32, replica: u32, peer: &Policy, shape: &RouteShape) -> LinkedShard {
+    let claims = shard_claims(stage, stage as u8 * 16 + replica as u8, peer, shape);
     LinkedShard { stage, replica, evidence: att.evidence(&claims).unwrap() }
 }
 
@@ -523,16 +528,7 @@ fn gpu_shard(stage: u32, peer: &Policy, shape: &RouteShape) -> LinkedShard {
     use veil_attestation::Attester as _;
     let gpu = SimulatedGpu::from_seed(b"route gpu", SimulatedGpuConfig::default()).unwrap();
     let att = CompositeAttester::new(Box::new(sim(b"root A")), GpuSource::Simulated(vec![gpu]));
-    let s = shape.stages()[stage as usize];
-    let claims = Claims {
-        tls_key_hash: Some(KeyHash([0xC0 + stage as u8; 32])),
-        layer_range: Some(s.layers),
-        manifest_root: Some(s.manifest_root),
-        peer_policy: Some(peer.digest()),
-        route_shape: Some(shape.digest()),
-        software_version: "veil-shard test".into(),
-        ..Claims::default()
-    };
+    let claims = shard_claims(stage, 0xC0 + stage as u8, peer, shape);
     LinkedShard { stage, replica: 0, evidence: att.evidence(&claims).unwrap() }
 }
 
