@@ -46,6 +46,10 @@ pub struct Generation {
     /// Per id, when the request asked for log-probabilities.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logprobs: Option<Vec<TokenLogprob>>,
+    /// Per prompt id after the first, its log-probability given those before
+    /// it, when the request scored its prompt (`echo` with `logprobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_logprobs: Option<Vec<TokenLogprob>>,
 }
 
 /// Generated ids turned into text as they come: pieces are emitted only
@@ -251,7 +255,14 @@ pub fn generate_with(
     }
     let (rest, ids, text) = stream.finish(stopped)?;
     on_text(&rest);
-    Ok(Generation { prompt_ids: req.prompt_ids.clone(), ids, text, speculation: None, logprobs: None })
+    Ok(Generation {
+        prompt_ids: req.prompt_ids.clone(),
+        ids,
+        text,
+        speculation: None,
+        logprobs: None,
+        prompt_logprobs: None,
+    })
 }
 
 #[cfg(test)]

@@ -118,6 +118,7 @@ fn wire(args: &GenerateArgs) -> crate::pipeline::entry::GenerateWire {
             ..Default::default()
         },
         stop: args.stop.clone(),
+        score_prompt: false,
         speculation: crate::pipeline::entry::SpeculationRequest {
             enabled: args.drafter.map(|d| d != veil_wire::route::Drafter::None),
             drafter: args.drafter,

@@ -230,6 +230,10 @@ pub struct Call {
     /// How a chat answer sets its reasoning apart, when the model does
     /// ([`crate::text::reasoning`]): it is returned as `reasoning_content`.
     pub reasoning: Option<ReasoningFormat>,
+    /// `echo` (completions, not streamed): the prompt as written, which each
+    /// choice's text starts with; with `logprobs`, the prompt's tokens are
+    /// scored and come first in `logprobs`.
+    pub echo: Option<String>,
 }
 
 /// How the answers of a call that offered tools are read.
@@ -345,6 +349,8 @@ pub fn parse(
     };
     let mut tool_use = None;
     let harmony = kind == Kind::Chat && tokenizer.harmony();
+    // The prompt as written, for `echo` (a completion's).
+    let mut prompt_text: Option<String> = None;
     let (common, prompt_ids) = match kind {
         Kind::Chat => {
             let b: ChatBody = serde_json::from_slice(body).map_err(bad_json)?;
@@ -398,6 +404,12 @@ pub fn parse(
                 return Err(e);
             }
             let ids = completion_prompt(&b.prompt, tokenizer)?;
+            if b.common.echo == Some(true) {
+                prompt_text = Some(match &b.prompt {
+                    Value::String(t) => t.clone(),
+                    _ => tokenizer.decode(&ids).map_err(|e| ApiError::invalid("prompt", e.to_string()))?,
+                });
+            }
             (b.common, ids)
         }
     };
@@ -412,8 +424,12 @@ pub fn parse(
         return Err(ApiError::invalid("n", format!("n must be from 1 to {MAX_CHOICES}")));
     }
     let logprobs = logprobs_asked(kind, common.logprobs.as_ref(), common.top_logprobs.as_ref())?;
-    if common.echo == Some(true) {
-        return Err(ApiError::invalid("echo", "echo is not served"));
+    let echo = common.echo == Some(true);
+    if echo && kind == Kind::Chat {
+        return Err(ApiError::invalid("echo", "echo is served on /v1/completions only"));
+    }
+    if echo && common.stream == Some(true) {
+        return Err(ApiError::invalid("echo", "echo is served without stream"));
     }
     // What chat apps send: defaults are accepted; anything that would change
     // the output and is not implemented is refused, never silently ignored.
@@ -469,8 +485,9 @@ pub fn parse(
         Kind::Completion => DEFAULT_COMPLETION_TOKENS,
     };
     let max_tokens = common.max_completion_tokens.or(common.max_tokens).unwrap_or(default_max);
-    if max_tokens == 0 {
-        return Err(ApiError::invalid("max_tokens", "max_tokens must be at least 1"));
+    // With echo, max_tokens 0 scores the prompt and generates nothing.
+    if max_tokens == 0 && !echo {
+        return Err(ApiError::invalid("max_tokens", "max_tokens must be at least 1 (or 0 with echo)"));
     }
     // `prompt < context` above, so the subtraction cannot underflow, and a
     // client-chosen max_tokens cannot overflow an addition.
@@ -512,6 +529,7 @@ pub fn parse(
             true => Some(CallMarkers::default()),
             false => tools.as_ref().map(|t| t.format.markers()),
         },
+        score_prompt: echo && logprobs.is_some(),
     };
     Ok(Route::Generate(Box::new(Call {
         kind,
@@ -522,6 +540,7 @@ pub fn parse(
         n,
         tools,
         reasoning,
+        echo: prompt_text,
     })))
 }
 
@@ -839,6 +858,28 @@ pub fn logprobs_json(kind: Kind, tokenizer: &Tokenizer, lps: &[TokenLogprob], of
             })
         }
     }
+}
+
+/// A completion's `logprobs` with `echo`: the prompt's tokens first (the
+/// first with `null` log-probability and alternatives, as it is given, not
+/// predicted; then `prompt` for the others), then the answer's `lps`.
+pub fn echo_logprobs_json(
+    tokenizer: &Tokenizer,
+    prompt_ids: &[u32],
+    prompt: &[TokenLogprob],
+    lps: &[TokenLogprob],
+) -> Value {
+    let Some(&head) = prompt_ids.first() else {
+        return logprobs_json(Kind::Completion, tokenizer, lps, &mut 0);
+    };
+    let all: Vec<TokenLogprob> = std::iter::once(TokenLogprob { token: head, logprob: 0.0, top: Vec::new() })
+        .chain(prompt.iter().cloned())
+        .chain(lps.iter().cloned())
+        .collect();
+    let mut v = logprobs_json(Kind::Completion, tokenizer, &all, &mut 0);
+    v["token_logprobs"][0] = Value::Null;
+    v["top_logprobs"][0] = Value::Null;
+    v
 }
 
 fn chat_messages(messages: &[Message]) -> Result<Vec<ChatMessage>, ApiError> {

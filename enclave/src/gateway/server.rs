@@ -605,7 +605,7 @@ impl Gateway {
                             sealer.body(&chunk).await?;
                         }
                     }
-                    c.done = Some(g);
+                    c.done = Some(*g);
                     if choices.iter().any(|c| c.done.is_none()) {
                         continue;
                     }
@@ -656,16 +656,32 @@ impl Gateway {
                 None => call.tools.as_ref().map(|tools| read_calls(tools, g)),
             })
             .collect();
+        // `echo`: each text starts with the prompt, and the prompt's scores
+        // come first in its log-probabilities.
+        let echoed: Vec<String> = match &call.echo {
+            Some(prompt) => done.iter().map(|g| format!("{prompt}{}", g.text)).collect(),
+            None => Vec::new(),
+        };
         let answers: Vec<openai::Choice<'_>> = done
             .iter()
             .zip(&parsed)
-            .map(|(g, p)| {
+            .enumerate()
+            .map(|(i, (g, p))| {
                 let calls = p.as_ref().map(|p| p.calls.as_slice()).filter(|c| !c.is_empty());
+                let logprobs = g.logprobs.as_deref().map(|lp| match call.echo {
+                    Some(_) => openai::echo_logprobs_json(
+                        tokenizer,
+                        &g.prompt_ids,
+                        g.prompt_logprobs.as_deref().unwrap_or_default(),
+                        lp,
+                    ),
+                    None => openai::logprobs_json(call.kind, tokenizer, lp, &mut 0),
+                });
                 openai::Choice {
-                    text: p.as_ref().map_or(&g.text, |p| &p.content),
+                    text: echoed.get(i).unwrap_or_else(|| p.as_ref().map_or(&g.text, |p| &p.content)),
                     reasoning: p.as_ref().map(|p| p.reasoning.as_str()),
                     finish: if calls.is_some() { "tool_calls" } else { finish(g.ids.len()) },
-                    logprobs: g.logprobs.as_deref().map(|lp| openai::logprobs_json(call.kind, tokenizer, lp, &mut 0)),
+                    logprobs,
                     tool_calls: calls.map(openai::tool_calls_json),
                 }
             })

@@ -69,7 +69,7 @@ pub struct Job {
     /// Earlier stages' KV lengths after this job (see [`Forward::kv_lens`]).
     pub kv_lens: Vec<u32>,
     /// The verdict's sampling transform.
-    pub sampling: Option<SamplingSpec>,
+    pub sampling: Option<Box<SamplingSpec>>,
     /// Wire precision downstream.
     pub precision: Precision,
     /// The input rows.
@@ -567,7 +567,7 @@ impl StageWorker {
     /// masked by the session's response format when it has one, then
     /// transformed as the frame's sampling spec says.
     fn verdict(&mut self, job: &Job, rows: &Rows) -> Result<Verdict, ModelError> {
-        let spec = job.sampling.clone().unwrap_or_else(SamplingSpec::greedy);
+        let spec = job.sampling.as_deref().cloned().unwrap_or_else(SamplingSpec::greedy);
         let sampler = Sampler::new(SamplingParams {
             temperature: spec.temperature,
             top_k: spec.top_k as usize,
@@ -614,13 +614,16 @@ impl StageWorker {
             }
             positions.push(sampler.distribution(&logits, Seen { recent: &spec.history, output: before })?);
         }
-        // Raw log-probabilities of the top alternatives and of every token
-        // the entry may draw at each position.
+        // Raw log-probabilities of the top alternatives, of every token the
+        // entry may draw at each position, and of the token scored there.
         let logprobs = match spec.logprobs {
             Some(top) => positions
                 .iter()
                 .enumerate()
-                .map(|(i, d)| logprobs(rows.row(i), usize::from(top), &d.iter().map(|e| e.0).collect::<Vec<_>>()))
+                .map(|(i, d)| {
+                    let also: Vec<u32> = d.iter().map(|e| e.0).chain(spec.scored.get(i).copied()).collect();
+                    logprobs(rows.row(i), usize::from(top), &also)
+                })
                 .collect(),
             None => Vec::new(),
         };

@@ -88,7 +88,7 @@ fn completion_prompts_may_be_text_or_token_ids() {
 #[test]
 fn bad_requests_get_openai_shaped_errors() {
     let Some(tok) = tokenizer() else { return };
-    let cases: [(&str, &str, &str, u16, Option<&str>); 16] = [
+    let cases: [(&str, &str, &str, u16, Option<&str>); 18] = [
         ("POST", "/v1/chat/completions", r#"{"messages":[{"role":"user","content":"x"}],"n":0}"#, 400, Some("n")),
         ("POST", "/v1/chat/completions", "{not json", 400, Some("body")),
         ("POST", "/v1/chat/completions", r#"{"messages":[]}"#, 400, Some("messages")),
@@ -120,7 +120,15 @@ fn bad_requests_get_openai_shaped_errors() {
         ("POST", "/v1/completions", r#"{"prompt":["a","b"]}"#, 400, Some("prompt")),
         ("POST", "/v1/completions", r#"{"prompt":[1,99999999]}"#, 400, Some("prompt")),
         ("POST", "/v1/completions", r#"{"prompt":""}"#, 400, Some("prompt")),
-        ("POST", "/v1/completions", r#"{"prompt":"x","echo":true}"#, 400, Some("echo")),
+        ("POST", "/v1/completions", r#"{"prompt":"x","echo":true,"stream":true}"#, 400, Some("echo")),
+        (
+            "POST",
+            "/v1/chat/completions",
+            r#"{"messages":[{"role":"user","content":"x"}],"echo":true}"#,
+            400,
+            Some("echo"),
+        ),
+        ("POST", "/v1/completions", r#"{"prompt":"x","max_tokens":0}"#, 400, Some("max_tokens")),
         ("GET", "/v1/completions", "", 405, None),
         ("POST", "/v1/embeddings", "{}", 404, None),
         ("POST", "/v1/completions", "", 400, Some("body")),
@@ -135,6 +143,34 @@ fn bad_requests_get_openai_shaped_errors() {
     assert_eq!(call(&tok, "POST", "/v1/completions", &long).unwrap_err().param, Some("messages"));
     let huge = format!(r#"{{"prompt":"{}"}}"#, "x".repeat(openai::MAX_BODY));
     assert_eq!(call(&tok, "POST", "/v1/completions", &huge).unwrap_err().status, 413);
+}
+
+/// `echo` on a completion (what lm-evaluation-harness sends to score a
+/// text): the prompt is kept for the answer, scored when `logprobs` is
+/// asked, and `max_tokens` 0 generates nothing.
+#[test]
+fn echo_scores_the_prompt_of_a_completion() {
+    let Some(tok) = tokenizer() else { return };
+    let c = generate(&tok, "/v1/completions", r#"{"prompt":"The cat sat","echo":true,"logprobs":2,"max_tokens":0}"#);
+    assert_eq!(c.echo.as_deref(), Some("The cat sat"));
+    assert_eq!((c.request.max_tokens, c.request.score_prompt, c.request.sampling.logprobs), (0, true, Some(2)));
+    let ids = tok.encode("The cat sat", false).unwrap();
+    let body = serde_json::json!({ "prompt": ids, "echo": true, "max_tokens": 1 }).to_string();
+    let c = generate(&tok, "/v1/completions", &body);
+    assert_eq!(c.echo, Some(tok.decode(&ids).unwrap()), "token ids are echoed as their text");
+    assert!(!c.request.score_prompt, "no logprobs: nothing to score");
+    let c = generate(&tok, "/v1/completions", r#"{"prompt":"x","max_tokens":1}"#);
+    assert!(c.echo.is_none() && !c.request.score_prompt);
+
+    // The response: the prompt's tokens first, the first unscored.
+    let lp =
+        |token: u32, logprob: f32| veil_enclave::generate::TokenLogprob { token, logprob, top: vec![(token, logprob)] };
+    let v = openai::echo_logprobs_json(&tok, &ids, &[lp(ids[1], -1.5), lp(ids[2], -0.25)], &[lp(ids[0], -3.0)]);
+    assert_eq!(v["token_logprobs"], serde_json::json!([null, -1.5, -0.25, -3.0]));
+    assert_eq!(v["top_logprobs"][0], Value::Null);
+    assert_eq!(v["tokens"].as_array().map(Vec::len), Some(4));
+    let offsets: Vec<u64> = v["text_offset"].as_array().unwrap().iter().map(|o| o.as_u64().unwrap()).collect();
+    assert!(offsets.windows(2).all(|w| w[0] < w[1]) && offsets[0] == 0, "{offsets:?}");
 }
 
 #[test]

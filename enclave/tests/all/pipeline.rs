@@ -62,6 +62,48 @@ fn an_in_process_route_of_nodes_equals_one_process() {
     }
 }
 
+/// A scored prompt (`echo` with `logprobs`) over a 3-stage route: every
+/// prompt token's log-probability equals one process's log-softmax at the
+/// position before it, prefill chunks and all, and scoring leaves the
+/// answer unchanged.
+#[test]
+fn a_prompt_scored_over_a_route_equals_one_process() {
+    let Some(path) = model_path() else { return };
+    let (model, _) = LocalModel::load(&path, &[]).unwrap();
+    let c = Cluster::new("scored", &path, &[10, 20], &[1, 1, 1]);
+    let _rt = c.start_in_process();
+    let prompt = fixture_prompts().concat();
+    assert!(prompt.len() > 64, "longer than one prefill chunk");
+    let mut session = model.session(1 << 40);
+    let logits = model.step(&mut session, &prompt).unwrap();
+    let want: Vec<f32> = (0..prompt.len() - 1)
+        .map(|j| {
+            let row = logits.row(j);
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+            let lse = f64::from(max) + row.iter().map(|&v| f64::from(v - max).exp()).sum::<f64>().ln();
+            (f64::from(row[prompt[j + 1] as usize]) - lse) as f32
+        })
+        .collect();
+    let plain = c.generate(&greedy(&prompt, 8)).unwrap();
+    for max_tokens in [0, 8] {
+        let mut req = greedy(&prompt, max_tokens);
+        req.score_prompt = true;
+        req.sampling.logprobs = Some(2);
+        let g = c.generate(&req).unwrap();
+        let scores = g.prompt_logprobs.expect("scored");
+        assert_eq!(scores.len(), prompt.len() - 1);
+        for (j, (s, w)) in scores.iter().zip(&want).enumerate() {
+            assert_eq!(s.token, prompt[j + 1], "position {j}");
+            assert!((s.logprob - w).abs() < 1e-3, "position {j}: {} against one process's {w}", s.logprob);
+            assert_eq!(s.top.len(), 2);
+        }
+        match max_tokens {
+            0 => assert!(g.ids.is_empty(), "max_tokens 0 generates nothing"),
+            _ => assert_eq!(g.ids, plain.ids, "scoring changed the answer"),
+        }
+    }
+}
+
 /// A route whose middle stage computes on the device path (what a CUDA
 /// shard runs; candle's CPU backend here) equals one process with the same
 /// slice on the same path: the link, sessions and speculation-free decode

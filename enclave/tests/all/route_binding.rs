@@ -402,7 +402,7 @@ fn losing_the_last_stage_mid_stream_keeps_sampled_and_speculating_streams_unchan
                         }
                     }
                     GenerateEvent::Logprobs(_) => {}
-                    GenerateEvent::Done(g) => return Ok(g),
+                    GenerateEvent::Done(g) => return Ok(*g),
                     GenerateEvent::Error(f) => return Err(f.message),
                     GenerateEvent::Refused(e) => return Err(e),
                 }

@@ -307,7 +307,7 @@ pub fn stream_to(addr: SocketAddr, req: &GenerateWire, mut on_text: impl FnMut(&
         match serde_json::from_str::<GenerateEvent>(&line.unwrap()).unwrap() {
             GenerateEvent::Text(t) => on_text(&t),
             GenerateEvent::Logprobs(_) => {}
-            GenerateEvent::Done(g) => return Ok(g),
+            GenerateEvent::Done(g) => return Ok(*g),
             GenerateEvent::Error(f) => return Err(f.message),
             GenerateEvent::Refused(e) => return Err(e),
         }
@@ -336,6 +336,7 @@ pub fn greedy(ids: &[u32], max_tokens: usize) -> GenerateWire {
         sampling: Default::default(),
         stop: vec![],
         speculation: Default::default(),
+        score_prompt: false,
     }
 }
 

@@ -107,6 +107,7 @@ impl Frame {
                                 w.u8(n);
                             }
                         }
+                        write_tokens(&mut w, &s.scored);
                         match &s.response_format {
                             None => w.u8(0),
                             Some(f) => {
@@ -368,6 +369,10 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
                 },
                 other => return Err(r.bad(format!("log-probability flag {other}"))),
             };
+            let scored = read_tokens(r, "scored tokens")?;
+            if !scored.is_empty() && logprobs.is_none() {
+                return Err(r.bad("scored tokens without log-probabilities"));
+            }
             let response_format = match r.u8()? {
                 0 => None,
                 1 => {
@@ -385,7 +390,7 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
                 }
                 other => return Err(r.bad(format!("response format flag {other}"))),
             };
-            Some(SamplingSpec {
+            Some(Box::new(SamplingSpec {
                 temperature,
                 top_k,
                 top_p,
@@ -398,8 +403,9 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
                 output_at,
                 logit_bias,
                 logprobs,
+                scored,
                 response_format,
-            })
+            }))
         }
         other => return Err(r.bad(format!("sampling flag {other}"))),
     };

@@ -21,8 +21,8 @@ pub use self::decoder::FrameDecoder;
 pub const NO_SHADOW: u8 = u8::MAX;
 
 /// Version spoken by this build; peers must match exactly (2: padded
-/// forward frames; 3: cancel frames, shadow replicas).
-pub const PROTOCOL_VERSION: u16 = 4;
+/// forward frames; 3: cancel frames, shadow replicas; 5: scored tokens).
+pub const PROTOCOL_VERSION: u16 = 5;
 /// A forward frame of more than one position carries its rows padded to a
 /// multiple of this many (zero rows on the wire, dropped by the receiver), so
 /// the link's traffic gives a prompt's length only to within this many
@@ -136,6 +136,10 @@ pub struct SamplingSpec {
     /// Return the raw log-probabilities of the chosen token's candidates and
     /// of this many top alternatives (`None`: none).
     pub logprobs: Option<u8>,
+    /// Per position, a token whose raw log-probability the verdict also
+    /// returns (with `logprobs`): the prompt's next token, when a prompt is
+    /// scored (`echo`). Empty: none.
+    pub scored: Vec<u32>,
     /// What the answer must be
     /// ([`ResponseFormat::to_wire`](crate::text::grammar::ResponseFormat::to_wire)'s
     /// text): the last stage masks what cannot continue it.
@@ -158,6 +162,7 @@ impl SamplingSpec {
             output_at: 0,
             logit_bias: Vec::new(),
             logprobs: None,
+            scored: Vec::new(),
             response_format: None,
         }
     }
@@ -204,7 +209,7 @@ pub struct Forward {
     /// in the verdict, so the entry can check every shard rolled back.
     pub kv_lens: Vec<u32>,
     /// The transform for the verdict (required when `want` is not `Nothing`).
-    pub sampling: Option<SamplingSpec>,
+    pub sampling: Option<Box<SamplingSpec>>,
     /// Wire encoding of `hidden`.
     pub precision: Precision,
     /// Values per position.

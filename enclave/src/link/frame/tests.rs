@@ -14,7 +14,7 @@ fn forward(precision: Precision) -> Forward {
         shadow: vec![NO_SHADOW, 2],
         mirror: true,
         kv_lens: vec![13],
-        sampling: Some(SamplingSpec {
+        sampling: Some(Box::new(SamplingSpec {
             temperature: 0.7,
             top_k: 40,
             top_p: 0.9,
@@ -27,8 +27,9 @@ fn forward(precision: Precision) -> Forward {
             output_at: 2,
             logit_bias: vec![(4, 1.5), (70, -100.0)],
             logprobs: Some(5),
+            scored: vec![8, 11],
             response_format: Some(r#"{"type":"json_object"}"#.into()),
-        }),
+        })),
         precision,
         width: 4,
         hidden: vec![0.5, -1.25, 3.0, 0.0, 1.0, 2.0, -0.5, 8.0],

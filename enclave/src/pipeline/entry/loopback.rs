@@ -42,6 +42,10 @@ pub struct GenerateWire {
     /// Speculative decoding for this request.
     #[serde(default)]
     pub speculation: SpeculationRequest,
+    /// Score the prompt (`sampling.logprobs` sets the alternatives); with
+    /// `max_tokens` 0 nothing is generated.
+    #[serde(default)]
+    pub score_prompt: bool,
 }
 
 /// A request's speculative decoding choices; unset fields take the route's.
@@ -92,6 +96,7 @@ impl GenerateWire {
             stop: self.stop,
             speculation: self.speculation,
             calls: None,
+            score_prompt: self.score_prompt,
         })
     }
 }
@@ -121,7 +126,7 @@ pub enum GenerateEvent {
     /// text comes in later `Text` events.
     Logprobs(Vec<crate::generate::TokenLogprob>),
     /// Finished.
-    Done(Generation),
+    Done(Box<Generation>),
     /// Failed after it was accepted (a shard, capacity, a deadline); the
     /// message names the cause, the blame decides the status.
     Error(Failure),

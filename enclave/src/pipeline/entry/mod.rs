@@ -66,6 +66,10 @@ pub struct PipelineRequest {
     /// Where tool calls begin, when the request offered tools: the text
     /// streams up to a call, with special tokens written out.
     pub calls: Option<CallMarkers>,
+    /// Score the prompt: [`Generation::prompt_logprobs`], with
+    /// `sampling.logprobs` alternatives; with `max_tokens` 0 nothing is
+    /// generated.
+    pub score_prompt: bool,
 }
 
 /// How long a session waits for a stage to have a live replica.
@@ -466,7 +470,7 @@ impl Entry {
         let event = match self.admit_request(&req) {
             Err(e) => GenerateEvent::Refused(e.to_string()),
             Ok(admitted) => match self.run_session(req, admitted, &out, routes.as_ref()).await {
-                Ok(g) => GenerateEvent::Done(g),
+                Ok(g) => GenerateEvent::Done(Box::new(g)),
                 Err(e) => GenerateEvent::Error(Failure { message: e.to_string(), blame: e.blame() }),
             },
         };
@@ -554,6 +558,7 @@ impl Entry {
             stop: req.stop,
             calls: req.calls,
             spec,
+            score_prompt: req.score_prompt,
         };
         let mut core = SessionCore::new(cfg, start, &self.tokenizer, &self.counters, Instant::now());
         let result = loop {

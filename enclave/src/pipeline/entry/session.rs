@@ -166,6 +166,8 @@ struct Round {
     sent: Instant,
     /// Its verdict, once arrived (verdicts are taken oldest first).
     verdict: Option<Verdict>,
+    /// The frames before its last that score the prompt (`echo`).
+    scoring: Vec<Scoring>,
 }
 
 impl Round {
@@ -173,6 +175,23 @@ impl Round {
     fn unverified(&self) -> &[u32] {
         &self.draft.tokens[usize::from(self.head_kept)..]
     }
+
+    /// Every verdict the round waits for is here.
+    fn answered(&self) -> bool {
+        self.verdict.is_some() && self.scoring.iter().all(|s| s.rows.is_some())
+    }
+}
+
+/// A frame of a prompt round that scores the prompt: positions
+/// `start..start + len`, each returning the log-probability of the prompt's
+/// next token.
+#[derive(Debug)]
+struct Scoring {
+    seq: u64,
+    start: usize,
+    len: usize,
+    /// Its verdict's log-probabilities, once arrived.
+    rows: Option<Vec<Vec<(u32, f32)>>>,
 }
 
 /// The session's speculation state (the drafter itself is the driver's).
@@ -226,6 +245,11 @@ pub struct SessionCore<'e> {
     dry: bool,
     /// Per committed token, when the request asked for log-probabilities.
     logprobs: Vec<TokenLogprob>,
+    /// Score the prompt: the log-probability of each prompt token after the
+    /// first, given those before it (`echo` with `logprobs`).
+    score_prompt: bool,
+    /// The prompt's scores, once its round is verified.
+    prompt_logprobs: Option<Vec<TokenLogprob>>,
     out: VecDeque<Action>,
 }
 
@@ -253,6 +277,9 @@ pub struct SessionStart {
     pub calls: Option<CallMarkers>,
     /// Speculation, when on.
     pub spec: Option<SpecState>,
+    /// Score the prompt ([`Generation::prompt_logprobs`]); with
+    /// `max_tokens` 0 nothing is generated.
+    pub score_prompt: bool,
 }
 
 impl<'e> SessionCore<'e> {
@@ -294,6 +321,8 @@ impl<'e> SessionCore<'e> {
             inflight: VecDeque::new(),
             dry: false,
             logprobs: Vec::new(),
+            score_prompt: start.score_prompt,
+            prompt_logprobs: None,
             out: VecDeque::new(),
         }
     }
@@ -422,7 +451,7 @@ impl<'e> SessionCore<'e> {
             shadow: self.shadow.clone(),
             mirror: false,
             kv_lens: Vec::new(),
-            sampling: Some(self.sampling_spec(start, &draft.tokens, Want::All)),
+            sampling: Some(Box::new(self.sampling_spec(start, &draft.tokens, Want::All))),
             precision: self.cfg.precision,
             input: Input::Tokens(draft.tokens.clone()),
         };
@@ -439,6 +468,7 @@ impl<'e> SessionCore<'e> {
             drafting,
             sent: now,
             verdict: None,
+            scoring: Vec::new(),
         });
         if let Some(sp) = self.spec.as_mut() {
             sp.stats.pipelined_rounds += 1;
@@ -460,9 +490,24 @@ impl<'e> SessionCore<'e> {
         let first = self.seq + 1;
         let end = self.history.len();
         let chunk = self.cfg.prefill_chunk.max(1);
+        // A scored prompt's positions but the last go in frames that return
+        // each next prompt token's log-probability; the last position, which
+        // decides the first new token, goes alone with the request's sampling.
+        let scoring = self.score_prompt && self.prompt_round && self.prompt_logprobs.is_none();
+        let mut frames: Vec<(usize, usize, bool)> = Vec::new();
         let mut start = from;
         while start < end {
             let stop = (start + chunk).min(end);
+            if scoring && stop == end && stop - start > 1 {
+                frames.push((start, stop - 1, true));
+                frames.push((stop - 1, stop, false));
+            } else {
+                frames.push((start, stop, scoring && stop < end));
+            }
+            start = stop;
+        }
+        let mut scored = Vec::new();
+        for (start, stop, scores) in frames {
             let last = stop == end;
             self.seq += 1;
             let mut tokens = self.history[start..stop].to_vec();
@@ -470,9 +515,20 @@ impl<'e> SessionCore<'e> {
                 tokens.extend_from_slice(&draft.tokens);
             }
             let want = match (last, draft.tokens.is_empty()) {
+                _ if scores => Want::All,
                 (false, _) => Want::Nothing,
                 (true, true) => Want::Last,
                 (true, false) => Want::All,
+            };
+            let sampling = if scores {
+                scored.push(Scoring { seq: self.seq, start, len: stop - start, rows: None });
+                Some(Box::new(SamplingSpec {
+                    logprobs: Some(self.params.logprobs.unwrap_or(0)),
+                    scored: self.history[start + 1..=stop].to_vec(),
+                    ..SamplingSpec::greedy()
+                }))
+            } else {
+                last.then(|| Box::new(self.sampling_spec(start, &tokens, want)))
             };
             let job = Job {
                 session: self.id,
@@ -484,12 +540,11 @@ impl<'e> SessionCore<'e> {
                 shadow: self.shadow.clone(),
                 mirror: false,
                 kv_lens: Vec::new(),
-                sampling: last.then(|| self.sampling_spec(start, &tokens, want)),
+                sampling,
                 precision: self.cfg.precision,
                 input: Input::Tokens(tokens),
             };
             self.out.push_back(Action::Send(job));
-            start = stop;
         }
         let kv_end = (self.history.len() + draft.tokens.len()) as u32;
         self.inflight.push_back(Round {
@@ -503,6 +558,7 @@ impl<'e> SessionCore<'e> {
             drafting,
             sent: now,
             verdict: None,
+            scoring: scored,
         });
         if let Some(sp) = self.spec.as_mut() {
             sp.stats.max_depth = sp.stats.max_depth.max(1);
@@ -554,6 +610,7 @@ impl<'e> SessionCore<'e> {
             output_at,
             logit_bias: p.logit_bias.clone(),
             logprobs: p.logprobs,
+            scored: Vec::new(),
             response_format: p.response_format.as_ref().map(|f| f.to_wire()),
         }
     }
@@ -566,6 +623,11 @@ impl<'e> SessionCore<'e> {
         }
         match event {
             SessionEvent::Verdict(v) => {
+                let scoring = self.inflight.iter_mut().flat_map(|r| r.scoring.iter_mut()).find(|s| s.seq == v.seq);
+                if let Some(s) = scoring {
+                    s.rows = Some(v.logprobs);
+                    return self.take_verdicts(now);
+                }
                 let Some(round) = self.inflight.iter_mut().find(|r| r.seq == v.seq) else { return };
                 round.verdict = Some(v);
                 if matches!(self.state, Expect::Draft { more: true, .. }) {
@@ -674,7 +736,7 @@ impl<'e> SessionCore<'e> {
     /// Takes the verdicts of the oldest rounds, in order, while they are here.
     fn take_verdicts(&mut self, now: Instant) {
         self.dry = false;
-        while self.inflight.front().is_some_and(|r| r.verdict.is_some()) && !matches!(self.state, Expect::Done) {
+        while self.inflight.front().is_some_and(Round::answered) && !matches!(self.state, Expect::Done) {
             let Some(round) = self.inflight.pop_front() else { return };
             self.on_verdict(round, now);
         }
@@ -689,6 +751,17 @@ impl<'e> SessionCore<'e> {
             return self.fail(e);
         }
         self.warm = false;
+        if !round.scoring.is_empty() {
+            match self.prompt_scores(&round.scoring) {
+                Ok(lps) => self.prompt_logprobs = Some(lps),
+                Err(e) => return self.fail(e),
+            }
+        }
+        if self.max_tokens == 0 {
+            // Only the prompt's scores were asked for.
+            self.prompt_round = false;
+            return self.finish(false);
+        }
         let greedy = self.params.temperature == 0.0;
         // A base round's frame is the last committed token then its drafts;
         // a continuation's is its drafts, the first already checked.
@@ -786,6 +859,26 @@ impl<'e> SessionCore<'e> {
         }
     }
 
+    /// The prompt's scores from its scoring frames' verdicts: per position,
+    /// the next prompt token's log-probability and the top alternatives.
+    fn prompt_scores(&self, frames: &[Scoring]) -> Result<Vec<TokenLogprob>, SessionError> {
+        let top = usize::from(self.params.logprobs.unwrap_or(0));
+        let mut out = Vec::with_capacity(self.prompt_len.saturating_sub(1));
+        for s in frames {
+            let rows = s.rows.as_deref().unwrap_or_default();
+            if rows.len() != s.len {
+                return Err(SessionError::NoLogprobs { got: rows.len(), want: s.len });
+            }
+            for (i, row) in rows.iter().enumerate() {
+                let next = self.history[s.start + i + 1];
+                let lp = token_logprob(row, top, next)
+                    .ok_or(SessionError::NoLogprobs { got: out.len(), want: out.len() + 1 })?;
+                out.push(lp);
+            }
+        }
+        Ok(out)
+    }
+
     /// Counts a verified round: `accepted` of its drafts kept, `committed`
     /// tokens committed by it, `elapsed` from sending to verdict.
     fn count_round(&mut self, round: &Round, accepted: usize, committed: usize, elapsed: Duration) {
@@ -833,7 +926,15 @@ impl<'e> SessionCore<'e> {
                     lp.truncate(ids.len());
                     lp
                 });
-                self.out.push_back(Action::Finish(Generation { prompt_ids, ids, text, speculation, logprobs }));
+                let prompt_logprobs = self.prompt_logprobs.take();
+                self.out.push_back(Action::Finish(Generation {
+                    prompt_ids,
+                    ids,
+                    text,
+                    speculation,
+                    logprobs,
+                    prompt_logprobs,
+                }));
             }
         }
     }

@@ -67,6 +67,18 @@ impl Harness {
         stop: &[&str],
         spec: Option<SpecState>,
     ) -> SessionCore<'_> {
+        self.session_scoring(params, prompt, max_tokens, stop, spec, false)
+    }
+
+    fn session_scoring(
+        &self,
+        params: SamplingParams,
+        prompt: &[u32],
+        max_tokens: usize,
+        stop: &[&str],
+        spec: Option<SpecState>,
+        score_prompt: bool,
+    ) -> SessionCore<'_> {
         let cfg = SessionConfig {
             stages: 3,
             prefill_chunk: 4,
@@ -86,6 +98,7 @@ impl Harness {
             stop: stop.iter().map(|s| (*s).to_owned()).collect(),
             calls: None,
             spec,
+            score_prompt,
         };
         SessionCore::new(cfg, start, &self.tokenizer, &self.counters, self.t0)
     }
@@ -574,13 +587,19 @@ impl ToyPipeline {
             Want::All => (self.kv.len() - n..self.kv.len()).collect(),
         };
         let positions: Vec<Distribution> = at.iter().map(|&i| dist(i)).collect();
-        // Log-probabilities that name their position: `toy_logprob(i, t)`.
+        // Log-probabilities that name their position: `toy_logprob(i, t)`,
+        // of every candidate and of the token scored there.
+        let scored = job.sampling.as_ref().map(|s| s.scored.clone()).unwrap_or_default();
         let logprobs = match job.sampling.as_ref().and_then(|s| s.logprobs) {
             None => Vec::new(),
             Some(_) => at
                 .iter()
                 .zip(&positions)
-                .map(|(&i, d)| d.iter().map(|&(t, _)| (t, toy_logprob(i, t))).collect())
+                .enumerate()
+                .map(|(j, (&i, d))| {
+                    let also = scored.get(j).filter(|t| !d.iter().any(|e| e.0 == **t));
+                    d.iter().map(|e| e.0).chain(also.copied()).map(|t| (t, toy_logprob(i, t))).collect()
+                })
                 .collect(),
         };
         Some(SessionEvent::Verdict(Verdict {
@@ -829,4 +848,85 @@ fn pipelined_sampling_keeps_the_target_distribution() {
         })
         .collect();
     assert!(chi(&skipped) > 1000.0, "{}", chi(&skipped));
+}
+
+/// `echo` with `logprobs`: every prompt token after the first gets the
+/// last stage's log-probability at the position before it, from frames that
+/// return them (all but the last position, which samples alone); the
+/// answer is what it is without scoring, with or without speculation, and
+/// with `max_tokens` 0 nothing is generated. A last stage that leaves a
+/// scored token out fails the session.
+#[test]
+fn a_scored_prompt_gets_each_tokens_log_probability_and_the_same_answer() {
+    let h = Harness::new();
+    let prompt = [A, B, C, D, A, B];
+    let params = SamplingParams { logprobs: Some(1), ..SamplingParams::default() };
+    let want = drive(
+        &mut h.session_with(params.clone(), &prompt, 12, &[], None),
+        &mut ToyPipeline::new(true, true),
+        h.env(0),
+        |_, _| unreachable!(),
+    );
+    assert!(want.prompt_logprobs.is_none(), "not asked for");
+    let expected: Vec<(u32, f32)> =
+        (0..prompt.len() - 1).map(|i| (prompt[i + 1], toy_logprob(i, prompt[i + 1]))).collect();
+    for (case, max_tokens, spec) in
+        [("plain", 12, None), ("speculating", 12, spec(3, 2)), ("nothing generated", 0, None)]
+    {
+        let mut core = h.session_scoring(params.clone(), &prompt, max_tokens, &[], spec, true);
+        let mut pipe = ToyPipeline::new(true, true);
+        let g = drive(&mut core, &mut pipe, h.env(0), |ctx, k| toy_draft("mixed", ctx, k));
+        let got: Vec<(u32, f32)> =
+            g.prompt_logprobs.as_deref().expect(case).iter().map(|e| (e.token, e.logprob)).collect();
+        assert_eq!(got, expected, "{case}");
+        assert!(g.prompt_logprobs.unwrap().iter().all(|e| e.top.len() == 1), "{case}: one alternative each");
+        if max_tokens == 0 {
+            assert!(g.ids.is_empty() && g.text.is_empty(), "{case}");
+        } else {
+            assert_eq!(g.ids, want.ids, "{case}: scoring changed the answer");
+        }
+    }
+
+    // The frames: [0, 4) and [4, 5) return scores, [5, 6) samples alone.
+    let mut core = h.session_scoring(params.clone(), &prompt, 4, &[], None, true);
+    let a = drain(&mut core, h.env(0));
+    let j = jobs(&a);
+    let shape: Vec<(usize, usize, Want, Vec<u32>)> =
+        j.iter().map(|j| (j.start, tokens(j).len(), j.want, j.sampling.as_ref().unwrap().scored.clone())).collect();
+    assert_eq!(shape, [(0, 4, Want::All, vec![B, C, D, A]), (4, 1, Want::All, vec![B]), (5, 1, Want::Last, vec![])]);
+    // The last frame's verdict first, then the scores: the round waits for both.
+    let row = |i: usize, t: u32| vec![(A, toy_logprob(i, A)), (t, toy_logprob(i, t))];
+    let scores = |seq: u64, from: usize, n: usize, leave_out: bool| {
+        SessionEvent::Verdict(Verdict {
+            session: SessionId(77),
+            seq,
+            positions: vec![vec![(A, 1.0)]; n],
+            kv_lens: vec![(from + n) as u32; 3],
+            logprobs: (from..from + n)
+                .map(|i| if leave_out && i == 2 { vec![(A, -0.1)] } else { row(i, prompt[i + 1]) })
+                .collect(),
+        })
+    };
+    let last = SessionEvent::Verdict(Verdict {
+        session: SessionId(77),
+        seq: 3,
+        positions: vec![vec![(C, 1.0)]],
+        kv_lens: vec![6; 3],
+        logprobs: vec![vec![(C, -0.5)]],
+    });
+    core.handle(last, h.t0);
+    assert!(core.awaits_event() && drain(&mut core, h.env(0)).is_empty(), "the scores are not all here");
+    core.handle(scores(2, 4, 1, false), h.t0);
+    core.handle(scores(1, 0, 4, false), h.t0);
+    let a = drain(&mut core, h.env(0));
+    assert_eq!(text(&a), "c", "{a:?}");
+
+    // A last stage that leaves out a scored token breaks the protocol.
+    let mut core = h.session_scoring(params, &prompt, 4, &[], None, true);
+    drain(&mut core, h.env(0));
+    core.handle(scores(1, 0, 4, true), h.t0);
+    core.handle(scores(2, 4, 1, false), h.t0);
+    core.handle(verdict(3, 6, &[C]), h.t0);
+    let a = drain(&mut core, h.env(0));
+    assert!(matches!(failed(&a), Some(SessionError::NoLogprobs { .. })), "{a:?}");
 }
