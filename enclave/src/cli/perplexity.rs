@@ -15,6 +15,15 @@
 //! same text) and adds the mean KL divergence of this model's distributions
 //! from the base's and how often their top tokens agree, as llama.cpp's
 //! `--kl-divergence` does for a quantized file against its base.
+//!
+//! `--entry URL --policy FILE` scores the same windows on a running route
+//! instead, end to end: it verifies every shard against the policy, as any
+//! client does, and sends each window (token ids, tokenized here with
+//! `--model`'s vocabulary) as a sealed `/v1/completions` request with
+//! `echo`, `logprobs: 0` and `max_tokens: 0`; the entry returns each
+//! token's log-probability, computed over every stage. Only the scored
+//! tokens' log-probabilities come back, so `--save-logits` and `--kl-base`
+//! are local only.
 
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
@@ -47,6 +56,76 @@ pub(super) struct PerplexityArgs {
     /// model scores as one: the same figures).
     #[arg(long, value_delimiter = ',')]
     split: Vec<usize>,
+    /// Score on a running route through its entry (`http://HOST:PORT`, the
+    /// host's public URL) instead of in this process; `--model` then gives
+    /// only the vocabulary (the route's model file).
+    #[arg(long, requires = "policy", conflicts_with_all = ["save_logits", "kl_base", "split"])]
+    entry: Option<String>,
+    /// With `--entry`: the policy every shard must satisfy (TOML, or a signed
+    /// bundle with `--policy-key`).
+    #[arg(long, value_name = "FILE", requires = "entry")]
+    policy: Option<PathBuf>,
+    /// With `--entry`: the publisher's public key (PEM) of a signed policy bundle.
+    #[arg(long, value_name = "PEM", requires = "policy")]
+    policy_key: Option<PathBuf>,
+    /// With `--entry`: where a signed policy bundle must be logged.
+    #[command(flatten)]
+    log: veil_client::cli::LogTrustArgs,
+    /// With `--entry`: also trust these PEM certificate authorities for an https:// URL.
+    #[arg(long, requires = "entry")]
+    ca: Option<PathBuf>,
+}
+
+/// Where the windows are scored.
+enum Scorer {
+    /// In this process: whole log-probability rows.
+    Local(LocalModel),
+    /// On a verified route, through its entry: the scored tokens' only.
+    Entry { client: veil_client::sdk::Client, rt: tokio::runtime::Runtime },
+}
+
+impl Scorer {
+    fn connect(url: &str, args: &PerplexityArgs) -> anyhow::Result<Self> {
+        let Some(path) = &args.policy else { bail!("--entry needs --policy") };
+        let policy = veil_client::cli::policy_bundle::load_policy(path, args.policy_key.as_deref(), &args.log)?;
+        let mut options = veil_client::sdk::ConnectOptions::default();
+        if let Some(ca) = &args.ca {
+            options = options.with_ca_file(ca)?;
+        }
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let client = rt.block_on(veil_client::sdk::Client::connect_with(url, &policy, &options)).map_err(|e| {
+            if let Some(t) = e.check_table() {
+                eprintln!("{t}");
+            }
+            anyhow::anyhow!("{url}: {e}")
+        })?;
+        let route = client.route();
+        if let Some(notice) = route.simulated_notice() {
+            eprintln!("{notice}");
+        }
+        eprintln!("route verified: model {}, the entry and {} more shard(s)", route.model(), route.shards().len());
+        Ok(Self::Entry { client, rt })
+    }
+}
+
+/// Each token's log-probability after those before it (the first token's is
+/// `None`), as the entry at the other end of `client` computed them.
+async fn score_on_route(client: &veil_client::sdk::Client, window: &[u32]) -> anyhow::Result<Vec<Option<f32>>> {
+    let params = serde_json::json!({ "echo": true, "logprobs": 0, "max_tokens": 0, "temperature": 0 });
+    let resp = client.complete(serde_json::json!(window), params).await?;
+    let status = resp.status;
+    let body = resp.collect().await?;
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap_or_default();
+    if status != 200 {
+        bail!("the entry answered {status}: {}", v["error"]["message"].as_str().unwrap_or("no message"));
+    }
+    let Some(lps) = v["choices"][0]["logprobs"]["token_logprobs"].as_array() else {
+        bail!("the entry's answer has no token_logprobs");
+    };
+    if lps.len() != window.len() {
+        bail!("the entry scored {} tokens of a window of {}", lps.len(), window.len());
+    }
+    Ok(lps.iter().map(|l| l.as_f64().map(|l| l as f32)).collect())
 }
 
 /// The saved log-probabilities' file: this magic, then u32 LE ctx, vocab,
@@ -56,11 +135,27 @@ const MAGIC: &[u8; 8] = b"VEILLGP1";
 
 pub(super) fn perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
     let text = std::fs::read_to_string(&args.file).with_context(|| format!("reading {}", args.file.display()))?;
-    let (model, tok) =
-        LocalModel::load(&args.model, &args.split).with_context(|| format!("loading {}", args.model.display()))?;
+    let (scorer, tok) = match &args.entry {
+        None => {
+            let (model, tok) = LocalModel::load(&args.model, &args.split)
+                .with_context(|| format!("loading {}", args.model.display()))?;
+            (Scorer::Local(model), tok)
+        }
+        Some(url) => {
+            let gguf = crate::model::GgufFile::open(&args.model)
+                .with_context(|| format!("opening {}", args.model.display()))?;
+            let tok = crate::text::tokenizer::Tokenizer::from_gguf(&gguf)
+                .with_context(|| format!("reading the vocabulary of {}", args.model.display()))?;
+            (Scorer::connect(url, &args)?, tok)
+        }
+    };
     let ctx = args.ctx;
-    if ctx < 8 || ctx > model.context_length() {
-        bail!("--ctx must be from 8 to the model's context ({})", model.context_length());
+    if let Scorer::Local(model) = &scorer {
+        if ctx < 8 || ctx > model.context_length() {
+            bail!("--ctx must be from 8 to the model's context ({})", model.context_length());
+        }
+    } else if ctx < 8 {
+        bail!("--ctx must be at least 8");
     }
     let bos = tok.bos_added();
     let tokens = tok.tokenize(&text, true, false)?;
@@ -137,6 +232,20 @@ pub(super) fn perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
         if let Some(b) = bos {
             window[0] = b;
         }
+        let model = match &scorer {
+            Scorer::Local(model) => model,
+            Scorer::Entry { client, rt } => {
+                let lps = rt.block_on(score_on_route(client, &window)).with_context(|| format!("window {c}"))?;
+                for j in first..ctx - 1 {
+                    let Some(lp) = lps[j + 1] else { bail!("window {c}: the entry did not score token {}", j + 1) };
+                    nll -= f64::from(lp);
+                    count += 1;
+                }
+                bar.inc(1);
+                bar.set_message(format!("ppl {:.4}", (nll / count as f64).exp()));
+                continue;
+            }
+        };
         let mut session = model.session(1 << 40);
         let logits = model.step(&mut session, &window)?;
         for j in first..ctx - 1 {

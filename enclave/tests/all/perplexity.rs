@@ -4,8 +4,10 @@
 //! all on Veil's kernels), within 1% and 2% of llama.cpp over the same
 //! windows, Gemma also over windows of 1,024 tokens, whose scored halves lie
 //! beyond its 512-token sliding window; and the reference model split in
-//! three stages scores exactly as one process. Needs the models (SKIP
-//! without them unless required).
+//! three stages scores exactly as one process; scored end to end through a
+//! running 3-stage route's entry (`--entry`, sealed and verified as any
+//! client) it scores as one process too. Needs the models (SKIP without them
+//! unless required).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -68,6 +70,31 @@ fn the_reference_model_scores_as_llama_cpp_and_the_same_split_in_three() {
     let whole = veil(&path, 512, &[]);
     within("SmolLM2-135M Q4_1", whole, llamacpp("SmolLM2-135M-Instruct.Q4_1.gguf", 512), TOLERANCE);
     assert_eq!(veil(&path, 512, &["--split", "10,20"]), whole, "three stages score differently from one process");
+}
+
+/// `--entry`: the same windows scored on a running 3-stage route, through
+/// its sealed gateway after verifying every shard, give one process's
+/// perplexity (the route prefills in chunks of 32, so sums differ in their
+/// last bits at most). The flags that need whole rows are refused with it.
+#[test]
+fn a_route_scores_as_one_process_through_its_entry() {
+    let Some(path) = model_path() else { return };
+    let mut cluster = crate::cluster::Cluster::new("perplexity-entry", &path, &[10, 20], &[1, 1, 1]);
+    cluster.start_all();
+    let url = format!("http://{}", cluster.route.sealed_listen.unwrap());
+    let policy = cluster.route.policy.to_str().unwrap().to_owned();
+    let local = veil(&path, 128, &[]);
+    let routed = veil(&path, 128, &["--entry", &url, "--policy", &policy]);
+    println!("perplexity over 2 windows of 128: one process {local}, through the route's entry {routed}");
+    assert!((routed - local).abs() / local < 1e-3, "through the entry {routed}, one process {local}");
+    let o = Command::new(env!("CARGO_BIN_EXE_veil-shard"))
+        .args(["perplexity", "--model"])
+        .arg(&path)
+        .args(["--file", "x", "--entry", &url, "--policy", &policy, "--save-logits", "y"])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(2), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot be used with"));
 }
 
 #[test]
