@@ -81,7 +81,7 @@ enum Scorer {
     /// In this process: whole log-probability rows.
     Local(LocalModel),
     /// On a verified route, through its entry: the scored tokens' only.
-    Entry { client: veil_client::sdk::Client, rt: tokio::runtime::Runtime },
+    Entry { client: Box<veil_client::sdk::Client>, rt: Box<tokio::runtime::Runtime> },
 }
 
 impl Scorer {
@@ -104,7 +104,7 @@ impl Scorer {
             eprintln!("{notice}");
         }
         eprintln!("route verified: model {}, the entry and {} more shard(s)", route.model(), route.shards().len());
-        Ok(Self::Entry { client, rt })
+        Ok(Self::Entry { client: Box::new(client), rt: Box::new(rt) })
     }
 }
 
