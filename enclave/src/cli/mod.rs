@@ -95,7 +95,8 @@ enum Command {
         #[arg(long, default_value = "llama3-8b")]
         shape: String,
         /// Quantization of the matrices: `q4_0`, `q4_1`, `q5_0`, `q5_1`, `q8_0`, `q2_k`, `q3_k`,
-        /// `q4_k`, `q5_k`, `q6_k`, `bf16`, `f16`, `f32`, or `mxfp4` (experts MXFP4, the other
+        /// `q4_k`, `q5_k`, `q6_k`, `bf16`, `f16`, `f32`, `mxfp4` (experts MXFP4, the other
+        /// matrices Q8_0) or `iq2_xxs` (experts random but valid IQ2_XXS blocks, the other
         /// matrices Q8_0).
         #[arg(long, default_value = "q4_0")]
         dtype: String,

@@ -15,6 +15,7 @@ use super::error::{ModelError, Result};
 use super::gguf::write::{write_streamed, Entry};
 use super::gguf::{GgufFile, TensorType};
 use super::kernels::mxfp4;
+use super::quant::GgmlType;
 
 /// The family a random model is written as (`general.architecture`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -286,8 +287,10 @@ impl Shape {
 
 /// The quantizations `synth-model` and `plan` take, by name. With
 /// `mxfp4` the experts are MXFP4 and every other matrix Q8_0, as in
-/// gpt-oss's own GGUFs.
-pub const DTYPES: [(&str, TensorType); 14] = [
+/// gpt-oss's own GGUFs; with `iq2_xxs` the experts are IQ2_XXS blocks
+/// (random but valid: see [`iq2_xxs_random_block`]) and every other matrix
+/// Q8_0, as in the dynamic quants that fit the largest MoE models.
+pub const DTYPES: [(&str, TensorType); 15] = [
     ("q4_0", TensorType::Ggml(GgmlDType::Q4_0)),
     ("q4_1", TensorType::Ggml(GgmlDType::Q4_1)),
     ("q5_0", TensorType::Ggml(GgmlDType::Q5_0)),
@@ -299,6 +302,7 @@ pub const DTYPES: [(&str, TensorType); 14] = [
     ("q5_k", TensorType::Ggml(GgmlDType::Q5K)),
     ("q6_k", TensorType::Ggml(GgmlDType::Q6K)),
     ("mxfp4", TensorType::Mxfp4),
+    ("iq2_xxs", TensorType::Other(GgmlType::IQ2_XXS)),
     ("bf16", TensorType::Ggml(GgmlDType::BF16)),
     ("f16", TensorType::Ggml(GgmlDType::F16)),
     ("f32", TensorType::Ggml(GgmlDType::F32)),
@@ -386,9 +390,10 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
         }
     }
     let mut s = shape;
-    // MXFP4 is for experts; the other matrices of such a file are Q8_0.
+    // MXFP4 and IQ2_XXS are for experts; the other matrices of such a file are Q8_0.
+    let experts_only = matches!(opts.dtype, TensorType::Mxfp4 | TensorType::Other(GgmlType::IQ2_XXS));
     let (dtype, expert_dtype) = match opts.dtype {
-        TensorType::Mxfp4 => (TensorType::Ggml(GgmlDType::Q8_0), TensorType::Mxfp4),
+        d if experts_only => (TensorType::Ggml(GgmlDType::Q8_0), d),
         d => (d, d),
     };
     let mut meta: Vec<(String, Value)> = Vec::new();
@@ -421,7 +426,7 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
         || s.n_used > s.n_expert
         || (matches!(s.family, Family::Qwen3Moe | Family::GptOss) && s.n_expert == 0)
         || (s.family == Family::Gemma3 && s.n_expert > 0)
-        || (expert_dtype == TensorType::Mxfp4 && s.n_expert == 0)
+        || (experts_only && s.n_expert == 0)
     {
         return Err(ModelError::Invalid(format!(
             "shape {s:?} does not fit {:?} blocks, grouped heads or experts",
@@ -700,10 +705,32 @@ fn encode(values: Vec<f32>, dims: &[usize], dtype: TensorType) -> Result<Vec<u8>
             Ok(QTensor::quantize(&t, dt)?.data()?.to_vec())
         }
         TensorType::Mxfp4 => Ok(values.chunks_exact(32).flat_map(mxfp4::quantize_block).collect()),
+        TensorType::Other(GgmlType::IQ2_XXS) => Ok(values.chunks_exact(256).flat_map(iq2_xxs_random_block).collect()),
         TensorType::Other(_) | TensorType::Unknown(_) => {
             Err(ModelError::Invalid(format!("cannot write tensors of type {}", dtype.ggml_name())))
         }
     }
+}
+
+/// A valid IQ2_XXS block whose weights have about the RMS of `values`.
+/// llama.cpp writes IQ2_XXS only with an importance matrix, and every byte
+/// pattern of its 64 code bytes is valid (8-bit grid indices, 7-bit sign
+/// indices, 4-bit scales), so a random model gets codes drawn from a hash of
+/// `values` under the block scale `d`. A weight is `d·(0.5 + s)/4·g·±1`, `s`
+/// uniform in 0..16 (mean factor 2) and `g` a grid value of 8, 25 or 43
+/// (RMS about 29): `d = rms / 58`.
+pub fn iq2_xxs_random_block(values: &[f32]) -> Vec<u8> {
+    let rms = (values.iter().map(|v| v * v).sum::<f32>() / values.len().max(1) as f32).sqrt();
+    let mut out = half::f16::from_f32(rms / 58.0).to_le_bytes().to_vec();
+    let mut state =
+        values.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, v| (h ^ u64::from(v.to_bits())).wrapping_mul(0x100_0000_01b3));
+    for _ in 0..64 {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        out.push((state >> 24) as u8);
+    }
+    out
 }
 
 #[cfg(test)]
@@ -734,6 +761,35 @@ mod tests {
             let scale = outs[0].iter().fold(0f32, |m, v| m.max(v.abs()));
             assert!(worst <= 0.05 * scale.max(1.0), "{dtype:?}: paths differ by {worst} (logits up to {scale})");
         }
+        std::fs::remove_file(&path).ok();
+    }
+
+    /// `--dtype iq2_xxs`: the experts are IQ2_XXS blocks whose weights have
+    /// the RMS the other types' random values have (within a third), the
+    /// other matrices Q8_0; the model loads and runs to finite logits; a
+    /// model without experts is refused.
+    #[test]
+    fn iq2_xxs_experts_are_valid_blocks_at_the_values_scale() {
+        let path = std::env::temp_dir().join(format!("veil-synth-iq2-{}.gguf", std::process::id()));
+        let opts = Options::new(TensorType::Other(GgmlType::IQ2_XXS));
+        write_with(&path, Shape::QWEN3MOE_SMOKE, &opts).unwrap();
+        let mut g = crate::model::GgufFile::open(&path).unwrap();
+        let ty = |g: &mut crate::model::GgufFile, n: &str| g.load_raw_keeping(n, &[GgmlType::IQ2_XXS]).unwrap().dtype;
+        assert_eq!(ty(&mut g, "blk.0.ffn_up_exps.weight"), TensorType::Other(GgmlType::IQ2_XXS));
+        assert_eq!(ty(&mut g, "blk.0.attn_q.weight"), TensorType::Ggml(GgmlDType::Q8_0));
+        let values = uniform(256, 1.0 / 16.0, &mut 7);
+        let want = (values.iter().map(|v| v * v).sum::<f32>() / 256.0).sqrt();
+        let got = crate::model::quant::dequant::dequantize(GgmlType::IQ2_XXS, &iq2_xxs_random_block(&values)).unwrap();
+        let rms = (got.iter().map(|v| v * v).sum::<f32>() / 256.0).sqrt();
+        assert!((rms / want - 1.0).abs() < 0.35, "block RMS {rms}, values' {want}");
+        let n = Shape::QWEN3MOE_SMOKE.n_layer;
+        let slice = LayerSlice::from_gguf_on(&mut g, 0..n, crate::model::ComputeDevice::Cpu).unwrap();
+        let mut kv = slice.new_session(1 << 24);
+        match slice.forward(slice.embed(&[1, 2, 3]).unwrap(), &mut kv, 0, Logits::Last).unwrap() {
+            SliceOutput::Logits(r) => assert!(r.as_slice().iter().all(|v| v.is_finite())),
+            other => panic!("{other:?}"),
+        }
+        assert!(write_with(&path, Shape::SMOKE, &opts).is_err(), "IQ2_XXS is for experts");
         std::fs::remove_file(&path).ok();
     }
 
