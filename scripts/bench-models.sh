@@ -44,6 +44,13 @@ if [ ! -f "$out/qwen3-30b-a3b-8l-q4_k_m.gguf" ]; then
     rm -f "$out/qwen3-30b-a3b-8l-f16.gguf"
 fi
 
+# The same MoE shape with IQ2_XXS experts (random but valid blocks; llama.cpp writes IQ2_XXS only with an
+# importance matrix), the other matrices Q8_0: what the dynamic quants of the largest MoE models ship.
+if [ ! -f "$out/qwen3-30b-a3b-8l-iq2_xxs.gguf" ]; then
+    "$shard" synth-model --shape qwen3-30b-a3b --layers 8 --dtype iq2_xxs --vocab "$vocab/ggml-vocab-qwen2.gguf" \
+        --out "$out/qwen3-30b-a3b-8l-iq2_xxs.gguf"
+fi
+
 # gpt-oss-20b's shape, 4 of its 24 layers: experts MXFP4, the rest Q8_0, as its own GGUFs ship.
 if [ ! -f "$out/gpt-oss-20b-4l-mxfp4.gguf" ]; then
     "$shard" synth-model --shape gpt-oss-20b --layers 4 --dtype mxfp4 --vocab "$vocab/ggml-vocab-llama-bpe.gguf" \
