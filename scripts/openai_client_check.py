@@ -158,6 +158,16 @@ def main(base_url: str) -> None:
     completion = client.completions.create(model=model, prompt="The capital of France is", max_tokens=8, temperature=0)
     by_ids = client.completions.create(model=model, prompt=[504, 3575, 282, 4649, 314], max_tokens=8, temperature=0)
     assert completion.choices[0].text == by_ids.choices[0].text, (completion, by_ids)
+    # Scoring a text as lm-evaluation-harness does (`loglikelihood`): echo, logprobs, max_tokens 0.
+    scored = client.completions.create(
+        model=model, prompt=[504, 3575, 282, 4649, 314], max_tokens=0, echo=True, logprobs=1, temperature=0
+    )
+    lps = scored.choices[0].logprobs
+    assert scored.choices[0].text.endswith("France is") and scored.usage.completion_tokens == 0, scored
+    assert lps.token_logprobs[0] is None and len(lps.token_logprobs) == 5, lps
+    assert all(lp <= 0 for lp in lps.token_logprobs[1:]) and lps.top_logprobs[0] is None, lps
+    assert all(len(t) == 1 for t in lps.top_logprobs[1:]), lps
+    assert lps.text_offset[0] == 0 and lps.text_offset == sorted(lps.text_offset), lps
     print(json.dumps({"model": model, "chat": text, "completion": completion.choices[0].text, "choices": texts[0], "valid": valid}))
 
 
