@@ -6,7 +6,7 @@ down matrices and for the output).
 
     python3 scripts/reference/quantize_llamacpp.py IN.gguf OUT.gguf TYPE [THREADS]
 
-TYPE: q8_0, q6_k, q5_k_m, q5_0, q4_k_m, q3_k_m, q2_k, iq4_xs or iq4_nl (the types
+TYPE: q8_0, q6_k, q5_k_m, q5_0, q5_1, q4_k_m, q3_k_m, q2_k, iq4_xs or iq4_nl (the types
 llama.cpp writes without an importance matrix that the benchmarks use).
 """
 import ctypes
@@ -20,6 +20,7 @@ FTYPES = {
     "q5_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_K_M,
     "q6_k": llama_cpp.LLAMA_FTYPE_MOSTLY_Q6_K,
     "q5_0": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_0,
+    "q5_1": llama_cpp.LLAMA_FTYPE_MOSTLY_Q5_1,
     "q3_k_m": llama_cpp.LLAMA_FTYPE_MOSTLY_Q3_K_M,
     "q2_k": llama_cpp.LLAMA_FTYPE_MOSTLY_Q2_K,
     "iq4_xs": llama_cpp.LLAMA_FTYPE_MOSTLY_IQ4_XS,

@@ -276,6 +276,12 @@ pub(super) fn perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
         println!("kl_divergence: {:.6}", kl_sum / count as f64);
         println!("top1_agreement: {:.4} ({agree}/{count})", agree as f64 / count as f64);
     }
+    let (routed, ties) = crate::model::routing_counts();
+    if routed > 0 {
+        // A mixture of experts ran here: how often its routing was a coin toss.
+        println!("router_rows: {routed}");
+        println!("router_near_ties: {ties} (last chosen within {} of the next)", crate::model::NEAR_TIE);
+    }
     println!("scored: {count}");
     println!("perplexity: {ppl:.4}");
     Ok(())

@@ -17,6 +17,7 @@ pub mod kv_cache;
 mod layers;
 pub mod manifest;
 mod moe;
+pub use moe::{routing_counts, NEAR_TIE};
 pub mod plan;
 pub mod quant;
 pub mod reference;

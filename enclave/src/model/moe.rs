@@ -39,6 +39,36 @@ pub(crate) struct Moe {
 /// Where one row goes: `(expert, weight)` per routing rank.
 pub(crate) type Route = Vec<(usize, f32)>;
 
+/// A routing decision is a near-tie when the last chosen expert's logit
+/// is within this of the best unchosen one's: another engine's rounding
+/// may choose the other expert there.
+pub const NEAR_TIE: f32 = 1e-4;
+
+/// Rows routed, and how many of them were near-ties ([`NEAR_TIE`]), by every
+/// mixture of experts in this process since it started (for quality
+/// reports: `veil-shard perplexity` prints them).
+static ROUTED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static NEAR_TIES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `(rows routed, near-ties among them)` so far in this process.
+pub fn routing_counts() -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    (ROUTED.load(Relaxed), NEAR_TIES.load(Relaxed))
+}
+
+/// Whether choosing the top `k` of `logits` is a near-tie: the k-th and
+/// (k+1)-th largest logits differ by less than [`NEAR_TIE`].
+fn near_tie(logits: &[f32], k: usize) -> bool {
+    if k == 0 || k >= logits.len() {
+        return false;
+    }
+    let mut sorted = logits.to_vec();
+    sorted.select_nth_unstable_by(k, |a, b| b.total_cmp(a));
+    let next = sorted[k];
+    let last = sorted[..k].iter().copied().fold(f32::INFINITY, f32::min);
+    (last - next).abs() < NEAR_TIE
+}
+
 impl Moe {
     /// Builds the block's experts from the gate, up and down matrices of
     /// each, checking every shape against `width` (the hidden size).
@@ -109,6 +139,9 @@ impl Moe {
                 row.iter_mut().zip(b).for_each(|(l, b)| *l += b);
             }
         }
+        let ties = logits.chunks_exact(n).filter(|row| near_tie(row, self.config.n_used)).count();
+        ROUTED.fetch_add(m as u64, std::sync::atomic::Ordering::Relaxed);
+        NEAR_TIES.fetch_add(ties as u64, std::sync::atomic::Ordering::Relaxed);
         Ok(logits.chunks_exact(n).map(|row| route_row(row, &self.config)).collect())
     }
 
@@ -228,6 +261,15 @@ pub(crate) fn top_k(logits: &[f32], k: usize, renormalise: bool) -> Route {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_near_tie_is_the_last_chosen_logit_within_1e_4_of_the_next() {
+        assert!(near_tie(&[3.0, 1.0, 1.00005, 0.0], 2), "1.00005 against 1.0");
+        assert!(!near_tie(&[3.0, 1.0, 1.001, 0.0], 2));
+        // Only the boundary counts: two chosen experts tied with each other are not.
+        assert!(!near_tie(&[2.0, 2.0, 1.0, 0.0], 2));
+        assert!(!near_tie(&[1.0, 1.0], 2) && !near_tie(&[1.0, 1.0], 0));
+    }
+
     use super::*;
 
     #[test]

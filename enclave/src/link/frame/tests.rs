@@ -272,3 +272,30 @@ fn padding_that_is_not_zero_or_not_a_bucket_is_refused() {
     d.push(&dirty);
     assert!(matches!(d.next_frame(), Err(FrameError::Malformed { .. })));
 }
+
+/// A scored prompt's tokens (`echo`) are padded like the other token lists,
+/// and a frame that names scored tokens but asks for no log-probabilities
+/// (what a peer that broke the protocol would send) is refused by name.
+#[test]
+fn scored_tokens_are_padded_and_need_log_probabilities() {
+    let frame = |scored: usize, logprobs: Option<u8>| {
+        let mut f = forward(Precision::F32);
+        let s = f.sampling.as_mut().unwrap();
+        s.scored = (0..scored as u32).collect();
+        s.logprobs = logprobs;
+        f
+    };
+    let size = |n: usize| Frame::Forward(frame(n, Some(0))).encode().len();
+    assert_eq!((1..=64).map(size).collect::<std::collections::BTreeSet<_>>().len(), 1);
+    assert!(size(65) > size(64));
+    let f = frame(70, Some(2));
+    let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+    d.push(&Frame::Forward(f.clone()).encode());
+    assert_eq!(d.next_frame().unwrap(), Some(Frame::Forward(f)));
+    let mut d = FrameDecoder::new(DEFAULT_MAX_FRAME);
+    d.push(&Frame::Forward(frame(3, None)).encode());
+    assert!(
+        matches!(d.next_frame(), Err(FrameError::Malformed { ref reason, .. }) if reason.contains("scored tokens without")),
+        "scored tokens without logprobs"
+    );
+}

@@ -115,6 +115,9 @@ impl<C: Codebook> Nib<C> {
 }
 
 /// Nibble `j` of `qs` (low nibbles, then high) looked up in `table`.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]

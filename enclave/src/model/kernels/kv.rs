@@ -31,6 +31,8 @@ pub fn axpy_f16(y: &mut [f32], a: f32, v: &[f16]) {
     }
 }
 
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f16_avx2(q: &[f32], k: &[f16]) -> f32 {
@@ -53,6 +55,8 @@ unsafe fn dot_f16_avx2(q: &[f32], k: &[f16]) -> f32 {
     s
 }
 
+/// # Safety
+/// The CPU must have AVX2, FMA and F16C.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn axpy_f16_avx2(y: &mut [f32], a: f32, v: &[f16]) {

@@ -72,6 +72,9 @@ impl UBlock for BlockQ41 {
 
 /// Values `j` (low nibble of `qs[j]`) and `j + 16` (high nibble) of a
 /// 32-value block, as bytes `j` and `j + 16`.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
@@ -86,6 +89,9 @@ pub(crate) unsafe fn nibbles_avx2(qs: &[u8; 16]) -> std::arch::x86_64::__m256i {
 /// Byte `j` all ones where bit `j` of `bits` is set, else zero (Q5_0's and
 /// Q5_1's fifth bits). Each byte takes byte `j / 8` of `bits`, then every
 /// bit but bit `j % 8` is set; the byte is all ones when that bit was.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]
@@ -704,6 +710,8 @@ fn add_partials(s: [f32; 4]) -> f32 {
     (s[0] + s[2]) + (s[1] + s[3])
 }
 
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn hsum(acc: std::arch::x86_64::__m256) -> f32 {
@@ -715,6 +723,8 @@ unsafe fn hsum(acc: std::arch::x86_64::__m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn q41_dot_avx2<B: UBlock>(w: &[B], x: &[BlockQ81]) -> f32 {
@@ -735,6 +745,8 @@ unsafe fn q41_dot_avx2<B: UBlock>(w: &[B], x: &[BlockQ81]) -> f32 {
     hsum(acc) + summs
 }
 
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn q80_dot_avx2<B: I8Block>(w: &[B], x: &[BlockQ80]) -> f32 {
@@ -755,6 +767,9 @@ unsafe fn q80_dot_avx2<B: I8Block>(w: &[B], x: &[BlockQ80]) -> f32 {
 
 /// [`q41_dot_avx2`] for four input rows: each weight block is unpacked
 /// once; every row's accumulation is the single-row sequence exactly.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn q41_dot4_avx2<B: UBlock>(w: &[B], x: [&[BlockQ81]; 4]) -> [f32; 4] {
@@ -780,6 +795,9 @@ unsafe fn q41_dot4_avx2<B: UBlock>(w: &[B], x: [&[BlockQ81]; 4]) -> [f32; 4] {
 
 /// [`q80_dot_avx2`] for four input rows (bit-identical per row). `w` is
 /// Q8_0 blocks, or blocks that expand to them in registers ([`I8Block`]).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn q80_dot4_avx2<B: I8Block>(w: &[B], x: [&[BlockQ80]; 4]) -> [f32; 4] {
@@ -801,6 +819,9 @@ unsafe fn q80_dot4_avx2<B: I8Block>(w: &[B], x: [&[BlockQ80]; 4]) -> [f32; 4] {
 }
 
 /// [`q41_dot_avx2`] with `vpdpbusd` for the integer products (bit-identical).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, AVX-512 VNNI and AVX-512VL.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
 unsafe fn q41_dot_vnni<B: UBlock>(w: &[B], x: &[BlockQ81]) -> f32 {
@@ -821,6 +842,9 @@ unsafe fn q41_dot_vnni<B: UBlock>(w: &[B], x: &[BlockQ81]) -> f32 {
 }
 
 /// [`q41_dot4_avx2`] with `vpdpbusd` (bit-identical per row).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, AVX-512 VNNI and AVX-512VL.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
 unsafe fn q41_dot4_vnni<B: UBlock>(w: &[B], x: [&[BlockQ81]; 4]) -> [f32; 4] {
@@ -1030,6 +1054,9 @@ fn sweep_groups(
 /// `vpdpbusd` multiplies the inputs offset to u8 by the weights as i8, so
 /// each block's sum is `Σ (x + 128)·w = Σ x·w + 128·Σ w` (at most
 /// 32·255·128, exact in i32) and loses `128·Σ w` to give the integer dot.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, AVX-512 VNNI and AVX-512VL.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
 unsafe fn q80_dots8_vnni<B: I8Block, const G: usize>(w: &[B], xs: [&[Q80x8]; G]) -> [[f32; 8]; G] {
@@ -1093,6 +1120,9 @@ unsafe fn q80_dots8_vnni<B: I8Block, const G: usize>(w: &[B], xs: [&[Q80x8]; G])
 /// off; lane `t` of one float register holds partial sum `t` of [`sum4`],
 /// so no add waits on the one before. `xd` and `xs` are the input blocks'
 /// scales and offsets, contiguous.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, AVX-512 VNNI and AVX-512VL.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
 unsafe fn q80_dot_vnni<B: I8Block>(w: &[B], x: &[BlockQ80], xd: &[f32], xs: &[i32]) -> f32 {
@@ -1135,6 +1165,9 @@ unsafe fn q80_dot_vnni<B: I8Block>(w: &[B], x: &[BlockQ80], xd: &[f32], xs: &[i3
 }
 
 /// Lane `i` of the result: the sum of the eight i32 lanes of `v[i]`.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[cfg(target_arch = "x86_64")]
 #[inline]
 #[target_feature(enable = "avx2,fma")]

@@ -43,6 +43,9 @@ pub(crate) trait Simd: Finish {
 }
 
 /// Sixteen bytes as i16 lanes, unsigned.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn widen_u8(v: &[u8; 16]) -> __m256i {
@@ -51,6 +54,9 @@ unsafe fn widen_u8(v: &[u8; 16]) -> __m256i {
 }
 
 /// Sixteen bytes as i16 lanes, signed.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn widen_i8(v: &[i8; 16]) -> __m256i {
@@ -59,6 +65,9 @@ unsafe fn widen_i8(v: &[i8; 16]) -> __m256i {
 }
 
 /// Scales `2j` (low half) and `2j + 1` (high half) as i16 lanes.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn scale_pair(a: i16, b: i16) -> __m256i {
@@ -67,6 +76,9 @@ unsafe fn scale_pair(a: i16, b: i16) -> __m256i {
 
 /// Two-bit field `t` (bits `2t`) of the 32 bytes at `qs[32n..]`: values
 /// `128n + 32t..` of Q2_K and Q3_K.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA. `n < 2` (the load reads `qs[32n..32n + 32]`).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn crumbs(qs: &[u8; 64], n: usize, t: usize) -> __m256i {
@@ -111,6 +123,9 @@ impl Simd for BlockQ3K {
 }
 
 /// Each 16-bit lane `2k, 2k + 1` of the result holds byte `k` of `m` (k < 8).
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 unsafe fn mins_pairs(m: &[u8; 8]) -> __m256i {
     // SAFETY: `m` is 8 bytes; the load reads exactly them.
@@ -119,6 +134,8 @@ unsafe fn mins_pairs(m: &[u8; 8]) -> __m256i {
     _mm256_cvtepu8_epi16(dup)
 }
 
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn bsums(a: &BlockQ8K) -> __m256i {
     // SAFETY: `bsums` is 16 i16 (32 bytes); the load reads exactly them.
@@ -126,6 +143,9 @@ pub(super) unsafe fn bsums(a: &BlockQ8K) -> __m256i {
 }
 
 /// Nibble `j % 2` (low, then high) of the 32 bytes at `qs[32·(j / 2)..]`.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA. `j < 8` (the load reads `qs[32·(j / 2)..][..32]`).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn nibbles(qs: &[u8; 128], j: usize) -> __m256i {
@@ -192,6 +212,9 @@ impl Simd for BlockQ6K {
 /// The products of [`super::finish`] for four blocks, one per lane (`d`,
 /// `dmin` the weight factors, `xd` the activation scales): what it adds,
 /// and (with mins) what it then subtracts, each rounded as it rounds them.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn terms4(
@@ -210,6 +233,9 @@ unsafe fn terms4(
 }
 
 /// [`super::finish`] for four rows at once, one per lane.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn finish4<B: Simd>(b: &B, a: [&BlockQ8K; 4], sumi: __m128i, bias: __m128i, acc: __m128) -> __m128 {
@@ -221,6 +247,9 @@ unsafe fn finish4<B: Simd>(b: &B, a: [&BlockQ8K; 4], sumi: __m128i, bias: __m128
 }
 
 /// The products of values `32j..32j + 32` with the activations', scaled: eight i32 lanes.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA. `j < 8` (the load reads `a.qs[32j..32j + 32]`).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn products(v: __m256i, s: __m256i, a: &BlockQ8K, j: usize) -> __m256i {
@@ -230,6 +259,9 @@ unsafe fn products(v: __m256i, s: __m256i, a: &BlockQ8K, j: usize) -> __m256i {
 }
 
 /// One block's integers in eight lanes each: the scaled products and the bias.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn block_lanes<B: Simd>(b: &B, a: &BlockQ8K) -> (__m256i, __m256i) {
@@ -269,6 +301,9 @@ pub(super) use one_row;
 
 /// The scalar `dot_scalar`, bit for bit: four blocks' lanes summed at once,
 /// their products taken at once, then added to the sum in block order.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot_avx2<B: Simd>(w: &[B], x: &[BlockQ8K]) -> f32 {
     one_row!(w, x, block_lanes)
@@ -278,6 +313,9 @@ pub(crate) unsafe fn dot_avx2<B: Simd>(w: &[B], x: &[BlockQ8K]) -> f32 {
 /// lanes, as [`block_lanes`] gives them) summed at once, their products
 /// taken at once, then added to `acc` in block order: [`super::finish`]
 /// four times, bit for bit.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn fold4<B: Simd>(b: &[B], a: &[BlockQ8K], lanes: [(__m256i, __m256i); 4], mut acc: f32) -> f32 {
@@ -303,6 +341,9 @@ pub(super) unsafe fn fold4<B: Simd>(b: &[B], a: &[BlockQ8K], lanes: [(__m256i, _
 }
 
 /// One block's lanes summed and added to `acc`: [`super::finish`].
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 pub(super) unsafe fn fold1<B: Simd>(b: &B, a: &BlockQ8K, (sumi, bias): (__m256i, __m256i), acc: f32) -> f32 {
@@ -312,6 +353,9 @@ pub(super) unsafe fn fold1<B: Simd>(b: &B, a: &BlockQ8K, (sumi, bias): (__m256i,
 }
 
 /// [`dot_avx2`] for four input rows sharing each vector's unpacking.
+///
+/// # Safety
+/// The CPU must have AVX2 and FMA.
 #[target_feature(enable = "avx2,fma")]
 pub(crate) unsafe fn dot4_avx2<B: Simd>(w: &[B], x: [&[BlockQ8K]; 4]) -> [f32; 4] {
     let mut acc = _mm_setzero_ps();

@@ -93,6 +93,9 @@ pub(super) fn matmul<B: Wide>(w: &[B], rows: usize, per_row: usize, xq: &[BlockQ
 
 /// One weight row against `G` groups of eight interleaved input rows:
 /// lane `i` of group `g` is row `i`'s dot.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, AVX-512 VNNI and AVX-512VL.
 #[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
 unsafe fn dots8<B: Simd, const G: usize>(w: &[B], xs: [&[Q8Kx8]; G]) -> [[f32; 8]; G] {
     let zero = _mm256_setzero_si256();

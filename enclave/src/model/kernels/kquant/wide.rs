@@ -73,6 +73,8 @@ const Q6_HIGH_SHIFTS: [[i16; 32]; 2] = [halves(0, 2), halves(4, 6)];
 /// Q3_K's third bits of values `64c..`: bits `2c` and `2c + 1` of each `hmask` byte.
 const Q3_HIGH_SHIFTS: [[i16; 32]; 4] = Q5_HIGH_SHIFTS;
 
+/// # Safety
+/// The CPU must have AVX-512F and AVX-512BW.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn constant(v: &[i16; 32]) -> __m512i {
@@ -81,6 +83,9 @@ unsafe fn constant(v: &[i16; 32]) -> __m512i {
 }
 
 /// 32 bytes at `p`, in both halves.
+///
+/// # Safety
+/// The CPU must have AVX-512F and AVX-512BW. `p` must point to 32 readable bytes.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn twice(p: *const u8) -> __m512i {
@@ -89,6 +94,9 @@ unsafe fn twice(p: *const u8) -> __m512i {
 }
 
 /// Each byte of `v` shifted right by its 16-bit lane's count in `shifts`, masked to `mask`.
+///
+/// # Safety
+/// The CPU must have AVX-512F and AVX-512BW.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn bits(v: __m512i, shifts: &[i16; 32], mask: i8) -> __m512i {
@@ -96,6 +104,9 @@ unsafe fn bits(v: __m512i, shifts: &[i16; 32], mask: i8) -> __m512i {
 }
 
 /// Q4_K/Q5_K's eight 6-bit scales (one per 32 values) as i16 lanes 0..8.
+///
+/// # Safety
+/// The CPU must have AVX-512F and AVX-512BW.
 #[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn scales32(sc: &[u8; 8]) -> __m512i {
@@ -195,6 +206,9 @@ impl Wide for BlockQ3K {
 
 /// One block's integers in eight i32 lanes each, as [`super::simd`]'s
 /// `block_lanes` gives them (same sums, other lanes).
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, AVX-512F, AVX-512BW and AVX-512 VNNI.
 #[inline]
 #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
 unsafe fn block_lanes<B: Wide>(b: &B, a: &BlockQ8K) -> (__m256i, __m256i) {
