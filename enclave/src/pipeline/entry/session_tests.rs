@@ -67,18 +67,6 @@ impl Harness {
         stop: &[&str],
         spec: Option<SpecState>,
     ) -> SessionCore<'_> {
-        self.session_scoring(params, prompt, max_tokens, stop, spec, false)
-    }
-
-    fn session_scoring(
-        &self,
-        params: SamplingParams,
-        prompt: &[u32],
-        max_tokens: usize,
-        stop: &[&str],
-        spec: Option<SpecState>,
-        score_prompt: bool,
-    ) -> SessionCore<'_> {
         let cfg = SessionConfig {
             stages: 3,
             prefill_chunk: 4,
@@ -98,7 +86,7 @@ impl Harness {
             stop: stop.iter().map(|s| (*s).to_owned()).collect(),
             calls: None,
             spec,
-            score_prompt,
+            score_prompt: false,
         };
         SessionCore::new(cfg, start, &self.tokenizer, &self.counters, self.t0)
     }
@@ -850,6 +838,12 @@ fn pipelined_sampling_keeps_the_target_distribution() {
     assert!(chi(&skipped) > 1000.0, "{}", chi(&skipped));
 }
 
+/// `core` scoring its prompt (what `SessionStart::score_prompt` sets).
+fn scoring(mut core: SessionCore<'_>) -> SessionCore<'_> {
+    core.score_prompt = true;
+    core
+}
+
 /// `echo` with `logprobs`: every prompt token after the first gets the
 /// last stage's log-probability at the position before it, from frames that
 /// return them (all but the last position, which samples alone); the
@@ -873,7 +867,7 @@ fn a_scored_prompt_gets_each_tokens_log_probability_and_the_same_answer() {
     for (case, max_tokens, spec) in
         [("plain", 12, None), ("speculating", 12, spec(3, 2)), ("nothing generated", 0, None)]
     {
-        let mut core = h.session_scoring(params.clone(), &prompt, max_tokens, &[], spec, true);
+        let mut core = scoring(h.session_with(params.clone(), &prompt, max_tokens, &[], spec));
         let mut pipe = ToyPipeline::new(true, true);
         let g = drive(&mut core, &mut pipe, h.env(0), |ctx, k| toy_draft("mixed", ctx, k));
         let got: Vec<(u32, f32)> =
@@ -888,7 +882,7 @@ fn a_scored_prompt_gets_each_tokens_log_probability_and_the_same_answer() {
     }
 
     // The frames: [0, 4) and [4, 5) return scores, [5, 6) samples alone.
-    let mut core = h.session_scoring(params.clone(), &prompt, 4, &[], None, true);
+    let mut core = scoring(h.session_with(params.clone(), &prompt, 4, &[], None));
     let a = drain(&mut core, h.env(0));
     let j = jobs(&a);
     let shape: Vec<(usize, usize, Want, Vec<u32>)> =
@@ -922,7 +916,7 @@ fn a_scored_prompt_gets_each_tokens_log_probability_and_the_same_answer() {
     assert_eq!(text(&a), "c", "{a:?}");
 
     // A last stage that leaves out a scored token breaks the protocol.
-    let mut core = h.session_scoring(params, &prompt, 4, &[], None, true);
+    let mut core = scoring(h.session_with(params, &prompt, 4, &[], None));
     drain(&mut core, h.env(0));
     core.handle(scores(1, 0, 4, true), h.t0);
     core.handle(scores(2, 4, 1, false), h.t0);
