@@ -10,7 +10,10 @@ format `veil-shard perplexity --kl-base` reads, so Veil's distributions can be
 compared with llama.cpp's on the same file (KL divergence, top-1 agreement).
 
   scripts/perplexity-llamacpp.py --model M.gguf --file TEXT [--ctx 512]
-      [--chunks N] [--threads 2] [--save-logits FILE]
+      [--chunks N] [--threads 2] [--save-logits FILE] [--save-scores FILE]
+
+--save-scores FILE writes each scored position's log-probability of the
+token that follows it, one per line (as `veil-shard perplexity --save-scores`).
 
 Needs llama-cpp-python (built for this CPU: CMAKE_ARGS="-DGGML_NATIVE=ON").
 """
@@ -29,6 +32,7 @@ def main() -> int:
     ap.add_argument("--chunks", type=int)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--save-logits")
+    ap.add_argument("--save-scores")
     args = ap.parse_args()
 
     import llama_cpp
@@ -63,6 +67,7 @@ def main() -> int:
         out.write(struct.pack("<III", args.ctx, vocab, chunks * scored))
         out.write(np.asarray(tokens[: chunks * args.ctx], dtype="<u4").tobytes())
     nll, count = 0.0, 0
+    scores = []
     for c in range(chunks):
         window = list(tokens[c * args.ctx : (c + 1) * args.ctx])
         if adds_bos:
@@ -75,12 +80,16 @@ def main() -> int:
             m = row.max()
             lp = row - m - np.log(np.exp(row - m).sum())
             nll -= lp[window[j + 1]]
+            scores.append(lp[window[j + 1]])
             count += 1
             if out:
                 out.write(lp.astype("<f2").tobytes())
         print(f"  window {c + 1}/{chunks}: ppl {np.exp(nll / count):.4f}", file=sys.stderr)
     if out:
         out.close()
+    if args.save_scores:
+        with open(args.save_scores, "w") as f:
+            f.writelines(f"{v:.6f}\n" for v in scores)
     print(f"scored: {count}")
     print(f"perplexity: {np.exp(nll / count):.4f}")
     return 0

@@ -16,6 +16,9 @@
 //! from the base's and how often their top tokens agree, as llama.cpp's
 //! `--kl-divergence` does for a quantized file against its base.
 //!
+//! `--save-scores FILE` writes each scored position's log-probability of the
+//! token that follows it, one per line, locally or through `--entry`.
+//!
 //! `--entry URL --policy FILE` scores the same windows on a running route
 //! instead, end to end: it verifies every shard against the policy, as any
 //! client does, and sends each window (token ids, tokenized here with
@@ -52,6 +55,11 @@ pub(super) struct PerplexityArgs {
     /// Compare with a base model's saved log-probabilities.
     #[arg(long)]
     kl_base: Option<PathBuf>,
+    /// Write each scored position's log-probability of the token that
+    /// follows it here, one per line in order (locally or through
+    /// `--entry`): what per-token comparisons with another engine need.
+    #[arg(long, value_name = "FILE")]
+    save_scores: Option<PathBuf>,
     /// Split the model into stages at these layers (checks that a split
     /// model scores as one: the same figures).
     #[arg(long, value_delimiter = ',')]
@@ -225,6 +233,7 @@ pub(super) fn perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let (mut nll, mut count) = (0f64, 0usize);
+    let mut scores: Vec<f32> = Vec::with_capacity(if args.save_scores.is_some() { chunks * scored } else { 0 });
     let (mut kl_sum, mut agree) = (0f64, 0usize);
     let mut base_row = vec![0u8; 2 * vocab];
     for c in 0..chunks {
@@ -240,6 +249,9 @@ pub(super) fn perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
                     let Some(lp) = lps[j + 1] else { bail!("window {c}: the entry did not score token {}", j + 1) };
                     nll -= f64::from(lp);
                     count += 1;
+                    if args.save_scores.is_some() {
+                        scores.push(lp);
+                    }
                 }
                 bar.inc(1);
                 bar.set_message(format!("ppl {:.4}", (nll / count as f64).exp()));
@@ -252,6 +264,9 @@ pub(super) fn perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
             let lp = log_softmax(logits.row(j));
             nll -= f64::from(lp[window[j + 1] as usize]);
             count += 1;
+            if args.save_scores.is_some() {
+                scores.push(lp[window[j + 1] as usize]);
+            }
             if let Some(w) = save.as_mut() {
                 let bytes: Vec<u8> = lp.iter().flat_map(|&v| half::f16::from_f32(v).to_le_bytes()).collect();
                 w.write_all(&bytes)?;
@@ -270,6 +285,10 @@ pub(super) fn perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
     bar.finish_and_clear();
     if let Some(mut w) = save {
         w.flush()?;
+    }
+    if let Some(path) = &args.save_scores {
+        let lines: String = scores.iter().map(|lp| format!("{lp:.6}\n")).collect();
+        std::fs::write(path, lines).with_context(|| format!("writing {}", path.display()))?;
     }
     let ppl = (nll / count as f64).exp();
     if base.is_some() {

@@ -24,6 +24,7 @@ mod model;
 mod openai;
 mod perplexity;
 mod pipeline;
+mod quant_suite;
 mod route_binding;
 mod self_draft;
 mod speculation;
