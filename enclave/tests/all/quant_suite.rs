@@ -74,9 +74,9 @@ fn floor(case: &serde_json::Value) -> f64 {
 
 /// Veil may differ from native llama.cpp, token by token, by at most this
 /// many times llama.cpp's difference from itself (`floor`). Measured:
-/// 0.84–1.06× on the float, legacy and K types, 1.08–1.28× on the i-quants
-/// and NVFP4 (Veil's kernels take Q8_0 activations where llama.cpp's take
-/// Q8_K), 1.21× on the ternary types.
+/// 0.91–1.07× on the float, legacy, K and MX types, 1.06–1.28× on the
+/// i-quants (Veil's kernels take Q8_0 activations where llama.cpp's take
+/// Q8_K), 1.14× on NVFP4 and 1.21× on the ternary types.
 const FLOOR_FACTOR: f64 = 1.5;
 
 /// Mean absolute difference of two runs' per-token log-probabilities.
