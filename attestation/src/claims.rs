@@ -22,6 +22,7 @@
 //! a fixed id and a length, so two different claim sets never encode to the
 //! same bytes.
 
+use crate::invalid::{InvalidValue, ValueKind};
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
@@ -48,10 +49,11 @@ impl fmt::Debug for ReportData {
 
 impl ReportData {
     /// Parses 1..=64 hex-encoded bytes, zero-padded to 64 (as reviewers type them).
-    pub fn from_hex_padded(s: &str) -> Result<Self, String> {
-        let bytes = hex::decode(s.trim()).map_err(|e| format!("report data is not hex: {e}"))?;
+    pub fn from_hex_padded(s: &str) -> Result<Self, InvalidValue> {
+        let bytes =
+            hex::decode(s.trim()).map_err(|e| InvalidValue::new(ValueKind::ReportData, format!("not hex: {e}")))?;
         if bytes.is_empty() || bytes.len() > 64 {
-            return Err(format!("report data must be 1..=64 bytes, got {}", bytes.len()));
+            return Err(InvalidValue::new(ValueKind::ReportData, format!("must be 1..=64 bytes, got {}", bytes.len())));
         }
         let mut out = [0u8; 64];
         out[..bytes.len()].copy_from_slice(&bytes);
@@ -100,13 +102,14 @@ macro_rules! digest_newtype {
         }
 
         impl std::str::FromStr for $name {
-            type Err = String;
-            fn from_str(s: &str) -> Result<Self, String> {
-                let v = hex::decode(s.trim()).map_err(|e| format!("not hex: {e}"))?;
+            type Err = InvalidValue;
+            fn from_str(s: &str) -> Result<Self, InvalidValue> {
+                let kind = ValueKind::Digest(stringify!($name));
+                let v = hex::decode(s.trim()).map_err(|e| InvalidValue::new(kind, format!("not hex: {e}")))?;
                 let len = v.len();
                 v.try_into()
                     .map(Self)
-                    .map_err(|_| format!("{} must be {} bytes, got {len}", stringify!($name), $len))
+                    .map_err(|_| InvalidValue::new(kind, format!("must be {} bytes, got {len}", $len)))
             }
         }
     };
@@ -174,9 +177,12 @@ pub struct Nonce(Vec<u8>);
 
 impl Nonce {
     /// Wraps 1..=64 bytes.
-    pub fn new(bytes: Vec<u8>) -> Result<Self, String> {
+    pub fn new(bytes: Vec<u8>) -> Result<Self, InvalidValue> {
         if bytes.is_empty() || bytes.len() > MAX_NONCE_BYTES {
-            return Err(format!("nonce must be 1..={MAX_NONCE_BYTES} bytes, got {}", bytes.len()));
+            return Err(InvalidValue::new(
+                ValueKind::Nonce,
+                format!("must be 1..={MAX_NONCE_BYTES} bytes, got {}", bytes.len()),
+            ));
         }
         Ok(Self(bytes))
     }
@@ -207,9 +213,9 @@ impl fmt::Display for Nonce {
 }
 
 impl std::str::FromStr for Nonce {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Self::new(hex::decode(s.trim()).map_err(|e| format!("nonce is not hex: {e}"))?)
+    type Err = InvalidValue;
+    fn from_str(s: &str) -> Result<Self, InvalidValue> {
+        Self::new(hex::decode(s.trim()).map_err(|e| InvalidValue::new(ValueKind::Nonce, format!("not hex: {e}")))?)
     }
 }
 
@@ -235,9 +241,9 @@ pub struct LayerRange {
 
 impl LayerRange {
     /// `[start, end)`; empty or reversed ranges are refused.
-    pub fn new(start: u32, end: u32) -> Result<Self, String> {
+    pub fn new(start: u32, end: u32) -> Result<Self, InvalidValue> {
         if start >= end {
-            return Err(format!("layer range {start}..{end} is empty"));
+            return Err(InvalidValue::new(ValueKind::LayerRange, format!("{start}..{end} is empty")));
         }
         Ok(Self { start, end })
     }
@@ -252,8 +258,8 @@ impl LayerRange {
 }
 
 impl TryFrom<(u32, u32)> for LayerRange {
-    type Error = String;
-    fn try_from((s, e): (u32, u32)) -> Result<Self, String> {
+    type Error = InvalidValue;
+    fn try_from((s, e): (u32, u32)) -> Result<Self, InvalidValue> {
         Self::new(s, e)
     }
 }
@@ -314,11 +320,11 @@ pub struct Claims {
 
 impl Claims {
     /// The canonical encoding (see the module documentation).
-    pub fn encode(&self) -> Result<Vec<u8>, String> {
+    pub fn encode(&self) -> Result<Vec<u8>, InvalidValue> {
         if self.software_version.len() > MAX_VERSION_BYTES {
-            return Err(format!(
-                "software version is {} bytes, limit {MAX_VERSION_BYTES}",
-                self.software_version.len()
+            return Err(InvalidValue::new(
+                ValueKind::Claims,
+                format!("software version is {} bytes, limit {MAX_VERSION_BYTES}", self.software_version.len()),
             ));
         }
         let range = self.layer_range.map(|r| {
@@ -359,7 +365,7 @@ impl Claims {
     }
 
     /// `REPORT_DATA` for these claims: SHA-512 of the canonical encoding.
-    pub fn report_data(&self) -> Result<ReportData, String> {
+    pub fn report_data(&self) -> Result<ReportData, InvalidValue> {
         Ok(ReportData(Sha512::digest(self.encode()?).into()))
     }
 
@@ -369,7 +375,7 @@ impl Claims {
     /// The encoding carries the client nonce and the session keys, so the GPU
     /// evidence is bound to them; the GPU evidence hash is left out because it
     /// depends on this nonce.
-    pub fn gpu_nonce(&self, gpu_index: u32) -> Result<[u8; 32], String> {
+    pub fn gpu_nonce(&self, gpu_index: u32) -> Result<[u8; 32], InvalidValue> {
         let mut base = self.clone();
         base.gpu_evidence_hash = None;
         let mut h = Sha512::new();

@@ -74,7 +74,7 @@ fn tsm_report(root: &Path, vmpl: u32, report_data: &[u8; 64]) -> Result<(Vec<u8>
 
 impl Attester for HardwareAttester {
     fn evidence(&self, claims: &Claims) -> Result<EvidenceBundle, Error> {
-        let report_data = claims.report_data().map_err(Error::ApiMisuse)?;
+        let report_data = claims.report_data().map_err(|e| Error::ApiMisuse(e.to_string()))?;
         if !self.root.is_dir() {
             return Err(Error::Io(std::io::Error::new(
                 std::io::ErrorKind::NotFound,

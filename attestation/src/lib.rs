@@ -57,6 +57,7 @@ pub mod evidence;
 pub mod gpu;
 #[cfg(feature = "hw")]
 pub mod hw;
+pub mod invalid;
 pub mod measure;
 pub mod merkle;
 pub mod nonce_batch;
@@ -79,6 +80,7 @@ pub use claims::{
 };
 pub use error::{Error, GpuFailure, Malformed, Rejection};
 pub use evidence::EvidenceBundle;
+pub use invalid::{InvalidValue, ValueKind};
 pub use policy::Policy;
 pub use simulated::{SimulatedAttester, SimulatedConfig};
 pub use verify::{appraise, verify, verify_composite, ExpectedClaims, VerifiedEvidence};

@@ -18,6 +18,7 @@
 //!
 //! Pure: no clock, no I/O.
 
+use crate::invalid::{InvalidValue, ValueKind};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -136,14 +137,21 @@ impl NoncePath {
     /// The root this path proves for `nonce`, as the nonce the evidence must
     /// claim; `Err` when the path cannot be one of a batch (index outside the
     /// batch, batch too large, path of the wrong length).
-    pub fn claimed_nonce(&self, nonce: &Nonce) -> Result<Nonce, String> {
+    pub fn claimed_nonce(&self, nonce: &Nonce) -> Result<Nonce, InvalidValue> {
         let (index, size) = (self.index as usize, self.size as usize);
         if size == 0 || size > MAX_BATCH || index >= size || self.path.len() > MAX_PATH {
-            return Err(format!("nonce path {index} of {size} with {} hashes is not one of a batch", self.path.len()));
+            return Err(InvalidValue::new(
+                ValueKind::NonceBatch,
+                format!("path {index} of {size} with {} hashes is not one of a batch", self.path.len()),
+            ));
         }
         let hashes: Vec<Hash> = self.path.iter().map(|h| h.0).collect();
-        let root = root_from_path(leaf(nonce), index, size, &hashes)
-            .ok_or_else(|| format!("nonce path of {} hashes does not fit leaf {index} of {size}", hashes.len()))?;
+        let root = root_from_path(leaf(nonce), index, size, &hashes).ok_or_else(|| {
+            InvalidValue::new(
+                ValueKind::NonceBatch,
+                format!("a path of {} hashes does not fit leaf {index} of {size}", hashes.len()),
+            )
+        })?;
         Nonce::new(root.to_vec())
     }
 }

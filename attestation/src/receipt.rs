@@ -28,6 +28,7 @@
 //! hash), that the time is right (it is the entry's clock), or that the
 //! counts are what a billing party would count (they are the entry's).
 
+use crate::invalid::{InvalidValue, ValueKind};
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -103,7 +104,7 @@ impl<'de> Deserialize<'de> for Digest32 {
 pub type RouteId = Digest32;
 
 /// [`RouteId`] of the route whose entry makes `claims`.
-pub fn route_id(claims: &Claims) -> Result<RouteId, String> {
+pub fn route_id(claims: &Claims) -> Result<RouteId, InvalidValue> {
     let stable = Claims { nonce: None, gpu_evidence_hash: None, route_links: None, ..claims.clone() };
     let mut h = Sha256::new();
     h.update(ROUTE_ID_DOMAIN);
@@ -389,10 +390,12 @@ pub struct Answered {
 
 impl ReceiptSigner {
     /// A fresh key from the system's random source.
-    pub fn generate() -> Result<Self, String> {
+    pub fn generate() -> Result<Self, InvalidValue> {
         let rng = ring::rand::SystemRandom::new();
-        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng).map_err(|_| "cannot generate a receipt key".to_owned())?;
-        let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref()).map_err(|e| format!("receipt key: {e}"))?;
+        let pkcs8 = Ed25519KeyPair::generate_pkcs8(&rng)
+            .map_err(|_| InvalidValue::new(ValueKind::ReceiptKey, "the system's random source failed"))?;
+        let pair = Ed25519KeyPair::from_pkcs8(pkcs8.as_ref())
+            .map_err(|e| InvalidValue::new(ValueKind::ReceiptKey, e.to_string()))?;
         let mut public = [0u8; 32];
         public.copy_from_slice(pair.public_key().as_ref());
         Ok(Self { pair, public: ReceiptKey(public) })

@@ -23,6 +23,7 @@
 //! [`verify_route`] is pure: the caller passes the document, the policy, the
 //! nonce it sent and the time.
 
+use crate::invalid::{InvalidValue, ValueKind};
 use std::fmt;
 use std::time::SystemTime;
 
@@ -82,8 +83,8 @@ struct ShapeWire {
 }
 
 impl TryFrom<ShapeWire> for RouteShape {
-    type Error = String;
-    fn try_from(w: ShapeWire) -> Result<Self, String> {
+    type Error = InvalidValue;
+    fn try_from(w: ShapeWire) -> Result<Self, InvalidValue> {
         Self::new(w.model_layers, &w.activations, w.stages)
     }
 }
@@ -98,25 +99,37 @@ impl RouteShape {
     /// A shape; refused unless the stages cover `0..model_layers`
     /// contiguously and `activations` names an encoding (1..=8 lower-case
     /// letters and digits, e.g. `f32`).
-    pub fn new(model_layers: u32, activations: &str, stages: Vec<StageShape>) -> Result<Self, String> {
+    pub fn new(model_layers: u32, activations: &str, stages: Vec<StageShape>) -> Result<Self, InvalidValue> {
         if activations.is_empty()
             || activations.len() > 8
             || !activations.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
         {
-            return Err(format!("activation encoding {activations:?} is not a name like f32"));
+            return Err(InvalidValue::new(
+                ValueKind::RouteShape,
+                format!("activation encoding {activations:?} is not a name like f32"),
+            ));
         }
         if stages.is_empty() || stages.len() > MAX_STAGES {
-            return Err(format!("a route has 1..={MAX_STAGES} stages, not {}", stages.len()));
+            return Err(InvalidValue::new(
+                ValueKind::RouteShape,
+                format!("a route has 1..={MAX_STAGES} stages, not {}", stages.len()),
+            ));
         }
         let mut next = 0;
         for (i, s) in stages.iter().enumerate() {
             if s.layers.start() != next {
-                return Err(format!("stage {i} starts at layer {}, expected {next}", s.layers.start()));
+                return Err(InvalidValue::new(
+                    ValueKind::RouteShape,
+                    format!("stage {i} starts at layer {}, expected {next}", s.layers.start()),
+                ));
             }
             next = s.layers.end();
         }
         if next != model_layers {
-            return Err(format!("the stages end at layer {next}; the model has {model_layers}"));
+            return Err(InvalidValue::new(
+                ValueKind::RouteShape,
+                format!("the stages end at layer {next}; the model has {model_layers}"),
+            ));
         }
         Ok(Self { model_layers, activations: activations.to_owned(), stages })
     }
@@ -288,16 +301,17 @@ mod b64 {
 
 impl AttestationDoc {
     /// Parses a document, with its size limit.
-    pub fn from_json(bytes: &[u8]) -> Result<Self, String> {
+    pub fn from_json(bytes: &[u8]) -> Result<Self, InvalidValue> {
+        let invalid = |reason: String| InvalidValue::new(ValueKind::AttestationDocument, reason);
         if bytes.len() > MAX_DOC_BYTES {
-            return Err(format!("attestation document of {} bytes exceeds {MAX_DOC_BYTES}", bytes.len()));
+            return Err(invalid(format!("{} bytes exceeds {MAX_DOC_BYTES}", bytes.len())));
         }
-        let doc: Self = serde_json::from_slice(bytes).map_err(|e| format!("attestation document: {e}"))?;
+        let doc: Self = serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
         if doc.version != DOC_VERSION {
-            return Err(format!("attestation document version {} (this client reads {DOC_VERSION})", doc.version));
+            return Err(invalid(format!("version {} (this client reads {DOC_VERSION})", doc.version)));
         }
         if doc.shards.len() > MAX_LINKED_SHARDS {
-            return Err(format!("attestation document lists {} shards", doc.shards.len()));
+            return Err(invalid(format!("lists {} shards", doc.shards.len())));
         }
         Ok(doc)
     }
@@ -668,7 +682,10 @@ pub fn verify_route(
         Some(p) => match p.claimed_nonce(nonce) {
             Ok(root) => root,
             Err(why) => {
-                t.record(RouteCheckId::EntryEvidence, failed("a well-formed inclusion path for your nonce", why));
+                t.record(
+                    RouteCheckId::EntryEvidence,
+                    failed("a well-formed inclusion path for your nonce", why.to_string()),
+                );
                 return Err(reject(t));
             }
         },

@@ -465,7 +465,7 @@ impl SimulatedAttester {
 
     /// Evidence for `claims`: REPORT_DATA = SHA-512(claims).
     pub fn evidence(&self, claims: &Claims) -> Result<EvidenceBundle, Error> {
-        let rd = claims.report_data().map_err(Error::ApiMisuse)?;
+        let rd = claims.report_data().map_err(|e| Error::ApiMisuse(e.to_string()))?;
         Ok(self.bundle_for(self.report(&rd).to_vec(), Some(claims.clone())))
     }
 

@@ -440,7 +440,7 @@ impl Client {
         if body.len() > MAX_DOC_BYTES {
             return Err(ClientError::Protocol(format!("attestation document over {MAX_DOC_BYTES} bytes")));
         }
-        let doc = AttestationDoc::from_json(&body).map_err(ClientError::Protocol)?;
+        let doc = AttestationDoc::from_json(&body).map_err(|e| ClientError::Protocol(e.to_string()))?;
         Ok((doc, nonce))
     }
 

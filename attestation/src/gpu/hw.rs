@@ -88,7 +88,7 @@ impl NvmlGpuAttester {
                 cc_mode: device.is_cc_enabled().map_err(nvml_error)?,
                 devtools_mode: device.is_cc_dev_mode_enabled().map_err(nvml_error)?,
             };
-            let nonce = claims.gpu_nonce(index).map_err(Error::ApiMisuse)?;
+            let nonce = claims.gpu_nonce(index).map_err(|e| Error::ApiMisuse(e.to_string()))?;
             let report = device.confidential_compute_gpu_attestation_report(nonce).map_err(nvml_error)?;
             let certs = device.confidential_compute_gpu_certificate().map_err(nvml_error)?;
             let mut chain = split_chain(&certs.attestation_cert_chain)?;

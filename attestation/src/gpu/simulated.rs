@@ -249,7 +249,7 @@ impl SimulatedGpu {
 
     /// Evidence for GPU `gpu_index` of a shard making `claims`.
     pub fn evidence_for(&self, claims: &Claims, gpu_index: u32) -> Result<GpuEvidence, Error> {
-        Ok(self.evidence_with_nonce(claims.gpu_nonce(gpu_index).map_err(Error::ApiMisuse)?))
+        Ok(self.evidence_with_nonce(claims.gpu_nonce(gpu_index).map_err(|e| Error::ApiMisuse(e.to_string()))?))
     }
 
     /// A RIM (SWID XML, unsigned) with this GPU's golden values: the driver

@@ -393,7 +393,7 @@ fn check_nonce(x: &GpuInput<'_>) -> Row {
     match (&parsed, wanted) {
         (None, _) => Row::NotRun("report unreadable".into()),
         (Some(_), None) => Row::NotRun("no expected nonce and no claims to derive it from".into()),
-        (Some(_), Some(Err(e))) => fail(GpuError::NonceMismatch, "encodable claims", e),
+        (Some(_), Some(Err(e))) => fail(GpuError::NonceMismatch, "encodable claims", e.to_string()),
         (Some(m), Some(Ok((n, source)))) if m.request_nonce == n => {
             Row::Pass(format!("request nonce {} is {source}", hex::encode(n)))
         }
@@ -601,8 +601,8 @@ fn version_row(got: Option<&str>, min: Option<&str>, driver: bool) -> Row {
         return fail(too_old("absent".into()), format!("{what} >= {min}"), format!("no {what} version field"));
     };
     match (parse(got), parse(min)) {
-        (_, Err(e)) => fail(too_old(got.to_owned()), format!("a valid minimum {what} version"), e),
-        (Err(e), _) => fail(too_old(got.to_owned()), format!("{what} >= {min}"), e),
+        (_, Err(e)) => fail(too_old(got.to_owned()), format!("a valid minimum {what} version"), e.to_string()),
+        (Err(e), _) => fail(too_old(got.to_owned()), format!("{what} >= {min}"), e.to_string()),
         (Ok(g), Ok(m)) if g >= m => Row::Pass(format!("{what} {g} >= {m}")),
         (Ok(g), Ok(m)) => fail(too_old(got.to_owned()), format!("{what} >= {m}"), format!("{what} {g}")),
     }

@@ -1,5 +1,7 @@
-//! Driver and VBIOS versions (a leaf: the policy parses its minimums with it).
+//! Driver and VBIOS versions (a leaf but for `invalid`, itself a leaf: the
+//! policy parses its minimums with it).
 
+use crate::invalid::{InvalidValue, ValueKind};
 use std::cmp::Ordering;
 use std::fmt;
 
@@ -11,30 +13,31 @@ pub struct Version {
 }
 
 impl Version {
-    fn parse(text: &str, radix: u32) -> Result<Self, String> {
+    fn parse(text: &str, radix: u32) -> Result<Self, InvalidValue> {
+        let not_one = || InvalidValue::new(ValueKind::GpuVersion, format!("{text:?} is not a version"));
         let t = text.trim();
         if t.is_empty() || t.len() > 32 {
-            return Err(format!("{text:?} is not a version"));
+            return Err(not_one());
         }
         let parts = t
             .split('.')
             .map(|p| {
                 if p.is_empty() || p.len() > 6 {
-                    return Err(format!("{text:?} is not a version"));
+                    return Err(not_one());
                 }
-                u32::from_str_radix(p, radix).map_err(|_| format!("{text:?} is not a version"))
+                u32::from_str_radix(p, radix).map_err(|_| not_one())
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(Self { parts, text: t.to_owned() })
     }
 
     /// Dotted decimal (driver, e.g. `550.90.07`).
-    pub fn driver(text: &str) -> Result<Self, String> {
+    pub fn driver(text: &str) -> Result<Self, InvalidValue> {
         Self::parse(text, 10)
     }
 
     /// Dotted hex (VBIOS, e.g. `96.00.9F.00.01`).
-    pub fn vbios(text: &str) -> Result<Self, String> {
+    pub fn vbios(text: &str) -> Result<Self, InvalidValue> {
         Self::parse(text, 16)
     }
 }

@@ -156,7 +156,9 @@ impl Policy {
             let show = |c: Option<u32>| c.map_or("any".to_owned(), |c| c.to_string());
             gap("gpu.count", show(mine.count), show(peer.count));
         }
-        let lower = |m: &Option<String>, t: &Option<String>, parse: fn(&str) -> Result<crate::gpu::Version, String>| {
+        let lower = |m: &Option<String>,
+                     t: &Option<String>,
+                     parse: fn(&str) -> Result<crate::gpu::Version, crate::invalid::InvalidValue>| {
             let Some(m) = m else { return false };
             match (parse(m), t.as_deref().map(parse)) {
                 (Ok(m), Some(Ok(t))) => t < m,

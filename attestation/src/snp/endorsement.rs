@@ -1,6 +1,7 @@
 //! VCEK and VLEK certificates: the AMD extensions that bind a signing key to
 //! a chip (hwID), a TCB (SPLs) and a product.
 
+use crate::invalid::{InvalidValue, ValueKind};
 use der::Decode;
 
 use super::{oid, Product, SigningKey, Tcb};
@@ -36,13 +37,18 @@ fn ia5(cert: &ParsedCert, which: const_oid::ObjectIdentifier, name: &str) -> Res
 
 impl Endorsement {
     /// Parses a VCEK/VLEK certificate (DER or PEM) and its AMD extensions.
-    pub fn parse(bytes: &[u8]) -> Result<Self, String> {
-        let cert = ParsedCert::from_der_or_pem(bytes).map_err(|e| e.to_string())?;
+    pub fn parse(bytes: &[u8]) -> Result<Self, InvalidValue> {
+        let cert =
+            ParsedCert::from_der_or_pem(bytes).map_err(|e| InvalidValue::new(ValueKind::Endorsement, e.to_string()))?;
         Self::from_cert(cert)
     }
 
     /// Decodes the AMD extensions of an already parsed certificate.
-    pub fn from_cert(cert: ParsedCert) -> Result<Self, String> {
+    pub fn from_cert(cert: ParsedCert) -> Result<Self, InvalidValue> {
+        Self::decode(cert).map_err(|reason| InvalidValue::new(ValueKind::Endorsement, reason))
+    }
+
+    fn decode(cert: ParsedCert) -> Result<Self, String> {
         let kind = match cert.common_name().as_deref() {
             Some("SEV-VCEK") => SigningKey::Vcek,
             Some("SEV-VLEK") => SigningKey::Vlek,

@@ -45,7 +45,7 @@ pub(super) fn check_binding(
     };
     let bound = match claims.report_data() {
         Ok(rd) => rd,
-        Err(e) => return Outcome::Failed { expected: "encodable claims".into(), actual: e },
+        Err(e) => return Outcome::Failed { expected: "encodable claims".into(), actual: e.to_string() },
     };
     if bound.0 != actual {
         return Outcome::Failed {

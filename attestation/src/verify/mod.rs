@@ -302,14 +302,14 @@ pub fn appraise(bundle: &EvidenceBundle, policy: &Policy, expected: &ExpectedCla
         CheckId::Product,
         match &report {
             None => not_run("report unreadable"),
-            Some(r) => outcome(check_product(r, endorsement.as_ref(), policy)),
+            Some(r) => outcome(check_product(r, endorsement.as_ref().map_err(|e| &e.reason), policy)),
         },
     );
 
     // 3. Endorsement chain.
     let chain = match (&report, &endorsement) {
         (Some(r), Ok(e)) => check_chain(r, e, product, bundle, policy, now),
-        (_, Err(e)) => Err(fail("a parsable VCEK/VLEK certificate", e.clone())),
+        (_, Err(e)) => Err(fail("a parsable VCEK/VLEK certificate", e.reason.clone())),
         (None, Ok(_)) => Err(fail("a readable report (KEY_INFO)", "report unreadable")),
     };
     let mut simulated = false;

@@ -175,7 +175,7 @@ fn run_snp(file: &std::path::Path, as_json: bool) -> Exit {
     if let Some(b) = &bundle {
         doc["endorsement"] = match endorsement {
             Some(Ok(e)) => endorsement_json(&e),
-            Some(Err(e)) => json!({ "error": e }),
+            Some(Err(e)) => json!({ "error": e.reason }),
             None => Value::Null,
         };
         doc["chain_certificates"] = json!(b.chain.len());

@@ -58,8 +58,8 @@ fn at(ms: f64) -> Result<SystemTime, JsValue> {
 #[wasm_bindgen(js_name = verifyDocument)]
 pub fn verify_document(doc: &[u8], policy_toml: &str, nonce: &[u8], now_ms: f64) -> Result<Route, JsValue> {
     let policy = Policy::from_toml(policy_toml).map_err(|e| error("config", &format!("policy: {e}"), None, None))?;
-    let nonce = Nonce::new(nonce.to_vec()).map_err(|e| error("config", &e, None, None))?;
-    let doc = AttestationDoc::from_json(doc).map_err(|e| error("protocol", &e, None, None))?;
+    let nonce = Nonce::new(nonce.to_vec()).map_err(|e| error("config", &e.to_string(), None, None))?;
+    let doc = AttestationDoc::from_json(doc).map_err(|e| error("protocol", &e.to_string(), None, None))?;
     let route = verify_route(&doc, &policy, &nonce, at(now_ms)?).map_err(|e| match e {
         RouteError::Evidence { who, source } => {
             let checks = match &source {

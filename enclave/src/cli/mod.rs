@@ -372,7 +372,7 @@ fn parse_range(s: &str) -> Result<LayerRange, RangeArgError> {
     let (a, b) = s.split_once("..").ok_or(RangeArgError::NoSeparator)?;
     let start = a.parse().map_err(|_| RangeArgError::BadStart)?;
     let end = b.parse().map_err(|_| RangeArgError::BadEnd)?;
-    LayerRange::new(start, end).map_err(RangeArgError::Empty)
+    LayerRange::new(start, end).map_err(|e| RangeArgError::Empty(e.to_string()))
 }
 
 /// Exit status of `serve` when the shard cannot start (route, policy, model,

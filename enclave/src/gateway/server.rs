@@ -157,9 +157,9 @@ impl Gateway {
         drafter: DrafterInfo,
     ) -> Result<Self, String> {
         let evidence_permits = Arc::new(tokio::sync::Semaphore::new(MAX_EVIDENCE_IN_FLIGHT));
-        let receipts = ReceiptSigner::generate()?;
+        let receipts = ReceiptSigner::generate().map_err(|e| e.to_string())?;
         let claims = Claims { drafter: Some(drafter.digest()), receipt_key: Some(receipts.public()), ..claims };
-        let route_id = route_id(&claims)?;
+        let route_id = route_id(&claims).map_err(|e| e.to_string())?;
         let (batch_tx, batch_rx) = mpsc::channel(MAX_ATTESTATION_QUEUE);
         Ok(Self {
             entry,
@@ -203,7 +203,7 @@ impl Gateway {
             let (root, paths) = tree(&leaves);
             let built = match Nonce::new(root.to_vec()) {
                 Ok(claimed) => self.build_evidence(Some(claimed)).await,
-                Err(e) => Err(EvidenceFailure::Root(e)),
+                Err(e) => Err(EvidenceFailure::Root(e.to_string())),
             };
             for (w, path) in batch.into_iter().zip(paths) {
                 let answer = built.clone().map(|(evidence, shards)| Batched { evidence, shards, path });
@@ -313,7 +313,7 @@ impl Gateway {
     async fn attestation(&self, query: Option<&str>) -> Response<Body> {
         let nonce = query
             .and_then(|q| q.split('&').find_map(|kv| kv.strip_prefix("nonce=")))
-            .map(|h| hex::decode(h).map_err(|e| e.to_string()).and_then(Nonce::new));
+            .map(|h| hex::decode(h).map_err(|e| e.to_string()).and_then(|b| Nonce::new(b).map_err(|e| e.to_string())));
         let nonce = match nonce.transpose() {
             Ok(n) => n,
             Err(e) => return plain_error(StatusCode::BAD_REQUEST, &format!("bad nonce: {e}")),

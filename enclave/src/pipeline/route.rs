@@ -231,7 +231,7 @@ impl Route {
                 .map(str::parse::<ManifestRoot>)
                 .transpose()
                 .map_err(|e| RouteError::Invalid(format!("stage {i} manifest_root: {e}")))?;
-            let layers = LayerRange::new(a, b).map_err(RouteError::Invalid)?;
+            let layers = LayerRange::new(a, b).map_err(|e| RouteError::Invalid(e.to_string()))?;
             let device = s
                 .device
                 .as_deref()
@@ -316,7 +316,8 @@ impl Route {
             Precision::F16 => "f16",
             Precision::Bf16 => "bf16",
         };
-        veil_attestation::route::RouteShape::new(model_layers, activations, stages).map_err(RouteError::Invalid)
+        veil_attestation::route::RouteShape::new(model_layers, activations, stages)
+            .map_err(|e| RouteError::Invalid(e.to_string()))
     }
 
     /// The route as TOML (paths absolute), e.g. after roots were filled in.
