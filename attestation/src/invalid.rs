@@ -50,6 +50,8 @@ pub enum ValueKind {
     Endorsement,
     /// A GPU driver or VBIOS version string.
     GpuVersion,
+    /// An SEV-SNP ABI version (`MAJOR.MINOR`).
+    AbiVersion,
 }
 
 impl fmt::Display for ValueKind {
@@ -66,6 +68,7 @@ impl fmt::Display for ValueKind {
             Self::NonceBatch => f.write_str("nonce batch"),
             Self::Endorsement => f.write_str("endorsement"),
             Self::GpuVersion => f.write_str("GPU version"),
+            Self::AbiVersion => f.write_str("ABI version"),
         }
     }
 }

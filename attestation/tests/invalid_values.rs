@@ -35,6 +35,7 @@ fn each_refusal_names_its_value() {
     assert_eq!(kind(Version::driver("550.x")), ValueKind::GpuVersion);
     assert_eq!(kind(Version::vbios("")), ValueKind::GpuVersion);
     assert_eq!(kind(Endorsement::parse(b"not a certificate")), ValueKind::Endorsement);
+    assert_eq!(kind("1".parse::<veil_attestation::policy::AbiVersion>()), ValueKind::AbiVersion);
     let path = NoncePath { index: 5, size: 2, path: vec![] };
     assert_eq!(kind(path.claimed_nonce(&Nonce::random())), ValueKind::NonceBatch);
 }

@@ -1,6 +1,7 @@
 //! `[platform]`: platform hardening (guest-policy bits, `PLATFORM_INFO`,
 //! mitigation vectors) and the SEV ABI version the guest requires.
 
+use crate::invalid::{InvalidValue, ValueKind};
 use serde::{Deserialize, Serialize};
 
 use super::PolicyError;
@@ -128,10 +129,11 @@ impl std::fmt::Display for AbiVersion {
 }
 
 impl std::str::FromStr for AbiVersion {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let (a, b) = s.split_once('.').ok_or_else(|| format!("ABI version {s:?} is not MAJOR.MINOR"))?;
-        let num = |x: &str| x.parse::<u8>().map_err(|_| format!("ABI version {s:?} is not MAJOR.MINOR (0..=255 each)"));
+    type Err = InvalidValue;
+    fn from_str(s: &str) -> Result<Self, InvalidValue> {
+        let invalid = |why: &str| InvalidValue::new(ValueKind::AbiVersion, format!("{s:?} is not MAJOR.MINOR{why}"));
+        let (a, b) = s.split_once('.').ok_or_else(|| invalid(""))?;
+        let num = |x: &str| x.parse::<u8>().map_err(|_| invalid(" (0..=255 each)"));
         Ok(Self { major: num(a)?, minor: num(b)? })
     }
 }
