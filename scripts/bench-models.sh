@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Writes the models of the large-model benchmarks (README, "Performance of
+# Writes the models of the large-model benchmarks (docs/PERFORMANCE.md, "Performance of
 # the families") into DIR: random weights in real shapes, with real llama.cpp
 # vocabularies, quantized by llama.cpp itself where llama.cpp has the mix.
 #

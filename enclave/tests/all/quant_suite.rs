@@ -20,7 +20,7 @@
 //!   build differs from its native one on the same file: the noise floor,
 //!   measured with a second engine, not with Veil. (Perplexity itself is
 //!   printed, not judged: llama.cpp's two builds differ by up to 17% on the
-//!   damaged files, and by 0.6% on Q8_0, README "Quality".)
+//!   damaged files, and by 0.6% on Q8_0, docs/QUANTISATION.md.)
 //!
 //! TQ1_0 and TQ2_0 quantise a model trained in floating point to ternary
 //! weights: it answers nonsense (perplexity near 10⁷), and llama.cpp's two
