@@ -5,9 +5,10 @@
 # architecture flags, so its floating point is the same on every x86-64),
 # then quantises the reference model's matrices into each type with it
 # (`scripts/make-quant-suite.py`). Idempotent. Prints the directory that
-# holds the files (tests/all/quant_suite.rs reads it from VEIL_QUANT_SUITE).
+# holds the files (tests/all/quant_suite.rs reads it from VEIL_QUANT_SUITE):
+# OUT, or the model cache's `quant-suite` (3 GB).
 #
-#   scripts/fetch-quant-suite.sh MODEL.gguf
+#   scripts/fetch-quant-suite.sh MODEL.gguf [OUT]
 #   VEIL_CACHE=/somewhere scripts/fetch-quant-suite.sh MODEL.gguf
 #
 # Needs a C and C++ compiler, python3 with numpy and gguf (`pip install
@@ -20,7 +21,7 @@ URL="https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58
 SHA256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
 
 case "${1:-}" in
-  -h|--help|'') sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
+  -h|--help|'') sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
 esac
 model="$1"
 [ -f "$model" ] || { echo "fetch-quant-suite.sh: no model at $model" >&2; exit 1; }
@@ -63,6 +64,6 @@ if [ ! -f "$lib_dir/.complete" ]; then
   touch "$lib_dir/.complete"
 fi
 
-out="$cache/models/quant-suite"
+out="${2:-$cache/models/quant-suite}"
 python3 scripts/make-quant-suite.py --ggml "$lib" --model "$model" --out "$out" >&2
 echo "$out"
