@@ -92,7 +92,7 @@ if [ "$keep" = 1 ]; then
 
 The cluster keeps serving (process $cluster; logs in target/veil-local/).
   URL:     $URL
-  policy:  $policy   (pins this cluster's SIMULATED root; see README "From Python")
+  policy:  $policy   (pins this cluster's SIMULATED root; see docs/apps.md, "From Python")
   chat:    ./target/release/veil chat $URL --policy $policy
   OpenAI:  ./target/release/veil proxy $URL --policy $policy --listen 127.0.0.1:8000
            then any OpenAI client at http://127.0.0.1:8000/v1

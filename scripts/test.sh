@@ -8,7 +8,7 @@
 # when either test suite fails.
 #
 #   scripts/test.sh [CARGO TEST ARGS]
-# What the skipped checks need: README, "Test" (the reference model from
+# What the skipped checks need: docs/testing.md (the reference model from
 # scripts/fetch-model.sh, real vectors at VEIL_VECTORS, llama.cpp's
 # reference files at VEIL_LLAMACPP_REF, the openai and sev-snp-measure
 # Python packages).
@@ -33,7 +33,7 @@ fi
 echo "== Python package and the WebAssembly client in Node (scripts/check-python.sh)"
 scripts/check-python.sh || status=1
 if [ -s "$skipped" ]; then
-  echo "== skipped checks (no input here; README, \"Test\", says what each needs)"
+  echo "== skipped checks (no input here; docs/testing.md says what each needs)"
   sort "$skipped" | uniq -c
 else
   echo "== skipped checks: none"

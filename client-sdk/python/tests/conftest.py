@@ -27,12 +27,12 @@ def binary(name: str) -> str:
     return str(path)
 
 
-# The question the READMEs' examples ask, and how they ask it.
+# The question the examples in the book and the package README ask, and how they ask it.
 README_QUESTION = "What is the capital of France? Answer in one sentence."
 
 
 def readme_answer_locally(model: str) -> str:
-    """The READMEs' question answered by one local process (`veil-shard
+    """That question answered by one local process (`veil-shard
     generate`), greedily with the 1.1 repetition penalty and 32 tokens, as
     the examples ask it through a route."""
     return subprocess.run(

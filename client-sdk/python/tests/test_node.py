@@ -52,7 +52,7 @@ def test_the_webassembly_client_in_node(cluster: Cluster, tmp_path: Path) -> Non
 
 
 def test_the_readme_node_example_runs_as_an_app_installs_it(cluster: Cluster, tmp_path: Path) -> None:
-    """The README's Node example, run as written from an app directory into
+    """The book's Node example (docs/apps.md), run as written from an app directory into
     which the package is installed as `npm install PATH` lays it out (npm when
     present, else the same copy under node_modules/): imported by name, the
     .wasm loaded by the package itself, the greedy answer with the repetition
@@ -69,7 +69,7 @@ def test_the_readme_node_example_runs_as_an_app_installs_it(cluster: Cluster, tm
                        check=True, capture_output=True, timeout=120)
     else:
         shutil.copytree(pkg, app / "node_modules" / "veil-client")
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "apps.md").read_text()
     code = re.search(r"```js\n(// app\.mjs.*?)```", readme, re.S).group(1)
     assert '"http://127.0.0.1:8080"' in code and '"target/veil-local/policy.toml"' in code
     code = code.replace('"http://127.0.0.1:8080"', f'"{cluster.url}"')

@@ -1,5 +1,5 @@
 //! `veil-shard stage-memory`: loads one stage as `serve` would and reports
-//! its memory against the bound the README states, computed from the
+//! its memory against the bound docs/models.md states, computed from the
 //! file's header before anything is loaded:
 //!
 //! ```text

@@ -129,8 +129,8 @@ fn bad_input_is_a_clear_error_not_a_panic() {
     }
 }
 
-/// The README's first model examples show the model at its best, not a
-/// greedy loop: kept in step with the README by running them.
+/// The first model examples (docs/models.md) show the model at its best,
+/// not a greedy loop: kept in step with the book by running them.
 #[test]
 fn the_readme_examples_answer_sensibly() {
     let Some(m) = model() else { return };
@@ -147,7 +147,7 @@ fn the_readme_examples_answer_sensibly() {
     ]);
     let text = String::from_utf8_lossy(&capital.stdout);
     assert!(capital.status.success() && text.contains("Paris"), "{text}");
-    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/models.md")).unwrap();
     assert!(readme.contains(
         "--chat --repeat-penalty 1.1 \\\n    --prompt \"What is the capital of France? Answer in one sentence.\""
     ));

@@ -574,7 +574,7 @@ fn a_split_model_is_the_same_model_as_one_file() {
     }
 }
 
-/// A middle stage's peak RSS stays under the bound the README states, which
+/// A middle stage's peak RSS stays under the bound docs/models.md states, which
 /// `veil-shard stage-memory` computes from the file's header before loading
 /// (1.25 × the stage's weight bytes + its largest tensor + 64 MiB over the
 /// process before loading), for Q8_0 and MXFP4 experts; and it did load its
