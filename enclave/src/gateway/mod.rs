@@ -5,6 +5,7 @@
 // The session cores: no unwrap or expect outside tests (a panic here would drop sessions).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod answer;
 pub mod openai;
 pub mod seal;
 pub(crate) mod seal_error;

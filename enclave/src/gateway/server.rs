@@ -34,20 +34,14 @@ use veil_attestation::receipt::{route_id, Answered, Digest32, ReceiptSigner};
 use veil_attestation::route::{links_commitment, AttestationDoc, DrafterInfo, LinkedShard, RouteShape, DOC_VERSION};
 use veil_attestation::{Attester, Claims, Nonce, Policy};
 
-use super::openai::{self, ApiError, Call, Ids, Kind, Route, Usage};
+use super::answer::{AnswerCore, Signed, Step};
+use super::openai::{self, ApiError, Call, Ids, Kind, Route};
 use super::seal::{GatewaySealError, ResponseSealer, SealKey, MAX_SEALED_REQUEST};
-use crate::generate::{Generation, TokenLogprob};
 use crate::pipeline::entry::format_jobs::FormatRefusal;
 use crate::pipeline::entry::{Entry, Failure, GenerateEvent};
-use crate::text::harmony::Delta;
-use crate::text::reasoning::Reader;
-use crate::text::tokenizer::Tokenizer;
-use crate::text::tools::Parsed;
 use veil_wire::Blame;
 
-use veil_wire::http::{
-    request_cost, ATTESTATION_PATH, COST_HEADER, EVENT_STREAM_TYPE, HEALTH_PATH, JSON_TYPE, METRICS_PATH, SEALED_PATH,
-};
+use veil_wire::http::{request_cost, ATTESTATION_PATH, COST_HEADER, HEALTH_PATH, JSON_TYPE, METRICS_PATH, SEALED_PATH};
 pub use veil_wire::http::{DRAFTER_FIELD, RECEIPT_FIELD, ROUTE_FIELD, SEALED_REQUEST_TYPE, SEALED_RESPONSE_TYPE};
 
 type Body = http_body_util::combinators::BoxBody<Bytes, Infallible>;
@@ -500,14 +494,14 @@ impl Gateway {
         sealer.finish_with_trailer(&[(RECEIPT_FIELD, receipt.as_str())]).await
     }
 
+    /// Runs a generation call: one session per choice (seeds `seed + i`),
+    /// their events through an [`AnswerCore`], its steps into the sealer.
     async fn run(&self, call: Call, mut sealer: ResponseSealer, sealed: [u8; 32]) -> Result<(), GatewaySealError> {
         let (tx, mut rx) = mpsc::unbounded_channel::<(usize, GenerateEvent)>();
         let (routes_tx, mut routes_rx) = mpsc::unbounded_channel();
-        let prompt_tokens = call.request.prompt_ids.len();
-        let max_tokens = call.request.max_tokens;
-        // One session per choice, seeds `seed + i`; their events tagged
-        // with the choice. Dropping `rx` (the client left, or an error
-        // answered) ends every one of them at its next event.
+        // Each choice's events tagged with the choice. Dropping `rx` (the
+        // client left, or the answer is whole) ends every session at its
+        // next event.
         for i in 0..call.n {
             let mut req = call.request.clone();
             req.sampling.seed = req.sampling.seed.wrapping_add(i as u64);
@@ -530,31 +524,25 @@ impl Gateway {
             });
         }
         drop((tx, routes_tx));
-        // Every route a session ran on, in order (";" between re-routes and
-        // choices): inside the seal, so the client learns which attested
-        // shards served it.
-        let mut routes_used = move || {
-            let mut all = Vec::new();
-            while let Ok(r) = routes_rx.try_recv() {
-                all.push(r);
-            }
-            all.join(";")
-        };
         let prefix = if call.kind == Kind::Chat { "chatcmpl-" } else { "cmpl-" };
         let ids = Ids {
             id: format!("{prefix}{}", hex::encode(&Nonce::random().as_bytes()[..12])),
             created: now(),
-            model: call.model,
+            model: call.model.clone(),
         };
-        let finish = |n: usize| if n >= max_tokens { "length" } else { "stop" };
-        let tokenizer = self.entry.tokenizer();
-        let reader = || call.reasoning.map(|f| f.reader(call.tools.is_some()));
-        let mut choices: Vec<ChoiceState> =
-            (0..call.n).map(|_| ChoiceState { reader: reader(), ..ChoiceState::default() }).collect();
-        if call.stream {
-            sealer.head(200, &[("content-type", EVENT_STREAM_TYPE), ("cache-control", "no-cache")]).await?;
-        }
+        let mut core = AnswerCore::new(&call, ids, self.entry.tokenizer());
+        let mut steps = core.start();
         loop {
+            for step in steps {
+                match step {
+                    Step::Finish { receipt, trailer } => return self.finish(sealer, sealed, receipt, trailer).await,
+                    Step::Head { status, fields } => {
+                        let fields: Vec<(&str, &str)> = fields.iter().map(|(k, v)| (*k, v.as_str())).collect();
+                        sealer.head(status, &fields).await?;
+                    }
+                    Step::Body(chunk) => sealer.body(&chunk).await?,
+                }
+            }
             // The client may leave before the answer is whole: then the
             // sessions end and their slots are free.
             let ev = tokio::select! {
@@ -563,311 +551,32 @@ impl Gateway {
                     return Err(GatewaySealError::Response("the client left before the answer was whole".into()));
                 }
             };
-            let Some((i, ev)) = ev else { break };
-            let c = &mut choices[i];
-            let failed = match ev {
-                // Offered tools, the text streams up to a call (the entry
-                // holds the rest back).
-                GenerateEvent::Text(t) if call.stream => {
-                    if let Some(r) = c.reader.as_mut() {
-                        let d = r.push(&t);
-                        c.fed += t.len();
-                        for chunk in c.delta_chunks(call.kind, tokenizer, &ids, i, d) {
-                            sealer.body(&chunk).await?;
-                        }
-                        continue;
-                    }
-                    let lp = c.take_logprobs(call.kind, tokenizer, usize::MAX);
-                    sealer.body(&openai::sse_chunk(call.kind, &ids, i, Some(&t), None, c.first, lp)).await?;
-                    c.first = false;
-                    if call.tools.is_some() {
-                        c.streamed.push_str(&t);
-                    }
-                    continue;
-                }
-                GenerateEvent::Text(_) => continue,
-                GenerateEvent::Logprobs(lp) => {
-                    c.pending.get_or_insert_with(Vec::new).extend(lp);
-                    continue;
-                }
-                GenerateEvent::Done(g) => {
-                    if call.stream {
-                        let lp = c.take_logprobs(call.kind, tokenizer, g.ids.len());
-                        for chunk in c.end_chunks(
-                            (call.kind, call.tools.as_ref()),
-                            tokenizer,
-                            &ids,
-                            i,
-                            &g,
-                            lp,
-                            finish(g.ids.len()),
-                        ) {
-                            sealer.body(&chunk).await?;
-                        }
-                    }
-                    c.done = Some(*g);
-                    if choices.iter().any(|c| c.done.is_none()) {
-                        continue;
-                    }
-                    break;
-                }
-                GenerateEvent::Error(f) => server_error(&f),
-                GenerateEvent::Refused(e) => ApiError::invalid("request", e),
+            while let Ok(route) = routes_rx.try_recv() {
+                core.route(route);
+            }
+            steps = match ev {
+                Some((i, ev)) => core.event(i, ev),
+                None => core.ended(),
             };
-            // A stream is a 200 answer once its head is out: one that ends
-            // in an error event is complete too, and signed for.
-            if !call.stream {
-                return respond(sealer, failed.status, JSON_TYPE, &failed.body()).await;
-            }
-            sealer.body(&openai::sse_error(&failed)).await?;
-            let receipt = self.receipt(sealed, sealer.content_digest(), (prompt_tokens, 0), ["none", &routes_used()]);
-            return sealer.finish_with_trailer(&[(RECEIPT_FIELD, receipt.as_str())]).await;
-        }
-        let done: Vec<Generation> = choices.iter_mut().filter_map(|c| c.done.take()).collect();
-        if done.len() != call.n {
-            let ended = Failure { message: "generation ended".into(), blame: Blame::Pipeline };
-            let e = server_error(&ended);
-            if !call.stream {
-                return respond(sealer, e.status, JSON_TYPE, &e.body()).await;
-            }
-            sealer.body(&openai::sse_error(&e)).await?;
-            let receipt = self.receipt(sealed, sealer.content_digest(), (prompt_tokens, 0), ["none", &routes_used()]);
-            return sealer.finish_with_trailer(&[(RECEIPT_FIELD, receipt.as_str())]).await;
-        }
-        let completion_tokens: usize = done.iter().map(|g| g.ids.len()).sum();
-        let usage = Usage::new(prompt_tokens, completion_tokens);
-        let route = routes_used();
-        let drafter = done.iter().map(drafter_ran).collect::<Vec<_>>().join(" | ");
-        let tokens = (prompt_tokens, completion_tokens);
-        if call.stream {
-            if call.include_usage {
-                sealer.body(&openai::sse_usage(call.kind, &ids, usage)).await?;
-            }
-            sealer.body(&openai::sse_done()).await?;
-            let receipt = self.receipt(sealed, sealer.content_digest(), tokens, [&drafter, &route]);
-            let trailer =
-                [(ROUTE_FIELD, route.as_str()), (DRAFTER_FIELD, drafter.as_str()), (RECEIPT_FIELD, receipt.as_str())];
-            return sealer.finish_with_trailer(&trailer).await;
-        }
-        let parsed: Vec<Option<Parsed>> = done
-            .iter()
-            .map(|g| match call.reasoning {
-                Some(f) => Some(sort_answer(call.tools.as_ref(), f.reader(call.tools.is_some()), &g.text)),
-                None => call.tools.as_ref().map(|tools| read_calls(tools, g)),
-            })
-            .collect();
-        // `echo`: each text starts with the prompt, and the prompt's scores
-        // come first in its log-probabilities.
-        let echoed: Vec<String> = match &call.echo {
-            Some(prompt) => done.iter().map(|g| format!("{prompt}{}", g.text)).collect(),
-            None => Vec::new(),
-        };
-        let answers: Vec<openai::Choice<'_>> = done
-            .iter()
-            .zip(&parsed)
-            .enumerate()
-            .map(|(i, (g, p))| {
-                let calls = p.as_ref().map(|p| p.calls.as_slice()).filter(|c| !c.is_empty());
-                let logprobs = g.logprobs.as_deref().map(|lp| match call.echo {
-                    Some(_) => openai::echo_logprobs_json(
-                        tokenizer,
-                        &g.prompt_ids,
-                        g.prompt_logprobs.as_deref().unwrap_or_default(),
-                        lp,
-                    ),
-                    None => openai::logprobs_json(call.kind, tokenizer, lp, &mut 0),
-                });
-                openai::Choice {
-                    text: echoed.get(i).unwrap_or_else(|| p.as_ref().map_or(&g.text, |p| &p.content)),
-                    reasoning: p.as_ref().map(|p| p.reasoning.as_str()),
-                    finish: if calls.is_some() { "tool_calls" } else { finish(g.ids.len()) },
-                    logprobs,
-                    tool_calls: calls.map(openai::tool_calls_json),
-                }
-            })
-            .collect();
-        let body = openai::complete_body(call.kind, &ids, &answers, usage);
-        let fields = [("content-type", JSON_TYPE), (ROUTE_FIELD, route.as_str()), (DRAFTER_FIELD, drafter.as_str())];
-        sealer.head(200, &fields).await?;
-        sealer.body(&openai::pad_body(body)).await?;
-        let receipt = self.receipt(sealed, sealer.content_digest(), tokens, [&drafter, &route]);
-        sealer.finish_with_trailer(&[(RECEIPT_FIELD, receipt.as_str())]).await
-    }
-}
-
-/// One choice of an answer being generated.
-#[derive(Debug)]
-struct ChoiceState {
-    /// No chunk of it has gone out yet (a chat stream's first carries the role).
-    first: bool,
-    /// Log-probabilities of tokens whose text has not gone out yet.
-    pending: Option<Vec<TokenLogprob>>,
-    /// Log-probabilities sent so far.
-    sent: usize,
-    /// Characters of text before the next token (`text_offset`).
-    offset: usize,
-    /// The finished generation.
-    done: Option<Generation>,
-    /// Text streamed so far (read when tools were offered).
-    streamed: String,
-    /// The reader of an answer whose reasoning is set apart, while it
-    /// streams; the bytes of text it was given, and the reasoning sent.
-    reader: Option<Reader>,
-    fed: usize,
-    reasoned: String,
-}
-
-impl Default for ChoiceState {
-    fn default() -> Self {
-        Self {
-            first: true,
-            pending: None,
-            sent: 0,
-            offset: 0,
-            done: None,
-            streamed: String::new(),
-            reader: None,
-            fed: 0,
-            reasoned: String::new(),
         }
     }
-}
 
-impl ChoiceState {
-    /// The chunks a sorted piece of an answer makes: its reasoning, then
-    /// its content with the pending log-probabilities (those of markers
-    /// and headers too).
-    fn delta_chunks(&mut self, kind: Kind, tokenizer: &Tokenizer, ids: &Ids, index: usize, d: Delta) -> Vec<Vec<u8>> {
-        let mut out = Vec::new();
-        self.reasoned.push_str(&d.reasoning);
-        self.streamed.push_str(&d.content);
-        if !d.reasoning.is_empty() {
-            out.push(openai::sse_reasoning(ids, index, &d.reasoning, self.first));
-            self.first = false;
+    /// Ends a sealed answer; with `receipt`, signs one over the body
+    /// sealed so far and adds it to the trailer.
+    async fn finish(
+        &self,
+        sealer: ResponseSealer,
+        sealed: [u8; 32],
+        receipt: Option<Signed>,
+        mut trailer: Vec<(&'static str, String)>,
+    ) -> Result<(), GatewaySealError> {
+        if let Some(r) = receipt {
+            let receipt = self.receipt(sealed, sealer.content_digest(), r.tokens, [&r.drafter, &r.route]);
+            trailer.push((RECEIPT_FIELD, receipt));
         }
-        if !d.content.is_empty() {
-            let lp = self.take_logprobs(kind, tokenizer, usize::MAX);
-            out.push(openai::sse_chunk(kind, ids, index, Some(&d.content), None, self.first, lp));
-            self.first = false;
-        }
-        out
+        let trailer: Vec<(&str, &str)> = trailer.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        sealer.finish_with_trailer(&trailer).await
     }
-
-    /// The chunks that end a streamed choice: what the stream has not said
-    /// yet (the text held back at a call, or what the reader still held),
-    /// its calls whole, then the end chunk with `reason` (`tool_calls` when
-    /// it called). `call`: the endpoint and the tools offered; `lp`: the
-    /// log-probabilities not sent yet.
-    #[allow(clippy::too_many_arguments)]
-    fn end_chunks(
-        &mut self,
-        (kind, tools): (Kind, Option<&openai::Tools>),
-        tokenizer: &Tokenizer,
-        ids: &Ids,
-        index: usize,
-        g: &Generation,
-        mut lp: Option<serde_json::Value>,
-        reason: &'static str,
-    ) -> Vec<Vec<u8>> {
-        let mut out = Vec::new();
-        let mut calls = Vec::new();
-        if let Some(r) = self.reader.take() {
-            let parsed = sort_answer(tools, r, g.text.get(self.fed..).unwrap_or_default());
-            // (A parsed call's content is trimmed: the stream may have said
-            // more blanks.)
-            let content = (parsed.content.strip_prefix(self.streamed.as_str()))
-                .or_else(|| parsed.content.strip_prefix(self.streamed.trim()));
-            let d = Delta {
-                reasoning: parsed.reasoning.strip_prefix(&self.reasoned).unwrap_or_default().to_owned(),
-                content: content.unwrap_or_default().to_owned(),
-            };
-            out = self.delta_chunks(kind, tokenizer, ids, index, d);
-            calls = parsed.calls;
-        } else if let Some(tools) = tools {
-            let parsed = read_calls(tools, g);
-            // The content after the streamed part, or, with no call, the
-            // rest of the text.
-            let rest = if parsed.calls.is_empty() {
-                g.text.strip_prefix(self.streamed.as_str()).unwrap_or_default()
-            } else {
-                parsed.content.strip_prefix(self.streamed.trim()).unwrap_or_default()
-            };
-            if !rest.is_empty() || lp.is_some() {
-                out.push(openai::sse_chunk(kind, ids, index, Some(rest), None, self.first, lp.take()));
-                self.first = false;
-            }
-            calls = parsed.calls;
-        }
-        let mut reason = reason;
-        if !calls.is_empty() {
-            out.push(openai::sse_tool_calls(ids, index, &calls, self.first));
-            self.first = false;
-            reason = "tool_calls";
-        }
-        out.push(openai::sse_chunk(kind, ids, index, None, Some(reason), self.first, lp));
-        out
-    }
-
-    /// The pending log-probabilities in the endpoint's shape, for a chunk;
-    /// `answer`: tokens in the answer, when known (those a stop string cut
-    /// are not sent).
-    fn take_logprobs(&mut self, kind: Kind, tokenizer: &Tokenizer, answer: usize) -> Option<serde_json::Value> {
-        let mut lp = self.pending.take()?;
-        lp.truncate(answer.saturating_sub(self.sent));
-        self.sent += lp.len();
-        Some(openai::logprobs_json(kind, tokenizer, &lp, &mut self.offset))
-    }
-}
-
-/// The tool calls in an answer, read from its text, which for a request
-/// that offered tools has special tokens written out (`<tool_call>` is one
-/// in Qwen's vocabulary); all of them, or the first when
-/// `parallel_tool_calls` is false.
-fn read_calls(tools: &openai::Tools, g: &Generation) -> Parsed {
-    let mut parsed = tools.format.parse(&g.text, &tools.defs);
-    if !tools.parallel {
-        parsed.calls.truncate(1);
-    }
-    parsed
-}
-
-/// The whole answer sorted by its reasoning format: `reader` (given the
-/// streamed part, or nothing yet) reads `rest`; a `<think>` model's calls
-/// are read from its content in the tool format; all of them, or the first
-/// when `parallel_tool_calls` is false.
-fn sort_answer(tools: Option<&openai::Tools>, mut reader: Reader, rest: &str) -> Parsed {
-    reader.push(rest);
-    let thinks = matches!(reader, Reader::Think(_));
-    let (_, mut whole) = reader.finish();
-    if let (true, Some(tools)) = (thinks, tools) {
-        let p = tools.format.parse(&whole.content, &tools.defs);
-        (whole.content, whole.calls) = (p.content, p.calls);
-    }
-    if !tools.is_some_and(|t| t.parallel) {
-        whole.calls.truncate(1);
-    }
-    whole
-}
-
-/// The drafter that ran for a generation, as the sealed answer names it:
-/// `none` when the session did not speculate, else the drafter's name and
-/// how many rounds carried drafts.
-fn drafter_ran(g: &Generation) -> String {
-    match &g.speculation {
-        None => "none".to_owned(),
-        Some(s) => format!("{}; {} of {} rounds drafted", s.drafter, s.spec_rounds, s.rounds),
-    }
-}
-
-/// An accepted request that failed, as the OpenAI error its blame calls for.
-fn server_error(f: &Failure) -> ApiError {
-    let kind = match f.blame {
-        Blame::Request => "invalid_request_error",
-        Blame::Busy => "rate_limit_error",
-        Blame::Timeout => "timeout",
-        _ => "server_error",
-    };
-    ApiError { status: f.blame.status(), kind, param: None, message: f.message.clone() }
 }
 
 async fn respond(
