@@ -28,8 +28,9 @@
 //! tokens' log-probabilities come back, so `--save-logits` and `--kl-base`
 //! are local only.
 
+use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 
@@ -180,53 +181,10 @@ pub(super) fn perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
         tokens.len(),
         if bos.is_some() { ", BOS first" } else { "" }
     );
-    let mut save = match &args.save_logits {
-        None => None,
-        Some(path) => {
-            let mut w =
-                BufWriter::new(std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?);
-            w.write_all(MAGIC)?;
-            for v in [ctx, vocab, chunks * scored] {
-                w.write_all(&(v as u32).to_le_bytes())?;
-            }
-            for &t in &tokens[..chunks * ctx] {
-                w.write_all(&t.to_le_bytes())?;
-            }
-            Some(w)
-        }
-    };
-    let mut base = match &args.kl_base {
-        None => None,
-        Some(path) => {
-            let mut r =
-                BufReader::new(std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?);
-            let mut magic = [0u8; 8];
-            r.read_exact(&mut magic)?;
-            let mut u32s = |n: usize| -> anyhow::Result<Vec<u32>> {
-                let mut b = vec![0u8; 4 * n];
-                r.read_exact(&mut b)?;
-                Ok(b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
-            };
-            if &magic != MAGIC {
-                bail!("{} is not a --save-logits file", path.display());
-            }
-            let head = u32s(3)?;
-            if head[0] as usize != ctx || head[1] as usize != vocab || (head[2] as usize) < chunks * scored {
-                bail!(
-                    "{} was saved with ctx {}, vocab {}, {} positions: not this run's",
-                    path.display(),
-                    head[0],
-                    head[1],
-                    head[2]
-                );
-            }
-            let theirs = u32s(head[2] as usize / scored * ctx)?;
-            if theirs[..chunks * ctx] != tokens[..chunks * ctx] {
-                bail!("{} was saved over other tokens (another text or tokenizer)", path.display());
-            }
-            Some(r)
-        }
-    };
+    let windows = &tokens[..chunks * ctx];
+    let mut save =
+        args.save_logits.as_deref().map(|p| logits_file(p, (ctx, vocab, chunks * scored), windows)).transpose()?;
+    let mut base = args.kl_base.as_deref().map(|p| kl_base(p, (ctx, vocab, chunks * scored), windows)).transpose()?;
     let bar = indicatif::ProgressBar::new(chunks as u64);
     bar.set_style(
         indicatif::ProgressStyle::with_template("{bar:40} {pos}/{len} windows, {elapsed} (eta {eta}) {msg}")
@@ -304,6 +262,61 @@ pub(super) fn perplexity(args: PerplexityArgs) -> anyhow::Result<()> {
     println!("scored: {count}");
     println!("perplexity: {ppl:.4}");
     Ok(())
+}
+
+/// A `--save-logits` file with its header written: the magic, `ctx`,
+/// `vocab`, the scored positions, then the windows' tokens.
+fn logits_file(
+    path: &Path,
+    (ctx, vocab, positions): (usize, usize, usize),
+    windows: &[u32],
+) -> anyhow::Result<BufWriter<File>> {
+    let mut w = BufWriter::new(File::create(path).with_context(|| format!("creating {}", path.display()))?);
+    w.write_all(MAGIC)?;
+    for v in [ctx, vocab, positions] {
+        w.write_all(&(v as u32).to_le_bytes())?;
+    }
+    for &t in windows {
+        w.write_all(&t.to_le_bytes())?;
+    }
+    Ok(w)
+}
+
+/// A `--kl-base` file read up to its first row, checked against this run:
+/// the same `ctx` and vocabulary, at least as many scored positions, and
+/// the same tokens in the windows (another text or tokenizer is refused).
+fn kl_base(
+    path: &Path,
+    (ctx, vocab, positions): (usize, usize, usize),
+    windows: &[u32],
+) -> anyhow::Result<BufReader<File>> {
+    let mut r = BufReader::new(File::open(path).with_context(|| format!("opening {}", path.display()))?);
+    let mut magic = [0u8; 8];
+    r.read_exact(&mut magic)?;
+    let mut u32s = |n: usize| -> anyhow::Result<Vec<u32>> {
+        let mut b = vec![0u8; 4 * n];
+        r.read_exact(&mut b)?;
+        Ok(b.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
+    };
+    if &magic != MAGIC {
+        bail!("{} is not a --save-logits file", path.display());
+    }
+    let head = u32s(3)?;
+    if head[0] as usize != ctx || head[1] as usize != vocab || (head[2] as usize) < positions {
+        bail!(
+            "{} was saved with ctx {}, vocab {}, {} positions: not this run's",
+            path.display(),
+            head[0],
+            head[1],
+            head[2]
+        );
+    }
+    let scored = ctx - ctx / 2 - 1;
+    let theirs = u32s(head[2] as usize / scored * ctx)?;
+    if theirs[..windows.len()] != *windows {
+        bail!("{} was saved over other tokens (another text or tokenizer)", path.display());
+    }
+    Ok(r)
 }
 
 /// `log softmax(row)`, in f64 for the sum.
