@@ -155,80 +155,98 @@ pub async fn run(args: ClusterArgs) -> anyhow::Result<()> {
             _ = tick.tick() => {}
         }
         for s in &mut shards {
-            if let Some(child) = &mut s.child {
-                if let Ok(Some(status)) = child.try_wait() {
-                    if s.started.elapsed() > STABLE_AFTER {
-                        s.backoff = FIRST_BACKOFF;
-                    }
-                    // A configuration error (bad route or policy, address in
-                    // use) does not heal by restarting: stop, naming it.
-                    if status.code() == Some(EXIT_CONFIG) {
-                        fatal = Some(format!(
-                            "shard stage {} replica {} cannot start (configuration error, its message is above); \
-                             not restarting",
-                            s.stage, s.replica
-                        ));
-                        break 'supervise;
-                    }
-                    s.quick_exits = if s.started.elapsed() < QUICK_EXIT { s.quick_exits + 1 } else { 0 };
-                    if s.quick_exits >= MAX_QUICK_EXITS {
-                        fatal = Some(format!(
-                            "shard stage {} replica {} exited {} times within {:?} of starting; not restarting",
-                            s.stage, s.replica, s.quick_exits, QUICK_EXIT
-                        ));
-                        break 'supervise;
-                    }
-                    tracing::warn!(stage = s.stage, replica = s.replica, %status, restart_in = ?s.backoff, "shard exited; restarting");
-                    s.child = None;
-                    s.restart_at = Some(Instant::now() + s.backoff);
-                    s.backoff = (s.backoff * 2).min(MAX_BACKOFF);
-                }
+            if let Some(why) = s.reap() {
+                fatal = Some(why);
+                break 'supervise;
             }
             if s.child.is_none() && s.restart_at.is_some_and(|t| Instant::now() >= t) {
-                match spawn(&shard_bin, &route, s.stage, s.replica, &cluster_id, args.bind_config) {
-                    Ok(child) => {
-                        tracing::info!(
-                            stage = s.stage,
-                            replica = s.replica,
-                            layers = ?s.layers,
-                            pid = child.id().unwrap_or(0),
-                            "shard started"
-                        );
-                        s.child = Some(child);
-                        s.started = Instant::now();
-                        s.restart_at = None;
-                    }
-                    Err(e) => {
-                        tracing::error!(stage = s.stage, error = %e, "cannot start shard");
-                        s.restart_at = Some(Instant::now() + s.backoff);
-                        s.backoff = (s.backoff * 2).min(MAX_BACKOFF);
-                    }
-                }
+                s.start(&shard_bin, &route, &cluster_id, args.bind_config);
             }
         }
     }
     if let Some(t) = relay_task {
         t.abort();
     }
+    stop_all(&mut shards).await;
+    tracing::info!("all shards stopped");
+    match fatal {
+        Some(why) => anyhow::bail!(why),
+        None => Ok(()),
+    }
+}
+
+impl Shard {
+    /// Notes an exit of its process: a restart is scheduled with backoff,
+    /// or, for a configuration error or too many quick exits, the reason
+    /// to stop the cluster.
+    fn reap(&mut self) -> Option<String> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        if self.started.elapsed() > STABLE_AFTER {
+            self.backoff = FIRST_BACKOFF;
+        }
+        // A configuration error (bad route or policy, address in use) does
+        // not heal by restarting: stop, naming it.
+        if status.code() == Some(EXIT_CONFIG) {
+            return Some(format!(
+                "shard stage {} replica {} cannot start (configuration error, its message is above); not restarting",
+                self.stage, self.replica
+            ));
+        }
+        self.quick_exits = if self.started.elapsed() < QUICK_EXIT { self.quick_exits + 1 } else { 0 };
+        if self.quick_exits >= MAX_QUICK_EXITS {
+            return Some(format!(
+                "shard stage {} replica {} exited {} times within {:?} of starting; not restarting",
+                self.stage, self.replica, self.quick_exits, QUICK_EXIT
+            ));
+        }
+        tracing::warn!(stage = self.stage, replica = self.replica, %status, restart_in = ?self.backoff, "shard exited; restarting");
+        self.child = None;
+        self.restart_at = Some(Instant::now() + self.backoff);
+        self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+        None
+    }
+
+    /// Starts its process; a failed start is retried after the backoff.
+    fn start(&mut self, shard_bin: &Path, route: &Path, cluster_id: &str, bind_config: bool) {
+        match spawn(shard_bin, route, self.stage, self.replica, cluster_id, bind_config) {
+            Ok(child) => {
+                tracing::info!(
+                    stage = self.stage,
+                    replica = self.replica,
+                    layers = ?self.layers,
+                    pid = child.id().unwrap_or(0),
+                    "shard started"
+                );
+                self.child = Some(child);
+                self.started = Instant::now();
+                self.restart_at = None;
+            }
+            Err(e) => {
+                tracing::error!(stage = self.stage, error = %e, "cannot start shard");
+                self.restart_at = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Closes every shard's supervision pipe (each exits cleanly when it
+/// closes) and kills those still running after the grace period.
+async fn stop_all(shards: &mut [Shard]) {
     tracing::info!("shutting down: closing every shard's supervision pipe");
-    for s in &mut shards {
+    for s in shards.iter_mut() {
         if let Some(child) = &mut s.child {
             drop(child.stdin.take());
         }
     }
     let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-    for s in &mut shards {
+    for s in shards.iter_mut() {
         if let Some(child) = &mut s.child {
             if tokio::time::timeout_at(deadline, child.wait()).await.is_err() {
                 tracing::warn!(stage = s.stage, replica = s.replica, "shard did not exit in time: killing it");
                 let _ = child.kill().await;
             }
         }
-    }
-    tracing::info!("all shards stopped");
-    match fatal {
-        Some(why) => anyhow::bail!(why),
-        None => Ok(()),
     }
 }
 
