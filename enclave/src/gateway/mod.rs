@@ -8,5 +8,4 @@
 pub mod answer;
 pub mod openai;
 pub mod seal;
-pub(crate) mod seal_error;
 pub mod server;

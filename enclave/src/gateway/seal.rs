@@ -65,7 +65,7 @@ const HEADER_LEN: usize = 7;
 /// What the replay window keeps of an encapsulated key: its SHA-256.
 const ENC_LEN: usize = 32;
 
-pub use super::seal_error::GatewaySealError;
+pub use crate::error::seal::GatewaySealError;
 
 /// Encapsulated keys of authenticated requests, each with the Unix second
 /// after which its timestamp is refused anyway; arrival order for eviction.

@@ -7,9 +7,7 @@
 pub mod entry;
 pub mod local;
 pub mod net;
-pub(crate) mod net_error;
 pub mod route;
-pub(crate) mod route_error;
 pub mod sessions;
 pub mod shard;
 pub mod worker;

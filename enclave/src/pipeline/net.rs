@@ -22,7 +22,7 @@ pub const DIAL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Reader half of an attested link.
 pub type Reader<S> = LinkReader<tokio::io::ReadHalf<S>>;
 
-pub use super::net_error::{DialError, ForwardError, RoleMismatch};
+pub use crate::error::net::{DialError, ForwardError, RoleMismatch};
 
 /// This shard's attested identity and the cluster policy.
 #[derive(Debug)]

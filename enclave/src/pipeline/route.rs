@@ -44,7 +44,7 @@ use veil_wire::route::{default_depth_max, default_k_max, EntryFile, RouteFile, S
 
 use crate::link::frame::Precision;
 
-pub use super::route_error::RouteError;
+pub use crate::error::route::RouteError;
 
 /// Which drafter the entry uses when a request does not choose (the route
 /// never names `script`).

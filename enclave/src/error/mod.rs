@@ -8,11 +8,18 @@
 //! [`LinkFailure`], …) stay what their modules return; this one wraps them
 //! with the blame they carry at a node's level.
 
-use crate::gateway::seal_error::GatewaySealError;
 use crate::link::LinkFailure;
 use crate::model::ModelError;
-use crate::pipeline::net_error::DialError;
-use crate::pipeline::route_error::RouteError;
+use net::DialError;
+use route::RouteError;
+use seal::GatewaySealError;
+
+// The errors of modules above this one that it wraps live here, below it
+// (re-exported where their modules return them), so no module and this
+// one depend on each other.
+pub(crate) mod net;
+pub(crate) mod route;
+pub(crate) mod seal;
 
 /// Why a node did not start, or stopped.
 #[derive(Debug, thiserror::Error)]

@@ -1,5 +1,5 @@
-//! Why the sealed-request gateway refused a request: a leaf (it imports
-//! nothing from this crate), so [`crate::error`] can wrap it without a cycle.
+//! Why the sealed-request gateway refused a request (returned by
+//! [`crate::gateway::seal`]): a leaf, it imports nothing from this crate.
 
 /// Why the gateway refused a sealed request or could not seal its
 /// response (the client's side of the same exchange is

@@ -1,5 +1,5 @@
-//! Why a peer could not be linked: a leaf (it imports nothing from this
-//! crate but the link failure), so [`crate::error`] can wrap it without a cycle.
+//! Why a peer could not be linked (returned by [`crate::pipeline::net`]): it
+//! imports nothing from this crate but the link failure.
 
 use std::net::SocketAddr;
 

@@ -1,5 +1,5 @@
-//! Why a route file is unusable: a leaf (it imports nothing from this
-//! crate), so [`crate::error`] can wrap it without a cycle.
+//! Why a route file is unusable (returned by [`crate::pipeline::route`]): a
+//! leaf, it imports nothing from this crate.
 
 use std::path::PathBuf;
 
