@@ -14,7 +14,7 @@ use candle_core::{Device, Tensor};
 use super::error::{ModelError, Result};
 use super::gguf::write::{write_streamed, Entry};
 use super::gguf::{GgufFile, TensorType};
-use super::kernels::mxfp4;
+use super::quant::mxfp4;
 use super::quant::GgmlType;
 
 /// The family a random model is written as (`general.architecture`).

@@ -71,7 +71,7 @@ impl Loader<'_> {
                 // candle has no MXFP4: every MXFP4 value is exact in BF16
                 // (two significant bits, an f32 exponent), at 2 bytes a weight.
                 let values: Vec<f32> =
-                    raw.bytes.chunks_exact(17).flat_map(super::kernels::mxfp4::dequantize_block).collect();
+                    raw.bytes.chunks_exact(17).flat_map(super::quant::mxfp4::dequantize_block).collect();
                 let t = QTensor::quantize(&Tensor::from_vec(values, (rows, cols), &Device::Cpu)?, GgmlDType::BF16)?;
                 let t = ggml_file::qtensor_from_ggml(GgmlDType::BF16, &t.data()?, vec![rows, cols], device)?;
                 return Ok(Weight::Candle { matmul: QMatMul::from_qtensor(t)?, rows, cols });

@@ -97,9 +97,7 @@ fn decoder(ty: GgmlType) -> Option<Decoder> {
         T::TQ1_0 => |b| blocks(b, tq1_0),
         T::TQ2_0 => |b| blocks(b, tq2_0),
         // The MXFP4 kernel's own block decoder (`kernels::mxfp4`).
-        T::MXFP4 => {
-            |b| blocks(b, |b: &[u8; 17], y: &mut [f32; 32]| *y = crate::model::kernels::mxfp4::dequantize_block(b))
-        }
+        T::MXFP4 => |b| blocks(b, |b: &[u8; 17], y: &mut [f32; 32]| *y = super::mxfp4::dequantize_block(b)),
         T::NVFP4 => |b| blocks(b, nvfp4),
         // Q8_1 is an activation format: ggml has no to-float for it.
         T::Q8_1 | T::I8 | T::I16 | T::I32 | T::I64 => return None,

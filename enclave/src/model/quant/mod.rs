@@ -9,6 +9,7 @@
 //! Veil cannot compute with is refused as, say, `I64`.
 
 pub mod dequant;
+pub mod mxfp4;
 pub(crate) mod tables;
 
 /// One of ggml's storage types.
