@@ -20,6 +20,7 @@ use std::marker::PhantomData;
 
 use rayon::prelude::*;
 
+pub(crate) use super::expand::Expand;
 use super::{check_shape, f16_at, grid, par_matmul, quantize_row_q8_0, BlockQ80, Dots, KernelError, BLOCK};
 
 /// Bytes of one IQ4_NL block in a GGUF.
@@ -31,31 +32,6 @@ pub const Q5_0_BLOCK_BYTES: usize = 22;
 
 /// IQ4_NL's and IQ4_XS's values (ggml's `kvalues_iq4nl`).
 pub const KVALUES_IQ4NL: [i8; 16] = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113];
-
-/// A block that unpacks to 32 exact integers and one scale.
-pub(crate) trait Expand: Copy + Send + Sync + 'static {
-    /// The block's scale.
-    fn scale(&self) -> f32;
-    /// The 32 integers, in weight order.
-    fn ints(&self) -> [i8; BLOCK];
-    /// Appends the resident fields to `out` (what the digest covers).
-    fn bytes_into(&self, out: &mut Vec<u8>);
-    /// Whether the block has a scale per 16 weights: the scale times an
-    /// integer multiplier per half ([`Expand::halves`]).
-    const HALVED: bool = false;
-    /// The multipliers of the first and second 16 weights' scale.
-    fn halves(&self) -> [i32; 2] {
-        [1, 1]
-    }
-    /// The block dequantized, as ggml's `dequantize_row_*` computes each
-    /// value: the integer times the scale (times its half's multiplier).
-    fn dequantize(&self) -> [f32; BLOCK] {
-        let d = self.scale();
-        let h = self.halves().map(|m| d * m as f32);
-        let q = self.ints();
-        std::array::from_fn(|j| f32::from(q[j]) * h[j / 16])
-    }
-}
 
 /// A 16-entry table of integers that 4-bit codes index.
 pub(crate) trait Codebook: Copy + Send + Sync + std::fmt::Debug + 'static {

@@ -17,7 +17,7 @@
 //! llama.cpp pairs these types with Q8_K activations (one scale per 256);
 //! Veil's use one scale per 32.
 
-use super::expanded::Expand;
+use super::expand::Expand;
 use super::BLOCK;
 use crate::model::quant::tables::{IQ1S_GRID, IQ2S_GRID, IQ2XS_GRID, IQ2XXS_GRID, IQ3S_GRID, IQ3XXS_GRID};
 

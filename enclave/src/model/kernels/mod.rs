@@ -754,6 +754,7 @@ pub use isa::*;
 #[cfg(target_arch = "x86_64")]
 use vnni::*;
 
+mod expand;
 pub mod expanded;
 pub mod grid;
 pub mod kquant;
