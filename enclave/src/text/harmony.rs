@@ -26,7 +26,7 @@
 
 use serde_json::Value;
 
-use super::tools::{Parsed, ToolCall};
+use super::calls::{Parsed, ToolCall};
 
 /// Longest header read before the text is taken as plain content (a real
 /// header is `<|start|>assistant<|channel|>commentary to=functions.NAME

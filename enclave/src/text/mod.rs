@@ -1,10 +1,10 @@
 //! The entry shard's text side: tokenizer, chat template, sampler.
 
+pub mod calls;
 pub mod grammar;
 pub mod harmony;
 pub mod reasoning;
 pub mod sampler;
-pub mod schema_limits;
 pub mod spm;
 pub mod template;
 pub mod tokenizer;

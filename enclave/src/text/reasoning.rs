@@ -11,9 +11,9 @@
 //! starts inside it; otherwise an answer that begins with `<think>` opens
 //! one, and any other is all content.
 
+use super::calls::Parsed;
 use super::harmony::{Delta, HarmonyReader};
 use super::tokenizer::Tokenizer;
-use super::tools::Parsed;
 
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";

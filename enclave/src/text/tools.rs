@@ -21,6 +21,7 @@
 //! Other formats are refused by name, as is a template that never reads
 //! `tools`.
 
+pub use super::calls::{Parsed, ToolCall, ToolDef};
 use serde_json::{json, Value};
 
 use super::grammar::{ResponseFormat, MAX_SCHEMA_BYTES};
@@ -80,39 +81,6 @@ pub struct CallMarkers {
     /// A call begins the answer when its text (after leading whitespace)
     /// begins with one of these.
     pub at_start: Vec<String>,
-}
-
-/// One tool call read from the output.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ToolCall {
-    /// The function's name.
-    pub name: String,
-    /// Its arguments, as compact JSON text (an object).
-    pub arguments: String,
-}
-
-/// What an answer said: its text outside the calls, and the calls.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Parsed {
-    /// Text outside any call: trimmed by the call formats, as it streamed
-    /// by the reasoning readers ([`super::reasoning`]).
-    pub content: String,
-    /// The model's reasoning, for formats that set it apart (harmony's
-    /// `analysis` channel); else empty.
-    pub reasoning: String,
-    /// The calls, in order.
-    pub calls: Vec<ToolCall>,
-}
-
-/// A function the model may call, as validated from `tools`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ToolDef {
-    /// Its name.
-    pub name: String,
-    /// What it does (a string), when given.
-    pub description: Option<Value>,
-    /// Its parameters' JSON schema (an object).
-    pub parameters: Value,
 }
 
 const PROBE_NAME: &str = "veil_probe_fn";

@@ -26,7 +26,7 @@
 
 use serde_json::{json, Map, Value};
 
-use super::tools::{ToolCall, ToolDef};
+use super::calls::{ToolCall, ToolDef};
 
 /// How a value's closing tag is written, for a forced call.
 pub(crate) enum Close<'a> {

@@ -8,7 +8,7 @@
 //! gigabytes). So before a session starts, its format is vetted:
 //!
 //! ```text
-//! vet(format) ─▶ structural limits (text::schema_limits, microseconds) ─▶ 400 naming the limit
+//! vet(format) ─▶ structural limits (text::grammar::limits, microseconds) ─▶ 400 naming the limit
 //!             ─▶ verdict cache (SHA-256 of the format; n choices compile once)
 //!             ─▶ a permit (FormatBudget::workers at once, FormatBudget::queue waiting, else 503)
 //!             ─▶ a worker process (`veil-shard format-worker`): compile on a thread
@@ -37,8 +37,8 @@ use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
 
+use crate::text::grammar::limits::{self, LimitExceeded};
 use crate::text::grammar::{GrammarError, Grammars, ResponseFormat, Vocabulary, MAX_SCHEMA_BYTES};
-use crate::text::schema_limits::{self, LimitExceeded};
 
 /// Stack of the thread a format compiles on, in a worker process or in
 /// process.
@@ -217,7 +217,7 @@ impl FormatJobs {
         if let Some(v) = self.verdicts.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
             return v;
         }
-        if let Err(e) = schema_limits::check(format) {
+        if let Err(e) = limits::check(format) {
             let refused = Err(FormatRefusal::Limit(e));
             self.verdicts.lock().unwrap_or_else(|p| p.into_inner()).put(key, refused.clone());
             return refused;

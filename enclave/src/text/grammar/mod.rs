@@ -23,6 +23,8 @@ use serde::{Deserialize, Serialize};
 
 use super::tokenizer::Tokenizer;
 
+pub mod limits;
+
 /// Largest schema accepted, in bytes of its JSON text (it travels with every
 /// frame that wants a verdict).
 pub const MAX_SCHEMA_BYTES: usize = 32 << 10;
@@ -114,7 +116,7 @@ pub enum GrammarError {
     Engine,
     /// Over one of the structural limits checked before compiling.
     #[error(transparent)]
-    Limit(#[from] super::schema_limits::LimitExceeded),
+    Limit(#[from] limits::LimitExceeded),
 }
 
 /// A vocabulary's grammar engine: the token trie, built once.
@@ -150,11 +152,11 @@ impl Grammars {
     }
 
     /// A matcher for `format`, at the start of the output. The structural
-    /// limits ([`schema_limits`](super::schema_limits)) are checked first;
+    /// limits ([`limits`]) are checked first;
     /// the compile itself is bounded only by the engine's fuel, so callers
     /// outside a budgeted job run only formats such a job has passed.
     pub fn compile(&self, format: &ResponseFormat) -> Result<Constrained, GrammarError> {
-        super::schema_limits::check(format)?;
+        limits::check(format)?;
         let parser = self.factory.create_parser(format.grammar()?).map_err(|e| GrammarError::Compile(e.to_string()))?;
         let mut matcher = Matcher::new(Ok(parser));
         if matcher.is_error() {

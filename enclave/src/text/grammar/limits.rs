@@ -16,7 +16,7 @@
 
 use serde_json::Value;
 
-use super::grammar::{ResponseFormat, MAX_SCHEMA_BYTES};
+use super::{ResponseFormat, MAX_SCHEMA_BYTES};
 
 /// Deepest nesting of objects and arrays in a schema's JSON text.
 pub const MAX_DEPTH: usize = 32;
