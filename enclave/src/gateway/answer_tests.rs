@@ -1,15 +1,11 @@
 //! The answer core driven by hand: each event in, the exact steps out, with
 //! no sessions, sealer or sockets.
 
-use std::io::Cursor;
-use std::path::Path;
-
-use candle_core::quantized::gguf_file::{self, Value as Meta};
+use candle_core::quantized::gguf_file::Value as Meta;
 use serde_json::Value;
 
 use super::*;
 use crate::gateway::openai::{Route, SSE_PAD};
-use crate::model::GgufFile;
 
 fn tokenizer() -> Tokenizer {
     let tokens = ["<|endoftext|>", "a", "b", "c", "Ġ"];
@@ -23,13 +19,7 @@ fn tokenizer() -> Tokenizer {
         ("tokenizer.ggml.merges", strings(&[])),
         ("tokenizer.ggml.eos_token_id", Meta::U32(0)),
     ];
-    let refs: Vec<(&str, &Meta)> = meta.iter().map(|(k, v)| (*k, v)).collect();
-    let mut bytes = Cursor::new(Vec::new());
-    gguf_file::write(&mut bytes, &refs, &[]).unwrap();
-    let bytes = bytes.into_inner();
-    let len = bytes.len() as u64;
-    let g = GgufFile::from_source(Path::new("answer.gguf"), Box::new(Cursor::new(bytes)), len).unwrap();
-    Tokenizer::from_gguf(&g).unwrap()
+    crate::text::tokenizer::from_metadata(&meta).unwrap()
 }
 
 /// A completion call parsed as the gateway parses it (prompt "ab", 2 ids).

@@ -767,6 +767,20 @@ impl Tokenizer {
 
 pub use super::template::ChatMessage;
 
+/// A tokenizer from GGUF metadata alone (a file with no tensors), for the
+/// unit tests' small vocabularies.
+#[cfg(test)]
+pub(crate) fn from_metadata(meta: &[(&str, candle_core::quantized::gguf_file::Value)]) -> Result<Tokenizer> {
+    use std::io::Cursor;
+    let refs: Vec<(&str, &candle_core::quantized::gguf_file::Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
+    let mut bytes = Cursor::new(Vec::new());
+    candle_core::quantized::gguf_file::write(&mut bytes, &refs, &[])
+        .map_err(|e| ModelError::Invalid(format!("writing test metadata: {e}")))?;
+    let bytes = bytes.into_inner();
+    let len = bytes.len() as u64;
+    Tokenizer::from_gguf(&GgufFile::from_source(std::path::Path::new("test.gguf"), Box::new(Cursor::new(bytes)), len)?)
+}
+
 #[cfg(test)]
 #[path = "tokenizer_tests.rs"]
 mod tests;

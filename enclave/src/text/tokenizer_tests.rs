@@ -2,10 +2,7 @@
 //! whole tokenizers against llama.cpp's vocabulary tests are in
 //! `tests/all/vocab.rs`.
 
-use std::io::Cursor;
-use std::path::Path;
-
-use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::gguf_file::Value;
 use tokenizers::{OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer};
 
 use super::*;
@@ -56,12 +53,7 @@ fn tokenizer(pre: Option<&str>) -> Result<Tokenizer> {
     if let Some(pre) = pre {
         meta.push(("tokenizer.ggml.pre", Value::String(pre.into())));
     }
-    let refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
-    let mut bytes = Cursor::new(Vec::new());
-    gguf_file::write(&mut bytes, &refs, &[]).unwrap();
-    let bytes = bytes.into_inner();
-    let len = bytes.len() as u64;
-    Tokenizer::from_gguf(&GgufFile::from_source(Path::new("t.gguf"), Box::new(Cursor::new(bytes)), len)?)
+    super::from_metadata(&meta)
 }
 
 #[test]

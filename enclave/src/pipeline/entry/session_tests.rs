@@ -1,15 +1,12 @@
 //! The session core driven by hand: every action it asks for and every
 //! event it gets, with no processes, sockets or model weights.
 
-use std::io::Cursor;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use candle_core::quantized::gguf_file::{self, Value};
+use candle_core::quantized::gguf_file::Value;
 
 use super::*;
 use crate::link::frame::NO_SHADOW;
-use crate::model::GgufFile;
 use crate::speculate::pipeline::Depth;
 use crate::text::sampler::Distribution;
 
@@ -34,13 +31,7 @@ fn tokenizer() -> Tokenizer {
         ("tokenizer.ggml.merges", strings(&["a b"])),
         ("tokenizer.ggml.eos_token_id", Value::U32(EOS)),
     ];
-    let refs: Vec<(&str, &Value)> = meta.iter().map(|(k, v)| (*k, v)).collect();
-    let mut bytes = Cursor::new(Vec::new());
-    gguf_file::write(&mut bytes, &refs, &[]).unwrap();
-    let bytes = bytes.into_inner();
-    let len = bytes.len() as u64;
-    let g = GgufFile::from_source(Path::new("test.gguf"), Box::new(Cursor::new(bytes)), len).unwrap();
-    Tokenizer::from_gguf(&g).unwrap()
+    crate::text::tokenizer::from_metadata(&meta).unwrap()
 }
 
 /// A session on a 3-stage route with prefill chunks of 4.
