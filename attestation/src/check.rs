@@ -1,5 +1,5 @@
-//! The leaf of the crate's module graph: the names of the checks (SNP and
-//! GPU), what happened to each ([`Outcome`]), and the one check table every
+//! The leaf of the crate's module graph: the names of the checks (SNP,
+//! GPU and TDX), what happened to each ([`Outcome`]), and the one check table every
 //! verifier fills ([`CheckTable`]: SNP, each GPU, the route). Errors, the SNP and GPU checkers and the
 //! composite verifier build on these; nothing here depends on them.
 //!
@@ -64,6 +64,8 @@ pub enum CheckId {
     Gpu(GpuCheckId),
     /// The set of GPUs: present when required, as many as required, none twice.
     GpuSet,
+    /// A check on a TDX quote and its collateral (the TDX table; not in [`CheckId::ALL`]).
+    Tdx(TdxCheckId),
 }
 
 impl CheckId {
@@ -116,6 +118,7 @@ impl CheckId {
             Self::Freshness => "freshness",
             Self::Gpu(c) => c.name(),
             Self::GpuSet => "gpu_set",
+            Self::Tdx(c) => c.name(),
         }
     }
 }
@@ -217,6 +220,97 @@ impl fmt::Display for GpuCheckId {
     }
 }
 
+/// The checks run on a TDX quote and its collateral, in the order they run:
+/// structure, Intel's chains and collateral, the quoting enclave, the
+/// quote's own signature, the platform's TCB, then what the TD report says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TdxCheckId {
+    /// Quote v4/v5, ECDSA P-256, TEE type TDX, Intel's QE vendor ID; collateral JSON.
+    QuoteFormat,
+    /// PCK leaf → PCK CA → pinned Intel SGX Root CA; names, signatures, CA bits, validity.
+    PckChain,
+    /// Root CA CRL and PCK CRL: signed by their issuers, current, not listing the chain.
+    Revocation,
+    /// TCB info: its issuer chain to the pinned root, its signature, its window, its FMSPC and PCE ID.
+    TcbInfo,
+    /// QE identity: its issuer chain to the pinned root, its signature, its window.
+    QeIdentity,
+    /// The PCK key signed the QE report.
+    QeReportSignature,
+    /// The QE report commits to the attestation key and the QE auth data.
+    QeReportData,
+    /// The QE report matches the QE identity (signer, product, masked attributes, SVN level).
+    QeIdentityMatch,
+    /// The attestation key signed the header and the TD report.
+    QuoteSignature,
+    /// The TDX module's signer and attributes match the TCB info's module identity.
+    TdxModule,
+    /// The platform, module and QE TCB levels, and their advisories, are accepted by policy.
+    TcbStatus,
+    /// TD attributes: not debuggable, SEPT_VE_DISABLE and the rest as policy requires.
+    TdAttributes,
+    /// No service TD bound (TD 1.5), unless policy allows.
+    ServiceTd,
+    /// MRTD on the allowlist; RTMRs and owner fields as pinned.
+    Measurements,
+    /// `REPORTDATA` equals what the relying party expects.
+    ReportDataBinding,
+}
+
+impl TdxCheckId {
+    /// Every check, in verification order.
+    pub const ALL: [TdxCheckId; 15] = [
+        Self::QuoteFormat,
+        Self::PckChain,
+        Self::Revocation,
+        Self::TcbInfo,
+        Self::QeIdentity,
+        Self::QeReportSignature,
+        Self::QeReportData,
+        Self::QeIdentityMatch,
+        Self::QuoteSignature,
+        Self::TdxModule,
+        Self::TcbStatus,
+        Self::TdAttributes,
+        Self::ServiceTd,
+        Self::Measurements,
+        Self::ReportDataBinding,
+    ];
+
+    /// Stable snake_case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::QuoteFormat => "tdx_quote_format",
+            Self::PckChain => "tdx_pck_chain",
+            Self::Revocation => "tdx_revocation",
+            Self::TcbInfo => "tdx_tcb_info",
+            Self::QeIdentity => "tdx_qe_identity",
+            Self::QeReportSignature => "tdx_qe_report_signature",
+            Self::QeReportData => "tdx_qe_report_data",
+            Self::QeIdentityMatch => "tdx_qe_identity_match",
+            Self::QuoteSignature => "tdx_quote_signature",
+            Self::TdxModule => "tdx_module",
+            Self::TcbStatus => "tdx_tcb_status",
+            Self::TdAttributes => "tdx_td_attributes",
+            Self::ServiceTd => "tdx_service_td",
+            Self::Measurements => "tdx_measurements",
+            Self::ReportDataBinding => "tdx_report_data_binding",
+        }
+    }
+}
+
+impl fmt::Display for TdxCheckId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for TdxCheckId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
 /// What happened to one check.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
@@ -282,6 +376,14 @@ impl CheckName for CheckId {
         self.name()
     }
     const COLUMN: usize = 20;
+    const NOT_RUN_NOTE: &'static str = " (no input to check them against)";
+}
+
+impl CheckName for TdxCheckId {
+    fn check_name(self) -> &'static str {
+        self.name()
+    }
+    const COLUMN: usize = 24;
     const NOT_RUN_NOTE: &'static str = " (no input to check them against)";
 }
 

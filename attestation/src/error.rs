@@ -5,6 +5,7 @@ use std::fmt;
 use crate::check::{CheckId, CheckReport};
 use crate::gpu::error::GpuError;
 use crate::gpu::report::GpuAppraisal;
+use crate::tdx::error::{TdxCheckReport, TdxError};
 
 /// Errors of `veil-attestation`.
 #[derive(Debug, thiserror::Error)]
@@ -65,6 +66,17 @@ pub struct Rejection {
     pub report: CheckReport,
     /// For a GPU check or the GPU set: which GPU, the typed reason, every GPU table.
     pub gpu: Option<GpuFailure>,
+    /// For a TDX check: the typed reason and the TDX table.
+    pub tdx: Option<TdxFailure>,
+}
+
+/// The TDX side of a [`Rejection`].
+#[derive(Clone, Debug)]
+pub struct TdxFailure {
+    /// Typed reason.
+    pub error: TdxError,
+    /// The TDX table.
+    pub table: TdxCheckReport,
 }
 
 /// The GPU side of a [`Rejection`].
@@ -80,6 +92,13 @@ pub struct GpuFailure {
 
 impl fmt::Display for Rejection {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let (Some(t), CheckId::Tdx(c)) = (&self.tdx, self.check) {
+            return write!(
+                f,
+                "TDX quote rejected by check `{c}` ({}): expected {}, got {}",
+                t.error, self.expected, self.actual
+            );
+        }
         match (&self.gpu, self.check) {
             (Some(GpuFailure { index: Some(i), error, .. }), CheckId::Gpu(c)) => {
                 write!(f, "GPU {i} rejected by check `{c}` ({error}): expected {}, got {}", self.expected, self.actual)

@@ -256,6 +256,19 @@ impl ParsedCert {
     }
 }
 
+impl ParsedCert {
+    /// Verifies a fixed-width (R ‖ S, big-endian) ECDSA P-256/SHA-256
+    /// signature over `message` with this certificate's key (Intel's QE
+    /// report, TCB info and QE identity signatures).
+    pub fn verify_p256_fixed(&self, message: &[u8], signature: &[u8; 64]) -> Result<(), CertError> {
+        use ring::signature::{UnparsedPublicKey, ECDSA_P256_SHA256_FIXED};
+        let point = p256_point(&self.cert.tbs_certificate.subject_public_key_info)?;
+        UnparsedPublicKey::new(&ECDSA_P256_SHA256_FIXED, point)
+            .verify(message, signature)
+            .map_err(|_| CertError::BadSignature)
+    }
+}
+
 /// A parsed CRL that remembers its exact DER bytes.
 #[derive(Clone)]
 pub struct ParsedCrl {
@@ -324,11 +337,27 @@ const EC_PUBLIC_KEY: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10
 const SECP384R1: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.132.0.34");
 const RSA_ENCRYPTION: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1");
 
+/// `prime256v1` (RFC 5480): Intel's SGX and TDX chains.
+const PRIME256V1: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.10045.3.1.7");
+
 /// The uncompressed P-384 point of an SPKI, after checking its algorithm.
 fn p384_point(spki: &spki::SubjectPublicKeyInfoOwned) -> Result<&[u8], CertError> {
+    ec_point(spki, SECP384R1, "ECDSA P-384")
+}
+
+/// The uncompressed P-256 point of an SPKI, after checking its algorithm.
+fn p256_point(spki: &spki::SubjectPublicKeyInfoOwned) -> Result<&[u8], CertError> {
+    ec_point(spki, PRIME256V1, "ECDSA P-256")
+}
+
+fn ec_point<'a>(
+    spki: &'a spki::SubjectPublicKeyInfoOwned,
+    want: ObjectIdentifier,
+    name: &str,
+) -> Result<&'a [u8], CertError> {
     let curve = spki.algorithm.parameters.as_ref().and_then(|p| p.decode_as::<ObjectIdentifier>().ok());
-    if spki.algorithm.oid != EC_PUBLIC_KEY || curve != Some(SECP384R1) {
-        return Err(CertError::WrongKeyType("ECDSA P-384".into()));
+    if spki.algorithm.oid != EC_PUBLIC_KEY || curve != Some(want) {
+        return Err(CertError::WrongKeyType(name.into()));
     }
     spki.subject_public_key.as_bytes().ok_or_else(|| CertError::Malformed("public key bit string".into()))
 }
@@ -366,7 +395,10 @@ pub(crate) fn verify_signature(
     signature: Option<&[u8]>,
     issuer_spki: &spki::SubjectPublicKeyInfoOwned,
 ) -> Result<(), CertError> {
-    use ring::signature::{UnparsedPublicKey, VerificationAlgorithm, ECDSA_P384_SHA384_ASN1, RSA_PSS_2048_8192_SHA384};
+    use ring::signature::{
+        UnparsedPublicKey, VerificationAlgorithm, ECDSA_P256_SHA256_ASN1, ECDSA_P384_SHA384_ASN1,
+        RSA_PSS_2048_8192_SHA384,
+    };
     let signature = signature.ok_or_else(|| CertError::Malformed("signature bit string has unused bits".into()))?;
     let (scheme, key): (&'static dyn VerificationAlgorithm, &[u8]) = match *algorithm {
         RSASSA_PSS => {
@@ -383,6 +415,7 @@ pub(crate) fn verify_signature(
             (&RSA_PSS_2048_8192_SHA384, key)
         }
         ECDSA_WITH_SHA384 => (&ECDSA_P384_SHA384_ASN1, p384_point(issuer_spki)?),
+        ECDSA_WITH_SHA256 => (&ECDSA_P256_SHA256_ASN1, p256_point(issuer_spki)?),
         other => return Err(CertError::UnsupportedAlgorithm(other.to_string())),
     };
     let seen = verified_digest(algorithm, tbs, signature, key);
@@ -426,6 +459,38 @@ fn pem_rfc7468_decode(block: &str) -> Result<(String, Vec<u8>), CertError> {
         .decode(body)
         .map_err(|e| CertError::Malformed(format!("PEM base64: {e}")))?;
     Ok((label, der))
+}
+
+/// A DER TLV: (tag, content, total length).
+pub(crate) fn der_tlv(bytes: &[u8]) -> Option<(u8, &[u8], usize)> {
+    let tag = *bytes.first()?;
+    let first = *bytes.get(1)?;
+    let (len, header) = if first < 0x80 {
+        (usize::from(first), 2)
+    } else {
+        let n = usize::from(first & 0x7F);
+        if n == 0 || n > 3 {
+            return None;
+        }
+        let mut len = 0usize;
+        for i in 0..n {
+            len = (len << 8) | usize::from(*bytes.get(2 + i)?);
+        }
+        (len, 2 + n)
+    };
+    let end = header.checked_add(len)?;
+    Some((tag, bytes.get(header..end)?, end))
+}
+
+/// The TLVs one after another in `content`, as (tag, content).
+pub(crate) fn der_children(mut content: &[u8]) -> Option<Vec<(u8, &[u8])>> {
+    let mut out = Vec::new();
+    while !content.is_empty() {
+        let (tag, value, used) = der_tlv(content)?;
+        out.push((tag, value));
+        content = &content[used..];
+    }
+    Some(out)
 }
 
 /// Formats a time as `YYYY-MM-DDTHH:MM:SSZ`.

@@ -166,44 +166,13 @@ pub fn verify_chain(chain: &[ParsedCert], root: &ParsedCert, now: SystemTime) ->
     Ok(names.join(" → "))
 }
 
-/// A DER TLV: (tag, content, total length).
-fn tlv(bytes: &[u8]) -> Option<(u8, &[u8], usize)> {
-    let tag = *bytes.first()?;
-    let first = *bytes.get(1)?;
-    let (len, header) = if first < 0x80 {
-        (usize::from(first), 2)
-    } else {
-        let n = usize::from(first & 0x7F);
-        if n == 0 || n > 3 {
-            return None;
-        }
-        let mut len = 0usize;
-        for i in 0..n {
-            len = (len << 8) | usize::from(*bytes.get(2 + i)?);
-        }
-        (len, 2 + n)
-    };
-    let end = header.checked_add(len)?;
-    Some((tag, bytes.get(header..end)?, end))
-}
-
-fn children(mut content: &[u8]) -> Option<Vec<(u8, &[u8])>> {
-    let mut out = Vec::new();
-    while !content.is_empty() {
-        let (tag, value, used) = tlv(content)?;
-        out.push((tag, value));
-        content = &content[used..];
-    }
-    Some(out)
-}
-
 /// Collects every `SEQUENCE { OID sha384, OCTET STRING (48) }` (an FWID)
 /// anywhere in the DER tree, to a bounded depth.
 fn collect_fwids<'a>(content: &'a [u8], depth: usize, out: &mut Vec<&'a [u8]>) {
     if depth > 8 {
         return;
     }
-    let Some(kids) = children(content) else { return };
+    let Some(kids) = crate::x509::der_children(content) else { return };
     if let [(0x06, oid), (0x04, digest)] = kids.as_slice() {
         if *oid == SHA384_OID && digest.len() == 48 {
             out.push(digest);
@@ -224,7 +193,7 @@ pub fn leaf_fwid(cert: &ParsedCert) -> Result<Vec<u8>, String> {
         .extension(DICE_TCB_INFO)
         .map_err(|e| e.to_string())?
         .ok_or_else(|| "no DICE TcbInfo extension (2.23.133.5.4.1)".to_string())?;
-    let (tag, content, used) = tlv(ext).ok_or("TcbInfo is not DER")?;
+    let (tag, content, used) = crate::x509::der_tlv(ext).ok_or("TcbInfo is not DER")?;
     if tag != 0x30 || used != ext.len() {
         return Err("TcbInfo is not one DER SEQUENCE".into());
     }
@@ -252,9 +221,9 @@ mod tests {
 
     #[test]
     fn tlv_refuses_overruns() {
-        assert!(tlv(&[0x30, 0x05, 1, 2]).is_none());
-        assert!(tlv(&[0x30, 0x84, 0, 0, 0, 1]).is_none());
-        assert!(tlv(&[0x30]).is_none());
-        assert_eq!(tlv(&[0x04, 0x01, 9]).map(|t| t.2), Some(3));
+        assert!(crate::x509::der_tlv(&[0x30, 0x05, 1, 2]).is_none());
+        assert!(crate::x509::der_tlv(&[0x30, 0x84, 0, 0, 0, 1]).is_none());
+        assert!(crate::x509::der_tlv(&[0x30]).is_none());
+        assert_eq!(crate::x509::der_tlv(&[0x04, 0x01, 9]).map(|t| t.2), Some(3));
     }
 }

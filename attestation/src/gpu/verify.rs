@@ -96,6 +96,7 @@ pub fn verify_gpus(
             actual: actual.clone(),
             report: CheckReport::default(),
             gpu: Some(GpuFailure { index: None, error, appraisal: appraisal.clone() }),
+            tdx: None,
         })));
     }
     for g in &appraisal.gpus {
@@ -111,6 +112,7 @@ pub fn verify_gpus(
                 actual,
                 report: CheckReport::default(),
                 gpu: Some(GpuFailure { index: Some(g.gpu_index), error, appraisal: appraisal.clone() }),
+                tdx: None,
             })));
         }
     }

@@ -10,6 +10,7 @@
 mod binding;
 mod chain;
 mod report;
+mod tdx;
 
 use std::time::SystemTime;
 
@@ -17,6 +18,7 @@ use self::binding::{check_binding, check_freshness};
 pub use self::chain::check_signature;
 use self::chain::{check_chain, check_chip_id, check_crl, check_product, check_reported_tcb};
 use self::report::{check_format, record_policy_checks};
+pub use self::tdx::{verify_tdx, VerifiedTdx};
 pub use crate::check::{CheckId, CheckReport, CheckResult, Outcome};
 use crate::claims::{
     Claims, GpuEvidenceHash, KeyHash, LayerRange, LinksCommitment, ManifestRoot, Nonce, PolicyDigest, ReportData,
@@ -200,6 +202,7 @@ fn verify_inner(
             actual: actual.to_owned(),
             report: report.clone(),
             gpu: None,
+            tdx: None,
         };
         return Err(Error::Rejected(Box::new(rejection)));
     }
