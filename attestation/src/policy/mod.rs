@@ -62,6 +62,7 @@ pub use self::gpu::GpuPolicy;
 pub use self::platform::{AbiVersion, GuestPolicyFlag, PlatformFlag, PlatformPolicy};
 use crate::claims::{KeyHash, ManifestRoot, Measurement, PolicyDigest};
 use crate::snp::{report::KNOWN_VERSIONS, Product};
+pub use crate::tdx::TdxPolicy;
 
 /// Lowest report version Veil accepts by default. Version 2 reports (no
 /// CPUID fields) still come from deployed Milan firmware; the product is then
@@ -164,6 +165,10 @@ pub struct Policy {
     /// NVIDIA GPU evidence requirements.
     #[serde(default, skip_serializing_if = "GpuPolicy::is_default")]
     pub gpu: GpuPolicy,
+    /// Intel TDX evidence requirements (`veil attest verify --tdx`; routes
+    /// do not carry TDX shards yet).
+    #[serde(default, skip_serializing_if = "TdxPolicy::is_default")]
+    pub tdx: TdxPolicy,
     /// Peer policies accepted by digest (relying party): a route whose
     /// shards enforce one of these on their links is accepted even where it
     /// is not at least as strict as this policy (`veil policy init` pins
@@ -234,6 +239,7 @@ impl Default for Policy {
             manifest_roots: Vec::new(),
             platform: PlatformPolicy::default(),
             gpu: GpuPolicy::default(),
+            tdx: TdxPolicy::default(),
             peer_policies: Vec::new(),
             model_layers: None,
             drafters: Vec::new(),
@@ -290,6 +296,7 @@ impl Policy {
             return Err(PolicyError::Inconsistent("model_layers = 0".into()));
         }
         self.platform.validate()?;
+        self.tdx.validate().map_err(|e| PolicyError::Inconsistent(format!("[tdx] {e}")))?;
         self.gpu.validate()
     }
 
@@ -379,6 +386,9 @@ impl Policy {
             w.push(("gpu.required", "GPUs optional: a shard presenting no GPU evidence passes".into()));
         } else if !self.gpu.require_rim {
             w.push(("gpu.require_rim", "GPU firmware measurements are not compared with NVIDIA's RIMs".into()));
+        }
+        for t in self.tdx.weakenings() {
+            w.push(("tdx", t));
         }
         if self.manifest_roots.is_empty() {
             w.push(("manifest_roots", "no model manifests pinned: any weights the route pins pass".into()));

@@ -117,6 +117,11 @@ impl Default for TdxPolicy {
 }
 
 impl TdxPolicy {
+    /// Whether every setting is the default (a policy that says nothing about TDX).
+    pub fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
     /// Parses the TOML form (the `[tdx]` table's body).
     pub fn from_toml(s: &str) -> Result<Self, String> {
         let p: Self = toml::from_str(s).map_err(|e| e.to_string())?;

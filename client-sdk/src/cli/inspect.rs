@@ -1,5 +1,6 @@
 //! `veil attest inspect`: every field of a report, named and decoded
-//! (SEV-SNP reports and bundles; NVIDIA GPU evidence, one section per GPU).
+//! (SEV-SNP reports and bundles; Intel TDX quotes; NVIDIA GPU evidence, one
+//! section per GPU).
 
 use serde_json::{json, Value};
 use veil_attestation::gpu::chain::leaf_fwid;
@@ -7,6 +8,7 @@ use veil_attestation::gpu::evidence as gpu_evidence;
 use veil_attestation::gpu::spdm::SpdmMeasurements;
 use veil_attestation::gpu::GpuEvidence;
 use veil_attestation::snp::{Endorsement, Product, RawTcb, SnpReport};
+use veil_attestation::tdx::{Quote, TdAttributes};
 use veil_attestation::x509::fmt_time;
 use veil_attestation::x509::ParsedCert;
 
@@ -17,7 +19,10 @@ use crate::input::{self, Evidence};
 pub fn run(args: &InspectArgs) -> Exit {
     let mut exit = Exit::Accepted;
     if let Some(file) = &args.file {
-        exit = run_snp(file, args.json);
+        exit = match input::read(file).ok().filter(|b| looks_like_tdx_quote(b)) {
+            Some(bytes) => run_tdx(&bytes, args.json),
+            None => run_snp(file, args.json),
+        };
     }
     if let Some(path) = &args.gpu_evidence {
         if exit == Exit::Accepted {
@@ -25,6 +30,76 @@ pub fn run(args: &InspectArgs) -> Exit {
         }
     }
     exit
+}
+
+/// A TDX quote begins with version 4 or 5, key type 2 and TEE type 0x81
+/// (little-endian); an SNP report begins with its version (2–5) then the
+/// guest SVN, and a bundle or hex text with ASCII.
+fn looks_like_tdx_quote(b: &[u8]) -> bool {
+    matches!(b, [4 | 5, 0, 2, 0, 0x81, 0, 0, 0, ..])
+}
+
+fn run_tdx(bytes: &[u8], as_json: bool) -> Exit {
+    let q = match Quote::parse(bytes) {
+        Ok(q) => q,
+        Err(e) => {
+            eprintln!("veil attest inspect: not a TDX quote: {e}");
+            return Exit::Unreadable;
+        }
+    };
+    let doc = tdx_json(&q);
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&json!({ "tdx_quote": doc })).unwrap_or_default());
+    } else {
+        let mut out = String::from("Intel TDX quote (UNVERIFIED: decoded, not checked)\n");
+        if let Some(map) = doc.as_object() {
+            for (key, v) in map {
+                write_value(&mut out, key, v, 1);
+            }
+        }
+        print!("{out}");
+    }
+    Exit::Accepted
+}
+
+/// A TDX quote as a JSON document: header, TD report, QE report, PCK chain subjects.
+pub fn tdx_json(q: &Quote) -> Value {
+    let r = &q.report;
+    let attrs = TdAttributes::from_bytes(r.td_attributes);
+    let chain: Vec<Value> = ParsedCert::chain_from_pem(&q.pck_chain_pem)
+        .map(|c| c.iter().map(|c| json!(c.subject_string())).collect())
+        .unwrap_or_else(|e| vec![json!(format!("unparsable: {e}"))]);
+    json!({
+        "version": q.header.version,
+        "body": if q.is_td15() { "TD 1.5" } else { "TD 1.0" },
+        "qe_vendor_id": hex::encode(q.header.qe_vendor_id),
+        "tee_tcb_svn": hex::encode(r.tee_tcb_svn),
+        "tdx_module": format!("version {} SVN {}", r.tee_tcb_svn[1], r.tee_tcb_svn[0]),
+        "mr_seam": hex::encode(r.mr_seam),
+        "mr_signer_seam": hex::encode(r.mr_signer_seam),
+        "seam_attributes": hex::encode(r.seam_attributes),
+        "td_attributes": format!("{} ({})", hex::encode(r.td_attributes), attrs.names()),
+        "xfam": hex::encode(r.xfam),
+        "mr_td": hex::encode(r.mr_td),
+        "mr_config_id": hex::encode(r.mr_config_id),
+        "mr_owner": hex::encode(r.mr_owner),
+        "mr_owner_config": hex::encode(r.mr_owner_config),
+        "rtmr0": hex::encode(r.rtmr[0]),
+        "rtmr1": hex::encode(r.rtmr[1]),
+        "rtmr2": hex::encode(r.rtmr[2]),
+        "rtmr3": hex::encode(r.rtmr[3]),
+        "report_data": hex::encode(r.report_data),
+        "tee_tcb_svn2": r.tee_tcb_svn2.map(hex::encode),
+        "mr_service_td": r.mr_service_td.map(hex::encode),
+        "qe_report": {
+            "mr_enclave": hex::encode(q.qe_report.mr_enclave),
+            "mr_signer": hex::encode(q.qe_report.mr_signer),
+            "isv_prod_id": q.qe_report.isv_prod_id,
+            "isv_svn": q.qe_report.isv_svn,
+        },
+        "pck_chain": chain,
+        "trailing_bytes": q.trailing.len(),
+    })
 }
 
 fn run_gpu(path: &std::path::Path, certs: Option<&std::path::Path>, as_json: bool) -> Exit {

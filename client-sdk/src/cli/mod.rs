@@ -4,7 +4,8 @@
 //! Exit codes of `veil attest verify` (stable; scripts rely on them):
 //! 0 accepted, 1 rejected, 2 unreadable input (file, bundle, policy or flags).
 //! The same codes hold for GPU evidence (`--gpu-evidence`), alone or together
-//! with SNP evidence: 0 only when the SNP table (if any) and every GPU table accept.
+//! with SNP evidence: 0 only when the SNP table (if any) and every GPU table accept;
+//! and for a TDX quote (`--tdx QUOTE --collateral FILE`).
 
 pub mod canary;
 pub mod error;
@@ -20,6 +21,7 @@ pub mod receipt;
 pub mod route;
 pub mod sim_init;
 pub mod verify;
+pub mod verify_tdx;
 pub mod web;
 
 use std::path::PathBuf;
@@ -612,7 +614,7 @@ fn parse_max_tokens(s: &str) -> Result<usize, String> {
 /// `veil attest …`
 #[derive(Debug, Subcommand)]
 pub enum AttestCommand {
-    /// Decode every field of an SEV-SNP report or evidence bundle, or of NVIDIA GPU evidence.
+    /// Decode every field of an SEV-SNP report or evidence bundle, an Intel TDX quote, or NVIDIA GPU evidence.
     Inspect(InspectArgs),
     /// Verify evidence against a policy and print the check table.
     Verify(Box<VerifyArgs>),
@@ -624,7 +626,7 @@ pub enum AttestCommand {
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("what").required(true).args(["file", "gpu_evidence"])))]
 pub struct InspectArgs {
-    /// Raw 1184-byte report, the same as hex text, or an evidence bundle (JSON).
+    /// Raw 1184-byte report, the same as hex text, an evidence bundle (JSON), or a TDX quote (raw).
     pub file: Option<PathBuf>,
     /// NVIDIA GPU evidence: Veil GPU JSON, the NVIDIA SDK's JSON list, or a hex report (with --gpu-certs).
     #[arg(long, value_name = "FILE")]
@@ -639,7 +641,7 @@ pub struct InspectArgs {
 
 /// `veil attest verify`
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("input").required(true).multiple(true).args(["evidence", "report", "gpu_evidence"])))]
+#[command(group(clap::ArgGroup::new("input").required(true).multiple(true).args(["evidence", "report", "gpu_evidence", "tdx"])))]
 pub struct VerifyArgs {
     /// Policy file (TOML). Without it a strict default applies: every product,
     /// debug and migration agent off, VMPL 0, no TCB minimums, simulated
@@ -668,10 +670,20 @@ pub struct VerifyArgs {
     /// CRL signed by the ARK (DER or PEM).
     #[arg(long, requires = "report")]
     pub crl: Option<PathBuf>,
+    /// Intel TDX quote (the raw binary, v4 or v5), verified offline with --collateral against the pinned
+    /// Intel SGX Root CA and the policy's `[tdx]` section.
+    #[arg(long, value_name = "QUOTE", requires = "collateral", conflicts_with_all = ["evidence", "report", "gpu_evidence"])]
+    pub tdx: Option<PathBuf>,
+    /// TDX collateral for --tdx: the PCCS JSON form (CRLs, issuer chains, signed TCB info and QE identity).
+    #[arg(long, value_name = "FILE", requires = "tdx")]
+    pub collateral: Option<PathBuf>,
+    /// Allowed TDX MRTD (96 hex digits); repeatable; added to the policy's `[tdx] mrtd`.
+    #[arg(long = "mrtd", value_name = "HEX", requires = "tdx")]
+    pub mrtds: Vec<String>,
     /// Allowed launch measurement (96 hex digits); repeatable; added to the policy's allowlist.
     #[arg(long = "measurement", value_name = "HEX")]
     pub measurements: Vec<String>,
-    /// Accept any launch measurement (says so in the table).
+    /// Accept any launch measurement, or with --tdx any MRTD (says so in the table).
     #[arg(long)]
     pub any_measurement: bool,
     /// Expected REPORT_DATA (hex, up to 64 bytes, zero-padded).

@@ -143,6 +143,9 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
 
 /// Runs the command.
 pub fn run(args: &VerifyArgs) -> Exit {
+    if args.tdx.is_some() {
+        return super::verify_tdx::run(args);
+    }
     let prepared = match prepare(args) {
         Ok(p) => p,
         Err(e) => {
