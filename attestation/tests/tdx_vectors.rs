@@ -235,3 +235,20 @@ fn tcb_statuses_below_up_to_date_need_the_policy_to_name_them() {
         "{t}"
     );
 }
+
+/// The fuzz seeds are in the real layout: both quotes parse, and the
+/// collateral's bodies parse (their signatures are zero, so nothing verifies).
+#[test]
+fn tdx_fuzz_seeds_parse() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+    for name in ["synthetic_v4.bin", "synthetic_v5_padded.bin"] {
+        let q = Quote::parse(&std::fs::read(root.join("tdx_quote").join(name)).unwrap()).unwrap();
+        assert_eq!(q.is_td15(), name.contains("v5"), "{name}");
+    }
+    let c = veil_attestation::tdx::Collateral::from_json(
+        &std::fs::read(root.join("tdx_collateral/synthetic.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(c.tcb_info().unwrap().tcb_levels[0].tcb_status, TcbStatus::OutOfDate);
+    assert_eq!(c.qe_identity().unwrap().isvprodid, 2);
+}
