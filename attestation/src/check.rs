@@ -1,5 +1,5 @@
 //! The leaf of the crate's module graph: the names of the checks (SNP,
-//! GPU and TDX), what happened to each ([`Outcome`]), and the one check table every
+//! GPU, TDX and Azure), what happened to each ([`Outcome`]), and the one check table every
 //! verifier fills ([`CheckTable`]: SNP, each GPU, the route). Errors, the SNP and GPU checkers and the
 //! composite verifier build on these; nothing here depends on them.
 //!
@@ -66,6 +66,8 @@ pub enum CheckId {
     GpuSet,
     /// A check on a TDX quote and its collateral (the TDX table; not in [`CheckId::ALL`]).
     Tdx(TdxCheckId),
+    /// A check on an Azure HCL report or vTPM quote (the Azure table; not in [`CheckId::ALL`]).
+    Azure(AzureCheckId),
 }
 
 impl CheckId {
@@ -119,6 +121,7 @@ impl CheckId {
             Self::Gpu(c) => c.name(),
             Self::GpuSet => "gpu_set",
             Self::Tdx(c) => c.name(),
+            Self::Azure(c) => c.name(),
         }
     }
 }
@@ -309,6 +312,88 @@ impl Serialize for TdxCheckId {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(self.name())
     }
+}
+
+/// The checks run on an Azure confidential VM's evidence (an HCL report
+/// from Microsoft's paravisor, and a vTPM quote), in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum AzureCheckId {
+    /// The HCL report parses: header, an SNP report, the request data, runtime-claims JSON.
+    HclFormat,
+    /// The SNP report inside it passes the SNP checks (its own table).
+    SnpReport,
+    /// `REPORT_DATA` = hash of the runtime claims, zero-padded.
+    RuntimeClaims,
+    /// The runtime claims carry an RSA attestation key (`HCLAkPub`) of at least 2048 bits.
+    AttestationKey,
+    /// `vm-configuration`: secure boot, vTPM, serial console as policy requires.
+    VmConfiguration,
+    /// The TPM quote parses (`TPMS_ATTEST`, a quote, PCR values).
+    TpmQuoteFormat,
+    /// The key the quote is checked with is the HCL report's attestation key.
+    TpmAkBinding,
+    /// RSASSA-PKCS1-v1_5 SHA-256 over `TPMS_ATTEST` by that key.
+    TpmSignature,
+    /// The quote's qualifying data is the verifier's nonce.
+    TpmNonce,
+    /// `pcrDigest` = SHA-256 of the selected PCR values.
+    TpmPcrDigest,
+    /// The PCRs the policy pins are selected and equal.
+    TpmPcrs,
+}
+
+impl AzureCheckId {
+    /// Every check, in verification order.
+    pub const ALL: [AzureCheckId; 11] = [
+        Self::HclFormat,
+        Self::SnpReport,
+        Self::RuntimeClaims,
+        Self::AttestationKey,
+        Self::VmConfiguration,
+        Self::TpmQuoteFormat,
+        Self::TpmAkBinding,
+        Self::TpmSignature,
+        Self::TpmNonce,
+        Self::TpmPcrDigest,
+        Self::TpmPcrs,
+    ];
+
+    /// Stable snake_case name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::HclFormat => "azure_hcl_format",
+            Self::SnpReport => "azure_snp_report",
+            Self::RuntimeClaims => "azure_runtime_claims",
+            Self::AttestationKey => "azure_attestation_key",
+            Self::VmConfiguration => "azure_vm_configuration",
+            Self::TpmQuoteFormat => "azure_tpm_quote_format",
+            Self::TpmAkBinding => "azure_tpm_ak_binding",
+            Self::TpmSignature => "azure_tpm_signature",
+            Self::TpmNonce => "azure_tpm_nonce",
+            Self::TpmPcrDigest => "azure_tpm_pcr_digest",
+            Self::TpmPcrs => "azure_tpm_pcrs",
+        }
+    }
+}
+
+impl fmt::Display for AzureCheckId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl Serialize for AzureCheckId {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+impl CheckName for AzureCheckId {
+    fn check_name(self) -> &'static str {
+        self.name()
+    }
+    const COLUMN: usize = 24;
+    const NOT_RUN_NOTE: &'static str = " (no input to check them against)";
 }
 
 /// What happened to one check.

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use crate::azure::error::{AzureCheckReport, AzureError};
 use crate::check::{CheckId, CheckReport};
 use crate::gpu::error::GpuError;
 use crate::gpu::report::GpuAppraisal;
@@ -68,6 +69,18 @@ pub struct Rejection {
     pub gpu: Option<GpuFailure>,
     /// For a TDX check: the typed reason and the TDX table.
     pub tdx: Option<TdxFailure>,
+    /// For an Azure check: the typed reason and the Azure table (the SNP
+    /// table of the report inside is `report`).
+    pub azure: Option<AzureFailure>,
+}
+
+/// The Azure side of a [`Rejection`].
+#[derive(Clone, Debug)]
+pub struct AzureFailure {
+    /// Typed reason.
+    pub error: AzureError,
+    /// The Azure table.
+    pub table: AzureCheckReport,
 }
 
 /// The TDX side of a [`Rejection`].
@@ -97,6 +110,13 @@ impl fmt::Display for Rejection {
                 f,
                 "TDX quote rejected by check `{c}` ({}): expected {}, got {}",
                 t.error, self.expected, self.actual
+            );
+        }
+        if let (Some(a), CheckId::Azure(c)) = (&self.azure, self.check) {
+            return write!(
+                f,
+                "Azure evidence rejected by check `{c}` ({}): expected {}, got {}",
+                a.error, self.expected, self.actual
             );
         }
         match (&self.gpu, self.check) {

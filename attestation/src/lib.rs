@@ -50,6 +50,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout, clippy::panic))]
 
 pub mod attester;
+pub mod azure;
 pub mod check;
 pub mod claims;
 pub mod error;
@@ -84,4 +85,7 @@ pub use evidence::EvidenceBundle;
 pub use invalid::{InvalidValue, ValueKind};
 pub use policy::Policy;
 pub use simulated::{SimulatedAttester, SimulatedConfig};
-pub use verify::{appraise, verify, verify_composite, verify_tdx, ExpectedClaims, VerifiedEvidence, VerifiedTdx};
+pub use verify::{
+    appraise, appraise_azure, verify, verify_azure, verify_composite, verify_tdx, AzureAppraisal, ExpectedClaims,
+    SnpEndorsement, VerifiedEvidence, VerifiedTdx,
+};

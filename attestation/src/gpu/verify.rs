@@ -97,6 +97,7 @@ pub fn verify_gpus(
             report: CheckReport::default(),
             gpu: Some(GpuFailure { index: None, error, appraisal: appraisal.clone() }),
             tdx: None,
+            azure: None,
         })));
     }
     for g in &appraisal.gpus {
@@ -113,6 +114,7 @@ pub fn verify_gpus(
                 report: CheckReport::default(),
                 gpu: Some(GpuFailure { index: Some(g.gpu_index), error, appraisal: appraisal.clone() }),
                 tdx: None,
+                azure: None,
             })));
         }
     }

@@ -60,6 +60,7 @@ use serde::{Deserialize, Serialize};
 pub use self::gaps::PolicyGap;
 pub use self::gpu::GpuPolicy;
 pub use self::platform::{AbiVersion, GuestPolicyFlag, PlatformFlag, PlatformPolicy};
+pub use crate::azure::AzurePolicy;
 use crate::claims::{KeyHash, ManifestRoot, Measurement, PolicyDigest};
 use crate::snp::{report::KNOWN_VERSIONS, Product};
 pub use crate::tdx::TdxPolicy;
@@ -169,6 +170,10 @@ pub struct Policy {
     /// do not carry TDX shards yet).
     #[serde(default, skip_serializing_if = "TdxPolicy::is_default")]
     pub tdx: TdxPolicy,
+    /// Azure confidential VM requirements (the HCL report's VM
+    /// configuration and the vTPM's PCRs; `veil attest verify --azure`).
+    #[serde(default, skip_serializing_if = "AzurePolicy::is_default")]
+    pub azure: AzurePolicy,
     /// Peer policies accepted by digest (relying party): a route whose
     /// shards enforce one of these on their links is accepted even where it
     /// is not at least as strict as this policy (`veil policy init` pins
@@ -240,6 +245,7 @@ impl Default for Policy {
             platform: PlatformPolicy::default(),
             gpu: GpuPolicy::default(),
             tdx: TdxPolicy::default(),
+            azure: AzurePolicy::default(),
             peer_policies: Vec::new(),
             model_layers: None,
             drafters: Vec::new(),
@@ -297,6 +303,7 @@ impl Policy {
         }
         self.platform.validate()?;
         self.tdx.validate().map_err(|e| PolicyError::Inconsistent(format!("[tdx] {e}")))?;
+        self.azure.validate().map_err(|e| PolicyError::Inconsistent(format!("[azure] {e}")))?;
         self.gpu.validate()
     }
 

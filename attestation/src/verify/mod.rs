@@ -7,6 +7,7 @@
 //! passes the time, the policy and what it expects; nothing here reads a
 //! clock, a file or a socket.
 
+mod azure;
 mod binding;
 mod chain;
 mod report;
@@ -14,6 +15,7 @@ mod tdx;
 
 use std::time::SystemTime;
 
+pub use self::azure::{appraise_azure, verify_azure, AzureAppraisal, SnpEndorsement};
 use self::binding::{check_binding, check_freshness};
 pub use self::chain::check_signature;
 use self::chain::{check_chain, check_chip_id, check_crl, check_product, check_reported_tcb};
@@ -203,6 +205,7 @@ fn verify_inner(
             report: report.clone(),
             gpu: None,
             tdx: None,
+            azure: None,
         };
         return Err(Error::Rejected(Box::new(rejection)));
     }

@@ -61,6 +61,7 @@ pub fn verify_tdx(
             report: CheckReport::default(),
             gpu: None,
             tdx: Some(TdxFailure { error, table: a.table }),
+            azure: None,
         })));
     }
     match (a.quote, a.tcb) {
