@@ -1,8 +1,9 @@
 //! `veil attest inspect`: every field of a report, named and decoded
-//! (SEV-SNP reports and bundles; Intel TDX quotes; NVIDIA GPU evidence, one
-//! section per GPU).
+//! (SEV-SNP reports and bundles; Intel TDX quotes; Azure HCL reports; NVIDIA
+//! GPU evidence, one section per GPU).
 
 use serde_json::{json, Value};
+use veil_attestation::azure::HclReport;
 use veil_attestation::gpu::chain::leaf_fwid;
 use veil_attestation::gpu::evidence as gpu_evidence;
 use veil_attestation::gpu::spdm::SpdmMeasurements;
@@ -19,9 +20,11 @@ use crate::input::{self, Evidence};
 pub fn run(args: &InspectArgs) -> Exit {
     let mut exit = Exit::Accepted;
     if let Some(file) = &args.file {
-        exit = match input::read(file).ok().filter(|b| looks_like_tdx_quote(b)) {
-            Some(bytes) => run_tdx(&bytes, args.json),
-            None => run_snp(file, args.json),
+        let bytes = input::read(file).ok();
+        exit = match bytes {
+            Some(b) if looks_like_tdx_quote(&b) => run_tdx(&b, args.json),
+            Some(b) if b.starts_with(b"HCLA") => run_hcl(&b, args.json),
+            _ => run_snp(file, args.json),
         };
     }
     if let Some(path) = &args.gpu_evidence {
@@ -52,6 +55,42 @@ fn run_tdx(bytes: &[u8], as_json: bool) -> Exit {
         println!("{}", serde_json::to_string_pretty(&json!({ "tdx_quote": doc })).unwrap_or_default());
     } else {
         let mut out = String::from("Intel TDX quote (UNVERIFIED: decoded, not checked)\n");
+        if let Some(map) = doc.as_object() {
+            for (key, v) in map {
+                write_value(&mut out, key, v, 1);
+            }
+        }
+        print!("{out}");
+    }
+    Exit::Accepted
+}
+
+fn run_hcl(bytes: &[u8], as_json: bool) -> Exit {
+    let h = match HclReport::parse(bytes) {
+        Ok(h) => h,
+        Err(e) => {
+            eprintln!("veil attest inspect: not an HCL report: {e}");
+            return Exit::Unreadable;
+        }
+    };
+    let claims: Value = serde_json::from_slice(&h.claims_bytes).unwrap_or(Value::Null);
+    let snp = SnpReport::from_bytes(&h.snp_report).ok();
+    let doc = json!({
+        "version": h.version,
+        "claims_hash": h.hash.name(),
+        "report_data_commits_to_claims": snp.as_ref().map(|r| r.report_data() == h.hash.report_data(&h.claims_bytes)),
+        "attestation_key": h.claims.ak_pub().map(|k| format!("RSA-{}", k.bits())).unwrap_or_else(|e| e),
+        "snp_report": snp.as_ref().map(|r| json!({
+            "version": r.version(),
+            "measurement": hex::encode(r.measurement()),
+            "report_data": hex::encode(r.report_data()),
+        })),
+        "runtime_claims": claims,
+    });
+    if as_json {
+        println!("{}", serde_json::to_string_pretty(&json!({ "hcl_report": doc })).unwrap_or_default());
+    } else {
+        let mut out = String::from("Azure HCL report (UNVERIFIED: decoded, not checked; `veil attest inspect` the SNP report for every field)\n");
         if let Some(map) = doc.as_object() {
             for (key, v) in map {
                 write_value(&mut out, key, v, 1);

@@ -5,7 +5,8 @@
 //! 0 accepted, 1 rejected, 2 unreadable input (file, bundle, policy or flags).
 //! The same codes hold for GPU evidence (`--gpu-evidence`), alone or together
 //! with SNP evidence: 0 only when the SNP table (if any) and every GPU table accept;
-//! and for a TDX quote (`--tdx QUOTE --collateral FILE`).
+//! for a TDX quote (`--tdx QUOTE --collateral FILE`); and for Azure evidence
+//! (`--azure HCL_REPORT [--vcek …] [--tpm-quote FILE [--ak-pub PEM] --nonce TEXT]`).
 
 pub mod canary;
 pub mod error;
@@ -21,6 +22,7 @@ pub mod receipt;
 pub mod route;
 pub mod sim_init;
 pub mod verify;
+pub mod verify_azure;
 pub mod verify_tdx;
 pub mod web;
 
@@ -641,7 +643,7 @@ pub struct InspectArgs {
 
 /// `veil attest verify`
 #[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("input").required(true).multiple(true).args(["evidence", "report", "gpu_evidence", "tdx"])))]
+#[command(group(clap::ArgGroup::new("input").required(true).multiple(true).args(["evidence", "report", "gpu_evidence", "tdx", "azure", "tpm_quote"])))]
 pub struct VerifyArgs {
     /// Policy file (TOML). Without it a strict default applies: every product,
     /// debug and migration agent off, VMPL 0, no TCB minimums, simulated
@@ -661,14 +663,14 @@ pub struct VerifyArgs {
     /// Bare SEV-SNP report (raw or hex).
     #[arg(long, requires = "vcek")]
     pub report: Option<PathBuf>,
-    /// VCEK or VLEK certificate (DER or PEM) for --report.
-    #[arg(long, requires = "report")]
+    /// VCEK or VLEK certificate (DER or PEM) for --report, or for the SNP report inside --azure.
+    #[arg(long)]
     pub vcek: Option<PathBuf>,
     /// Intermediate and root certificates (PEM), e.g. the ASVK chain for a VLEK.
-    #[arg(long, requires = "report")]
+    #[arg(long, requires = "vcek")]
     pub chain: Option<PathBuf>,
     /// CRL signed by the ARK (DER or PEM).
-    #[arg(long, requires = "report")]
+    #[arg(long, requires = "vcek")]
     pub crl: Option<PathBuf>,
     /// Intel TDX quote (the raw binary, v4 or v5), verified offline with --collateral against the pinned
     /// Intel SGX Root CA and the policy's `[tdx]` section.
@@ -677,6 +679,18 @@ pub struct VerifyArgs {
     /// TDX collateral for --tdx: the PCCS JSON form (CRLs, issuer chains, signed TCB info and QE identity).
     #[arg(long, value_name = "FILE", requires = "tdx")]
     pub collateral: Option<PathBuf>,
+    /// Azure HCL report (vTPM NV index 0x01400001: the SNP report and the runtime claims holding the
+    /// vTPM's attestation key); its SNP report is checked with --vcek, and the policy's `[azure]` section.
+    #[arg(long, value_name = "HCL_REPORT", conflicts_with_all = ["evidence", "report", "gpu_evidence", "tdx"])]
+    pub azure: Option<PathBuf>,
+    /// A vTPM quote (the az-cvm-vtpm serialisation: signature, TPMS_ATTEST, PCR values), checked under the
+    /// HCL report's attestation key, or --ak-pub; with --nonce its qualifying data (text).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["evidence", "report", "gpu_evidence", "tdx"])]
+    pub tpm_quote: Option<PathBuf>,
+    /// The attestation key (SPKI, PEM or DER) to check --tpm-quote with; with --azure it must be the HCL
+    /// report's own.
+    #[arg(long, value_name = "PEM", requires = "tpm_quote")]
+    pub ak_pub: Option<PathBuf>,
     /// Allowed TDX MRTD (96 hex digits); repeatable; added to the policy's `[tdx] mrtd`.
     #[arg(long = "mrtd", value_name = "HEX", requires = "tdx")]
     pub mrtds: Vec<String>,
@@ -689,8 +703,8 @@ pub struct VerifyArgs {
     /// Expected REPORT_DATA (hex, up to 64 bytes, zero-padded).
     #[arg(long, value_name = "HEX")]
     pub report_data: Option<String>,
-    /// Expected nonce in the bundle's claims (hex).
-    #[arg(long, value_name = "HEX")]
+    /// Expected nonce in the bundle's claims (hex); with --tpm-quote, the quote's qualifying data (text).
+    #[arg(long, value_name = "HEX|TEXT")]
     pub nonce: Option<String>,
     /// Verify as of this time (YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ) instead of now.
     #[arg(long, value_name = "TIME")]

@@ -146,6 +146,9 @@ pub fn run(args: &VerifyArgs) -> Exit {
     if args.tdx.is_some() {
         return super::verify_tdx::run(args);
     }
+    if args.azure.is_some() || args.tpm_quote.is_some() {
+        return super::verify_azure::run(args);
+    }
     let prepared = match prepare(args) {
         Ok(p) => p,
         Err(e) => {

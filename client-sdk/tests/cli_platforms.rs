@@ -1,6 +1,7 @@
-//! `veil attest verify --tdx` and `veil attest inspect` on real TDX quotes:
-//! the table, the exit codes (0 accept, 1 refuse, 2 unreadable input), the
-//! policy's `[tdx]` section and the flags.
+//! `veil attest verify --tdx` / `--azure` / `--tpm-quote` and `veil attest
+//! inspect` on real TDX quotes and Azure evidence: the tables, the exit codes
+//! (0 accept, 1 refuse, 2 unreadable input), the policy's `[tdx]` and
+//! `[azure]` sections and the flags.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -110,4 +111,59 @@ fn inspect_decodes_a_tdx_quote() {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["tdx_quote"]["version"], 4);
     assert_eq!(v["tdx_quote"]["trailing_bytes"], 70);
+}
+
+fn set(name: &str) -> Option<PathBuf> {
+    vectors_dir().map(|v| v.join(name))
+}
+
+#[test]
+fn azure_hcl_report_with_its_vcek_exits_0_and_without_it_1() {
+    let Some(g) = set("snp-genoa-azure-trustee") else { return };
+    let hcl = s(&g.join("azure_hcl_report.bin"));
+    let (vcek, chain) = (s(&g.join("vcek.pem")), s(&g.join("ask_ark_genoa.pem")));
+    let o = veil(&["attest", "verify", "--azure", &hcl, "--vcek", &vcek, "--chain", &chain, "--any-measurement"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert!(out(&o).contains("azure_runtime_claims     PASS"), "{}", out(&o));
+    assert!(out(&o).contains("overall: ACCEPTED"), "{}", out(&o));
+    // Without the VCEK the hardware report is unverified: refused.
+    let o = veil(&["attest", "verify", "--azure", &hcl, "--any-measurement"]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(out(&o).contains("first failed check: azure_snp_report"), "{}", out(&o));
+    // A policy requiring no serial console refuses this VM (its console is on).
+    let dir = std::env::temp_dir().join(format!("veil-cli-azure-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, "any_measurement = true\n[azure]\nallow_console = false\n").unwrap();
+    let o = veil(&["attest", "verify", "--policy", &s(&policy), "--azure", &hcl, "--vcek", &vcek, "--chain", &chain]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(out(&o).contains("first failed check: azure_vm_configuration"), "{}", out(&o));
+    std::fs::remove_dir_all(&dir).ok();
+    // inspect decodes the HCL report.
+    let o = veil(&["attest", "inspect", "--json", &hcl]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["hcl_report"]["report_data_commits_to_claims"], true, "{}", out(&o));
+}
+
+#[test]
+fn a_vtpm_quote_exits_0_under_its_ak_and_nonce_and_1_otherwise() {
+    let Some(a) = set("azure-cvm-snp") else { return };
+    let (quote, ak, hcl) = (s(&a.join("quote.bin")), s(&a.join("akpub.pem")), s(&a.join("hcl-report-snp.bin")));
+    let o = veil(&["attest", "verify", "--tpm-quote", &quote, "--ak-pub", &ak, "--nonce", "challenge"]);
+    assert_eq!(o.status.code(), Some(0), "{}", out(&o));
+    assert!(out(&o).contains("azure_tpm_signature      PASS"), "{}", out(&o));
+    let o = veil(&["attest", "verify", "--tpm-quote", &quote, "--ak-pub", &ak, "--nonce", "other"]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(out(&o).contains("first failed check: azure_tpm_nonce"), "{}", out(&o));
+    // The mixed pair: the HCL report's key is another VM's.
+    let o =
+        veil(&["attest", "verify", "--azure", &hcl, "--tpm-quote", &quote, "--ak-pub", &ak, "--nonce", "challenge"]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(out(&o).contains("azure_tpm_ak_binding     FAIL"), "{}", out(&o));
+    // Not a quote, and a missing file.
+    let o = veil(&["attest", "verify", "--tpm-quote", &hcl, "--ak-pub", &ak]);
+    assert_eq!(o.status.code(), Some(1), "{}", out(&o));
+    assert!(out(&o).contains("azure_tpm_quote_format   FAIL"), "{}", out(&o));
+    let o = veil(&["attest", "verify", "--tpm-quote", "/nonexistent/quote.bin"]);
+    assert_eq!(o.status.code(), Some(2), "{}", out(&o));
 }
