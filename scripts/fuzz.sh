@@ -9,7 +9,7 @@ seconds="${1:-60}"
 shift || true
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(snp_report snp_cert_table evidence_bundle ratls_extension claims policy link_frames gpu_spdm rim route_doc sealed_open openai_request link_state gguf_file response_format tdx_quote tdx_collateral)
+  targets=(snp_report snp_cert_table evidence_bundle ratls_extension claims policy link_frames gpu_spdm rim route_doc sealed_open openai_request link_state gguf_file response_format tdx_quote tdx_collateral azure_hcl)
 fi
 export RUSTC_BOOTSTRAP=1
 for t in "${targets[@]}"; do

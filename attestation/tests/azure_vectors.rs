@@ -178,3 +178,16 @@ fn the_azure_cvm_snp_hcl_report_binds_its_claims_but_not_to_that_vcek() {
     assert_eq!(snp.failures(), vec![veil_attestation::CheckId::ReportSignature, veil_attestation::CheckId::ChipId]);
     assert!(matches!(a.azure.error(C::SnpReport), Some(AzureError::SnpRejected(c)) if c == "report_signature"));
 }
+
+/// The fuzz seeds are in the real layouts: the HCL report parses and its
+/// claims hash to its REPORT_DATA; the quote parses.
+#[test]
+fn azure_fuzz_seeds_parse() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/azure_hcl");
+    let h = veil_attestation::azure::HclReport::parse(&std::fs::read(root.join("synthetic_hcl.bin")).unwrap()).unwrap();
+    let report = veil_attestation::snp::SnpReport::from_bytes(&h.snp_report).unwrap();
+    assert_eq!(report.report_data(), h.hash.report_data(&h.claims_bytes));
+    let q = TpmQuote::parse(&std::fs::read(root.join("synthetic_quote.bin")).unwrap()).unwrap();
+    assert_eq!(q.extra_data, b"nonce");
+    assert_eq!(q.selected_sha256(), vec![0, 2]);
+}
