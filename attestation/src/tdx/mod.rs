@@ -27,6 +27,7 @@ pub mod error;
 pub mod pck;
 pub mod policy;
 pub mod quote;
+pub mod simulated;
 mod verify;
 
 pub use self::collateral::{Collateral, CollateralError, TcbStatus};

@@ -72,6 +72,9 @@ pub struct TdxPolicy {
     pub refuse_unknown_attributes: bool,
     /// Accept a bound service TD (TD 1.5 `MRSERVICETD` non-zero).
     pub allow_service_td: bool,
+    /// Accept quotes from Veil's simulated TDX hierarchy (development only;
+    /// every row is flagged SIMULATED).
+    pub allow_simulated: bool,
     /// Allowed MRTD values.
     pub mrtd: Vec<Register>,
     /// Accept any MRTD. Must be said in so many words.
@@ -103,6 +106,7 @@ impl Default for TdxPolicy {
             allow_migratable: false,
             refuse_unknown_attributes: false,
             allow_service_td: false,
+            allow_simulated: false,
             mrtd: Vec::new(),
             any_measurement: false,
             rtmr0: Vec::new(),
@@ -148,6 +152,9 @@ impl TdxPolicy {
         }
         if !self.require_sept_ve_disable {
             w.push("require_sept_ve_disable = false: the host may inject #VE on pending pages".to_owned());
+        }
+        if self.allow_simulated {
+            w.push("allow_simulated: quotes from Veil's software TDX hierarchy pass; they prove nothing".to_owned());
         }
         if self.any_measurement {
             w.push("any_measurement: any firmware (MRTD) passes".to_owned());

@@ -11,6 +11,7 @@ use super::error::{TdxCheckReport, TdxError};
 use super::pck::{pck_extension, PckExtension};
 use super::policy::{Register, TdxPolicy};
 use super::quote::{Quote, TdAttributes, INTEL_QE_VENDOR_ID};
+use super::simulated::is_simulated_tdx_cert;
 use crate::check::{Outcome, TdxCheckId as C};
 use crate::x509::{fmt_time, parse_time, ParsedCert, ParsedCrl};
 
@@ -84,6 +85,9 @@ struct Input<'a> {
     qe_identity: QeIdentity,
     pck_certs: Result<Vec<ParsedCert>, String>,
     root: ParsedCert,
+    simulated: bool,
+    /// Why a chain ending in the simulated hierarchy was refused.
+    simulated_refused: Option<String>,
     policy: &'a TdxPolicy,
     now: SystemTime,
 }
@@ -133,6 +137,14 @@ pub fn appraise_tdx(
     put(&mut t, C::ServiceTd, check_service_td(&x));
     put(&mut t, C::Measurements, check_measurements(&x));
     put(&mut t, C::ReportDataBinding, check_report_data(&x, expected));
+    if x.simulated {
+        t.warnings.push(
+            "SIMULATED TDX evidence: signed by Veil's software hierarchy, not by Intel hardware. Accepted only \
+             because the policy sets allow_simulated = true. It proves nothing."
+                .into(),
+        );
+        t.mark_simulated(&[C::QuoteFormat]);
+    }
     TdxAppraisal { table: t, quote: Some(x.quote), pck, tcb }
 }
 
@@ -169,6 +181,16 @@ fn parse_inputs<'a>(
         fail(TdxError::Chain { which: "pinned root", reason: e.to_string() }, "a usable pinned root", e.to_string())
     })?;
     let pck_certs = ParsedCert::chain_from_pem(&quote.pck_chain_pem).map_err(|e| e.to_string());
+    // A chain ending in Veil's simulated hierarchy is checked against its own
+    // root, only under allow_simulated, and every row is flagged.
+    let simulated_top = pck_certs.as_ref().ok().and_then(|c| c.last()).filter(|c| is_simulated_tdx_cert(c));
+    let (root, simulated, simulated_refused) = match simulated_top {
+        Some(top) if policy.allow_simulated => (top.clone(), true, None),
+        Some(top) => {
+            (root, false, Some(format!("SIMULATED root {:?} (policy allow_simulated = false)", top.subject_string())))
+        }
+        None => (root, false, None),
+    };
     let padding = match quote.trailing.len() {
         0 => String::new(),
         n if quote.trailing.iter().all(|b| *b == 0) => format!(" ({n} zero bytes of padding after the signature data)"),
@@ -185,7 +207,20 @@ fn parse_inputs<'a>(
         qe_identity.id,
         qe_identity.version,
     );
-    Ok((Input { raw, quote, collateral, tcb_info, qe_identity, pck_certs, root, policy, now }, detail))
+    let x = Input {
+        raw,
+        quote,
+        collateral,
+        tcb_info,
+        qe_identity,
+        pck_certs,
+        root,
+        simulated,
+        simulated_refused,
+        policy,
+        now,
+    };
+    Ok((x, detail))
 }
 
 /// A chain (leaf first) to the pinned root: 2 or 3 certificates, each
@@ -226,6 +261,11 @@ fn is_ca(cert: &ParsedCert) -> bool {
 
 /// Check 2: The PCK chain; returns the PCK certificate's platform values.
 fn check_pck_chain(x: &Input<'_>, t: &mut TdxCheckReport) -> Option<PckExtension> {
+    if let Some(why) = &x.simulated_refused {
+        let err = TdxError::Chain { which: "PCK", reason: why.clone() };
+        put(t, C::PckChain, fail(err, "a chain to the Intel SGX Root CA", why.clone()));
+        return None;
+    }
     let certs = match &x.pck_certs {
         Ok(c) => c,
         Err(e) => {

@@ -29,7 +29,10 @@ fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
         None if args.policy_key.is_some() => return Err(CliError::Usage("--policy-key needs --policy".into())),
         None => Policy::default(),
     };
+    // The policy's top-level allow_simulated covers simulated TDX evidence too.
+    let allow_simulated = policy.allow_simulated;
     let mut policy = policy.tdx;
+    policy.allow_simulated |= allow_simulated;
     for m in &args.mrtds {
         let r: Register = m.parse().map_err(CliError::flag("--mrtd"))?;
         if !policy.mrtd.contains(&r) {
