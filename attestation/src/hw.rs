@@ -11,8 +11,15 @@
 //! endorsement must be fetched from AMD's Key Distribution Service for this
 //! chip id and TCB: that is a separate, explicit step, not done here.
 //!
+//! [`TdxHardwareAttester`] asks an Intel TDX guest's quoting path for a
+//! quote through the same interface (provider `tdx_guest`; the kernel
+//! forwards the TD report to the host's quoting service and returns the
+//! quote). The collateral comes from the host's PCCS or an operator's cache,
+//! a separate step.
+//!
 //! Compiles everywhere with the `hw` feature; works only inside an SEV-SNP
-//! guest; not run on hardware by this project's CI.
+//! guest (or a TDX guest, for the TDX attester); neither has run on
+//! hardware in this project's CI.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -47,18 +54,27 @@ fn device_error(what: &str, path: &Path, e: std::io::Error) -> Error {
 /// One report request: a fresh report object, REPORT_DATA in, report and
 /// certificate table out, the object removed. The generation counter is read
 /// before and after, so a concurrent writer to the same object is detected.
-fn tsm_report(root: &Path, vmpl: u32, report_data: &[u8; 64]) -> Result<(Vec<u8>, Vec<u8>), Error> {
+/// `provider` is the kernel's name for the TEE (`sev_guest`, `tdx_guest`);
+/// `privlevel` is written when given (SNP's VMPL).
+fn tsm_report(
+    root: &Path,
+    provider_name: &str,
+    privlevel: Option<u32>,
+    report_data: &[u8; 64],
+) -> Result<(Vec<u8>, Vec<u8>), Error> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let dir = root.join(format!("veil-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
     std::fs::create_dir(&dir).map_err(|e| device_error("create", &dir, e))?;
     let result = (|| {
         let read = |name: &str| std::fs::read(dir.join(name)).map_err(|e| device_error("read", &dir.join(name), e));
         let provider = String::from_utf8_lossy(&read("provider")?).trim().to_owned();
-        if provider != "sev_guest" {
-            return Err(Error::ApiMisuse(format!("configfs-tsm provider is {provider:?}, not sev_guest")));
+        if provider != provider_name {
+            return Err(Error::ApiMisuse(format!("configfs-tsm provider is {provider:?}, not {provider_name}")));
         }
-        std::fs::write(dir.join("privlevel"), vmpl.to_string())
-            .map_err(|e| device_error("write", &dir.join("privlevel"), e))?;
+        if let Some(level) = privlevel {
+            std::fs::write(dir.join("privlevel"), level.to_string())
+                .map_err(|e| device_error("write", &dir.join("privlevel"), e))?;
+        }
         std::fs::write(dir.join("inblob"), report_data).map_err(|e| device_error("write", &dir.join("inblob"), e))?;
         let before = read("generation")?;
         let report = read("outblob")?;
@@ -85,7 +101,7 @@ impl Attester for HardwareAttester {
                 ),
             )));
         }
-        let (report, table) = tsm_report(&self.root, self.vmpl, &report_data.0)?;
+        let (report, table) = tsm_report(&self.root, "sev_guest", Some(self.vmpl), &report_data.0)?;
         let table =
             certs::parse(&table).map_err(|e| Error::PeerMisbehaved(format!("host's certificate table: {e}")))?;
         let endorsement = table.get(CertKind::Vcek).or_else(|| table.get(CertKind::Vlek)).ok_or_else(|| {
@@ -106,5 +122,42 @@ impl Attester for HardwareAttester {
             gpu_rims: Vec::new(),
             gpu_ocsp: Vec::new(),
         })
+    }
+}
+
+/// Produces TDX quotes from an Intel TDX guest through configfs-tsm.
+#[derive(Debug, Clone)]
+pub struct TdxHardwareAttester {
+    root: PathBuf,
+}
+
+impl Default for TdxHardwareAttester {
+    fn default() -> Self {
+        Self { root: PathBuf::from(TSM_REPORT_DIR) }
+    }
+}
+
+impl TdxHardwareAttester {
+    /// A quote whose REPORTDATA is the claims' digest (as for SNP), checked
+    /// to parse as a TDX quote before it is returned.
+    pub fn quote(&self, claims: &Claims) -> Result<Vec<u8>, Error> {
+        let report_data = claims.report_data().map_err(|e| Error::ApiMisuse(e.to_string()))?;
+        if !self.root.is_dir() {
+            return Err(Error::Io(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!(
+                    "not a TDX guest: {} does not exist (configfs-tsm quotes need a TDX guest running Linux 6.7 \
+                     or later with the tdx-guest module loaded, configfs mounted and a quoting service on the host)",
+                    self.root.display()
+                ),
+            )));
+        }
+        let (quote, _) = tsm_report(&self.root, "tdx_guest", None, &report_data.0)?;
+        let parsed = crate::tdx::Quote::parse(&quote)
+            .map_err(|e| Error::PeerMisbehaved(format!("the quote the host's quoting service returned: {e}")))?;
+        if parsed.report.report_data != report_data.0 {
+            return Err(Error::PeerMisbehaved("the returned quote carries another REPORTDATA".into()));
+        }
+        Ok(quote)
     }
 }
