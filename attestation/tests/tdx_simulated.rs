@@ -132,3 +132,23 @@ fn a_report_data_mismatch_and_stale_collateral_are_refused() {
     assert!(matches!(t.error(C::TcbInfo), Some(TdxError::Stale { .. })), "{t}");
     assert!(matches!(t.error(C::Revocation), Some(TdxError::CrlUnusable { .. })), "{t}");
 }
+
+/// A Veil shard's quote commits to its claims as an SNP report does: the
+/// expectation built from the same claims passes, from other claims fails.
+#[test]
+fn reportdata_binds_veil_claims() {
+    use veil_attestation::{Claims, Nonce};
+    let p = platform(SimulatedTdxConfig::default());
+    let claims = Claims {
+        nonce: Some(Nonce::new(vec![7; 16]).unwrap()),
+        software_version: "veil test".into(),
+        ..Claims::default()
+    };
+    let q = p.quote(claims.report_data().unwrap().0);
+    let c = p.collateral(&p.default_collateral(SystemTime::now())).unwrap();
+    let ok = TdxExpected::for_claims(&claims).unwrap();
+    assert!(appraise_tdx(&q, &c, &dev(), &ok, SystemTime::now()).table.accepted());
+    let other = Claims { nonce: Some(Nonce::new(vec![8; 16]).unwrap()), ..claims };
+    let t = appraise_tdx(&q, &c, &dev(), &TdxExpected::for_claims(&other).unwrap(), SystemTime::now()).table;
+    assert_eq!(t.failures(), vec![C::ReportDataBinding], "{t}");
+}

@@ -31,6 +31,14 @@ pub struct TdxExpected {
     pub report_data: Option<[u8; 64]>,
 }
 
+impl TdxExpected {
+    /// The expectation for a Veil shard: `REPORTDATA` = SHA-512 of the
+    /// canonical encoding of `claims`, exactly as an SNP shard's REPORT_DATA.
+    pub fn for_claims(claims: &crate::claims::Claims) -> Result<Self, crate::invalid::InvalidValue> {
+        Ok(Self { report_data: Some(claims.report_data()?.0) })
+    }
+}
+
 /// The matched TCB: the combined status and every advisory of the matched levels.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TcbVerdict {
