@@ -376,19 +376,7 @@ pub fn write_random(path: &Path, shape: Shape, dtype: GgmlDType, seed: u64) -> R
 /// arguments (and the vocabulary file), so a test can rebuild the file a
 /// fixture was recorded on and check its digest.
 pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
-    if opts.files > 1 {
-        // Checked before any weights are made: a split model's files are
-        // found by name, so the first must be named as the first.
-        let want = format!("-00001-of-{:05}.gguf", opts.files);
-        let named = path.file_name().is_some_and(|n| n.to_string_lossy().ends_with(&want));
-        if !named {
-            return Err(ModelError::Invalid(format!(
-                "a model split into {} files is written as PREFIX{want} …; name the first file so, not {}",
-                opts.files,
-                path.display()
-            )));
-        }
-    }
+    check_split_name(path, opts.files)?;
     let mut s = shape;
     // MXFP4 and IQ2_XXS are for experts; the other matrices of such a file are Q8_0.
     let experts_only = matches!(opts.dtype, TensorType::Mxfp4 | TensorType::Other(GgmlType::IQ2_XXS));
@@ -396,6 +384,53 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
         d if experts_only => (TensorType::Ggml(GgmlDType::Q8_0), d),
         d => (d, d),
     };
+    let mut meta = tokenizer_meta(opts, &mut s)?;
+    check_shape(&s, opts, (dtype, expert_dtype), experts_only)?;
+    let (hd, d) = (s.head_dim, s.n_embd);
+    let f32s = TensorType::Ggml(GgmlDType::F32);
+    let mut w = Tensors { out: Vec::new(), seed: opts.seed };
+    w.random("token_embd.weight", &[s.vocab, d], 1.0, dtype)?;
+    for i in 0..s.n_layer {
+        write_layer(&mut w, &s, i, opts, (dtype, expert_dtype))?;
+    }
+    w.ones("output_norm.weight", d);
+    w.random("output.weight", &[s.vocab, d], opts.sharpen, dtype)?;
+    if opts.rope_freqs {
+        let factors = llama31_rope_factors(hd, s.rope_theta, 16.0);
+        let bytes = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
+        w.push("rope_freqs.weight", &[hd / 2], f32s, Fill::Bytes(bytes))?;
+    }
+    meta.extend(architecture_meta(&s));
+    let entries: Vec<Entry> = w.out.iter().map(|r| r.entry.clone()).collect();
+    if opts.files > 1 {
+        super::gguf::write::write_split(path, &meta, &entries, &mut w.bodies(), opts.files)?;
+        return Ok(());
+    }
+    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
+    write_streamed(&mut file, &meta, &entries, &mut w.bodies())?;
+    std::io::Write::flush(&mut file)?;
+    Ok(())
+}
+
+/// A model split into `files` is found by name, so the first file must be
+/// named as the first; checked before any weights are made.
+fn check_split_name(path: &Path, files: usize) -> Result<()> {
+    if files <= 1 {
+        return Ok(());
+    }
+    let want = format!("-00001-of-{files:05}.gguf");
+    if path.file_name().is_some_and(|n| n.to_string_lossy().ends_with(&want)) {
+        return Ok(());
+    }
+    Err(ModelError::Invalid(format!(
+        "a model split into {files} files is written as PREFIX{want} …; name the first file so, not {}",
+        path.display()
+    )))
+}
+
+/// The tokenizer's metadata: copied from `opts.vocab_from` (the vocabulary
+/// size follows it), with `opts.specials` appended and `opts.chat_template` set.
+fn tokenizer_meta(opts: &Options, s: &mut Shape) -> Result<Vec<(String, Value)>> {
     let mut meta: Vec<(String, Value)> = Vec::new();
     if let Some(v) = &opts.vocab_from {
         let g = GgufFile::open(v)?;
@@ -417,6 +452,17 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
         meta.retain(|(k, _)| k != "tokenizer.chat_template");
         meta.push(("tokenizer.chat_template".into(), Value::String(t.clone())));
     }
+    Ok(meta)
+}
+
+/// Refuses a shape whose widths do not fit the types' blocks, whose heads do
+/// not group, or whose experts do not suit the family or the type.
+fn check_shape(
+    s: &Shape,
+    opts: &Options,
+    (dtype, expert_dtype): (TensorType, TensorType),
+    experts_only: bool,
+) -> Result<()> {
     let block = |t: TensorType| t.block().map_or(1, |(n, _)| n);
     let fits = |n: usize| n.is_multiple_of(block(dtype)) && n.is_multiple_of(block(expert_dtype));
     if !s.n_head.is_multiple_of(s.n_head_kv)
@@ -433,68 +479,73 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
             opts.dtype
         )));
     }
+    Ok(())
+}
+
+/// Layer `i`'s tensors, as the family names and shapes them.
+fn write_layer(
+    w: &mut Tensors,
+    s: &Shape,
+    i: usize,
+    opts: &Options,
+    (dtype, expert_dtype): (TensorType, TensorType),
+) -> Result<()> {
     let (hd, d, f) = (s.head_dim, s.n_embd, s.n_ff);
     let f32s = TensorType::Ggml(GgmlDType::F32);
-    let mut w = Tensors { out: Vec::new(), seed: opts.seed };
-    w.random("token_embd.weight", &[s.vocab, d], 1.0, dtype)?;
     let gpt_oss = s.family == Family::GptOss;
     let gemma = s.family == Family::Gemma3;
-    for i in 0..s.n_layer {
-        let p = format!("blk.{i}");
-        w.ones(&format!("{p}.attn_norm.weight"), d);
-        if matches!(s.family, Family::Qwen3Moe | Family::Gemma3) {
-            w.ones(&format!("{p}.attn_q_norm.weight"), hd);
-            w.ones(&format!("{p}.attn_k_norm.weight"), hd);
-        }
-        for (name, rows) in [("attn_q", s.n_head * hd), ("attn_k", s.n_head_kv * hd), ("attn_v", s.n_head_kv * hd)] {
-            w.random(&format!("{p}.{name}.weight"), &[rows, d], 1.0, dtype)?;
-            if gpt_oss {
-                w.uniform(&format!("{p}.{name}.bias"), &[rows], 0.2)?;
-            }
-        }
-        w.random(&format!("{p}.attn_output.weight"), &[d, s.n_head * hd], 1.0, dtype)?;
+    let p = format!("blk.{i}");
+    w.ones(&format!("{p}.attn_norm.weight"), d);
+    if matches!(s.family, Family::Qwen3Moe | Family::Gemma3) {
+        w.ones(&format!("{p}.attn_q_norm.weight"), hd);
+        w.ones(&format!("{p}.attn_k_norm.weight"), hd);
+    }
+    for (name, rows) in [("attn_q", s.n_head * hd), ("attn_k", s.n_head_kv * hd), ("attn_v", s.n_head_kv * hd)] {
+        w.random(&format!("{p}.{name}.weight"), &[rows, d], 1.0, dtype)?;
         if gpt_oss {
-            w.uniform(&format!("{p}.attn_output.bias"), &[d], 0.2)?;
-            w.uniform(&format!("{p}.attn_sinks.weight"), &[s.n_head], 4.0)?;
-            w.ones(&format!("{p}.post_attention_norm.weight"), d);
-        } else if gemma {
-            w.ones(&format!("{p}.post_attention_norm.weight"), d);
-            w.ones(&format!("{p}.ffn_norm.weight"), d);
-        } else {
-            w.ones(&format!("{p}.ffn_norm.weight"), d);
+            w.uniform(&format!("{p}.{name}.bias"), &[rows], 0.2)?;
         }
-        if s.n_expert == 0 {
-            w.random(&format!("{p}.ffn_gate.weight"), &[f, d], 1.0, dtype)?;
-            w.random(&format!("{p}.ffn_up.weight"), &[f, d], 1.0, dtype)?;
-            w.random(&format!("{p}.ffn_down.weight"), &[d, f], 1.0, dtype)?;
-        } else {
-            let e = s.n_expert;
-            w.random(&format!("{p}.ffn_gate_inp.weight"), &[e, d], opts.sharpen, f32s)?;
+    }
+    w.random(&format!("{p}.attn_output.weight"), &[d, s.n_head * hd], 1.0, dtype)?;
+    if gpt_oss {
+        w.uniform(&format!("{p}.attn_output.bias"), &[d], 0.2)?;
+        w.uniform(&format!("{p}.attn_sinks.weight"), &[s.n_head], 4.0)?;
+        w.ones(&format!("{p}.post_attention_norm.weight"), d);
+    } else if gemma {
+        w.ones(&format!("{p}.post_attention_norm.weight"), d);
+        w.ones(&format!("{p}.ffn_norm.weight"), d);
+    } else {
+        w.ones(&format!("{p}.ffn_norm.weight"), d);
+    }
+    if s.n_expert == 0 {
+        w.random(&format!("{p}.ffn_gate.weight"), &[f, d], 1.0, dtype)?;
+        w.random(&format!("{p}.ffn_up.weight"), &[f, d], 1.0, dtype)?;
+        w.random(&format!("{p}.ffn_down.weight"), &[d, f], 1.0, dtype)?;
+    } else {
+        let e = s.n_expert;
+        w.random(&format!("{p}.ffn_gate_inp.weight"), &[e, d], opts.sharpen, f32s)?;
+        if gpt_oss {
+            w.uniform(&format!("{p}.ffn_gate_inp.bias"), &[e], 0.2)?;
+        }
+        for (name, dims) in [("ffn_gate_exps", [e, f, d]), ("ffn_up_exps", [e, f, d]), ("ffn_down_exps", [e, d, f])] {
+            w.random(&format!("{p}.{name}.weight"), &dims, 1.0, expert_dtype)?;
             if gpt_oss {
-                w.uniform(&format!("{p}.ffn_gate_inp.bias"), &[e], 0.2)?;
-            }
-            for (name, dims) in [("ffn_gate_exps", [e, f, d]), ("ffn_up_exps", [e, f, d]), ("ffn_down_exps", [e, d, f])]
-            {
-                w.random(&format!("{p}.{name}.weight"), &dims, 1.0, expert_dtype)?;
-                if gpt_oss {
-                    w.uniform(&format!("{p}.{name}.bias"), &dims[..2], 0.2)?;
-                }
+                w.uniform(&format!("{p}.{name}.bias"), &dims[..2], 0.2)?;
             }
         }
-        if gemma {
-            w.ones(&format!("{p}.post_ffw_norm.weight"), d);
-        }
     }
-    w.ones("output_norm.weight", d);
-    w.random("output.weight", &[s.vocab, d], opts.sharpen, dtype)?;
-    if opts.rope_freqs {
-        let factors = llama31_rope_factors(hd, s.rope_theta, 16.0);
-        let bytes = factors.iter().flat_map(|f| f.to_le_bytes()).collect();
-        w.push("rope_freqs.weight", &[hd / 2], f32s, Fill::Bytes(bytes))?;
+    if gemma {
+        w.ones(&format!("{p}.post_ffw_norm.weight"), d);
     }
+    Ok(())
+}
+
+/// The architecture's hyperparameters as llama.cpp names them.
+fn architecture_meta(s: &Shape) -> Vec<(String, Value)> {
     let arch = s.family.name();
+    let (hd, d, f) = (s.head_dim, s.n_embd, s.n_ff);
     let u32_of = |v: usize| Value::U32(u32::try_from(v).unwrap_or(u32::MAX));
-    meta.extend([
+    let mut meta = vec![
         ("general.architecture".to_owned(), Value::String(arch.into())),
         ("general.name".to_owned(), Value::String("veil random-weight model".into())),
         (format!("{arch}.block_count"), u32_of(s.n_layer)),
@@ -509,7 +560,7 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
         (format!("{arch}.vocab_size"), u32_of(s.vocab)),
         (format!("{arch}.rope.freq_base"), Value::F32(s.rope_theta)),
         (format!("{arch}.attention.layer_norm_rms_epsilon"), Value::F32(1e-6)),
-    ]);
+    ];
     if s.n_expert > 0 {
         meta.push((format!("{arch}.expert_count"), u32_of(s.n_expert)));
         meta.push((format!("{arch}.expert_used_count"), u32_of(s.n_used)));
@@ -518,20 +569,12 @@ pub fn write_with(path: &Path, shape: Shape, opts: &Options) -> Result<()> {
     if s.window > 0 {
         meta.push((format!("{arch}.attention.sliding_window"), u32_of(s.window)));
     }
-    if gpt_oss {
+    if s.family == Family::GptOss {
         meta.push((format!("{arch}.rope.scaling.type"), Value::String("yarn".into())));
         meta.push((format!("{arch}.rope.scaling.factor"), Value::F32(32.0)));
         meta.push((format!("{arch}.rope.scaling.original_context_length"), u32_of(4096)));
     }
-    let entries: Vec<Entry> = w.out.iter().map(|r| r.entry.clone()).collect();
-    if opts.files > 1 {
-        super::gguf::write::write_split(path, &meta, &entries, &mut w.bodies(), opts.files)?;
-        return Ok(());
-    }
-    let mut file = std::io::BufWriter::new(std::fs::File::create(path)?);
-    write_streamed(&mut file, &meta, &entries, &mut w.bodies())?;
-    std::io::Write::flush(&mut file)?;
-    Ok(())
+    meta
 }
 
 /// Appends `specials` to a vocabulary's tokens as control tokens (type 3),
