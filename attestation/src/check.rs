@@ -673,6 +673,39 @@ impl<C: CheckName, E: fmt::Display> fmt::Display for CheckTable<C, E> {
     }
 }
 
+/// What one check concluded, before it goes into a table (the TDX and Azure
+/// checkers' return type).
+pub(crate) enum Row<E> {
+    /// Passed, with what was established.
+    Pass(String),
+    /// Passed, with what was established and what a reviewer must see.
+    Warn(String, String),
+    /// Failed: the typed reason, what was required, what the evidence showed.
+    Fail(Box<(E, String, String)>),
+    /// Could not run, and why.
+    NotRun(String),
+}
+
+/// A failed row.
+pub(crate) fn fail<E>(error: E, expected: impl Into<String>, actual: impl Into<String>) -> Row<E> {
+    Row::Fail(Box::new((error, expected.into(), actual.into())))
+}
+
+impl<C: CheckName, E: fmt::Display> CheckTable<C, E> {
+    /// Records `check`'s row.
+    pub(crate) fn put(&mut self, check: C, row: Row<E>) {
+        match row {
+            Row::Pass(detail) => self.record(check, Outcome::Passed { detail }),
+            Row::Warn(detail, warning) => self.record(check, Outcome::Warned { detail, warning }),
+            Row::Fail(b) => {
+                let (e, expected, actual) = *b;
+                self.record_failure(check, e, expected, actual)
+            }
+            Row::NotRun(reason) => self.record(check, Outcome::NotRun { reason }),
+        }
+    }
+}
+
 /// A row of the SNP table.
 pub type CheckResult = CheckRow<CheckId>;
 /// The SNP table.

@@ -25,7 +25,7 @@ pub use self::hcl::{HclError, HclReport, RsaKey, RuntimeClaims};
 pub use self::policy::AzurePolicy;
 pub use self::tpm::{TpmError, TpmQuote};
 pub use crate::check::AzureCheckId;
-use crate::check::{CheckReport, Outcome};
+use crate::check::{fail, CheckReport};
 
 /// What the relying party expects.
 #[derive(Clone, Debug, Default)]
@@ -46,28 +46,7 @@ pub struct AzureEvidence<'a> {
     pub ak_pub: Option<&'a [u8]>,
 }
 
-enum Row {
-    Pass(String),
-    Warn(String, String),
-    Fail(Box<(AzureError, String, String)>),
-    NotRun(String),
-}
-
-fn fail(error: AzureError, expected: impl Into<String>, actual: impl Into<String>) -> Row {
-    Row::Fail(Box::new((error, expected.into(), actual.into())))
-}
-
-fn put(t: &mut AzureCheckReport, check: AzureCheckId, row: Row) {
-    match row {
-        Row::Pass(detail) => t.record(check, Outcome::Passed { detail }),
-        Row::Warn(detail, warning) => t.record(check, Outcome::Warned { detail, warning }),
-        Row::Fail(b) => {
-            let (e, expected, actual) = *b;
-            t.record_failure(check, e, expected, actual)
-        }
-        Row::NotRun(reason) => t.record(check, Outcome::NotRun { reason }),
-    }
-}
+type Row = crate::check::Row<AzureError>;
 
 /// Runs the Azure checks. `hcl` is the parsed HCL report (or why it did not
 /// parse); `snp` the SNP table of the report inside it.
@@ -81,15 +60,14 @@ pub fn appraise_parts(
     use AzureCheckId as C;
     let mut t = AzureCheckReport::default();
     let parsed = hcl.and_then(|h| h.as_ref().ok());
-    put(&mut t, C::HclFormat, check_format(hcl));
-    put(&mut t, C::SnpReport, check_snp(parsed, snp));
-    put(&mut t, C::RuntimeClaims, check_claims(parsed));
+    t.put(C::HclFormat, check_format(hcl));
+    t.put(C::SnpReport, check_snp(parsed, snp));
+    t.put(C::RuntimeClaims, check_claims(parsed));
     let (row, hcl_ak) = check_ak(parsed);
-    put(&mut t, C::AttestationKey, row);
-    put(&mut t, C::VmConfiguration, check_vm_configuration(parsed, policy));
+    t.put(C::AttestationKey, row);
+    t.put(C::VmConfiguration, check_vm_configuration(parsed, policy));
     let quote = ev.quote.map(TpmQuote::parse);
-    put(
-        &mut t,
+    t.put(
         C::TpmQuoteFormat,
         match &quote {
             None => Row::NotRun("no TPM quote given".into()),
@@ -105,11 +83,11 @@ pub fn appraise_parts(
     let quote = quote.and_then(Result::ok);
     let given = ev.ak_pub.map(RsaKey::from_spki);
     let (row, key) = check_ak_binding(quote.as_ref(), hcl_ak, given);
-    put(&mut t, C::TpmAkBinding, row);
-    put(&mut t, C::TpmSignature, check_signature(quote.as_ref(), key.as_ref()));
-    put(&mut t, C::TpmNonce, check_nonce(quote.as_ref(), expected));
-    put(&mut t, C::TpmPcrDigest, check_pcr_digest(quote.as_ref()));
-    put(&mut t, C::TpmPcrs, check_pcrs(quote.as_ref(), policy));
+    t.put(C::TpmAkBinding, row);
+    t.put(C::TpmSignature, check_signature(quote.as_ref(), key.as_ref()));
+    t.put(C::TpmNonce, check_nonce(quote.as_ref(), expected));
+    t.put(C::TpmPcrDigest, check_pcr_digest(quote.as_ref()));
+    t.put(C::TpmPcrs, check_pcrs(quote.as_ref(), policy));
     t
 }
 

@@ -12,7 +12,7 @@ use super::pck::{pck_extension, PckExtension};
 use super::policy::{Register, TdxPolicy};
 use super::quote::{Quote, TdAttributes, INTEL_QE_VENDOR_ID};
 use super::simulated::is_simulated_tdx_cert;
-use crate::check::{Outcome, TdxCheckId as C};
+use crate::check::{fail, TdxCheckId as C};
 use crate::x509::{fmt_time, parse_time, ParsedCert, ParsedCrl};
 
 /// Intel's SGX Root CA (SHA-256 fingerprint 44a0196b…74d3), which every TDX
@@ -61,28 +61,7 @@ pub struct TdxAppraisal {
     pub tcb: Option<TcbVerdict>,
 }
 
-enum Row {
-    Pass(String),
-    Warn(String, String),
-    Fail(Box<(TdxError, String, String)>),
-    NotRun(String),
-}
-
-fn fail(error: TdxError, expected: impl Into<String>, actual: impl Into<String>) -> Row {
-    Row::Fail(Box::new((error, expected.into(), actual.into())))
-}
-
-fn put(t: &mut TdxCheckReport, check: C, row: Row) {
-    match row {
-        Row::Pass(detail) => t.record(check, Outcome::Passed { detail }),
-        Row::Warn(detail, warning) => t.record(check, Outcome::Warned { detail, warning }),
-        Row::Fail(b) => {
-            let (e, expected, actual) = *b;
-            t.record_failure(check, e, expected, actual)
-        }
-        Row::NotRun(reason) => t.record(check, Outcome::NotRun { reason }),
-    }
-}
+type Row = crate::check::Row<TdxError>;
 
 /// The parsed inputs every check reads.
 struct Input<'a> {
@@ -117,34 +96,34 @@ pub fn appraise_tdx(
     let mut t = TdxCheckReport::default();
     let x = match parse_inputs(quote, collateral, policy, now) {
         Ok((x, detail)) => {
-            put(&mut t, C::QuoteFormat, Row::Pass(detail));
+            t.put(C::QuoteFormat, Row::Pass(detail));
             x
         }
         Err(row) => {
-            put(&mut t, C::QuoteFormat, row);
+            t.put(C::QuoteFormat, row);
             for c in &C::ALL[1..] {
-                put(&mut t, *c, Row::NotRun("the quote or its collateral did not parse".into()));
+                t.put(*c, Row::NotRun("the quote or its collateral did not parse".into()));
             }
             return TdxAppraisal { table: t, quote: None, pck: None, tcb: None };
         }
     };
     let pck = check_pck_chain(&x, &mut t);
-    put(&mut t, C::Revocation, check_revocation(&x));
+    t.put(C::Revocation, check_revocation(&x));
     let tcb_info_ok = record_ok(&mut t, C::TcbInfo, check_tcb_info(&x, pck.as_ref()));
     let qe_identity_ok = record_ok(&mut t, C::QeIdentity, check_qe_identity(&x));
-    put(&mut t, C::QeReportSignature, check_qe_report_signature(&x));
-    put(&mut t, C::QeReportData, check_qe_report_data(&x));
+    t.put(C::QeReportSignature, check_qe_report_signature(&x));
+    t.put(C::QeReportData, check_qe_report_data(&x));
     let (row, qe_level) = check_qe_identity_match(&x, qe_identity_ok);
-    put(&mut t, C::QeIdentityMatch, row);
-    put(&mut t, C::QuoteSignature, check_quote_signature(&x));
+    t.put(C::QeIdentityMatch, row);
+    t.put(C::QuoteSignature, check_quote_signature(&x));
     let (row, module_level) = check_tdx_module(&x, tcb_info_ok);
-    put(&mut t, C::TdxModule, row);
+    t.put(C::TdxModule, row);
     let (row, tcb) = check_tcb_status(&x, tcb_info_ok, pck.as_ref(), module_level, qe_level);
-    put(&mut t, C::TcbStatus, row);
-    put(&mut t, C::TdAttributes, check_td_attributes(&x));
-    put(&mut t, C::ServiceTd, check_service_td(&x));
-    put(&mut t, C::Measurements, check_measurements(&x));
-    put(&mut t, C::ReportDataBinding, check_report_data(&x, expected));
+    t.put(C::TcbStatus, row);
+    t.put(C::TdAttributes, check_td_attributes(&x));
+    t.put(C::ServiceTd, check_service_td(&x));
+    t.put(C::Measurements, check_measurements(&x));
+    t.put(C::ReportDataBinding, check_report_data(&x, expected));
     if x.simulated {
         t.warnings.push(
             "SIMULATED TDX evidence: signed by Veil's software hierarchy, not by Intel hardware. Accepted only \
@@ -158,7 +137,7 @@ pub fn appraise_tdx(
 
 fn record_ok(t: &mut TdxCheckReport, check: C, row: Row) -> bool {
     let ok = matches!(row, Row::Pass(_) | Row::Warn(..));
-    put(t, check, row);
+    t.put(check, row);
     ok
 }
 
@@ -271,14 +250,14 @@ fn is_ca(cert: &ParsedCert) -> bool {
 fn check_pck_chain(x: &Input<'_>, t: &mut TdxCheckReport) -> Option<PckExtension> {
     if let Some(why) = &x.simulated_refused {
         let err = TdxError::Chain { which: "PCK", reason: why.clone() };
-        put(t, C::PckChain, fail(err, "a chain to the Intel SGX Root CA", why.clone()));
+        t.put(C::PckChain, fail(err, "a chain to the Intel SGX Root CA", why.clone()));
         return None;
     }
     let certs = match &x.pck_certs {
         Ok(c) => c,
         Err(e) => {
             let err = TdxError::Chain { which: "PCK", reason: e.clone() };
-            put(t, C::PckChain, fail(err, "a PEM chain: PCK, PCK CA, Intel SGX Root CA", e.clone()));
+            t.put(C::PckChain, fail(err, "a PEM chain: PCK, PCK CA, Intel SGX Root CA", e.clone()));
             return None;
         }
     };
@@ -286,8 +265,7 @@ fn check_pck_chain(x: &Input<'_>, t: &mut TdxCheckReport) -> Option<PckExtension
     let ext = x.leaf().map(pck_extension).transpose();
     match (chain, ext) {
         (Ok(names), Ok(Some(ext))) => {
-            put(
-                t,
+            t.put(
                 C::PckChain,
                 Row::Pass(format!(
                     "{names} (pinned root), valid at {}; FMSPC {}, PCE ID {}, PCESVN {}",
@@ -301,12 +279,12 @@ fn check_pck_chain(x: &Input<'_>, t: &mut TdxCheckReport) -> Option<PckExtension
         }
         (Err(e), _) => {
             let err = TdxError::Chain { which: "PCK", reason: e.clone() };
-            put(t, C::PckChain, fail(err, "PCK → PCK CA → the pinned Intel SGX Root CA, valid now", e));
+            t.put(C::PckChain, fail(err, "PCK → PCK CA → the pinned Intel SGX Root CA, valid now", e));
             None
         }
         (Ok(_), Err(e)) => {
             let err = TdxError::Chain { which: "PCK", reason: e.clone() };
-            put(t, C::PckChain, fail(err, "a PCK certificate with Intel's SGX extension", e));
+            t.put(C::PckChain, fail(err, "a PCK certificate with Intel's SGX extension", e));
             None
         }
         (Ok(_), Ok(None)) => None,

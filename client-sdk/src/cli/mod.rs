@@ -766,6 +766,10 @@ fn parse_product(s: &str) -> Result<veil_attestation::snp::Product, error::Unkno
 pub fn run(cli: Cli) -> Exit {
     match cli.command {
         Command::Attest(AttestCommand::Inspect(args)) => inspect::run(&args),
+        Command::Attest(AttestCommand::Verify(args)) if args.tdx.is_some() => verify_tdx::run(&args),
+        Command::Attest(AttestCommand::Verify(args)) if args.azure.is_some() || args.tpm_quote.is_some() => {
+            verify_azure::run(&args)
+        }
         Command::Attest(AttestCommand::Verify(args)) => verify::run(&args),
         Command::Attest(AttestCommand::SimInit(args)) => sim_init::run(&args),
         Command::Verify(args) => route::verify(&args),

@@ -33,13 +33,20 @@ pub struct Prepared {
     pub now: SystemTime,
 }
 
-/// Resolves flags into inputs; any error here is "unreadable input".
-pub fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
-    let mut policy = match &args.policy {
-        Some(path) => super::policy_bundle::load_policy(path, args.policy_key.as_deref(), &args.log)?,
-        None if args.policy_key.is_some() => return Err(CliError::Usage("--policy-key needs --policy".into())),
-        None => Policy::default(),
-    };
+/// The policy file (`--policy`, a signed bundle with `--policy-key`) or the
+/// strict default.
+pub(super) fn policy_file(args: &VerifyArgs) -> Result<Policy, CliError> {
+    match &args.policy {
+        Some(path) => super::policy_bundle::load_policy(path, args.policy_key.as_deref(), &args.log),
+        None if args.policy_key.is_some() => Err(CliError::Usage("--policy-key needs --policy".into())),
+        None => Ok(Policy::default()),
+    }
+}
+
+/// The policy file with `--measurement` added to its allowlist and
+/// `--any-measurement` applied (not yet validated).
+pub(super) fn snp_policy(args: &VerifyArgs) -> Result<Policy, CliError> {
+    let mut policy = policy_file(args)?;
     for m in &args.measurements {
         let m: Measurement = m.parse().map_err(CliError::flag("--measurement"))?;
         if !policy.measurements.contains(&m) {
@@ -49,6 +56,22 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
     if args.any_measurement {
         policy.any_measurement = true;
     }
+    Ok(policy)
+}
+
+/// `--at`, or now.
+pub(super) fn verification_time(args: &VerifyArgs) -> Result<SystemTime, CliError> {
+    match &args.at {
+        Some(t) => parse_time(t).ok_or_else(|| {
+            CliError::flag("--at")(format!("cannot parse {t:?} (use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)"))
+        }),
+        None => Ok(SystemTime::now()),
+    }
+}
+
+/// Resolves flags into inputs; any error here is "unreadable input".
+pub fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
+    let mut policy = snp_policy(args)?;
     if args.require_rim {
         policy.gpu.require_rim = true;
     }
@@ -121,12 +144,7 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
         nonce: args.nonce.as_deref().map(str::parse::<Nonce>).transpose().map_err(CliError::flag("--nonce"))?,
         ..ExpectedClaims::default()
     };
-    let now = match &args.at {
-        Some(t) => parse_time(t).ok_or_else(|| {
-            CliError::flag("--at")(format!("cannot parse {t:?} (use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)"))
-        })?,
-        None => SystemTime::now(),
-    };
+    let now = verification_time(args)?;
     let gpu_ocsp = args.gpu_ocsp.iter().map(|p| input::read(p).map_err(CliError::failed)).collect::<Result<_, _>>()?;
     Ok(Prepared {
         bundle,
@@ -143,12 +161,6 @@ pub fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
 
 /// Runs the command.
 pub fn run(args: &VerifyArgs) -> Exit {
-    if args.tdx.is_some() {
-        return super::verify_tdx::run(args);
-    }
-    if args.azure.is_some() || args.tpm_quote.is_some() {
-        return super::verify_azure::run(args);
-    }
     let prepared = match prepare(args) {
         Ok(p) => p,
         Err(e) => {

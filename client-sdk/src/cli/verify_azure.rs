@@ -5,8 +5,7 @@
 use std::time::SystemTime;
 
 use veil_attestation::azure::{AzureEvidence, AzureExpected};
-use veil_attestation::x509::parse_time;
-use veil_attestation::{appraise_azure, Measurement, Policy, SnpEndorsement};
+use veil_attestation::{appraise_azure, Policy, SnpEndorsement};
 
 use super::error::CliError;
 use super::{Exit, VerifyArgs};
@@ -23,20 +22,7 @@ struct Prepared {
 }
 
 fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
-    let mut policy = match &args.policy {
-        Some(path) => super::policy_bundle::load_policy(path, args.policy_key.as_deref(), &args.log)?,
-        None if args.policy_key.is_some() => return Err(CliError::Usage("--policy-key needs --policy".into())),
-        None => Policy::default(),
-    };
-    for m in &args.measurements {
-        let m: Measurement = m.parse().map_err(CliError::flag("--measurement"))?;
-        if !policy.measurements.contains(&m) {
-            policy.measurements.push(m);
-        }
-    }
-    if args.any_measurement {
-        policy.any_measurement = true;
-    }
+    let policy = super::verify::snp_policy(args)?;
     policy.validate().map_err(CliError::failed)?;
     let read = |p: &Option<std::path::PathBuf>| p.as_deref().map(input::read).transpose().map_err(CliError::failed);
     let endorsement = match &args.vcek {
@@ -53,12 +39,7 @@ fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
     if endorsement.is_some() && args.azure.is_none() {
         return Err(CliError::Usage("--vcek with --tpm-quote needs --azure HCL_REPORT".into()));
     }
-    let now = match &args.at {
-        Some(t) => parse_time(t).ok_or_else(|| {
-            CliError::flag("--at")(format!("cannot parse {t:?} (use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)"))
-        })?,
-        None => SystemTime::now(),
-    };
+    let now = super::verify::verification_time(args)?;
     Ok(Prepared {
         hcl: read(&args.azure)?,
         quote: read(&args.tpm_quote)?,

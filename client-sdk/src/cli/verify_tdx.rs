@@ -4,8 +4,7 @@
 use std::time::SystemTime;
 
 use veil_attestation::tdx::{appraise_tdx, policy::Register, TdxExpected, TdxPolicy};
-use veil_attestation::x509::parse_time;
-use veil_attestation::{Policy, ReportData};
+use veil_attestation::ReportData;
 
 use super::error::CliError;
 use super::{Exit, VerifyArgs};
@@ -24,11 +23,7 @@ fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
     let (Some(quote), Some(collateral)) = (&args.tdx, &args.collateral) else {
         return Err(CliError::Usage("--tdx QUOTE needs --collateral FILE".into()));
     };
-    let policy: Policy = match &args.policy {
-        Some(path) => super::policy_bundle::load_policy(path, args.policy_key.as_deref(), &args.log)?,
-        None if args.policy_key.is_some() => return Err(CliError::Usage("--policy-key needs --policy".into())),
-        None => Policy::default(),
-    };
+    let policy = super::verify::policy_file(args)?;
     // The policy's top-level allow_simulated covers simulated TDX evidence too.
     let allow_simulated = policy.allow_simulated;
     let mut policy = policy.tdx;
@@ -50,12 +45,7 @@ fn prepare(args: &VerifyArgs) -> Result<Prepared, CliError> {
         .transpose()
         .map_err(CliError::flag("--report-data"))?
         .map(|r| r.0);
-    let now = match &args.at {
-        Some(t) => parse_time(t).ok_or_else(|| {
-            CliError::flag("--at")(format!("cannot parse {t:?} (use YYYY-MM-DD or YYYY-MM-DDTHH:MM:SSZ)"))
-        })?,
-        None => SystemTime::now(),
-    };
+    let now = super::verify::verification_time(args)?;
     Ok(Prepared {
         quote: input::read(quote).map_err(CliError::failed)?,
         collateral: input::read(collateral).map_err(CliError::failed)?,
