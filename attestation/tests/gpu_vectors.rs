@@ -401,7 +401,7 @@ fn rim_xml_signatures_verify_before_signer_expiry_and_fail_after_or_when_edited(
 #[test]
 fn an_nvidia_rim_carried_in_a_shard_bundle_is_verified_and_compared() {
     use veil_attestation::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
-    use veil_attestation::gpu::{CompositeAttester, GpuSource};
+    use veil_attestation::gpu::{CompositeAttester, GpuReference, GpuSource};
     use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
     use veil_attestation::{Attester as _, Claims, Error, EvidenceBundle, ExpectedClaims};
     let Some(d) = set("nvidia-h100-coco-trustee") else { return };
@@ -414,7 +414,8 @@ fn an_nvidia_rim_carried_in_a_shard_bundle_is_verified_and_compared() {
     let config = SimulatedGpuConfig { vbios: [0x00, 0x74, 0x00, 0x96, 0x1A, 0, 0, 0], ..Default::default() };
     let gpu = SimulatedGpu::from_seed(b"carried RIM gpu", config).unwrap();
     let shard = CompositeAttester::new(Box::new(root()), GpuSource::Simulated(vec![gpu]))
-        .carrying(vec![rim.clone()], Vec::new())
+        .unwrap()
+        .carrying(GpuReference { rims: vec![rim.clone()], ocsp: Vec::new() })
         .unwrap();
     let bundle = shard.evidence(&Claims { software_version: "test".into(), ..Claims::default() }).unwrap();
     let bundle = EvidenceBundle::from_json(bundle.to_json().as_bytes()).unwrap();

@@ -381,16 +381,56 @@ fn the_entry_must_be_bound_to_the_key_config_and_nonce() {
     ));
 }
 
+/// Issue 55: `gpu.require_revocation` on the serving path. GPU shards
+/// carry current OCSP responses for their device chains in their bundles
+/// (NVIDIA-signed, so any carrier will do), and the route verifies. A host
+/// that strips them, or replays responses that were current last week, is
+/// refused at `gpu_revocation`, by name; so is one revoked certificate.
 #[test]
-fn a_policy_requiring_gpu_revocation_is_refused_on_the_serving_path_with_its_reason() {
+fn gpu_revocation_is_met_on_the_serving_path_by_carried_ocsp_and_a_stripping_or_replaying_host_is_named() {
+    use veil_attestation::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
+    use veil_attestation::GpuCheckId;
+    let sh = shape();
     let mut policy = client_policy();
     policy.gpu.require_revocation = true;
-    match verify_route(&honest(&nonce()), &policy, &nonce(), SystemTime::now()) {
+    let doc_for = |edit: &dyn Fn(&mut LinkedShard)| {
+        let mut stage2 = gpu_shard(2, &policy, &sh);
+        edit(&mut stage2);
+        doc_with(&nonce(), &policy, &sh, vec![shard(root_a(), 1, 0, &policy, &sh), stage2])
+    };
+    let route = verify_route(&doc_for(&|_| {}), &policy, &nonce(), SystemTime::now()).unwrap();
+    let gpus = route.shards().iter().find_map(|s| s.evidence().gpus()).expect("the GPU shard's GPUs verified");
+    let table = gpus.appraisal().gpus[0].to_string();
+    assert!(table.contains("OCSP status good and current"), "{table}");
+
+    let refused = |doc: &AttestationDoc| match verify_route(doc, &policy, &nonce(), SystemTime::now()) {
         Err(RouteError::Evidence { source, .. }) => {
-            assert!(source.to_string().contains("require_revocation"), "{source}");
+            assert_eq!(source.check(), Some(CheckId::Gpu(GpuCheckId::Revocation)), "{source}");
+            source.to_string()
         }
-        other => panic!("{other:?}"),
-    }
+        other => panic!("expected gpu_revocation to refuse the GPU shard, got {other:?}"),
+    };
+    let why = refused(&doc_for(&|s| s.evidence.gpu_ocsp.clear()));
+    assert!(why.contains("none supplied"), "{why}");
+    // The same GPU's responses, current a week ago.
+    let gpu = SimulatedGpu::from_seed(b"route gpu", SimulatedGpuConfig::default()).unwrap();
+    let day = std::time::Duration::from_secs(86_400);
+    let week_ago = SystemTime::now() - 7 * day;
+    let old = gpu.ocsp_responses(None, week_ago - day, Some(week_ago + day)).unwrap();
+    let why = refused(&doc_for(&|s| s.evidence.gpu_ocsp = old.clone()));
+    assert!(why.contains("stale"), "{why}");
+    let revoked = gpu.ocsp_responses(Some(0), SystemTime::now() - day, Some(SystemTime::now() + day)).unwrap();
+    let why = refused(&doc_for(&|s| s.evidence.gpu_ocsp = revoked.clone()));
+    assert!(why.contains("revoked"), "{why}");
+    // Without `require_revocation` a stripped list passes and says so.
+    let mut lax = policy.clone();
+    lax.gpu.require_revocation = false;
+    let mut stage2 = gpu_shard(2, &lax, &sh);
+    stage2.evidence.gpu_ocsp.clear();
+    let doc = doc_with(&nonce(), &lax, &sh, vec![shard(root_a(), 1, 0, &lax, &sh), stage2]);
+    let route = verify_route(&doc, &lax, &nonce(), SystemTime::now()).unwrap();
+    let table = route.shards().iter().find_map(|s| s.evidence().gpus()).unwrap().appraisal().gpus[0].to_string();
+    assert!(table.contains("no OCSP responses supplied"), "{table}");
 }
 
 /// SECURITY-CASES E11, a stated limit (THREAT_MODEL §5): a host that runs two
@@ -527,7 +567,7 @@ fn gpu_shard(stage: u32, peer: &Policy, shape: &RouteShape) -> LinkedShard {
     use veil_attestation::gpu::{CompositeAttester, GpuSource};
     use veil_attestation::Attester as _;
     let gpu = SimulatedGpu::from_seed(b"route gpu", SimulatedGpuConfig::default()).unwrap();
-    let att = CompositeAttester::new(Box::new(sim(b"root A")), GpuSource::Simulated(vec![gpu]));
+    let att = CompositeAttester::new(Box::new(sim(b"root A")), GpuSource::Simulated(vec![gpu])).unwrap();
     let claims = shard_claims(stage, 0xC0 + stage as u8, peer, shape);
     LinkedShard { stage, replica: 0, evidence: att.evidence(&claims).unwrap() }
 }

@@ -30,6 +30,7 @@ pub mod contain;
 pub mod error;
 pub mod gateway;
 pub mod generate;
+pub mod gpu_reference;
 pub mod link;
 pub mod local_model;
 pub mod model;

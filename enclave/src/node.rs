@@ -20,6 +20,7 @@ use veil_attestation::Attester;
 
 use crate::error::{Error, Result};
 use crate::gateway::seal::SealKey;
+use crate::gpu_reference::ReferenceFiles;
 use crate::pipeline::route::Route;
 use crate::pipeline::shard::{self, Loaded};
 use crate::pipeline::{entry, net::Trust};
@@ -39,28 +40,26 @@ pub enum Attestation {
         /// Collect GPU evidence through NVML (feature `hw`).
         nvml_gpus: bool,
         /// NVIDIA's RIMs and OCSP responses for the GPUs, carried in every
-        /// bundle for the client's verifier (`--gpu-rim`, `--gpu-ocsp`).
-        reference: GpuReference,
+        /// bundle for the client's verifier (`--gpu-rim`, `--gpu-ocsp`,
+        /// `--gpu-reference`).
+        reference: ReferenceFiles,
+        /// Read `reference` again this often (`--gpu-reference-refresh`), so
+        /// OCSP responses the operator renews reach clients without a restart.
+        refresh: Option<std::time::Duration>,
     },
-}
-
-/// NVIDIA's reference material for a shard's GPUs, fetched by the operator
-/// (NVIDIA's RIM service and OCSP responder) and carried in every evidence
-/// bundle: signed by NVIDIA, so the host that supplies it is no more trusted
-/// for it (`veil_attestation::evidence`).
-#[derive(Clone, Debug, Default)]
-pub struct GpuReference {
-    /// Driver and VBIOS RIMs, SWID XML as NVIDIA signed them.
-    pub rims: Vec<Vec<u8>>,
-    /// OCSP responses (DER) for the GPUs' device certificates.
-    pub ocsp: Vec<Vec<u8>>,
 }
 
 impl Attestation {
     /// The route's choice: its simulated root, or hardware when `hardware`.
-    pub fn for_route(route: &Route, hardware: bool, nvml_gpus: bool, reference: GpuReference) -> Result<Self> {
+    pub fn for_route(
+        route: &Route,
+        hardware: bool,
+        nvml_gpus: bool,
+        reference: ReferenceFiles,
+        refresh: Option<std::time::Duration>,
+    ) -> Result<Self> {
         match (&route.simulated_root, hardware) {
-            (_, true) => Ok(Self::Hardware { nvml_gpus, reference }),
+            (_, true) => Ok(Self::Hardware { nvml_gpus, reference, refresh }),
             (Some(root), false) => Ok(Self::Simulated { root: root.clone(), gpus: route.simulated_gpus }),
             (None, false) => Err(Error::Config("the route sets no simulated_root; use --hardware on SEV-SNP".into())),
         }
@@ -76,22 +75,27 @@ impl Attestation {
                     .into(),
             )),
             #[cfg(feature = "hw")]
-            Self::Hardware { nvml_gpus, reference } => {
+            Self::Hardware { nvml_gpus, reference, refresh } => {
                 let cpu = attest::attester(&Source::Hardware { vmpl: 0 })?;
                 if !nvml_gpus {
                     return Ok(cpu.into());
                 }
+                // Refused at start when a verifier would refuse it.
+                let material = reference.load()?;
                 tracing::info!(
-                    rims = reference.rims.len(),
-                    ocsp = reference.ocsp.len(),
+                    rims = material.rims.len(),
+                    ocsp = material.ocsp.len(),
                     "collecting GPU evidence through NVML with every report"
                 );
                 let attester = veil_attestation::gpu::CompositeAttester::new(
                     cpu,
                     veil_attestation::gpu::GpuSource::Nvml(veil_attestation::gpu::hw::NvmlGpuAttester),
-                )
-                .carrying(reference.rims.clone(), reference.ocsp.clone())
-                .map_err(|e| Error::Config(format!("--gpu-rim / --gpu-ocsp: {e}")))?;
+                )?
+                .carrying(material)
+                .map_err(|e| Error::Config(format!("GPU reference material: {e}")))?;
+                if let Some(every) = refresh.filter(|_| !reference.is_empty()) {
+                    reference.clone().spawn_refresh(attester.carried(), every)?;
+                }
                 Ok(Arc::new(attester))
             }
             Self::Simulated { root, gpus } => {
@@ -111,7 +115,7 @@ impl Attestation {
                 Ok(Arc::new(veil_attestation::gpu::CompositeAttester::new(
                     cpu,
                     veil_attestation::gpu::GpuSource::Simulated(devices),
-                )))
+                )?))
             }
         }
     }

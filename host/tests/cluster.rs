@@ -181,7 +181,14 @@ fn sealed_chat_through_the_relay(dir: &std::path::Path, public: SocketAddr, host
         }
     });
     let policy_text = std::fs::read_to_string(dir.join("sim/policy.dev.toml")).unwrap();
-    let policy = veil_attestation::Policy::from_toml(&policy_text).unwrap();
+    let mut policy = veil_attestation::Policy::from_toml(&policy_text).unwrap();
+    // The shards' simulated GPUs carry current OCSP responses for their
+    // device chains, so a client that requires revocation checking (and the
+    // RIMs) on the serving path connects. The shards' own peer policy does
+    // not require them, which the client accepts only by its digest.
+    policy.peer_policies.push(policy.digest());
+    policy.gpu.require_revocation = true;
+    policy.gpu.require_rim = true;
     let canary = "zebra-canary-7731 what colour is the sky";
     let answer = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
         let client = veil_client::sdk::Client::connect(&format!("http://{proxy_addr}"), &policy).await.unwrap();

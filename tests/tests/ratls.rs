@@ -197,7 +197,7 @@ fn gpus(seed: &str, n: usize) -> veil_attestation::gpu::CompositeAttester {
     let gpus: Vec<SimulatedGpu> = (0..n)
         .map(|i| SimulatedGpu::from_seed(format!("{seed} {i}").as_bytes(), SimulatedGpuConfig::default()).unwrap())
         .collect();
-    CompositeAttester::new(Box::new(sim(Product::Genoa)), GpuSource::Simulated(gpus))
+    CompositeAttester::new(Box::new(sim(Product::Genoa)), GpuSource::Simulated(gpus)).unwrap()
 }
 
 fn gpu_policy(count: u32) -> Policy {

@@ -18,6 +18,7 @@
 //! claims REPORT_DATA commits to carry the digest of all GPU evidence (so the
 //! host cannot swap in another GPU's evidence).
 
+pub mod carried;
 pub mod chain;
 pub(crate) mod error;
 pub mod evidence;
@@ -32,6 +33,7 @@ mod verify;
 mod version;
 pub mod xmldsig;
 
+pub use carried::{CarriedReference, GpuReference};
 pub use evidence::{gpu_evidence_digest, CcSettings, GpuEvidence, GpuInputError};
 pub use rim::{Rim, RimError};
 pub use spdm::{SpdmError, SpdmMeasurements};
@@ -79,8 +81,9 @@ pub enum GpuSource {
 pub struct CompositeAttester {
     cpu: Box<dyn crate::Attester>,
     gpus: GpuSource,
-    rims: Vec<Vec<u8>>,
-    ocsp: Vec<Vec<u8>>,
+    carried: CarriedReference,
+    /// When simulated GPUs' OCSP responses were last made.
+    simulated_ocsp_made: std::sync::Mutex<std::time::SystemTime>,
 }
 
 impl fmt::Debug for CompositeAttester {
@@ -92,55 +95,62 @@ impl fmt::Debug for CompositeAttester {
 impl CompositeAttester {
     /// `cpu`'s reports, with `gpus`' evidence bound in.
     ///
-    /// Simulated GPUs carry their own (unsigned) RIMs in every bundle, as a
-    /// hardware shard carries NVIDIA's when given them ([`Self::carrying`]).
-    pub fn new(cpu: Box<dyn crate::Attester>, gpus: GpuSource) -> Self {
-        let rims = match &gpus {
-            GpuSource::Simulated(g) => {
-                let mut rims: Vec<Vec<u8>> = Vec::new();
-                for xml in g.iter().flat_map(|g| [g.rim_xml(true), g.rim_xml(false)]) {
-                    if !rims.iter().any(|r| r == xml.as_bytes()) {
-                        rims.push(xml.into_bytes());
-                    }
-                }
-                rims
-            }
+    /// Simulated GPUs carry their own (unsigned) RIMs and OCSP responses
+    /// from their simulated issuers in every bundle (made again once a day,
+    /// [`carried::SIMULATED_OCSP_REFRESH`]), as a hardware shard carries
+    /// NVIDIA's when given them ([`Self::carrying`]).
+    pub fn new(cpu: Box<dyn crate::Attester>, gpus: GpuSource) -> Result<Self, crate::Error> {
+        let now = std::time::SystemTime::now();
+        let reference = match &gpus {
+            GpuSource::Simulated(g) => GpuReference::simulated(g, now)?,
             #[cfg(feature = "hw")]
-            GpuSource::Nvml(_) => Vec::new(),
+            GpuSource::Nvml(_) => GpuReference::default(),
         };
-        Self { cpu, gpus, rims, ocsp: Vec::new() }
+        Ok(Self {
+            cpu,
+            gpus,
+            carried: CarriedReference::new(reference)?,
+            simulated_ocsp_made: std::sync::Mutex::new(now),
+        })
     }
 
-    /// Carries `rims` (NVIDIA's driver and VBIOS RIMs, as signed) and `ocsp`
-    /// (DER OCSP responses for the GPUs' certificates) in every bundle, in
+    /// Carries `reference` (NVIDIA's driver and VBIOS RIMs, as signed, and
+    /// DER OCSP responses for the GPUs' certificates) in every bundle, in
     /// place of any carried before, so a client can compare the GPUs with
-    /// NVIDIA's reference values without reaching NVIDIA. Each is checked
-    /// against [`crate::EvidenceBundle::from_json`]'s limits here, so a
-    /// shard refuses at start what every verifier would refuse.
-    pub fn carrying(mut self, rims: Vec<Vec<u8>>, ocsp: Vec<Vec<u8>>) -> Result<Self, crate::Error> {
-        use crate::evidence::{MAX_CARRIED_OCSP, MAX_CARRIED_RIMS, MAX_CARRIED_RIM_BYTES, MAX_OCSP_BYTES};
-        use crate::Malformed::{CarriedRim, FieldTooLarge};
-        if rims.len() > MAX_CARRIED_RIMS || rims.iter().any(|r| r.len() > MAX_CARRIED_RIM_BYTES) {
-            let limit = if rims.len() > MAX_CARRIED_RIMS { MAX_CARRIED_RIMS } else { MAX_CARRIED_RIM_BYTES };
-            return Err(FieldTooLarge { field: "gpu_rims", limit }.into());
-        }
-        if ocsp.len() > MAX_CARRIED_OCSP || ocsp.iter().any(|r| r.len() > MAX_OCSP_BYTES) {
-            let limit = if ocsp.len() > MAX_CARRIED_OCSP { MAX_CARRIED_OCSP } else { MAX_OCSP_BYTES };
-            return Err(FieldTooLarge { field: "gpu_ocsp", limit }.into());
-        }
-        for (index, raw) in rims.iter().enumerate() {
-            Rim::parse(raw).map_err(|e| CarriedRim { index, reason: e.to_string() })?;
-        }
-        self.rims = rims;
-        self.ocsp = ocsp;
+    /// NVIDIA's reference values and check revocation without reaching
+    /// NVIDIA. Checked against [`crate::EvidenceBundle::from_json`]'s limits
+    /// here, so a shard refuses at start what every verifier would refuse.
+    pub fn carrying(self, reference: GpuReference) -> Result<Self, crate::Error> {
+        self.carried.replace(reference)?;
         Ok(self)
+    }
+
+    /// The handle through which a serving shard replaces what its bundles
+    /// carry (fresh OCSP responses, new RIMs after a driver update).
+    pub fn carried(&self) -> CarriedReference {
+        self.carried.clone()
+    }
+
+    /// Simulated GPUs: new OCSP responses once the carried ones are a day old.
+    fn refresh_simulated(&self, gpus: &[simulated::SimulatedGpu]) -> Result<(), crate::Error> {
+        let now = std::time::SystemTime::now();
+        let mut made = self.simulated_ocsp_made.lock().unwrap_or_else(|p| p.into_inner());
+        if now.duration_since(*made).unwrap_or_default() < carried::SIMULATED_OCSP_REFRESH {
+            return Ok(());
+        }
+        self.carried.replace(GpuReference::simulated(gpus, now)?)?;
+        *made = now;
+        Ok(())
     }
 }
 
 impl crate::Attester for CompositeAttester {
     fn evidence(&self, claims: &crate::Claims) -> Result<crate::EvidenceBundle, crate::Error> {
         let (bound, gpus) = match &self.gpus {
-            GpuSource::Simulated(g) => simulated::composite(g, claims)?,
+            GpuSource::Simulated(g) => {
+                self.refresh_simulated(g)?;
+                simulated::composite(g, claims)?
+            }
             #[cfg(feature = "hw")]
             GpuSource::Nvml(n) => {
                 let evidence = n.collect(claims)?;
@@ -150,6 +160,7 @@ impl crate::Attester for CompositeAttester {
             }
         };
         let bundle = self.cpu.evidence(&bound)?;
-        Ok(crate::EvidenceBundle { gpus, gpu_rims: self.rims.clone(), gpu_ocsp: self.ocsp.clone(), ..bundle })
+        let GpuReference { rims, ocsp } = self.carried.current();
+        Ok(crate::EvidenceBundle { gpus, gpu_rims: rims, gpu_ocsp: ocsp, ..bundle })
     }
 }

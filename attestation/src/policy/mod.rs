@@ -41,7 +41,7 @@
 //! require_protected_pcie = false       # protected-PCIe status must be on (0xAA)
 //! require_rim = true                   # golden measurements (RIMs) must be supplied and match
 //! require_rim_signature = false        # every RIM must be signed (signed RIMs are always verified)
-//! require_revocation = false           # OCSP data for the device chain must be supplied
+//! require_revocation = false           # current OCSP responses for the device chain (carried or given)
 //! require_cc_settings = false          # the collector's CC/DevTools report must be present
 //! # root_pem = "-----BEGIN CERTIFICATE-----…"  # replaces the compiled-in NVIDIA Device Identity CA
 //! # rim_root_pem = "-----BEGIN CERTIFICATE-----…"  # replaces the compiled-in NVIDIA CoRIM signing root
@@ -414,23 +414,15 @@ impl Policy {
 
     /// Whether this policy can be met where evidence is verified without
     /// collateral fetched by the relying party (the serving path: client SDK,
-    /// `veil verify URL`, links between shards): `gpu.require_revocation`
-    /// needs OCSP responses that only `veil attest verify --gpu-ocsp`
-    /// supplies, so there it would refuse every shard — said once, clearly.
-    /// The same for an empty `measurements` list without `any_measurement`:
-    /// no report could pass.
+    /// `veil verify URL`, links between shards): not with an empty
+    /// `measurements` list without `any_measurement`, where no report could
+    /// pass — said once, clearly. (`gpu.require_revocation` can be met there:
+    /// shards carry OCSP responses in their bundles, `--gpu-reference`.)
     pub fn fit_for_serving_path(&self) -> Result<(), PolicyError> {
         if self.measurements.is_empty() && !self.any_measurement {
             return Err(PolicyError::Inconsistent(
                 "measurements = [] allows no launch measurement, so every report would be refused: add the \
                  guests' values (`veil measure … --add-to POLICY`)"
-                    .into(),
-            ));
-        }
-        if self.gpu.require_revocation {
-            return Err(PolicyError::Inconsistent(
-                "gpu.require_revocation = true cannot be met on the serving path: OCSP responses for GPU device \
-                 chains are not fetched there (check revocation with `veil attest verify --gpu-ocsp`)"
                     .into(),
             ));
         }

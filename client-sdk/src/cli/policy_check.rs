@@ -166,6 +166,11 @@ pub fn run(args: &PolicyCheckArgs) -> Exit {
         ("gpu.count", p.gpu.count.map_or("any".into(), |c| c.to_string()), "GPUs per shard"),
         ("gpu.require_rim", yes(p.gpu.require_rim).into(), "GPU measurements compared with NVIDIA's RIMs"),
         (
+            "gpu.require_revocation",
+            yes(p.gpu.require_revocation).into(),
+            "GPU device certificates checked against current OCSP responses",
+        ),
+        (
             "peer_policies",
             format!("{} pinned", p.peer_policies.len()),
             "route peer policies accepted by digest even if weaker",

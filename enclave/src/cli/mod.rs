@@ -240,6 +240,16 @@ struct ServeArgs {
     /// carry in every bundle; repeatable.
     #[arg(long = "gpu-ocsp", value_name = "FILE", requires = "nvml_gpus")]
     gpu_ocsp: Vec<PathBuf>,
+    /// With `--nvml-gpus`: a directory of reference material to carry (a
+    /// mounted ConfigMap, say): `*.xml`/`*.swidtag` are RIMs, `*.der`/`*.ocsp`
+    /// OCSP responses; names starting with `.` are skipped, others refused.
+    #[arg(long = "gpu-reference", value_name = "DIR", requires = "nvml_gpus")]
+    gpu_reference: Option<PathBuf>,
+    /// Read the `--gpu-rim`, `--gpu-ocsp` and `--gpu-reference` files again
+    /// this often, in seconds (0: never), so renewed OCSP responses reach
+    /// clients without a restart; bad material keeps the previous.
+    #[arg(long, value_name = "SECS", default_value_t = 300)]
+    gpu_reference_refresh: u64,
     /// Exit when stdin closes (set by a supervisor, so no shard outlives it).
     #[arg(long)]
     supervised: bool,

@@ -3,19 +3,21 @@
 //! resident weights change (status 70) or the supervisor goes away.
 
 use super::{ServeArgs, EXIT_WEIGHTS_CHANGED};
-use crate::node::{Attestation, GpuReference, Node, NodeOptions};
+use std::time::Duration;
+
+use crate::gpu_reference::ReferenceFiles;
+use crate::node::{Attestation, Node, NodeOptions};
 use crate::pipeline::route::Route;
 
 pub(super) fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let route = Route::load(&args.config)?;
-    let read = |files: &[std::path::PathBuf]| -> anyhow::Result<Vec<Vec<u8>>> {
-        files.iter().map(|f| std::fs::read(f).map_err(|e| anyhow::anyhow!("{}: {e}", f.display()))).collect()
-    };
-    let reference = GpuReference { rims: read(&args.gpu_rims)?, ocsp: read(&args.gpu_ocsp)? };
+    let reference =
+        ReferenceFiles { rims: args.gpu_rims.clone(), ocsp: args.gpu_ocsp.clone(), dir: args.gpu_reference.clone() };
+    let refresh = (args.gpu_reference_refresh > 0).then(|| Duration::from_secs(args.gpu_reference_refresh));
     let options = NodeOptions {
         stage: args.stage,
         replica: args.replica,
-        attestation: Attestation::for_route(&route, args.hardware, args.nvml_gpus, reference)?,
+        attestation: Attestation::for_route(&route, args.hardware, args.nvml_gpus, reference, refresh)?,
         bind_config: args.bind_config,
         listen: args.listen,
         device: args.device,

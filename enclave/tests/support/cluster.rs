@@ -160,7 +160,7 @@ impl Cluster {
                 let options = NodeOptions {
                     stage,
                     replica,
-                    attestation: Attestation::for_route(&self.route, false, false, Default::default()).unwrap(),
+                    attestation: Attestation::for_route(&self.route, false, false, Default::default(), None).unwrap(),
                     bind_config: false,
                     listen: None,
                     device: None,
