@@ -14,12 +14,14 @@
 # 8080); the shards on VEIL_DEMO_SHARD_PORTS plus 0, 1, 10, 20, 21 and 30
 # (default 7700, the ports of deploy/local/cluster.toml). The first build
 # takes many minutes on a small machine (about 10 on 2 cores).
+# VEIL_DEMO_PROFILE=dev builds with cargo's dev profile instead of --release
+# (target/debug: what the test command already built; slower answers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keep=0; verbose=0
 for arg in "$@"; do
   case "$arg" in
-    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     --keep) keep=1 ;;
     --verbose) verbose=1 ;;
     *) echo "demo.sh: unknown argument $arg (see --help)" >&2; exit 2 ;;
@@ -31,8 +33,14 @@ for p in "$port" "$base"; do
   [[ "$p" =~ ^[0-9]+$ ]] && [ "$p" -ge 1 ] && [ "$p" -le 65500 ] || { echo "demo.sh: bad port $p" >&2; exit 2; }
 done
 
+case "${VEIL_DEMO_PROFILE:-release}" in
+  release) build=(--release); bin=./target/release ;;
+  dev) build=(); bin=./target/debug ;;
+  *) echo "demo.sh: VEIL_DEMO_PROFILE is release or dev, not ${VEIL_DEMO_PROFILE}" >&2; exit 2 ;;
+esac
+
 MODEL="$(scripts/fetch-model.sh)"
-cargo build --release --locked
+cargo build "${build[@]}" --locked
 mkdir -p target/veil-local
 URL="http://127.0.0.1:$port"
 config=target/veil-local/cluster.toml
@@ -42,7 +50,7 @@ for p in 7700 7701 7710 7720 7721 7730; do
   sed -i "s/127\.0\.0\.1:$p\"/127.0.0.1:$((base + p - 7700))\"/" "$config"
 done
 
-./target/release/veil-host cluster --config "$config" --model "$MODEL" --listen "127.0.0.1:$port" \
+"$bin/veil-host" cluster --config "$config" --model "$MODEL" --listen "127.0.0.1:$port" \
   > target/veil-local/cluster.out 2> target/veil-local/cluster.log &
 cluster=$!
 if [ "$keep" = 0 ]; then
@@ -57,9 +65,9 @@ done
 grep -q "listening on" target/veil-local/cluster.out || { echo "the cluster did not come up" >&2; exit 1; }
 
 # Trust on first use: pin what the route presents (SIMULATED here), then verify against it.
-./target/release/veil policy init "$URL" --out "$policy" --allow-simulated --force
+"$bin/veil" policy init "$URL" --out "$policy" --allow-simulated --force
 checks=target/veil-local/verify.txt
-./target/release/veil verify "$URL" --policy "$policy" > "$checks"
+"$bin/veil" verify "$URL" --policy "$policy" > "$checks"
 if [ "$verbose" = 1 ]; then
   cat "$checks"
 else
@@ -74,7 +82,7 @@ fi
 # (1.1): the reference model's answer names Paris.
 question="What is the capital of France? Answer in one sentence."
 echo "> $question"
-answer="$(echo "$question" | ./target/release/veil chat "$URL" --policy "$policy" \
+answer="$(echo "$question" | "$bin/veil" chat "$URL" --policy "$policy" \
   --temperature 0 --repeat-penalty 1.1 --max-tokens 48 2> target/veil-local/chat.log)" || {
   cat target/veil-local/chat.log >&2; echo "demo.sh: the chat failed" >&2; exit 1; }
 echo "$answer"
@@ -84,7 +92,7 @@ if ! grep -qi "paris" <<< "$answer"; then
 fi
 
 if [ -t 0 ]; then
-  ./target/release/veil chat "$URL" --policy "$policy"
+  "$bin/veil" chat "$URL" --policy "$policy"
 fi
 
 if [ "$keep" = 1 ]; then
@@ -93,8 +101,8 @@ if [ "$keep" = 1 ]; then
 The cluster keeps serving (process $cluster; logs in target/veil-local/).
   URL:     $URL
   policy:  $policy   (pins this cluster's SIMULATED root; see docs/apps.md, "From Python")
-  chat:    ./target/release/veil chat $URL --policy $policy
-  OpenAI:  ./target/release/veil proxy $URL --policy $policy --listen 127.0.0.1:8000
+  chat:    $bin/veil chat $URL --policy $policy
+  OpenAI:  $bin/veil proxy $URL --policy $policy --listen 127.0.0.1:8000
            then any OpenAI client at http://127.0.0.1:8000/v1
   stop:    kill $cluster
 EOF

@@ -40,7 +40,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$out" ] || { usage >&2; exit 2; }
-for t in curl xz gcc make nasm iasl python3 patch; do
+for t in curl xz gcc make nasm iasl python3 patch flock; do
   command -v "$t" >/dev/null || { echo "build-ovmf.sh: $t is missing (see --help)" >&2; exit 2; }
 done
 if [ -z "$work" ]; then
@@ -60,7 +60,17 @@ echo "$DEBIAN_SHA256  $patches" | sha256sum -c --quiet - ||
 rm -rf "$work/edk2" && mkdir -p "$work/edk2"
 tar -xf "$tarball" -C "$work/edk2" --strip-components=1
 tar -xf "$patches" -C "$work/edk2"
-cd "$work/edk2"
+# The build tree's path reaches the firmware's bytes: GenFw gives every
+# module a debug entry sized by the length of its ELF file's absolute path
+# (the path itself is zeroed), so two builds at different paths differ. The
+# build therefore runs under one fixed path, a link to the work tree, whatever
+# --work is (edksetup.sh takes WORKSPACE from the logical $PWD). One build at
+# a time holds the link.
+fixed=/tmp/veil-ovmf-edk2
+exec 9>"$fixed.lock"
+flock 9
+ln -sfn "$work/edk2" "$fixed"
+cd "$fixed"
 while read -r p; do
   case "$p" in ''|'#'*) continue ;; esac
   patch -s -p1 < "debian/patches/$p"

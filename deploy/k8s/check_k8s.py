@@ -487,6 +487,20 @@ def policy_behaviour_problems(policy_text: str, expected: dict, where: str) -> l
              "options": ["noexec", "nosuid", "nodev", "mode=1777", "size=67108864"],
              "mount_point": "/run/kata-containers/sandbox/shm", "fs_group": None}]}),
     ]
+    # A mounted ConfigMap (the GPU reference material) arrives as Kubernetes
+    # lays it out: files under a timestamped folder, `..data` linking to it,
+    # and one relative link per key.
+    if any(m["destination"] == "/etc/veil/gpu-reference" for c in expected["containers"] for m in c["mounts"]):
+        admitted += [
+            ("CopyFileRequest", {"path": shared + "gpu-reference/..2026_12_07_06_00_00.123", "file_type": "Directory"}),
+            ("CopyFileRequest", {"path": shared + "gpu-reference/..2026_12_07_06_00_00.123/ocsp-0.der", "file_type": "Regular"}),
+            ("CopyFileRequest", {"path": shared + "gpu-reference/..data", "file_type": "Symlink", "symlink_target": "..2026_12_07_06_00_00.123"}),
+            ("CopyFileRequest", {"path": shared + "gpu-reference/ocsp-0.der", "file_type": "Symlink", "symlink_target": "..data/ocsp-0.der"}),
+        ]
+        refused.append(("CopyFileRequest", {"path": shared + "gpu-reference/x", "file_type": "Symlink", "symlink_target": "../../../etc/shadow"}))
+        for req, inp in refused[-1:]:
+            if ev.allows(req, inp):
+                fail.append(f"{where}: policy admits {req} {json.dumps(inp)[:80]}")
     for req, inp in admitted:
         if not ev.allows(req, inp):
             fail.append(f"{where}: policy refuses {req} the pod needs: {json.dumps(inp)[:80]}")
@@ -614,6 +628,10 @@ def device_problems(docs: list[dict], stages: dict, label: str) -> list[str]:
             for flag in ("--hardware", "--nvml-gpus"):
                 if flag not in words:
                     fail.append(f"{where}: has a GPU but does not pass {flag}")
+            mounts = {m["mountPath"].rstrip("/") for m in c.get("volumeMounts", []) or []}
+            for i, w in enumerate(words[:-1]):
+                if w == "--gpu-reference" and words[i + 1].rstrip("/") not in mounts:
+                    fail.append(f"{where}: --gpu-reference {words[i + 1]} is not a volume mount")
             devices = [words[i + 1] for i, w in enumerate(words[:-1]) if w == "--device"]
             devices += [w.split("=", 1)[1] for w in words if w.startswith("--device=")]
             if not devices:
@@ -742,6 +760,10 @@ def configmap_problems(docs: list[dict], label: str) -> list[str]:
     for d in docs:
         pod = d.get("spec", {}).get("template", {}).get("spec")
         for v in (pod or {}).get("volumes", []) or []:
+            # An optional ConfigMap is the operator's to create (the GPU
+            # reference material: deploy/README.md, Kubernetes).
+            if v.get("configMap", {}).get("optional"):
+                continue
             if "configMap" in v and (d["metadata"].get("namespace"), v["configMap"]["name"]) not in maps:
                 fail.append(f"{label}: {d['kind']} {d['metadata']['name']} mounts ConfigMap {v['configMap']['name']}, which its namespace lacks")
     return fail

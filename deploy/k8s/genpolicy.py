@@ -264,9 +264,13 @@ def container_mounts(pod_spec: dict, container: dict, where: str) -> list[dict]:
             raise PolicyError(f"{where}: volumeMount {vm['name']} names no volume")
         if vm.get("subPath") or vm.get("subPathExpr"):
             raise PolicyError(f"{where}: volumeMount {vm['name']}: Kata does not support subPath")
-        if "persistentVolumeClaim" not in vol:
+        if "configMap" in vol and not vm.get("readOnly"):
+            raise PolicyError(f"{where}: volumeMount {vm['name']}: a ConfigMap is admitted read-only only")
+        if "persistentVolumeClaim" not in vol and "configMap" not in vol:
             kind = next((k for k in vol if k != "name"), "?")
-            raise PolicyError(f"{where}: volume {vm['name']} is a {kind}; only persistentVolumeClaim volumes are admitted")
+            raise PolicyError(
+                f"{where}: volume {vm['name']} is a {kind}; only persistentVolumeClaim and (read-only) configMap volumes are admitted"
+            )
         if any(m["destination"] == vm["mountPath"] for m in mounts):
             raise PolicyError(f"{where}: volumeMount {vm['name']} at {vm['mountPath']} shadows a runtime mount")
         mounts.append(shared_bind(vm["mountPath"]))

@@ -168,8 +168,8 @@ class K8sTests(unittest.TestCase):
         before = run(work / "make-initdata.sh", "--overlay", work / "overlays/snp", check=True).stdout
         entry = work / "overlays/snp/entry-hardware.yaml"
         text = entry.read_text()
-        self.assertIn('"--nvml-gpus", "--device", "cuda:0"]', text)
-        entry.write_text(text.replace('"--nvml-gpus", "--device", "cuda:0"]', '"--nvml-gpus"]'))
+        self.assertIn('"--nvml-gpus", "--device", "cuda:0",', text)
+        entry.write_text(text.replace('"--nvml-gpus", "--device", "cuda:0",', '"--nvml-gpus",'))
         after = run(work / "make-initdata.sh", "--overlay", work / "overlays/snp", check=True).stdout
         self.assertRegex(before, r"^HOST_DATA [0-9a-f]{64}\n$")
         self.assertRegex(after, r"^HOST_DATA [0-9a-f]{64}\n$")
@@ -345,7 +345,8 @@ class K8sTests(unittest.TestCase):
             (lambda c, p: c["env"].append({"name": "X", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}), "valueFrom"),
             (lambda c, p: c.update(args=["$(VEIL_SERVE_FLAGS)"]), "expansion"),
             (lambda c, p: c["securityContext"].pop("capabilities"), "capabilities"),
-            (lambda c, p: p["volumes"].append({"name": "cfg", "configMap": {"name": "x"}}) or c["volumeMounts"].append({"name": "cfg", "mountPath": "/etc/veil"}), "configMap"),
+            (lambda c, p: p["volumes"].append({"name": "cfg", "configMap": {"name": "x"}}) or c["volumeMounts"].append({"name": "cfg", "mountPath": "/etc/veil"}), "ConfigMap is admitted read-only only"),
+            (lambda c, p: p["volumes"].append({"name": "cfg", "secret": {"secretName": "x"}}) or c["volumeMounts"].append({"name": "cfg", "mountPath": "/etc/x", "readOnly": True}), "is a secret"),
             (lambda c, p: p.update(enableServiceLinks=True), "enableServiceLinks"),
         ]
         for mutate, needle in cases:
@@ -376,13 +377,16 @@ class K8sTests(unittest.TestCase):
             self.assertIn("--hardware", words, name)
             self.assertIn("--nvml-gpus", words, name)
             self.assertEqual(words[words.index("--device") + 1], "cuda:0", name)
+            self.assertEqual(words[words.index("--gpu-reference") + 1], "/etc/veil/gpu-reference", name)
+        device = lambda value: lambda c: c["args"].__setitem__(c["args"].index("--device") + 1, value)
         serve_flags = lambda value: lambda c: self.set_env(c, "VEIL_SERVE_FLAGS", value)
         cases = [
             ("veil-stage1", serve_flags("--hardware --nvml-gpus"), "passes no `--device cuda:N`"),
             ("veil-entry", lambda c: c.update(args=[a for a in c["args"] if a not in ("--device", "cuda:0")]), "passes no `--device cuda:N`"),
             ("veil-stage2", serve_flags("--hardware --device cuda:0"), "does not pass --nvml-gpus"),
             ("veil-entry", lambda c: c.update(args=[a for a in c["args"] if a != "--hardware"]), "does not pass --hardware"),
-            ("veil-entry", lambda c: c["args"].__setitem__(-1, "cuda:1"), "the pod has 1 GPU(s)"),
+            ("veil-entry", device("cuda:1"), "the pod has 1 GPU(s)"),
+            ("veil-stage1", serve_flags("--hardware --nvml-gpus --device cuda:0 --gpu-reference /etc/other"), "--gpu-reference /etc/other is not a volume mount"),
             ("veil-stage1", serve_flags("--hardware --nvml-gpus --device cpu"), "computes on `cpu`"),
             ("veil-stage2", serve_flags("--hardware --nvml-gpus --device cuda:0 --device cuda:1"), "passes --device 2 times"),
             ("veil-stage1", lambda c: c.update(args=["exec sleep infinity"]), "does not run `veil-shard serve`"),
@@ -396,7 +400,7 @@ class K8sTests(unittest.TestCase):
         docs = copy.deepcopy(self.docs)
         c = self.shard(docs, "veil-entry")
         c["resources"]["limits"][ck.GPU] = 2
-        c["args"][-1] = "cuda:1"
+        device("cuda:1")(c)
         self.assertEqual(ck.device_problems(docs, stages, "snp"), [])
 
     def test_the_cuda_build_finds_the_driver_or_its_stub(self):
@@ -482,8 +486,8 @@ class K8sTests(unittest.TestCase):
         shutil.copytree(self.k8s, work)
         hardware = work / "overlays/snp/stages-hardware.yaml"
         text = hardware.read_text()
-        self.assertIn('"--hardware --nvml-gpus --device cuda:0"', text)
-        hardware.write_text(text.replace('"--hardware --nvml-gpus --device cuda:0"', '"--hardware --nvml-gpus"'))
+        self.assertIn('"--hardware --nvml-gpus --device cuda:0 ', text)
+        hardware.write_text(text.replace('"--hardware --nvml-gpus --device cuda:0 ', '"--hardware --nvml-gpus '))
         r = run(work / "make-initdata.sh", "--overlay", work / "overlays/snp", "--check")
         self.assertEqual(r.returncode, 1)
         self.assertIn("stale", r.stderr)
