@@ -14,8 +14,8 @@
 # 8080); the shards on VEIL_DEMO_SHARD_PORTS plus 0, 1, 10, 20, 21 and 30
 # (default 7700, the ports of deploy/local/cluster.toml). The first build
 # takes many minutes on a small machine (about 10 on 2 cores).
-# VEIL_DEMO_PROFILE=dev builds with cargo's dev profile instead of --release
-# (target/debug: what the test command already built; slower answers).
+# VEIL_DEMO_BIN=DIR runs the binaries already in DIR instead of building
+# (e.g. target/debug once the test command has built them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 keep=0; verbose=0
@@ -33,14 +33,16 @@ for p in "$port" "$base"; do
   [[ "$p" =~ ^[0-9]+$ ]] && [ "$p" -ge 1 ] && [ "$p" -le 65500 ] || { echo "demo.sh: bad port $p" >&2; exit 2; }
 done
 
-case "${VEIL_DEMO_PROFILE:-release}" in
-  release) build=(--release); bin=./target/release ;;
-  dev) build=(); bin=./target/debug ;;
-  *) echo "demo.sh: VEIL_DEMO_PROFILE is release or dev, not ${VEIL_DEMO_PROFILE}" >&2; exit 2 ;;
-esac
+bin="${VEIL_DEMO_BIN:-./target/release}"
 
 MODEL="$(scripts/fetch-model.sh)"
-cargo build "${build[@]}" --locked
+if [ -n "${VEIL_DEMO_BIN:-}" ]; then
+  for b in veil veil-host veil-shard; do
+    [ -x "$bin/$b" ] || { echo "demo.sh: VEIL_DEMO_BIN=$bin has no $b" >&2; exit 2; }
+  done
+else
+  cargo build --release --locked
+fi
 mkdir -p target/veil-local
 URL="http://127.0.0.1:$port"
 config=target/veil-local/cluster.toml
