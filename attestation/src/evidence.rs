@@ -43,8 +43,9 @@ pub const MAX_CHAIN_CERTS: usize = 4;
 pub const MAX_CARRIED_RIMS: usize = 8;
 /// Largest RIM accepted in `gpu_rims` (NVIDIA's are 20–100 KiB).
 pub const MAX_CARRIED_RIM_BYTES: usize = 160 * 1024;
-/// Most OCSP responses accepted in `gpu_ocsp` (four per GPU chain).
-pub const MAX_CARRIED_OCSP: usize = 32;
+/// Most OCSP responses accepted in `gpu_ocsp`: four per GPU chain (one per
+/// certificate below the root), for the most GPUs a bundle holds.
+pub const MAX_CARRIED_OCSP: usize = 4 * crate::gpu::evidence::MAX_GPUS;
 /// Largest OCSP response accepted in `gpu_ocsp`.
 pub const MAX_OCSP_BYTES: usize = 8 * 1024;
 
