@@ -135,6 +135,8 @@ impl Policy {
         }
         self.platform.gaps(&peer.platform, &mut gap);
         self.gpu_gaps(&peer.gpu, &mut gap);
+        self.tdx.gaps(&peer.tdx, &mut gap);
+        self.azure.gaps(&peer.azure, &mut gap);
         gaps
     }
 

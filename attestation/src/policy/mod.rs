@@ -48,6 +48,7 @@
 //! ```
 
 mod gaps;
+mod gaps_platforms;
 mod gpu;
 mod platform;
 #[cfg(test)]
