@@ -88,49 +88,7 @@ enum Command {
     DeviceBench(DeviceBenchArgs),
     /// Write a Llama-family GGUF of a real shape with random weights (for speed
     /// measurements where no large weights can be downloaded).
-    SynthModel {
-        /// `llama3-8b`, `llama3.2-1b`, `qwen3-30b-a3b`, `qwen3-235b-a22b`, `gpt-oss-20b`, `gpt-oss-120b`,
-        /// `gemma3-1b`, or the tiny `smoke`, `qwen3moe-smoke`, `mixtral-smoke`, `gpt-oss-smoke`,
-        /// `gemma3-smoke` (for tests and tooling).
-        #[arg(long, default_value = "llama3-8b")]
-        shape: String,
-        /// Quantization of the matrices: `q4_0`, `q4_1`, `q5_0`, `q5_1`, `q8_0`, `q2_k`, `q3_k`,
-        /// `q4_k`, `q5_k`, `q6_k`, `bf16`, `f16`, `f32`, `mxfp4` (experts MXFP4, the other
-        /// matrices Q8_0) or `iq2_xxs` (experts random but valid IQ2_XXS blocks, the other
-        /// matrices Q8_0).
-        #[arg(long, default_value = "q4_0")]
-        dtype: String,
-        /// Write Llama 3.1-style RoPE frequency factors (`rope_freqs.weight`; factor 8 over an
-        /// original context of 16 positions, so short prompts already depend on them).
-        #[arg(long)]
-        rope_freqs: bool,
-        /// Keep only this many layers (fewer bytes to write; per-layer speed is unchanged).
-        #[arg(long)]
-        layers: Option<usize>,
-        /// Carry this GGUF's tokenizer (a real vocabulary; llama.cpp's vocab files will do).
-        #[arg(long)]
-        vocab: Option<std::path::PathBuf>,
-        /// Carry this chat template (a Jinja file) instead of the vocabulary's.
-        #[arg(long)]
-        chat_template: Option<std::path::PathBuf>,
-        /// Append this control token to the vocabulary (repeatable; e.g. gpt-oss's harmony
-        /// markers on a vocabulary that lacks them).
-        #[arg(long = "add-special")]
-        add_special: Vec<String>,
-        /// Multiply the LM head and router weights (random weights give near-ties everywhere).
-        #[arg(long, default_value_t = 1.0)]
-        sharpen: f32,
-        /// Seed of the weights.
-        #[arg(long, default_value_t = 0x5eed)]
-        seed: u64,
-        /// Split into this many files as llama.cpp's gguf-split does; `--out` then names
-        /// the first, `PREFIX-00001-of-0000N.gguf`.
-        #[arg(long, default_value_t = 1)]
-        files: usize,
-        /// Where to write it.
-        #[arg(long)]
-        out: std::path::PathBuf,
-    },
+    SynthModel(SynthModelArgs),
     /// Serve one stage of a route (the entry for stage 0).
     Serve(ServeArgs),
     /// Split a model into stages balanced by weight bytes: per stage its weights, KV per
@@ -181,36 +139,84 @@ enum Command {
     /// measured to speed up speculation most) sharing the target's
     /// vocabulary and head, optionally requantized; for speculative decoding
     /// when no second model is at hand.
-    DeriveDraft {
-        /// The target GGUF.
-        #[arg(long)]
-        model: PathBuf,
-        /// Where to write the draft GGUF.
-        #[arg(long)]
-        out: PathBuf,
-        /// Keep the first N blocks (an early exit).
-        #[arg(long, conflicts_with_all = ["keep", "auto"])]
-        layers: Option<usize>,
-        /// Keep these blocks, e.g. `0-11,14,18-29` (layer skipping).
-        #[arg(long, conflicts_with = "auto")]
-        keep: Option<String>,
-        /// Measure early exits and layer-skipping drafts on calibration
-        /// prompts (acceptance against the target's greedy output, and step
-        /// time) and write the one with the highest expected speedup.
-        #[arg(long)]
-        auto: bool,
-        /// With `--auto`: what one verification round costs without drafting
-        /// (network round trip plus the ring's compute), in milliseconds.
-        #[arg(long, default_value_t = 200)]
-        round_ms: u64,
-        /// With `--auto`: pick only drafts whose step costs at most this
-        /// many target steps (what the entry may spend on drafting).
-        #[arg(long, default_value_t = 1.0)]
-        max_cost: f64,
-        /// Convert matrices to this GGML type (q4_0, q4_1, q8_0, f16, q4_k, …).
-        #[arg(long = "type")]
-        dtype: Option<String>,
-    },
+    DeriveDraft(DeriveDraftArgs),
+}
+
+#[derive(Debug, clap::Args)]
+struct SynthModelArgs {
+    /// `llama3-8b`, `llama3.2-1b`, `qwen3-30b-a3b`, `qwen3-235b-a22b`, `gpt-oss-20b`, `gpt-oss-120b`,
+    /// `gemma3-1b`, or the tiny `smoke`, `qwen3moe-smoke`, `mixtral-smoke`, `gpt-oss-smoke`,
+    /// `gemma3-smoke` (for tests and tooling).
+    #[arg(long, default_value = "llama3-8b")]
+    shape: String,
+    /// Quantization of the matrices: `q4_0`, `q4_1`, `q5_0`, `q5_1`, `q8_0`, `q2_k`, `q3_k`,
+    /// `q4_k`, `q5_k`, `q6_k`, `bf16`, `f16`, `f32`, `mxfp4` (experts MXFP4, the other
+    /// matrices Q8_0) or `iq2_xxs` (experts random but valid IQ2_XXS blocks, the other
+    /// matrices Q8_0).
+    #[arg(long, default_value = "q4_0")]
+    dtype: String,
+    /// Write Llama 3.1-style RoPE frequency factors (`rope_freqs.weight`; factor 8 over an
+    /// original context of 16 positions, so short prompts already depend on them).
+    #[arg(long)]
+    rope_freqs: bool,
+    /// Keep only this many layers (fewer bytes to write; per-layer speed is unchanged).
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Carry this GGUF's tokenizer (a real vocabulary; llama.cpp's vocab files will do).
+    #[arg(long)]
+    vocab: Option<std::path::PathBuf>,
+    /// Carry this chat template (a Jinja file) instead of the vocabulary's.
+    #[arg(long)]
+    chat_template: Option<std::path::PathBuf>,
+    /// Append this control token to the vocabulary (repeatable; e.g. gpt-oss's harmony
+    /// markers on a vocabulary that lacks them).
+    #[arg(long = "add-special")]
+    add_special: Vec<String>,
+    /// Multiply the LM head and router weights (random weights give near-ties everywhere).
+    #[arg(long, default_value_t = 1.0)]
+    sharpen: f32,
+    /// Seed of the weights.
+    #[arg(long, default_value_t = 0x5eed)]
+    seed: u64,
+    /// Split into this many files as llama.cpp's gguf-split does; `--out` then names
+    /// the first, `PREFIX-00001-of-0000N.gguf`.
+    #[arg(long, default_value_t = 1)]
+    files: usize,
+    /// Where to write it.
+    #[arg(long)]
+    out: std::path::PathBuf,
+}
+
+#[derive(Debug, clap::Args)]
+struct DeriveDraftArgs {
+    /// The target GGUF.
+    #[arg(long)]
+    model: PathBuf,
+    /// Where to write the draft GGUF.
+    #[arg(long)]
+    out: PathBuf,
+    /// Keep the first N blocks (an early exit).
+    #[arg(long, conflicts_with_all = ["keep", "auto"])]
+    layers: Option<usize>,
+    /// Keep these blocks, e.g. `0-11,14,18-29` (layer skipping).
+    #[arg(long, conflicts_with = "auto")]
+    keep: Option<String>,
+    /// Measure early exits and layer-skipping drafts on calibration
+    /// prompts (acceptance against the target's greedy output, and step
+    /// time) and write the one with the highest expected speedup.
+    #[arg(long)]
+    auto: bool,
+    /// With `--auto`: what one verification round costs without drafting
+    /// (network round trip plus the ring's compute), in milliseconds.
+    #[arg(long, default_value_t = 200)]
+    round_ms: u64,
+    /// With `--auto`: pick only drafts whose step costs at most this
+    /// many target steps (what the entry may spend on drafting).
+    #[arg(long, default_value_t = 1.0)]
+    max_cost: f64,
+    /// Convert matrices to this GGML type (q4_0, q4_1, q8_0, f16, q4_k, …).
+    #[arg(long = "type")]
+    dtype: Option<String>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -424,94 +430,13 @@ fn run() -> anyhow::Result<()> {
         Command::Perplexity(args) => perplexity::perplexity(args)?,
         Command::FormatWorker => crate::pipeline::entry::format_jobs::run_worker()?,
         Command::Evidence { simulated, hardware, vmpl, layers, nonce, out } => {
-            let source = match (simulated, hardware) {
-                (Some(dir), false) => Source::Simulated(dir),
-                (None, true) => Source::Hardware { vmpl },
-                _ => anyhow::bail!("choose --simulated DIR or --hardware"),
-            };
-            let nonce = nonce.map(|n| n.parse::<Nonce>()).transpose().map_err(anyhow::Error::msg).context("--nonce")?;
-            let bundle = attest::evidence(&source, &attest::claims(layers, nonce))?;
-            match out {
-                Some(path) => {
-                    std::fs::write(&path, bundle.to_json()).with_context(|| format!("writing {}", path.display()))?
-                }
-                None => println!("{}", bundle.to_json()),
-            }
+            evidence(simulated, hardware, vmpl, layers, nonce, out)?
         }
-        Command::Manifest { model, write, out, json } => {
-            let mut gguf = crate::model::GgufFile::open(&model)?;
-            let manifest = gguf.model_manifest()?;
-            let root = hex::encode(manifest.root());
-            let target = out.or_else(|| write.then(|| crate::model::gguf::manifest_path(&model)));
-            if let Some(path) = &target {
-                std::fs::write(path, manifest.to_json()).with_context(|| format!("writing {}", path.display()))?;
-                eprintln!("wrote {}", path.display());
-            }
-            if json {
-                println!("{}", manifest.to_json());
-            } else {
-                println!(
-                    "{root}  {} tensors in {} file(s) + metadata {}",
-                    manifest.tensors.len(),
-                    gguf.files(),
-                    hex::encode(manifest.metadata)
-                );
-            }
-        }
-        Command::ConfigDigest { config, base64 } => {
-            let route = crate::pipeline::route::Route::load(&config)?;
-            if let Some(i) = route.stages.iter().position(|s| s.manifest_root.is_none()) {
-                anyhow::bail!("stage {i} has no manifest_root: complete the route first (veil-shard prepare)");
-            }
-            let policy = crate::pipeline::shard::load_policy(&route.policy)?;
-            // The policy shards would refuse to start with is not worth a digest to pin.
-            policy
-                .fit_for_serving_path()
-                .map_err(|e| anyhow::anyhow!("peer policy {}: {e}", route.policy.display()))?;
-            let digest = route.config_digest(&policy);
-            if base64 {
-                use base64::Engine as _;
-                println!("{}", base64::engine::general_purpose::STANDARD.encode(digest));
-            } else {
-                println!("{}", hex::encode(digest));
-            }
-        }
+        Command::Manifest { model, write, out, json } => manifest(&model, write, out, json)?,
+        Command::ConfigDigest { config, base64 } => config_digest(&config, base64)?,
         Command::DeviceBench(args) => device_bench::device_bench(args)?,
         Command::Plan(args) => plan::plan(args)?,
-        Command::SynthModel {
-            shape,
-            dtype,
-            rope_freqs,
-            layers,
-            vocab,
-            chat_template,
-            add_special,
-            sharpen,
-            seed,
-            files,
-            out,
-        } => {
-            use crate::model::synth::{Options, Shape};
-            let mut s = Shape::named(&shape).ok_or_else(|| {
-                let names: Vec<&str> = Shape::NAMED.iter().map(|(n, _)| *n).collect();
-                anyhow::anyhow!("unknown shape {shape:?}: one of {}", names.join(", "))
-            })?;
-            s.n_layer = layers.unwrap_or(s.n_layer).clamp(1, s.n_layer);
-            let dt = synth_dtype(&dtype)?;
-            let chat_template = chat_template.map(std::fs::read_to_string).transpose()?;
-            let opts = Options {
-                dtype: dt,
-                seed,
-                vocab_from: vocab,
-                sharpen,
-                rope_freqs,
-                files,
-                chat_template,
-                specials: add_special,
-            };
-            crate::model::synth::write_with(&out, s, &opts)?;
-            eprintln!("wrote {} ({shape}, {} layers, {dtype}, random weights)", out.display(), s.n_layer);
-        }
+        Command::SynthModel(args) => synth_model(args)?,
         Command::DeviceCheck(args) => {
             if !device_check::device_check(args)? {
                 std::process::exit(1);
@@ -528,57 +453,173 @@ fn run() -> anyhow::Result<()> {
                 std::process::exit(1);
             }
         }
-        Command::Canary { model, out } => {
-            let (m, tok) = crate::generate::LocalModel::load(&model, &[])?;
-            let name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let set = crate::canary::record(&m, &tok, &name)?;
-            std::fs::write(&out, serde_json::to_vec_pretty(&set)?)?;
-            println!("{} canary answers of {name} written to {}", set.cases.len(), out.display());
-        }
-        Command::DeriveDraft { model, out, layers, keep, auto, round_ms, max_cost, dtype } => {
-            use crate::speculate::derive;
-            let dtype = dtype.as_deref().map(derive::parse_dtype).transpose()?;
-            let keep = match (layers, keep, auto) {
-                (Some(n), _, _) => (0..n).collect(),
-                (None, Some(spec), _) => derive::parse_layers(&spec)?,
-                (None, None, true) => {
-                    let scratch = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-                    let round = std::time::Duration::from_millis(round_ms);
-                    let sel = crate::speculate::select::select(&model, scratch, round, max_cost)?;
-                    print!("{}", sel.table());
-                    match sel.best {
-                        Some((i, k)) => {
-                            println!("picked {} with k = {k}", sel.measured[i].candidate.kind);
-                            sel.measured[i].candidate.layers.clone()
-                        }
-                        None => anyhow::bail!(
-                            "no derived draft costing at most {max_cost} target steps is expected to beat plain decoding at {round_ms} ms per round; none written"
-                        ),
-                    }
-                }
-                (None, None, false) => anyhow::bail!("say which blocks to keep: --layers N, --keep LIST or --auto"),
-            };
-            let d = derive::derive_draft(&model, &out, &keep, dtype)?;
-            println!(
-                "wrote {}: blocks {} ({} of {}), {} tensors ({} converted), {:.1} MiB",
-                out.display(),
-                derive::format_layers(&d.layers),
-                d.layers.len(),
-                d.target_layers,
-                d.tensors,
-                d.requantized,
-                d.bytes as f64 / (1 << 20) as f64
-            );
-        }
-        Command::Prepare { config, out, model } => {
-            let mut route = crate::pipeline::route::Route::load(&config)?;
-            if let Some(m) = model {
-                route.model = std::path::absolute(m)?;
-            }
-            let route = crate::pipeline::local::prepare(route)?;
-            std::fs::write(&out, route.to_toml()).with_context(|| format!("writing {}", out.display()))?;
-        }
+        Command::Canary { model, out } => canary(&model, &out)?,
+        Command::DeriveDraft(args) => derive_draft(args)?,
+        Command::Prepare { config, out, model } => prepare(&config, &out, model)?,
     }
+    Ok(())
+}
+
+/// `veil-shard evidence`.
+fn evidence(
+    simulated: Option<PathBuf>,
+    hardware: bool,
+    vmpl: u32,
+    layers: Option<LayerRange>,
+    nonce: Option<String>,
+    out: Option<PathBuf>,
+) -> anyhow::Result<()> {
+    let source = match (simulated, hardware) {
+        (Some(dir), false) => Source::Simulated(dir),
+        (None, true) => Source::Hardware { vmpl },
+        _ => anyhow::bail!("choose --simulated DIR or --hardware"),
+    };
+    let nonce = nonce.map(|n| n.parse::<Nonce>()).transpose().map_err(anyhow::Error::msg).context("--nonce")?;
+    let bundle = attest::evidence(&source, &attest::claims(layers, nonce))?;
+    match out {
+        Some(path) => std::fs::write(&path, bundle.to_json()).with_context(|| format!("writing {}", path.display()))?,
+        None => println!("{}", bundle.to_json()),
+    }
+    Ok(())
+}
+
+/// `veil-shard manifest`.
+fn manifest(model: &Path, write: bool, out: Option<PathBuf>, json: bool) -> anyhow::Result<()> {
+    let mut gguf = crate::model::GgufFile::open(model)?;
+    let manifest = gguf.model_manifest()?;
+    let root = hex::encode(manifest.root());
+    let target = out.or_else(|| write.then(|| crate::model::gguf::manifest_path(model)));
+    if let Some(path) = &target {
+        std::fs::write(path, manifest.to_json()).with_context(|| format!("writing {}", path.display()))?;
+        eprintln!("wrote {}", path.display());
+    }
+    if json {
+        println!("{}", manifest.to_json());
+    } else {
+        println!(
+            "{root}  {} tensors in {} file(s) + metadata {}",
+            manifest.tensors.len(),
+            gguf.files(),
+            hex::encode(manifest.metadata)
+        );
+    }
+    Ok(())
+}
+
+/// `veil-shard config-digest`.
+fn config_digest(config: &Path, base64: bool) -> anyhow::Result<()> {
+    let route = crate::pipeline::route::Route::load(config)?;
+    if let Some(i) = route.stages.iter().position(|s| s.manifest_root.is_none()) {
+        anyhow::bail!("stage {i} has no manifest_root: complete the route first (veil-shard prepare)");
+    }
+    let policy = crate::pipeline::shard::load_policy(&route.policy)?;
+    // The policy shards would refuse to start with is not worth a digest to pin.
+    policy.fit_for_serving_path().map_err(|e| anyhow::anyhow!("peer policy {}: {e}", route.policy.display()))?;
+    let digest = route.config_digest(&policy);
+    if base64 {
+        use base64::Engine as _;
+        println!("{}", base64::engine::general_purpose::STANDARD.encode(digest));
+    } else {
+        println!("{}", hex::encode(digest));
+    }
+    Ok(())
+}
+
+/// `veil-shard synth-model`.
+fn synth_model(args: SynthModelArgs) -> anyhow::Result<()> {
+    let SynthModelArgs {
+        shape,
+        dtype,
+        rope_freqs,
+        layers,
+        vocab,
+        chat_template,
+        add_special,
+        sharpen,
+        seed,
+        files,
+        out,
+    } = args;
+    use crate::model::synth::{Options, Shape};
+    let mut s = Shape::named(&shape).ok_or_else(|| {
+        let names: Vec<&str> = Shape::NAMED.iter().map(|(n, _)| *n).collect();
+        anyhow::anyhow!("unknown shape {shape:?}: one of {}", names.join(", "))
+    })?;
+    s.n_layer = layers.unwrap_or(s.n_layer).clamp(1, s.n_layer);
+    let dt = synth_dtype(&dtype)?;
+    let chat_template = chat_template.map(std::fs::read_to_string).transpose()?;
+    let opts = Options {
+        dtype: dt,
+        seed,
+        vocab_from: vocab,
+        sharpen,
+        rope_freqs,
+        files,
+        chat_template,
+        specials: add_special,
+    };
+    crate::model::synth::write_with(&out, s, &opts)?;
+    eprintln!("wrote {} ({shape}, {} layers, {dtype}, random weights)", out.display(), s.n_layer);
+    Ok(())
+}
+
+/// `veil-shard canary`.
+fn canary(model: &Path, out: &Path) -> anyhow::Result<()> {
+    let (m, tok) = crate::generate::LocalModel::load(model, &[])?;
+    let name = model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let set = crate::canary::record(&m, &tok, &name)?;
+    std::fs::write(out, serde_json::to_vec_pretty(&set)?)?;
+    println!("{} canary answers of {name} written to {}", set.cases.len(), out.display());
+    Ok(())
+}
+
+/// `veil-shard derive-draft`.
+fn derive_draft(args: DeriveDraftArgs) -> anyhow::Result<()> {
+    let DeriveDraftArgs { model, out, layers, keep, auto, round_ms, max_cost, dtype } = args;
+    use crate::speculate::derive;
+    let dtype = dtype.as_deref().map(derive::parse_dtype).transpose()?;
+    let keep = match (layers, keep, auto) {
+        (Some(n), _, _) => (0..n).collect(),
+        (None, Some(spec), _) => derive::parse_layers(&spec)?,
+        (None, None, true) => {
+            let scratch = out.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+            let round = std::time::Duration::from_millis(round_ms);
+            let sel = crate::speculate::select::select(&model, scratch, round, max_cost)?;
+            print!("{}", sel.table());
+            match sel.best {
+                Some((i, k)) => {
+                    println!("picked {} with k = {k}", sel.measured[i].candidate.kind);
+                    sel.measured[i].candidate.layers.clone()
+                }
+                None => anyhow::bail!(
+                    "no derived draft costing at most {max_cost} target steps is expected to beat plain decoding at {round_ms} ms per round; none written"
+                ),
+            }
+        }
+        (None, None, false) => anyhow::bail!("say which blocks to keep: --layers N, --keep LIST or --auto"),
+    };
+    let d = derive::derive_draft(&model, &out, &keep, dtype)?;
+    println!(
+        "wrote {}: blocks {} ({} of {}), {} tensors ({} converted), {:.1} MiB",
+        out.display(),
+        derive::format_layers(&d.layers),
+        d.layers.len(),
+        d.target_layers,
+        d.tensors,
+        d.requantized,
+        d.bytes as f64 / (1 << 20) as f64
+    );
+    Ok(())
+}
+
+/// `veil-shard prepare`.
+fn prepare(config: &Path, out: &Path, model: Option<PathBuf>) -> anyhow::Result<()> {
+    let mut route = crate::pipeline::route::Route::load(config)?;
+    if let Some(m) = model {
+        route.model = std::path::absolute(m)?;
+    }
+    let route = crate::pipeline::local::prepare(route)?;
+    std::fs::write(out, route.to_toml()).with_context(|| format!("writing {}", out.display()))?;
     Ok(())
 }
 
