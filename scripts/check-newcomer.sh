@@ -117,6 +117,14 @@ done <<< "$js_install"
 printf '%s\n' "$py_example" > "$scratch/example.py"
 printf '%s\n' "$js_app" > "$scratch/my-app/app.mjs"
 
+# What the demo downloads (crates for its release build, the model's wheel)
+# comes before the namespace, which has no network.
+if [ "$fast" = 0 ]; then
+  say "fetching crates and the model (outside the namespace)"
+  cargo fetch --locked
+  scripts/fetch-model.sh > /dev/null
+fi
+
 # 1, 2b, 3b: serve and ask, in a network namespace of our own.
 inner="$scratch/inner.sh"
 cat > "$inner" <<'INNER'
