@@ -148,6 +148,43 @@ impl Default for Timeouts {
     }
 }
 
+/// How a client retries a sealed request the service shed for load: the
+/// host's 429 or 503 (unauthenticated: the relay's queue was full, or the
+/// client held its share), or the attested entry's own 429 or 503 inside
+/// the seal (its ceiling, a busy compile, no verified shard for a stage).
+/// Each try is sealed anew, so the entry's replay window does not refuse it;
+/// a try waits the host's `Retry-After` (at most
+/// `veil_wire::http::MAX_RETRY_AFTER_SECS`) plus a uniform draw up to the
+/// back-off, which doubles from `first_backoff` to `max_backoff`. Nothing
+/// else is retried: a timeout or a dropped connection may mean the request
+/// runs (SECURITY-CASES H3).
+///
+/// A relay that lies with 503 while forwarding the request anyway can make
+/// the entry run it up to `1 + max` times; it learns nothing it could not
+/// learn from one run (THREAT_MODEL §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retries {
+    /// Tries after the first (default 3; 0 never retries).
+    pub max: u32,
+    /// The first back-off (default 250 ms).
+    pub first_backoff: std::time::Duration,
+    /// The longest back-off (default 8 s).
+    pub max_backoff: std::time::Duration,
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        use std::time::Duration;
+        Self { max: 3, first_backoff: Duration::from_millis(250), max_backoff: Duration::from_secs(8) }
+    }
+}
+
+impl Retries {
+    /// No retries at all.
+    pub const NONE: Retries =
+        Retries { max: 0, first_backoff: std::time::Duration::ZERO, max_backoff: std::time::Duration::ZERO };
+}
+
 impl ClientError {
     /// The check table of an attestation failure.
     pub fn check_table(&self) -> Option<String> {
@@ -173,6 +210,8 @@ pub struct ConnectOptions {
     pub extra_roots: Vec<rustls_pki_types::CertificateDer<'static>>,
     /// How long to wait at each stage.
     pub timeouts: Timeouts,
+    /// How a request shed for load is retried.
+    pub retries: Retries,
     /// The local address to connect from (a multi-homed client; tests
     /// playing several clients on one machine). `None`: the system's choice.
     pub local_address: Option<std::net::IpAddr>,
@@ -353,6 +392,7 @@ pub struct Client {
     route: VerifiedRoute,
     saved: SavedRoute,
     timeouts: Timeouts,
+    retries: Retries,
 }
 
 impl Client {
@@ -397,7 +437,7 @@ impl Client {
             other => ClientError::Route(other.to_string()),
         })?;
         let saved = SavedRoute { version: SAVED_ROUTE_VERSION, nonce, verified_at, doc };
-        Ok(Self { base, http, route, saved, timeouts: options.timeouts })
+        Ok(Self { base, http, route, saved, timeouts: options.timeouts, retries: options.retries })
     }
 
     async fn fetch_doc(
@@ -581,7 +621,42 @@ impl Client {
     }
 
     /// [`call`](Self::call) with the JSON body as bytes (a proxy's path).
+    /// A request the service shed for load (429 or 503, the host's or the
+    /// entry's) is sealed again and re-sent as [`Retries`] says.
     pub async fn call_raw(&self, method: &str, path: &str, body: Vec<u8>) -> Result<OpenedResponse, ClientError> {
+        let mut backoff = self.retries.first_backoff;
+        let mut tries = 0;
+        loop {
+            let mut advised = None;
+            let result = self.try_once(method, path, body.clone(), &mut advised).await;
+            let shed = match &result {
+                Err(ClientError::Refused { status: 429 | 503, .. }) => true,
+                Ok(answer) => matches!(answer.status, 429 | 503),
+                Err(_) => false,
+            };
+            if !shed || tries >= self.retries.max {
+                return result;
+            }
+            tries += 1;
+            let wait = advised.unwrap_or_default() + backoff.mul_f64(jitter());
+            tracing::debug!(?wait, tries, "shed for load; sealing the request again");
+            // An answer shed inside the seal is dropped unread (its body is
+            // the entry's error message).
+            drop(result);
+            tokio::time::sleep(wait).await;
+            backoff = (backoff * 2).min(self.retries.max_backoff);
+        }
+    }
+
+    /// One try of [`call_raw`](Self::call_raw); `advised` gets the
+    /// `Retry-After` the host gave when it refused.
+    async fn try_once(
+        &self,
+        method: &str,
+        path: &str,
+        body: Vec<u8>,
+        advised: &mut Option<std::time::Duration>,
+    ) -> Result<OpenedResponse, ClientError> {
         let mut message = bhttp::Message::request(
             method.as_bytes().to_vec(),
             b"https".to_vec(),
@@ -610,6 +685,12 @@ impl Client {
             // The host's bytes, unauthenticated: read at most
             // MAX_ERROR_BODY of them, within the same deadlines as an answer.
             let status = resp.status();
+            *advised = resp
+                .headers()
+                .get(hyper::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(veil_wire::http::retry_after_secs)
+                .map(std::time::Duration::from_secs);
             let body =
                 read_bounded(resp.into_body(), MAX_ERROR_BODY, self.timeouts.between_chunks, (deadline, first_byte))
                     .await?;

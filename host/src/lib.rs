@@ -6,6 +6,7 @@
 //! - [`relay`]: the public API (`/v1/attestation`, `/v1/sealed`, `/healthz`,
 //!   `/metrics`) in front of the entry's gateway, with body, concurrency and
 //!   timeout limits.
+//! - [`admission`]: the relay's slots and its bounded, fair queue.
 //! - [`cli`]: the `veil-host` command line (`cluster`, `wan-shim`), one module
 //!   per subcommand.
 //! - [`wan`]: a userspace WAN link shim, a TCP relay that adds one-way delay,
@@ -19,6 +20,7 @@
 
 #![warn(missing_docs, unreachable_pub)]
 
+pub mod admission;
 pub mod cli;
 pub mod relay;
 pub mod wan;

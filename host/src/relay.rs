@@ -3,10 +3,14 @@
 //! request, and bounds what a client can make it do: body size, concurrent
 //! sealed requests (in all, and per client address, so one client cannot
 //! hold every slot), attestation fetches per client address, header and
-//! body read timeouts (slowloris). A sealed request's slot is released when
+//! body read timeouts (slowloris). Sealed requests past the slots wait in a
+//! bounded queue, served by client address in turn ([`crate::admission`]);
+//! a full queue or a wait past its limit is shed with 503 and a
+//! `Retry-After` estimated from the recent service time, a client over its
+//! share gets 429 and one too. A sealed request's slot is released when
 //! its client disconnects, and the relay then drops its connection to the
-//! entry, which ends the session there. Metrics count requests, bytes and
-//! latency, never content.
+//! entry, which ends the session there. Metrics count requests, bytes,
+//! queue depth, shed requests and latency, never content.
 //!
 //! - `GET /v1/attestation[?nonce=HEX]` → the entry's evidence document
 //! - `POST /v1/sealed` → a sealed request; the sealed response streams back
@@ -37,7 +41,9 @@ use hyper::body::{Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::sync::Semaphore;
+use veil_wire::metrics::Histogram;
+
+use crate::admission::{Admission, Shed};
 
 type Body = http_body_util::combinators::BoxBody<Bytes, hyper::Error>;
 
@@ -48,10 +54,15 @@ pub struct RelayConfig {
     pub entry: SocketAddr,
     /// Largest request body accepted.
     pub max_body: usize,
-    /// Slots of sealed requests in flight at once; more get 503. A request
-    /// holds the cost it declares (`veil-cost`: one slot per choice, more for
-    /// log-probabilities).
+    /// Slots of sealed requests in flight at once; more wait in the queue.
+    /// A request holds the cost it declares (`veil-cost`: one slot per
+    /// choice, more for log-probabilities).
     pub max_concurrent: usize,
+    /// Sealed requests that may wait for a slot, all clients together; more
+    /// get 503 at once (0: no queue).
+    pub max_queued: usize,
+    /// Longest a sealed request waits for a slot before a 503.
+    pub queue_timeout: Duration,
     /// Slots of sealed requests in flight at once from one client address;
     /// more get 429. Keeps one client from holding every slot.
     pub max_per_client: usize,
@@ -77,6 +88,8 @@ impl RelayConfig {
             entry,
             max_body: 1 << 20,
             max_concurrent: 64,
+            max_queued: 256,
+            queue_timeout: Duration::from_secs(30),
             max_per_client: 16,
             max_attestation_per_client: 2,
             header_timeout: Duration::from_secs(10),
@@ -99,8 +112,8 @@ impl Drop for AbortOnDrop {
 /// How often the relay checks the entry's health for `veil_entry_up`.
 pub const HEALTH_PROBE_INTERVAL: Duration = Duration::from_secs(2);
 
-/// Latency buckets of the request histogram, seconds.
-const BUCKETS: [f64; 10] = [0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0, 300.0];
+/// The longest `Retry-After` the relay advises (seconds).
+const MAX_RETRY_AFTER: u64 = veil_wire::http::MAX_RETRY_AFTER_SECS;
 
 #[derive(Debug, Default)]
 struct Metrics {
@@ -110,9 +123,17 @@ struct Metrics {
     rejected: AtomicU64,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
-    latency_buckets: [AtomicU64; BUCKETS.len()],
-    latency_count: AtomicU64,
-    latency_micros: AtomicU64,
+    /// Sealed request duration, to the end of its response.
+    duration: Histogram,
+    /// Time a sealed request waited for a slot (0 when one was free).
+    queue_wait: Histogram,
+    /// From forwarding a sealed request to the entry's first chunk back.
+    first_chunk: Histogram,
+    /// Sealed requests shed: the queue was full, the wait ran out, the
+    /// client held its share.
+    shed_full: AtomicU64,
+    shed_timeout: AtomicU64,
+    shed_client: AtomicU64,
     entry_up: AtomicU64,
     /// TLS handshakes on the public side that negotiated X25519MLKEM768,
     /// and those that fell back to a classical group.
@@ -121,18 +142,7 @@ struct Metrics {
 }
 
 impl Metrics {
-    fn observe(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        for (b, c) in BUCKETS.iter().zip(&self.latency_buckets) {
-            if s <= *b {
-                c.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.latency_count.fetch_add(1, Ordering::Relaxed);
-        self.latency_micros.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
-    }
-
-    fn render(&self) -> String {
+    fn render(&self, admission: &Admission, capacity: usize) -> String {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let mut out = String::new();
         out += "# HELP veil_relay_requests_total Requests relayed, by endpoint and outcome.\n# TYPE veil_relay_requests_total counter\n";
@@ -147,13 +157,27 @@ impl Metrics {
         out += "# HELP veil_relay_bytes_total Ciphertext bytes relayed.\n# TYPE veil_relay_bytes_total counter\n";
         out += &format!("veil_relay_bytes_total{{direction=\"in\"}} {}\n", g(&self.bytes_in));
         out += &format!("veil_relay_bytes_total{{direction=\"out\"}} {}\n", g(&self.bytes_out));
-        out += "# HELP veil_relay_sealed_duration_seconds Sealed request duration to the end of the response.\n# TYPE veil_relay_sealed_duration_seconds histogram\n";
-        for (b, c) in BUCKETS.iter().zip(&self.latency_buckets) {
-            out += &format!("veil_relay_sealed_duration_seconds_bucket{{le=\"{b}\"}} {}\n", g(c));
-        }
-        out += &format!("veil_relay_sealed_duration_seconds_bucket{{le=\"+Inf\"}} {}\n", g(&self.latency_count));
-        out += &format!("veil_relay_sealed_duration_seconds_sum {}\n", g(&self.latency_micros) as f64 / 1e6);
-        out += &format!("veil_relay_sealed_duration_seconds_count {}\n", g(&self.latency_count));
+        out += &self
+            .duration
+            .render("veil_relay_sealed_duration_seconds", "Sealed request duration to the end of the response.");
+        out += &self
+            .queue_wait
+            .render("veil_relay_queue_wait_seconds", "Time a sealed request waited for a slot (0 when one was free).");
+        out += &self.first_chunk.render(
+            "veil_relay_first_chunk_seconds",
+            "From forwarding a sealed request to the entry's first chunk of its answer (ciphertext: the relay cannot tell a token from padding).",
+        );
+        out +=
+            "# HELP veil_relay_queue_depth Sealed requests waiting for a slot.\n# TYPE veil_relay_queue_depth gauge\n";
+        out += &format!("veil_relay_queue_depth {}\n", admission.queued());
+        out += "# HELP veil_relay_slots_in_use Slots held by sealed requests in flight.\n# TYPE veil_relay_slots_in_use gauge\n";
+        out += &format!("veil_relay_slots_in_use {}\n", admission.in_use());
+        out += "# HELP veil_relay_slots Slots in all (--max-concurrent).\n# TYPE veil_relay_slots gauge\n";
+        out += &format!("veil_relay_slots {capacity}\n");
+        out += "# HELP veil_relay_shed_total Sealed requests refused for load, by reason.\n# TYPE veil_relay_shed_total counter\n";
+        out += &format!("veil_relay_shed_total{{reason=\"queue_full\"}} {}\n", g(&self.shed_full));
+        out += &format!("veil_relay_shed_total{{reason=\"queue_timeout\"}} {}\n", g(&self.shed_timeout));
+        out += &format!("veil_relay_shed_total{{reason=\"client_share\"}} {}\n", g(&self.shed_client));
         out += "# HELP veil_entry_up Whether the entry answered its last health check.\n# TYPE veil_entry_up gauge\n";
         out += &format!("veil_entry_up {}\n", g(&self.entry_up));
         out
@@ -217,7 +241,7 @@ impl Drop for ClientSlot {
 pub struct Relay {
     config: RelayConfig,
     client: hyper_util::client::legacy::Client<HttpConnector, Full<Bytes>>,
-    permits: Arc<Semaphore>,
+    admission: Arc<Admission>,
     sealed_per_client: Arc<PerClient>,
     attestation_per_client: Arc<PerClient>,
     metrics: Metrics,
@@ -230,15 +254,22 @@ fn text(status: StatusCode, body: impl Into<String>) -> Response<Body> {
     r
 }
 
+/// [`text`] with a `Retry-After` of `secs`.
+fn busy(status: StatusCode, secs: u64, body: impl Into<String>) -> Response<Body> {
+    let mut r = text(status, body);
+    r.headers_mut().insert(hyper::header::RETRY_AFTER, hyper::header::HeaderValue::from(secs));
+    r
+}
+
 impl Relay {
     /// A relay with `config`.
     pub fn new(config: RelayConfig) -> Arc<Self> {
         let client = hyper_util::client::legacy::Client::builder(TokioExecutor::new()).build_http();
-        let permits = Arc::new(Semaphore::new(config.max_concurrent));
+        let admission = Admission::new(config.max_concurrent, config.max_queued);
         Arc::new(Self {
             config,
             client,
-            permits,
+            admission,
             sealed_per_client: Arc::default(),
             attestation_per_client: Arc::default(),
             metrics: Metrics::default(),
@@ -249,7 +280,21 @@ impl Relay {
     /// request holds its declared cost: one per choice, more for
     /// log-probabilities).
     pub fn sealed_in_flight(&self) -> usize {
-        self.config.max_concurrent - self.permits.available_permits()
+        self.admission.in_use()
+    }
+
+    /// Sealed requests waiting for a slot.
+    pub fn sealed_queued(&self) -> usize {
+        self.admission.queued()
+    }
+
+    /// The `Retry-After` (seconds) advised to a request shed now: the time
+    /// the queue ahead of it would take to drain at the recent mean
+    /// service time, from 1 to [`MAX_RETRY_AFTER`].
+    fn retry_after(&self) -> u64 {
+        let Some(mean) = self.metrics.duration.mean() else { return 1 };
+        let ahead = (self.admission.queued() + 1) as f64 / self.config.max_concurrent.max(1) as f64;
+        (mean.as_secs_f64() * ahead).ceil().clamp(1.0, MAX_RETRY_AFTER as f64) as u64
     }
 
     /// Slots held by sealed requests in flight from client address `ip`.
@@ -315,7 +360,10 @@ impl Relay {
     async fn handle(self: Arc<Self>, req: Request<Incoming>, client: IpAddr) -> Response<Body> {
         match (req.method().as_str(), req.uri().path()) {
             ("GET", HEALTH_PATH) => self.health().await,
-            ("GET", METRICS_PATH) => text(StatusCode::OK, self.metrics.render() + &self.entry_metrics().await),
+            ("GET", METRICS_PATH) => text(
+                StatusCode::OK,
+                self.metrics.render(&self.admission, self.config.max_concurrent) + &self.entry_metrics().await,
+            ),
             ("GET", ATTESTATION_PATH) => self.attestation(req.uri().query().map(str::to_owned), client).await,
             ("POST", SEALED_PATH) => self.sealed(req, client).await,
             ("GET", path) if path.starts_with(tlog_http::RELAY_PREFIX) => self.log(req.uri()).await,
@@ -435,14 +483,31 @@ impl Relay {
                 format!("this request costs {cost} slots; one client holds at most {share}\n"),
             );
         }
+        // The client's share counts its queued requests too, so one client
+        // cannot fill the queue either.
         let Some(slot) = self.sealed_per_client.acquire_many(client, cost as usize, self.config.max_per_client) else {
             self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
-            return text(StatusCode::TOO_MANY_REQUESTS, "too many requests in flight from this client\n");
+            self.metrics.shed_client.fetch_add(1, Ordering::Relaxed);
+            return busy(
+                StatusCode::TOO_MANY_REQUESTS,
+                self.retry_after(),
+                "too many requests in flight or queued from this client\n",
+            );
         };
-        let Ok(permit) = self.permits.clone().try_acquire_many_owned(cost) else {
-            self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
-            return text(StatusCode::SERVICE_UNAVAILABLE, "too many requests in flight\n");
+        let waited = Instant::now();
+        let permit = match self.admission.admit(client, cost as usize, self.config.queue_timeout).await {
+            Ok(grant) => grant,
+            Err(shed) => {
+                self.metrics.rejected.fetch_add(1, Ordering::Relaxed);
+                let (counter, why) = match shed {
+                    Shed::QueueFull => (&self.metrics.shed_full, "every slot is held and the queue is full"),
+                    Shed::Timeout => (&self.metrics.shed_timeout, "no slot came free within the queue's time limit"),
+                };
+                counter.fetch_add(1, Ordering::Relaxed);
+                return busy(StatusCode::SERVICE_UNAVAILABLE, self.retry_after(), format!("overloaded: {why}\n"));
+            }
         };
+        self.metrics.queue_wait.observe(waited.elapsed());
         let declared = req
             .headers()
             .get(hyper::header::CONTENT_LENGTH)
@@ -470,6 +535,7 @@ impl Relay {
             .header(COST_HEADER, cost.to_string())
             .body(Full::new(body));
         let Ok(forward) = forward else { return text(StatusCode::INTERNAL_SERVER_ERROR, "cannot forward\n") };
+        let forwarded = Instant::now();
         let resp = match self.client.request(forward).await {
             Ok(r) => r,
             Err(e) => {
@@ -487,6 +553,7 @@ impl Relay {
         let relay = self.clone();
         let stream = async_stream(move |tx| async move {
             let _permit = (permit, slot);
+            let mut first = true;
             loop {
                 let frame = tokio::select! {
                     frame = body.frame() => frame,
@@ -496,6 +563,9 @@ impl Relay {
                 match frame {
                     Ok(f) => {
                         if let Some(d) = f.data_ref() {
+                            if std::mem::take(&mut first) {
+                                relay.metrics.first_chunk.observe(forwarded.elapsed());
+                            }
                             relay.metrics.bytes_out.fetch_add(d.len() as u64, Ordering::Relaxed);
                         }
                         if tx.send(Ok(f)).await.is_err() {
@@ -510,7 +580,7 @@ impl Relay {
             }
             let counter = if ok { &relay.metrics.sealed_ok } else { &relay.metrics.sealed_err };
             counter.fetch_add(1, Ordering::Relaxed);
-            relay.metrics.observe(started.elapsed());
+            relay.metrics.duration.observe(started.elapsed());
         });
         Response::from_parts(parts, stream)
     }

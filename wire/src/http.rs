@@ -42,6 +42,22 @@ pub const JSON_TYPE: &str = "application/json";
 /// else of it.
 pub const COST_HEADER: &str = "veil-cost";
 
+/// The most a Veil client waits because a `Retry-After` header said so.
+/// The header is the host's, unauthenticated: a host that says "in an hour"
+/// cannot park a client for longer than this.
+pub const MAX_RETRY_AFTER_SECS: u64 = 30;
+
+/// A `Retry-After` value in delta-seconds (the form Veil's relay sends),
+/// capped at [`MAX_RETRY_AFTER_SECS`]; an HTTP date or anything else is
+/// `None` (the client falls back to its own back-off).
+pub fn retry_after_secs(value: &str) -> Option<u64> {
+    let v = value.trim();
+    if v.is_empty() || v.len() > 10 || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    v.parse::<u64>().ok().map(|s| s.min(MAX_RETRY_AFTER_SECS))
+}
+
 /// Most choices a request may ask for (OpenAI's `n`).
 pub const MAX_CHOICES: u32 = 8;
 /// Most top alternatives per position (OpenAI's `top_logprobs`).
@@ -83,3 +99,19 @@ pub const RECEIPT_FIELD: &str = "veil-receipt";
 /// Inside the sealed request: when it was sealed (Unix seconds), for the
 /// entry's replay window.
 pub const SENT_AT_FIELD: &str = "veil-sent-at";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retry_after_takes_capped_delta_seconds_only() {
+        assert_eq!(retry_after_secs("3"), Some(3));
+        assert_eq!(retry_after_secs(" 0 "), Some(0));
+        assert_eq!(retry_after_secs("86400"), Some(MAX_RETRY_AFTER_SECS));
+        assert_eq!(retry_after_secs("99999999999999999999"), None);
+        for bad in ["", "-1", "1.5", "Wed, 21 Oct 2026 07:28:00 GMT", "3s"] {
+            assert_eq!(retry_after_secs(bad), None, "{bad:?}");
+        }
+    }
+}

@@ -16,6 +16,7 @@
 #![deny(missing_docs)]
 
 pub mod http;
+pub mod metrics;
 #[cfg(feature = "tokio")]
 pub mod net;
 pub mod route;

@@ -19,7 +19,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
-use veil_client::sdk::{Client, ClientError, ConnectOptions, TextStream, Timeouts};
+use veil_client::sdk::{Client, ClientError, ConnectOptions, Retries, TextStream, Timeouts};
 use veil_client::seal::{OpenedResponse, SealError};
 
 create_exception!(_native, VeilError, PyException, "Any failure of a Veil call. Subclasses say whose fault it is.");
@@ -252,7 +252,7 @@ impl NativeClient {
     /// `witnesses_required` of `witnesses`, or `unlogged`). Raises before
     /// anything is sent when it fails.
     #[new]
-    #[pyo3(signature = (url, policy, *, policy_key=None, log=None, log_key=None, witnesses=Vec::new(), witnesses_required=0, unlogged=false, ca=None, attest_timeout=30.0, first_byte_timeout=300.0, between_chunks_timeout=120.0))]
+    #[pyo3(signature = (url, policy, *, policy_key=None, log=None, log_key=None, witnesses=Vec::new(), witnesses_required=0, unlogged=false, ca=None, attest_timeout=30.0, first_byte_timeout=300.0, between_chunks_timeout=120.0, retries=3))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -268,6 +268,7 @@ impl NativeClient {
         attest_timeout: f64,
         first_byte_timeout: f64,
         between_chunks_timeout: f64,
+        retries: u32,
     ) -> PyResult<Self> {
         let log = veil_client::cli::LogTrustArgs { source: log, log_key, witnesses, witnesses_required, unlogged };
         let policy = py
@@ -279,6 +280,7 @@ impl NativeClient {
                 first_byte: seconds("first_byte_timeout", first_byte_timeout)?,
                 between_chunks: seconds("between_chunks_timeout", between_chunks_timeout)?,
             },
+            retries: Retries { max: retries, ..Retries::default() },
             ..ConnectOptions::default()
         };
         if let Some(ca) = ca {
@@ -295,9 +297,10 @@ impl NativeClient {
     }
 
     /// Sends one API call sealed to the entry and returns the response once
-    /// its head opens. When the host refused it or the connection failed,
-    /// the route is verified again and the call re-sent only if the entry's
-    /// attested key changed (a restart); never on a status alone.
+    /// its head opens. A call shed for load (429 or 503) is sealed again and
+    /// re-sent up to `retries` times. When the host refused it otherwise or
+    /// the connection failed, the route is verified again and the call
+    /// re-sent only if the entry's attested key changed (a restart).
     fn call(&self, py: Python<'_>, method: &str, path: &str, body: Vec<u8>) -> PyResult<NativeResponse> {
         let client = self.current();
         let answer = wait(py, client.call_reverifying(&self.policy, &self.options, method, path, body))?;

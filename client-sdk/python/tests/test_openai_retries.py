@@ -6,7 +6,11 @@ prompt once, and the app sees Veil's exception, not openai's wrapper.
 
 openai 1.x and 2.x catch every exception of the transport, retry it twice by
 default and then raise ``openai.APIConnectionError``: without the pin and the
-unwrapping these tests count three sealed requests there."""
+unwrapping these tests count three sealed requests there.
+
+The one status Veil itself re-sends on is load shedding (429, 503): those
+cases here set ``retries=0`` to count openai's sends alone, and
+``test_a_call_shed_for_load_is_sealed_again_up_to_retries`` counts Veil's."""
 
 from __future__ import annotations
 
@@ -26,7 +30,7 @@ MESSAGES = [{"role": "user", "content": "Name three colours of the rainbow."}]
 HOSTILE = [
     ("truncate", 700, veil.Truncated, {}),
     ("stall", 3, veil.Timeout, {"first_byte_timeout": 1}),
-    ("refuse", 503, veil.Refused, {}),
+    ("refuse", 503, veil.Refused, {"retries": 0}),
     ("refuse", 409, veil.Refused, {}),  # a status that makes Veil verify the route again
     ("drop", 0, veil.Unreachable, {}),
 ]
@@ -62,6 +66,21 @@ def test_a_hostile_host_gets_one_sealed_request_and_the_app_gets_veils_exception
         asyncio.run(call())
     assert type(raised.value) is error, raised.value
     assert len(relay.sealed_requests()) == 1, (openai.__version__, relay.sealed_requests())
+
+
+@pytest.mark.parametrize("status", [503, 429])
+def test_a_call_shed_for_load_is_sealed_again_up_to_retries(cluster: Cluster, relay: Relay, status: int) -> None:
+    """A host that sheds every call (no Retry-After: the SDK's own back-off)
+    gets 1 + ``retries`` sealed requests, each sealed anew, and the app
+    ``Refused`` with the status; openai adds none."""
+    params = dict(model=cluster.model_id, messages=MESSAGES, max_tokens=16, temperature=0)
+    client = veil.openai(relay.url, policy=cluster.policy, retries=2)
+    relay.set("refuse", status)
+    with pytest.raises(veil.Refused) as raised:
+        client.chat.completions.create(**params)
+    assert str(status) in str(raised.value)
+    sent = relay.sealed_requests()
+    assert len(sent) == 3, (openai.__version__, sent)
 
 
 def test_a_cut_model_listing_is_sent_once(cluster: Cluster, relay: Relay) -> None:

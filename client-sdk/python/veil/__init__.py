@@ -192,9 +192,12 @@ class Client:
 
     Creating one verifies the route (as ``verify`` does) and raises before
     anything is sent when it fails. Calls are sealed to the attested entry;
-    waits release the GIL. When the host refuses a call or the connection
-    fails, the route is verified again and the call re-sent only if the
-    entry's attested key changed (a restart), never on a status alone.
+    waits release the GIL. A call shed for load (429 or 503, the host's or
+    the entry's) is sealed again and re-sent up to ``retries`` times (default
+    3; 0 never), after the host's ``Retry-After`` (at most 30 s) and a
+    jittered, doubling back-off. When the host refuses a call otherwise or
+    the connection fails, the route is verified again and the call re-sent
+    only if the entry's attested key changed (a restart).
 
     ``attest_timeout``, ``first_byte_timeout`` and ``between_chunks_timeout``
     bound each wait in seconds (defaults 30, 300, 120); ``ca`` adds a PEM CA
@@ -219,6 +222,7 @@ class Client:
         attest_timeout: float = 30.0,
         first_byte_timeout: float = 300.0,
         between_chunks_timeout: float = 120.0,
+        retries: int = 3,
     ):
         self.url = url.rstrip("/")
         self._native = _native.NativeClient(
@@ -234,6 +238,7 @@ class Client:
             attest_timeout=attest_timeout,
             first_byte_timeout=first_byte_timeout,
             between_chunks_timeout=between_chunks_timeout,
+            retries=retries,
         )
         self.route: Route = self._native.route()
 
@@ -317,8 +322,9 @@ def _request_path(request: Any) -> str:
 _NO_RETRIES = (
     "clients from veil.openai() and veil.async_openai() never retry (max_retries is 0): "
     "an openai retry after a host cut, stalled or refused a call seals and sends the prompt "
-    "again and hides Veil's exception. Veil's transport re-sends a call only when the entry's "
-    "attested key changed; retry in your own code where a second send is acceptable"
+    "again and hides Veil's exception. Veil's transport re-sends a call only when the service "
+    "shed it for load (429/503, up to the Client's `retries`) or the entry's attested key "
+    "changed; retry in your own code where a second send is acceptable"
 )
 
 
@@ -401,9 +407,10 @@ def openai(url: str, policy: PathLike, *, max_retries: int = 0, **options: Any) 
     ``max_retries`` is pinned to 0 and any other value (here, in
     ``with_options`` or set on the client) raises ``ValueError``, since an
     openai retry would seal and send the prompt again to a host that cut,
-    stalled or refused it. Veil's transport itself re-sends a call once, and
-    only when the entry's attested key changed (a restart its evidence
-    proves), never on a status code alone."""
+    stalled or refused it. Veil's transport itself re-sends a call only when
+    it was shed for load (429 or 503, up to ``retries`` times, a ``Client``
+    option) or the entry's attested key changed (a restart its evidence
+    proves)."""
     import openai as openai_module
 
     _refuse_retries(max_retries)

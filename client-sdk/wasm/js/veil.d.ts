@@ -22,6 +22,12 @@ export interface VerifyOptions {
   fetch?: typeof fetch;
   /** The WebAssembly module's bytes or URL (default: next to veil.js). */
   wasm?: BufferSource | URL | string;
+  /**
+   * Times a request shed for load (429 or 503, the host's or the entry's) is
+   * sealed again and re-sent, after the host's Retry-After (at most 30 s) and
+   * a jittered, doubling back-off (default 3; 0 never).
+   */
+  retries?: number;
 }
 
 /** Loads the WebAssembly module once (Veil.verify calls it). */
@@ -34,6 +40,8 @@ export declare const Veil: {
 
 export declare class VerifiedRoute {
   readonly url: string;
+  /** Re-sends of a request shed for load (VerifyOptions.retries). */
+  readonly retries: number;
   /** Every shard's check table and the route's, as `veil verify` prints them. */
   readonly checks: string;
   /** The document `veil verify --json` prints. */

@@ -22,6 +22,11 @@ const SEALED_REQUEST_TYPE = "message/ohttp-chunked-req";
 const CHAT_COMPLETIONS_PATH = "/v1/chat/completions";
 /** The largest attestation document read (the SDK's MAX_DOC_BYTES). */
 const MAX_DOC_BYTES = 8 << 20;
+/** The longest Retry-After honoured, seconds (the host's word, unauthenticated). */
+const MAX_RETRY_AFTER_SECS = 30;
+/** Back-off between tries of a request shed for load: first and longest, ms. */
+const FIRST_BACKOFF_MS = 250;
+const MAX_BACKOFF_MS = 8000;
 
 let ready;
 
@@ -86,16 +91,30 @@ export const Veil = {
     const doc = new Uint8Array(await res.arrayBuffer());
     if (doc.length > MAX_DOC_BYTES) throw fail("protocol", `attestation document over ${MAX_DOC_BYTES} bytes`);
     const route = verifyDocument(doc, policy, nonce, Date.now());
-    return new VerifiedRoute(base, route, fetchFn);
+    const retries = options.retries ?? 3;
+    if (!Number.isInteger(retries) || retries < 0) throw fail("config", `retries must be a whole number >= 0, not ${retries}`);
+    return new VerifiedRoute(base, route, fetchFn, retries);
   },
 };
 
+/** A Retry-After in delta-seconds, capped; anything else is none. */
+function retryAfterMs(res) {
+  const v = (res.headers.get("retry-after") ?? "").trim();
+  return /^[0-9]{1,10}$/.test(v) ? Math.min(Number(v), MAX_RETRY_AFTER_SECS) * 1000 : 0;
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const shedForLoad = (status) => status === 429 || status === 503;
+
 /** A verified route: its check tables, and chat sealed to its entry. */
 export class VerifiedRoute {
-  constructor(base, native, fetchFn) {
+  constructor(base, native, fetchFn, retries = 3) {
     this.url = base;
     this.native = native;
     this.fetch = fetchFn;
+    // A request shed for load (429 or 503, the host's or the entry's) is
+    // sealed again and re-sent this many times; nothing else is.
+    this.retries = retries;
   }
 
   /** Every shard's check table and the route's, as `veil verify` prints them. */
@@ -153,6 +172,25 @@ export class ChatStream {
   }
 
   async *[Symbol.asyncIterator]() {
+    // A request shed for load (429 or 503: the relay's queue, or the
+    // entry's ceiling inside the seal) is sealed anew and re-sent after the
+    // host's Retry-After (capped) and a jittered, doubling back-off, at
+    // most `route.retries` times. Nothing else is re-sent.
+    let backoff = FIRST_BACKOFF_MS;
+    for (let attempt = 0; ; attempt++) {
+      const again = attempt < this.route.retries;
+      const wait = await (yield* this.#once(again));
+      if (wait === undefined) return;
+      await sleep(wait + backoff * Math.random());
+      backoff = Math.min(backoff * 2, MAX_BACKOFF_MS);
+    }
+  }
+
+  /**
+   * One try: yields the answer's text and returns undefined, or, when it was
+   * shed for load and `again` allows one more, returns the advised wait (ms).
+   */
+  async *#once(again) {
     const sealed = this.route.native.seal("POST", CHAT_COMPLETIONS_PATH, new TextEncoder().encode(this.body), Date.now());
     const abort = new AbortController();
     let res;
@@ -170,6 +208,7 @@ export class ChatStream {
     }
     if (!res.ok) {
       const text = (await res.text()).slice(0, 1024);
+      if (again && shedForLoad(res.status)) return retryAfterMs(res);
       throw fail("refused", `${res.status}: ${text}`, { status: res.status });
     }
     const opening = sealed.open();
@@ -192,6 +231,7 @@ export class ChatStream {
       const status = await opening.head();
       const decoder = new TextDecoder();
       if (status !== 200) {
+        if (again && shedForLoad(status)) return 0;
         let text = "";
         for (let p; (p = await opening.next()) !== undefined; ) text += decoder.decode(p, { stream: true });
         let message = text.slice(0, 1024);
@@ -231,6 +271,7 @@ export class ChatStream {
       if (buffer.trim()) throw fail("protocol", "the stream ended inside an event");
       const receipt = opening.receipt;
       this.receipt = receipt === undefined ? null : JSON.parse(receipt);
+      return undefined;
     } finally {
       abort.abort();
       await pump;

@@ -103,6 +103,42 @@ test("a replayed attestation document fails the nonce", async () => {
   );
 });
 
+/** A fetch that answers the first `n` sealed requests 503 with Retry-After: 1, unrelayed. */
+function shedding(n) {
+  const seen = [];
+  const fetchFn = async (input, init = {}) => {
+    const method = init.method ?? "GET";
+    if (method === "POST") {
+      seen.push(Date.now());
+      if (seen.length <= n) {
+        return new Response("overloaded: the queue is full\n", { status: 503, headers: { "retry-after": "1" } });
+      }
+    }
+    return fetch(input, init);
+  };
+  return { fetchFn, seen };
+}
+
+test("a request shed for load is sealed again after Retry-After; one shed every time is given up on", async () => {
+  // Shed twice, then relayed: three sends, a second apart at least, and the answer.
+  let { fetchFn, seen } = shedding(2);
+  let route = await Veil.verify(url, policy, { fetch: fetchFn });
+  assert.equal((await route.chatText(messages, params)).trim(), process.env.VEIL_EXPECTED);
+  assert.equal(seen.length, 3);
+  assert.ok(seen[1] - seen[0] >= 1000 && seen[2] - seen[1] >= 1000, `Retry-After not waited: ${seen}`);
+  // Shed every time, retries: 1: two sends, then the typed refusal.
+  ({ fetchFn, seen } = shedding(Infinity));
+  route = await Veil.verify(url, policy, { fetch: fetchFn, retries: 1 });
+  await assert.rejects(route.chatText(messages, params), (e) => e.kind === "refused" && e.status === 503);
+  assert.equal(seen.length, 2);
+  // retries: 0 sends once.
+  ({ fetchFn, seen } = shedding(Infinity));
+  route = await Veil.verify(url, policy, { fetch: fetchFn, retries: 0 });
+  await assert.rejects(route.chatText(messages, params), (e) => e.kind === "refused" && e.status === 503);
+  assert.equal(seen.length, 1);
+  await assert.rejects(Veil.verify(url, policy, { retries: -1 }), (e) => e.kind === "config");
+});
+
 test("bad input gets a typed error", async () => {
   await assert.rejects(Veil.verify("ftp://x", policy), (e) => e.kind === "config");
   await assert.rejects(Veil.verify(url, "allow_debug = maybe"), (e) => e.kind === "config");

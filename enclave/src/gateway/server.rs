@@ -68,6 +68,8 @@ pub struct Gateway {
     /// Slots of generation requests in flight (a request holds one per
     /// choice, more for log-probabilities: `veil_wire::http::request_cost`).
     units: Arc<tokio::sync::Semaphore>,
+    /// Generation requests refused at the ceiling of `units`.
+    shed: std::sync::atomic::AtomicU64,
     /// Nonce-bound requests waiting for the next batch's evidence.
     batch_tx: mpsc::Sender<Waiting>,
     batch_rx: std::sync::Mutex<Option<mpsc::Receiver<Waiting>>>,
@@ -168,6 +170,7 @@ impl Gateway {
             route_id,
             evidence_permits,
             units: Arc::new(tokio::sync::Semaphore::new(MAX_UNITS_IN_FLIGHT as usize)),
+            shed: std::sync::atomic::AtomicU64::new(0),
             batch_tx,
             batch_rx: std::sync::Mutex::new(Some(batch_rx)),
         })
@@ -291,6 +294,7 @@ impl Gateway {
                 [
                     self.entry.counters().render_with(self.entry.stage_counters()),
                     self.entry.format_counters().render(),
+                    self.load_metrics(),
                     format!(
                         "# HELP veil_entry_panics_contained_total Panics that failed one request or batch, not the process.\n# TYPE veil_entry_panics_contained_total counter\nveil_entry_panics_contained_total {}\n",
                         crate::contain::CONTAINED.load(std::sync::atomic::Ordering::Relaxed)
@@ -477,12 +481,25 @@ impl Gateway {
                 format!("this request costs {cost} slots (n and top_logprobs) but its {COST_HEADER} header declared {declared}"),
             ));
         }
-        self.units.clone().try_acquire_many_owned(cost).map_err(|_| ApiError {
-            status: 503,
-            kind: "server_error",
-            param: None,
-            message: format!("the entry is at its ceiling of {MAX_UNITS_IN_FLIGHT} slots in flight; retry later"),
+        self.units.clone().try_acquire_many_owned(cost).map_err(|_| {
+            self.shed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            ApiError {
+                status: 503,
+                kind: "server_error",
+                param: None,
+                message: format!("the entry is at its ceiling of {MAX_UNITS_IN_FLIGHT} slots in flight; retry later"),
+            }
         })
+    }
+
+    /// The entry's own load: slots held and requests shed at its ceiling.
+    fn load_metrics(&self) -> String {
+        let held = MAX_UNITS_IN_FLIGHT as usize - self.units.available_permits();
+        let shed = self.shed.load(std::sync::atomic::Ordering::Relaxed);
+        format!(
+            "# HELP veil_entry_slots_in_use Slots held by generation requests at the entry.\n# TYPE veil_entry_slots_in_use gauge\nveil_entry_slots_in_use {held}\n\
+             # HELP veil_entry_shed_total Generation requests refused at the entry's ceiling ({MAX_UNITS_IN_FLIGHT} slots).\n# TYPE veil_entry_shed_total counter\nveil_entry_shed_total {shed}\n"
+        )
     }
 
     /// A model listing: a completed answer, so it carries a receipt too

@@ -261,3 +261,110 @@ fn hostile_schemas_and_costly_choices_leave_honest_sessions_served() {
     let log = std::fs::read_to_string(c.log(0, 0)).unwrap();
     assert!(!log.contains("panic"), "the entry logged a panic:\n{log}");
 }
+
+/// Issue 58 (honest overload): the relay in front of a real entry, with one
+/// slot and room for one waiter. A long streamed answer holds the slot; the
+/// next request waits in the queue; the one after is shed at once with 503
+/// and a `Retry-After`, and `/metrics` says so (queue depth, slots, shed by
+/// reason). When the first client leaves, the waiter gets the slot and
+/// answers, and the metrics carry its wait, the first chunk's time, and the
+/// entry's time to first token and inter-token histograms.
+#[test]
+fn a_full_relay_queues_one_request_sheds_the_next_with_retry_after_and_serves_the_waiter() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use veil_client::sdk::{Client, ConnectOptions, Retries};
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("queue", &path, &[15], &[1, 1]);
+    c.start_all();
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let mut config = veil_host::relay::RelayConfig::new(c.route.sealed_listen.unwrap());
+    config.max_concurrent = 1;
+    config.max_queued = 1;
+    let relay = veil_host::relay::Relay::new(config);
+    let host = cluster::free_port();
+    let listener = rt.block_on(tokio::net::TcpListener::bind(host)).unwrap();
+    rt.spawn(relay.clone().serve(listener));
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let once = ConnectOptions { retries: Retries::NONE, ..Default::default() };
+    let client = Arc::new(rt.block_on(Client::connect_with(&format!("http://{host}"), &policy, &once)).unwrap());
+    let raw = |request: String| {
+        rt.block_on(async move {
+            let mut tcp = tokio::net::TcpStream::connect(host).await.unwrap();
+            tcp.write_all(request.as_bytes()).await.unwrap();
+            let mut out = String::new();
+            let _ = tokio::time::timeout(Duration::from_secs(10), tcp.read_to_string(&mut out)).await;
+            out
+        })
+    };
+    let metrics = || raw("GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".into());
+    let value = |text: &str, name: &str| -> f64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in the metrics:\n{text}"))
+    };
+
+    // A: a long streamed answer holds the only slot.
+    let long = serde_json::json!({
+        "messages": [{"role": "user", "content": "Count from 1 to 100000, one number per line."}],
+        "max_tokens": 2000, "temperature": 0, "stream": true,
+    });
+    let mut a = rt.block_on(client.call("POST", "/v1/chat/completions", &long)).unwrap();
+    assert_eq!(a.status, 200);
+    assert!(rt.block_on(a.next()).unwrap().is_some(), "A streams");
+    assert_eq!(relay.sealed_in_flight(), 1);
+    // B waits for it.
+    let short =
+        serde_json::json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 4, "temperature": 0});
+    let b = rt.spawn({
+        let client = client.clone();
+        async move {
+            let answer = client.call("POST", "/v1/chat/completions", &short).await.unwrap();
+            (answer.status, answer.collect().await.unwrap())
+        }
+    });
+    let t = Instant::now();
+    while relay.sealed_queued() < 1 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(relay.sealed_queued(), 1, "B is not waiting in the queue");
+    // C is shed at once: 503 with a Retry-After, before its body is read.
+    let c_answer = raw("POST /v1/sealed HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx".into());
+    assert!(c_answer.starts_with("HTTP/1.1 503"), "{c_answer}");
+    let retry_after = c_answer
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("retry-after: ").map(str::to_owned))
+        .unwrap_or_else(|| panic!("no Retry-After:\n{c_answer}"));
+    let secs: u64 = retry_after.trim().parse().unwrap();
+    assert!((1..=30).contains(&secs), "Retry-After {secs}");
+    assert!(c_answer.contains("queue is full"), "{c_answer}");
+    let m = metrics();
+    assert_eq!(value(&m, "veil_relay_queue_depth"), 1.0);
+    assert_eq!(value(&m, "veil_relay_slots_in_use"), 1.0);
+    assert_eq!(value(&m, "veil_relay_slots"), 1.0);
+    assert_eq!(value(&m, "veil_relay_shed_total{reason=\"queue_full\"}"), 1.0);
+    assert_eq!(value(&m, "veil_relay_shed_total{reason=\"queue_timeout\"}"), 0.0);
+
+    // A's client leaves: B gets the slot and answers.
+    drop(a);
+    let (status, body) = rt.block_on(b).unwrap();
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let t = Instant::now();
+    while relay.sealed_in_flight() > 0 && t.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let m = metrics();
+    assert_eq!(value(&m, "veil_relay_queue_depth"), 0.0);
+    assert_eq!(value(&m, "veil_relay_slots_in_use"), 0.0);
+    assert_eq!(value(&m, "veil_relay_queue_wait_seconds_count"), 2.0, "A and B were admitted");
+    assert!(value(&m, "veil_relay_queue_wait_seconds_sum") > 0.0, "B waited");
+    assert_eq!(value(&m, "veil_relay_first_chunk_seconds_count"), 2.0);
+    assert!(value(&m, "veil_entry_time_to_first_token_seconds_count") >= 2.0, "A's and B's first tokens");
+    assert!(value(&m, "veil_entry_inter_token_seconds_count") >= 1.0, "A's tokens after its first");
+    assert_eq!(value(&m, "veil_entry_shed_total"), 0.0);
+    println!(
+        "relay queue: C shed with Retry-After {secs} s; B waited {:.2} s",
+        value(&m, "veil_relay_queue_wait_seconds_sum")
+    );
+}

@@ -941,6 +941,11 @@ enum Delay {
     ErrorStall,
     /// Answers the first three attestation requests 503 (busy), then relays.
     BusyAttestation,
+    /// Answers the first two sealed requests 503 with `Retry-After: 1`
+    /// without relaying them (a full queue), then relays.
+    Shed,
+    /// Answers every sealed request 503 with `Retry-After: 1`, unrelayed.
+    ShedAlways,
 }
 
 /// A relay that relays honestly except for the one delay it was made for;
@@ -969,15 +974,16 @@ async fn delaying_host_counting(
     let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = seen.clone();
     let busy_left = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(3));
+    let shed_left = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(2));
     tokio::spawn(async move {
         loop {
             let (tcp, _) = listener.accept().await.unwrap();
             let (client, counter) = (client.clone(), counter.clone());
-            let (bomb_bytes, busy_left) = (bomb_bytes.clone(), busy_left.clone());
+            let (bomb_bytes, busy_left, shed_left) = (bomb_bytes.clone(), busy_left.clone(), shed_left.clone());
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let (client, counter) = (client.clone(), counter.clone());
-                    let (bomb_bytes, busy_left) = (bomb_bytes.clone(), busy_left.clone());
+                    let (bomb_bytes, busy_left, shed_left) = (bomb_bytes.clone(), busy_left.clone(), shed_left.clone());
                     async move {
                         use std::sync::atomic::Ordering::SeqCst;
                         let path = req.uri().path_and_query().map(|p| p.to_string()).unwrap_or_default();
@@ -995,6 +1001,22 @@ async fn delaying_host_counting(
                             .boxed();
                             let mut r = hyper::Response::new(StreamBody::new(frames));
                             *r.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+                            return Ok::<_, std::convert::Infallible>(r);
+                        }
+                        let shed = sealed
+                            && match mode {
+                                Delay::ShedAlways => true,
+                                Delay::Shed => shed_left.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1)).is_ok(),
+                                _ => false,
+                            };
+                        if shed {
+                            let frames: Frames = futures::stream::once(async {
+                                Ok(hyper::body::Frame::data(Bytes::from_static(b"overloaded: the queue is full\n")))
+                            })
+                            .boxed();
+                            let mut r = hyper::Response::new(StreamBody::new(frames));
+                            *r.status_mut() = hyper::StatusCode::SERVICE_UNAVAILABLE;
+                            r.headers_mut().insert(hyper::header::RETRY_AFTER, hyper::header::HeaderValue::from(1u64));
                             return Ok::<_, std::convert::Infallible>(r);
                         }
                         if matches!(mode, Delay::ErrorBomb | Delay::ErrorStall) && sealed {
@@ -1160,6 +1182,59 @@ fn a_host_that_drops_or_delays_is_timed_out_by_stage() {
         // The honest relay still serves: the stalls held nothing on the entry.
         let client = Client::connect(&format!("http://{gateway}"), &policy).await.unwrap();
         assert_eq!(client.call("POST", "/v1/chat/completions", &body).await.unwrap().status, 200);
+    });
+}
+
+/// Issue 58 (honest overload): a request the host sheds for load (503 with
+/// `Retry-After`) is sealed again and re-sent after the advised wait, and
+/// answers; a host that sheds every try is given up on after the client's
+/// `Retries` (the refusal comes back typed, with its status); a client with
+/// `Retries::NONE` sends once. The relay's 503 is unauthenticated, so what
+/// is bounded is the number of sends, not whether they happen.
+#[test]
+fn a_request_shed_for_load_is_sealed_again_after_retry_after_and_a_host_that_always_sheds_is_given_up_on() {
+    use std::sync::atomic::Ordering::SeqCst;
+    use veil_client::sdk::{Client, ClientError, ConnectOptions, Retries};
+    let Some(path) = model_path() else { return };
+    let mut c = Cluster::new("shedding", &path, &[15], &[1, 1]);
+    c.start_all();
+    let gateway = c.route.sealed_listen.unwrap();
+    let policy = veil_enclave::pipeline::shard::load_policy(&c.route.policy).unwrap();
+    let body =
+        serde_json::json!({"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 8, "temperature": 0});
+    let quick = Retries { max: 2, first_backoff: Duration::from_millis(50), max_backoff: Duration::from_millis(100) };
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(async {
+        // Shed twice, then relayed: the third send answers, after two
+        // advised waits of a second each.
+        let (host, seen) = delaying_host(gateway, Delay::Shed).await;
+        let options = ConnectOptions { retries: quick, ..Default::default() };
+        let client = Client::connect_with(&format!("http://{host}"), &policy, &options).await.unwrap();
+        let started = Instant::now();
+        let answer = client.call("POST", "/v1/chat/completions", &body).await.unwrap();
+        assert_eq!(answer.status, 200);
+        let text = String::from_utf8(answer.collect().await.unwrap()).unwrap();
+        assert!(text.contains("\"choices\""), "{text}");
+        assert_eq!(seen.load(SeqCst), 3, "two shed sends and the one that ran");
+        assert!(started.elapsed() >= Duration::from_secs(2), "Retry-After was not waited: {:?}", started.elapsed());
+
+        // Shed every time: 1 + max sends, then the typed refusal.
+        let (host, seen) = delaying_host(gateway, Delay::ShedAlways).await;
+        let client = Client::connect_with(&format!("http://{host}"), &policy, &options).await.unwrap();
+        let err = client.call("POST", "/v1/chat/completions", &body).await.unwrap_err();
+        assert!(
+            matches!(&err, ClientError::Refused { status: 503, message } if message.contains("overloaded")),
+            "{err}"
+        );
+        assert_eq!(seen.load(SeqCst), 3, "1 + Retries::max sends, no more");
+
+        // No retries: one send.
+        let (host, seen) = delaying_host(gateway, Delay::ShedAlways).await;
+        let once = ConnectOptions { retries: Retries::NONE, ..Default::default() };
+        let client = Client::connect_with(&format!("http://{host}"), &policy, &once).await.unwrap();
+        let err = client.call("POST", "/v1/chat/completions", &body).await.unwrap_err();
+        assert!(matches!(err, ClientError::Refused { status: 503, .. }), "{err}");
+        assert_eq!(seen.load(SeqCst), 1);
     });
 }
 

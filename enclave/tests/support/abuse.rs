@@ -114,9 +114,14 @@ pub async fn connect_as_abuser(to: SocketAddr) -> std::io::Result<tokio::net::Tc
     socket.connect(to).await
 }
 
-/// The abuser's SDK client (it verifies the route like anyone, from [`ABUSER_IP`]).
+/// The abuser's SDK client (it verifies the route like anyone, from
+/// [`ABUSER_IP`]); it never retries, so each refusal it meets is counted.
 pub async fn abuser_client(url: &str, policy: &veil_attestation::Policy) -> Client {
-    let options = veil_client::sdk::ConnectOptions { local_address: Some(ABUSER_IP), ..Default::default() };
+    let options = veil_client::sdk::ConnectOptions {
+        local_address: Some(ABUSER_IP),
+        retries: veil_client::sdk::Retries::NONE,
+        ..Default::default()
+    };
     Client::connect_with(url, policy, &options).await.unwrap()
 }
 

@@ -22,10 +22,19 @@ pub struct RelayArgs {
     /// HTTPS for the public API.
     #[command(flatten)]
     pub tls: super::TlsArgs,
-    /// Sealed requests in flight at once; more get 503.
+    /// Slots of sealed requests in flight at once (a request holds its
+    /// `veil-cost`); more wait in the queue.
     #[arg(long, default_value_t = 64)]
     pub max_concurrent: usize,
-    /// Sealed requests in flight at once from one client address; more get 429.
+    /// Sealed requests that may wait for a slot, all clients together
+    /// (served by client address in turn); more get 503 with Retry-After.
+    /// 0: no queue.
+    #[arg(long, default_value_t = 256)]
+    pub max_queued: usize,
+    /// Seconds a sealed request waits for a slot before a 503 with Retry-After.
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub queue_timeout: u64,
+    /// Sealed requests in flight or queued at once from one client address; more get 429.
     #[arg(long, default_value_t = 16)]
     pub max_per_client: usize,
     /// Attestation fetches in flight at once from one client address; more get 429.
@@ -42,12 +51,14 @@ pub async fn run(args: RelayArgs) -> anyhow::Result<()> {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let listener =
         tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("listening on {}", args.listen))?;
-    if args.max_per_client == 0 || args.max_attestation_per_client == 0 {
-        anyhow::bail!("--max-per-client and --max-attestation-per-client must be at least 1");
+    if args.max_concurrent == 0 || args.max_per_client == 0 || args.max_attestation_per_client == 0 {
+        anyhow::bail!("--max-concurrent, --max-per-client and --max-attestation-per-client must be at least 1");
     }
     let relay = Relay::new(RelayConfig {
         tls,
         max_concurrent: args.max_concurrent,
+        max_queued: args.max_queued,
+        queue_timeout: std::time::Duration::from_secs(args.queue_timeout),
         max_per_client: args.max_per_client,
         max_attestation_per_client: args.max_attestation_per_client,
         log: args.log_dir,

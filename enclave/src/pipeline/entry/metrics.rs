@@ -1,6 +1,8 @@
-//! The entry's speculation counters (counts only, no content), for `/metrics`.
+//! The entry's speculation counters and token timings (counts and
+//! durations only, no content), for `/metrics`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use veil_wire::metrics::Histogram;
 
 /// Entry-wide speculation counts (no content): for `/metrics`.
 #[derive(Debug, Default)]
@@ -20,6 +22,13 @@ pub struct SpecCounters {
     /// Rounds cancelled in flight because a verdict rejected a draft they
     /// were built on.
     pub cancelled_rounds: AtomicU64,
+    /// From a session's start (its prompt sent down the route) to its
+    /// first token committed.
+    pub ttft: Histogram,
+    /// Between a session's committed tokens: a round that commits `k`
+    /// tokens after a wait `w` counts `k` tokens of `w / k` each (a
+    /// speculative round's tokens arrive together).
+    pub inter_token: Histogram,
 }
 
 impl SpecCounters {
@@ -52,6 +61,14 @@ impl SpecCounters {
         out += &format!("veil_entry_pipelined_rounds_total {}\n", g(&self.pipelined_rounds));
         out += "# HELP veil_entry_cancelled_rounds_total Rounds in flight cancelled because a verdict rejected a draft they built on.\n# TYPE veil_entry_cancelled_rounds_total counter\n";
         out += &format!("veil_entry_cancelled_rounds_total {}\n", g(&self.cancelled_rounds));
+        out += &self.ttft.render(
+            "veil_entry_time_to_first_token_seconds",
+            "From a session's start (prompt sent down the route) to its first token committed.",
+        );
+        out += &self.inter_token.render(
+            "veil_entry_inter_token_seconds",
+            "Between a session's committed tokens (a round's wait shared by the tokens it committed).",
+        );
         out
     }
 }

@@ -238,6 +238,8 @@ pub struct SessionCore<'e> {
     prompt_round: bool,
     reroutes: usize,
     started: Instant,
+    /// When the last token was committed (`None` before the first).
+    last_commit: Option<Instant>,
     state: Expect,
     inflight: VecDeque<Round>,
     /// The drafter proposed nothing on top of the rounds in flight: ask
@@ -317,6 +319,7 @@ impl<'e> SessionCore<'e> {
             prompt_round: true,
             reroutes: 0,
             started: now,
+            last_commit: None,
             state: Expect::Active,
             inflight: VecDeque::new(),
             dry: false,

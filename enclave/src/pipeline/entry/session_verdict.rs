@@ -94,6 +94,7 @@ impl SessionCore<'_> {
             self.cancel_in_flight(true);
         }
         self.count_round(&round, accepted, tokens.len(), elapsed);
+        self.time_tokens(tokens.len(), now);
         self.prompt_round = false;
         for (j, next) in tokens.into_iter().enumerate() {
             if self.stop_ids.contains(&next) {
@@ -150,6 +151,22 @@ impl SessionCore<'_> {
             }
         }
         Ok(out)
+    }
+
+    /// Times `committed` tokens that arrived `now`: the first of a session
+    /// against its start, later ones against the previous commit.
+    fn time_tokens(&mut self, committed: usize, now: Instant) {
+        if committed == 0 {
+            return;
+        }
+        match self.last_commit {
+            None => self.counters.ttft.observe(now.saturating_duration_since(self.started)),
+            Some(last) => {
+                let each = now.saturating_duration_since(last) / committed as u32;
+                self.counters.inter_token.observe_n(each, committed as u64);
+            }
+        }
+        self.last_commit = Some(now);
     }
 
     /// Counts a verified round: `accepted` of its drafts kept, `committed`
