@@ -56,110 +56,11 @@ impl Frame {
             }
             Self::Forward(f) => {
                 w.u8(KIND_FORWARD);
-                w.u64(f.session.0);
-                w.u64(f.seq);
-                w.u32(f.start);
-                match f.truncate_to {
-                    None => w.u8(0),
-                    Some(t) => {
-                        w.u8(1);
-                        w.u32(t);
-                    }
-                }
-                w.u8(match f.want {
-                    Want::Nothing => 0,
-                    Want::Last => 1,
-                    Want::All => 2,
-                });
-                w.len(f.route.len());
-                w.0.extend_from_slice(&f.route);
-                w.len(f.shadow.len());
-                w.0.extend_from_slice(&f.shadow);
-                w.u8(u8::from(f.mirror));
-                w.len(f.kv_lens.len());
-                f.kv_lens.iter().for_each(|&l| w.u32(l));
-                match &f.sampling {
-                    None => w.u8(0),
-                    Some(s) => {
-                        w.u8(1);
-                        w.f32(s.temperature);
-                        w.u32(s.top_k);
-                        w.f32(s.top_p);
-                        w.f32(s.min_p);
-                        w.f32(s.repetition_penalty);
-                        write_tokens(&mut w, &s.history);
-                        w.f32(s.presence_penalty);
-                        w.f32(s.frequency_penalty);
-                        write_tokens(&mut w, &s.output);
-                        w.u32(s.output_at);
-                        w.len(s.logit_bias.len());
-                        let padded = s.logit_bias.len().div_ceil(PAD_BIAS) * PAD_BIAS;
-                        w.len(padded);
-                        s.logit_bias.iter().for_each(|&(t, b)| {
-                            w.u32(t);
-                            w.f32(b);
-                        });
-                        (s.logit_bias.len()..padded).for_each(|_| w.u64(0));
-                        match s.logprobs {
-                            None => w.u8(0),
-                            Some(n) => {
-                                w.u8(1);
-                                w.u8(n);
-                            }
-                        }
-                        write_tokens(&mut w, &s.scored);
-                        match &s.response_format {
-                            None => w.u8(0),
-                            Some(f) => {
-                                w.u8(1);
-                                w.len(f.len());
-                                let padded = f.len().div_ceil(PAD_FORMAT) * PAD_FORMAT;
-                                w.len(padded);
-                                w.0.extend_from_slice(f.as_bytes());
-                                w.0.resize(w.0.len() + padded - f.len(), 0);
-                            }
-                        }
-                    }
-                }
-                w.u8(match f.precision {
-                    Precision::F32 => 0,
-                    Precision::F16 => 1,
-                    Precision::Bf16 => 2,
-                });
-                w.u32(f.width);
-                w.len(f.hidden.len());
-                let padded = padded_values(f.hidden.len(), f.width as usize);
-                w.len(padded);
-                let zeros = padded - f.hidden.len();
-                match f.precision {
-                    Precision::F32 => f.hidden.iter().for_each(|&v| w.f32(v)),
-                    Precision::F16 => f.hidden.iter().for_each(|&v| w.u16(f16::from_f32(v).to_bits())),
-                    Precision::Bf16 => f.hidden.iter().for_each(|&v| w.u16(bf16::from_f32(v).to_bits())),
-                }
-                w.0.resize(w.0.len() + zeros * f.precision.bytes(), 0);
+                write_forward(&mut w, f);
             }
             Self::Verdict(v) => {
                 w.u8(KIND_VERDICT);
-                w.u64(v.session.0);
-                w.u64(v.seq);
-                w.len(v.positions.len());
-                for dist in &v.positions {
-                    w.len(dist.len());
-                    for &(t, p) in dist {
-                        w.u32(t);
-                        w.f32(p);
-                    }
-                }
-                w.len(v.kv_lens.len());
-                v.kv_lens.iter().for_each(|&l| w.u32(l));
-                w.len(v.logprobs.len());
-                for lp in &v.logprobs {
-                    w.len(lp.len());
-                    for &(t, l) in lp {
-                        w.u32(t);
-                        w.f32(l);
-                    }
-                }
+                write_verdict(&mut w, v);
             }
             Self::EndSession(s) => {
                 w.u8(KIND_END);
@@ -307,6 +208,120 @@ impl Frame {
     }
 }
 
+/// A forward frame's body after its kind.
+fn write_forward(w: &mut Writer, f: &Forward) {
+    w.u64(f.session.0);
+    w.u64(f.seq);
+    w.u32(f.start);
+    match f.truncate_to {
+        None => w.u8(0),
+        Some(t) => {
+            w.u8(1);
+            w.u32(t);
+        }
+    }
+    w.u8(match f.want {
+        Want::Nothing => 0,
+        Want::Last => 1,
+        Want::All => 2,
+    });
+    w.len(f.route.len());
+    w.0.extend_from_slice(&f.route);
+    w.len(f.shadow.len());
+    w.0.extend_from_slice(&f.shadow);
+    w.u8(u8::from(f.mirror));
+    w.len(f.kv_lens.len());
+    f.kv_lens.iter().for_each(|&l| w.u32(l));
+    match &f.sampling {
+        None => w.u8(0),
+        Some(s) => {
+            w.u8(1);
+            write_sampling(w, s);
+        }
+    }
+    w.u8(match f.precision {
+        Precision::F32 => 0,
+        Precision::F16 => 1,
+        Precision::Bf16 => 2,
+    });
+    w.u32(f.width);
+    w.len(f.hidden.len());
+    let padded = padded_values(f.hidden.len(), f.width as usize);
+    w.len(padded);
+    let zeros = padded - f.hidden.len();
+    match f.precision {
+        Precision::F32 => f.hidden.iter().for_each(|&v| w.f32(v)),
+        Precision::F16 => f.hidden.iter().for_each(|&v| w.u16(f16::from_f32(v).to_bits())),
+        Precision::Bf16 => f.hidden.iter().for_each(|&v| w.u16(bf16::from_f32(v).to_bits())),
+    }
+    w.0.resize(w.0.len() + zeros * f.precision.bytes(), 0);
+}
+
+/// The sampling transform a forward frame carries for the last stage.
+fn write_sampling(w: &mut Writer, s: &SamplingSpec) {
+    w.f32(s.temperature);
+    w.u32(s.top_k);
+    w.f32(s.top_p);
+    w.f32(s.min_p);
+    w.f32(s.repetition_penalty);
+    write_tokens(w, &s.history);
+    w.f32(s.presence_penalty);
+    w.f32(s.frequency_penalty);
+    write_tokens(w, &s.output);
+    w.u32(s.output_at);
+    w.len(s.logit_bias.len());
+    let padded = s.logit_bias.len().div_ceil(PAD_BIAS) * PAD_BIAS;
+    w.len(padded);
+    s.logit_bias.iter().for_each(|&(t, b)| {
+        w.u32(t);
+        w.f32(b);
+    });
+    (s.logit_bias.len()..padded).for_each(|_| w.u64(0));
+    match s.logprobs {
+        None => w.u8(0),
+        Some(n) => {
+            w.u8(1);
+            w.u8(n);
+        }
+    }
+    write_tokens(w, &s.scored);
+    match &s.response_format {
+        None => w.u8(0),
+        Some(f) => {
+            w.u8(1);
+            w.len(f.len());
+            let padded = f.len().div_ceil(PAD_FORMAT) * PAD_FORMAT;
+            w.len(padded);
+            w.0.extend_from_slice(f.as_bytes());
+            w.0.resize(w.0.len() + padded - f.len(), 0);
+        }
+    }
+}
+
+/// A verdict frame's body after its kind.
+fn write_verdict(w: &mut Writer, v: &Verdict) {
+    w.u64(v.session.0);
+    w.u64(v.seq);
+    w.len(v.positions.len());
+    for dist in &v.positions {
+        w.len(dist.len());
+        for &(t, p) in dist {
+            w.u32(t);
+            w.f32(p);
+        }
+    }
+    w.len(v.kv_lens.len());
+    v.kv_lens.iter().for_each(|&l| w.u32(l));
+    w.len(v.logprobs.len());
+    for lp in &v.logprobs {
+        w.len(lp.len());
+        for &(t, l) in lp {
+            w.u32(t);
+            w.f32(l);
+        }
+    }
+}
+
 fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
     let session = SessionId(r.u64()?);
     let seq = r.u64()?;
@@ -338,75 +353,7 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
     let kv_lens = (0..n).map(|_| r.u32()).collect::<Result<_, _>>()?;
     let sampling = match r.u8()? {
         0 => None,
-        1 => {
-            let temperature = r.f32()?;
-            let top_k = r.u32()?;
-            let top_p = r.f32()?;
-            let min_p = r.f32()?;
-            let repetition_penalty = r.f32()?;
-            let history = read_tokens(r, "history")?;
-            let presence_penalty = r.f32()?;
-            let frequency_penalty = r.f32()?;
-            let output = read_tokens(r, "output")?;
-            let output_at = r.u32()?;
-            if output_at as usize > output.len() {
-                return Err(r.bad(format!("output position {output_at} past {} output tokens", output.len())));
-            }
-            let n = r.u32()? as usize;
-            let padded = r.count(8, MAX_LOGIT_BIAS + PAD_BIAS, "logit bias")?;
-            if n > MAX_LOGIT_BIAS || padded != n.div_ceil(PAD_BIAS) * PAD_BIAS {
-                return Err(r.bad(format!("logit bias of {n} entries padded to {padded}")));
-            }
-            let logit_bias = (0..n).map(|_| Ok((r.u32()?, r.f32()?))).collect::<Result<_, FrameError>>()?;
-            if r.take((padded - n) * 8)?.iter().any(|b| *b != 0) {
-                return Err(r.bad("non-zero logit bias padding"));
-            }
-            let logprobs = match r.u8()? {
-                0 => None,
-                1 => match r.u8()? {
-                    n if usize::from(n) <= MAX_TOP_LOGPROBS => Some(n),
-                    n => return Err(r.bad(format!("{n} top log-probabilities"))),
-                },
-                other => return Err(r.bad(format!("log-probability flag {other}"))),
-            };
-            let scored = read_tokens(r, "scored tokens")?;
-            if !scored.is_empty() && logprobs.is_none() {
-                return Err(r.bad("scored tokens without log-probabilities"));
-            }
-            let response_format = match r.u8()? {
-                0 => None,
-                1 => {
-                    let n = r.u32()? as usize;
-                    let padded = r.count(1, MAX_FORMAT + PAD_FORMAT, "response format")?;
-                    if n > MAX_FORMAT || padded != n.div_ceil(PAD_FORMAT) * PAD_FORMAT {
-                        return Err(r.bad(format!("response format of {n} bytes padded to {padded}")));
-                    }
-                    let text = std::str::from_utf8(r.take(n)?).map_err(|_| r.bad("response format is not UTF-8"))?;
-                    let text = text.to_owned();
-                    if r.take(padded - n)?.iter().any(|b| *b != 0) {
-                        return Err(r.bad("non-zero response format padding"));
-                    }
-                    Some(text)
-                }
-                other => return Err(r.bad(format!("response format flag {other}"))),
-            };
-            Some(Box::new(SamplingSpec {
-                temperature,
-                top_k,
-                top_p,
-                min_p,
-                repetition_penalty,
-                history,
-                presence_penalty,
-                frequency_penalty,
-                output,
-                output_at,
-                logit_bias,
-                logprobs,
-                scored,
-                response_format,
-            }))
-        }
+        1 => Some(Box::new(read_sampling(r)?)),
         other => return Err(r.bad(format!("sampling flag {other}"))),
     };
     if want != Want::Nothing && sampling.is_none() {
@@ -458,6 +405,77 @@ fn decode_forward(r: &mut Reader<'_>) -> Result<Frame, FrameError> {
         width: width as u32,
         hidden,
     }))
+}
+
+/// The sampling transform of a forward frame (after its flag).
+fn read_sampling(r: &mut Reader<'_>) -> Result<SamplingSpec, FrameError> {
+    let temperature = r.f32()?;
+    let top_k = r.u32()?;
+    let top_p = r.f32()?;
+    let min_p = r.f32()?;
+    let repetition_penalty = r.f32()?;
+    let history = read_tokens(r, "history")?;
+    let presence_penalty = r.f32()?;
+    let frequency_penalty = r.f32()?;
+    let output = read_tokens(r, "output")?;
+    let output_at = r.u32()?;
+    if output_at as usize > output.len() {
+        return Err(r.bad(format!("output position {output_at} past {} output tokens", output.len())));
+    }
+    let n = r.u32()? as usize;
+    let padded = r.count(8, MAX_LOGIT_BIAS + PAD_BIAS, "logit bias")?;
+    if n > MAX_LOGIT_BIAS || padded != n.div_ceil(PAD_BIAS) * PAD_BIAS {
+        return Err(r.bad(format!("logit bias of {n} entries padded to {padded}")));
+    }
+    let logit_bias = (0..n).map(|_| Ok((r.u32()?, r.f32()?))).collect::<Result<_, FrameError>>()?;
+    if r.take((padded - n) * 8)?.iter().any(|b| *b != 0) {
+        return Err(r.bad("non-zero logit bias padding"));
+    }
+    let logprobs = match r.u8()? {
+        0 => None,
+        1 => match r.u8()? {
+            n if usize::from(n) <= MAX_TOP_LOGPROBS => Some(n),
+            n => return Err(r.bad(format!("{n} top log-probabilities"))),
+        },
+        other => return Err(r.bad(format!("log-probability flag {other}"))),
+    };
+    let scored = read_tokens(r, "scored tokens")?;
+    if !scored.is_empty() && logprobs.is_none() {
+        return Err(r.bad("scored tokens without log-probabilities"));
+    }
+    let response_format = match r.u8()? {
+        0 => None,
+        1 => {
+            let n = r.u32()? as usize;
+            let padded = r.count(1, MAX_FORMAT + PAD_FORMAT, "response format")?;
+            if n > MAX_FORMAT || padded != n.div_ceil(PAD_FORMAT) * PAD_FORMAT {
+                return Err(r.bad(format!("response format of {n} bytes padded to {padded}")));
+            }
+            let text = std::str::from_utf8(r.take(n)?).map_err(|_| r.bad("response format is not UTF-8"))?;
+            let text = text.to_owned();
+            if r.take(padded - n)?.iter().any(|b| *b != 0) {
+                return Err(r.bad("non-zero response format padding"));
+            }
+            Some(text)
+        }
+        other => return Err(r.bad(format!("response format flag {other}"))),
+    };
+    Ok(SamplingSpec {
+        temperature,
+        top_k,
+        top_p,
+        min_p,
+        repetition_penalty,
+        history,
+        presence_penalty,
+        frequency_penalty,
+        output,
+        output_at,
+        logit_bias,
+        logprobs,
+        scored,
+        response_format,
+    })
 }
 
 /// Values on the wire for `count` values of rows of `width`: one row as is,
