@@ -91,14 +91,14 @@ pub struct Admission {
 /// Takes a waiter out of the queue when its request goes away unserved
 /// (the client disconnected, or it timed out).
 struct Queued<'a> {
-    admission: &'a Admission,
+    admission: &'a Arc<Admission>,
     client: IpAddr,
     id: u64,
 }
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        self.admission.lock().remove(self.client, self.id);
+        self.admission.leave(self.client, self.id);
     }
 }
 
@@ -160,16 +160,26 @@ impl Admission {
             // Grants are sent under the lock: once this waiter is no longer
             // in its line, its grant is in the channel.
             Ok(Err(_)) | Err(_) => {
-                let mut st = self.lock();
-                if st.remove(client, id) {
-                    drop(st);
-                    std::mem::forget(queued);
+                std::mem::forget(queued);
+                if self.leave(client, id) {
                     return Err(Shed::Timeout);
                 }
-                drop(st);
                 rx.try_recv().map_err(|_| Shed::Timeout)
             }
         }
+    }
+
+    /// Takes waiter `id` out of `client`'s line, if it is still there, and
+    /// hands on what its leaving frees: a costly request at the head of a
+    /// line may have been holding back cheaper ones behind it. Whether it
+    /// was there.
+    fn leave(self: &Arc<Self>, client: IpAddr, id: u64) -> bool {
+        let mut st = self.lock();
+        let left = st.remove(client, id);
+        if left {
+            self.dispatch(&mut st);
+        }
+        left
     }
 
     fn release(self: &Arc<Self>, cost: usize) {
@@ -291,6 +301,27 @@ mod tests {
         drop(held);
         assert_eq!(a.in_use(), 0, "its slot was not handed to nobody");
         let _g = a.admit(ip(3), 1, LONG).await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_costly_waiter_that_gives_up_lets_the_cheaper_ones_behind_it_in() {
+        let a = Admission::new(2, 8);
+        let _first = a.admit(ip(1), 1, LONG).await.unwrap();
+        // Costs 2 with 1 free: waits, and gives up after a second.
+        let big = tokio::spawn({
+            let a = a.clone();
+            async move { a.admit(ip(2), 2, Duration::from_secs(1)).await.map(|_| ()) }
+        });
+        tokio::task::yield_now().await;
+        let small = tokio::spawn({
+            let a = a.clone();
+            async move { a.admit(ip(3), 1, LONG).await.map(|g| g.cost) }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(a.queued(), 2);
+        assert_eq!(big.await.unwrap(), Err(Shed::Timeout));
+        // No slot was released, yet the free one went to the cheap waiter.
+        assert_eq!(small.await.unwrap(), Ok(1));
     }
 
     #[tokio::test(start_paused = true)]
