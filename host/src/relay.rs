@@ -63,8 +63,9 @@ pub struct RelayConfig {
     pub max_queued: usize,
     /// Longest a sealed request waits for a slot before a 503.
     pub queue_timeout: Duration,
-    /// Slots of sealed requests in flight at once from one client address;
-    /// more get 429. Keeps one client from holding every slot.
+    /// Slots of sealed requests in flight or queued at once from one client
+    /// address; more get 429. Keeps one client from holding every slot, or
+    /// filling the queue.
     pub max_per_client: usize,
     /// Attestation fetches in flight at once from one client address; more
     /// get 429 (the entry builds few evidences at once; a flood from one

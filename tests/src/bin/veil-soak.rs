@@ -36,15 +36,9 @@ use veil_client::sdk::{Client, ClientError, ConnectOptions, TextStream};
 
 /// Requests in flight at most; arrivals past it are skipped and counted.
 const MAX_IN_FLIGHT: usize = 64;
-/// The mix: prompts, and the `max_tokens` each may ask for.
-const PROMPTS: [&str; 6] = [
-    "What is the capital of France? Answer in one sentence.",
-    "Name three colours of the rainbow.",
-    "Write a haiku about the sea.",
-    "Explain what a CPU does, briefly.",
-    "Count from 1 to 20, separated by commas.",
-    "Give one tip for learning a new language.",
-];
+/// The mix: prompts (one a line, shared with scripts/bench-serving.py), and
+/// the `max_tokens` each may ask for.
+const PROMPT_LINES: &str = include_str!("../../data/chat-prompts.txt");
 const LENGTHS: [u32; 3] = [8, 24, 48];
 
 struct Args {
@@ -241,10 +235,11 @@ async fn run(args: Args) -> anyhow::Result<bool> {
     let options = ConnectOptions::default();
     let client = Client::connect_with(&args.url, &args.policy, &options).await.context("verifying the route")?;
     let shared = Arc::new(Shared { client: Mutex::new(Arc::new(client)), policy: args.policy.clone(), options });
+    let prompts: Arc<Vec<&'static str>> = Arc::new(PROMPT_LINES.lines().filter(|l| !l.is_empty()).collect());
 
     // 1. The reference answers, before any fault.
     let mut reference = BTreeMap::new();
-    for (p, prompt) in PROMPTS.iter().enumerate() {
+    for (p, prompt) in prompts.iter().enumerate() {
         for &n in &LENGTHS {
             let answer = shared.chat(prompt, n, false).await.with_context(|| format!("reference for prompt {p}"))?;
             reference.insert((p, n), answer.text);
@@ -270,16 +265,16 @@ async fn run(args: Args) -> anyhow::Result<bool> {
         tokio::time::sleep_until(tokio::time::Instant::from_std(started + next)).await;
         // Exponential gaps: a Poisson process of `rate` per second.
         next += Duration::from_secs_f64(-(1.0 - rng.unit()).ln() / args.rate);
-        let (p, n, stream) = (rng.below(PROMPTS.len()), LENGTHS[rng.below(LENGTHS.len())], rng.below(2) == 0);
+        let (p, n, stream) = (rng.below(prompts.len()), LENGTHS[rng.below(LENGTHS.len())], rng.below(2) == 0);
         let Ok(permit) = in_flight.clone().try_acquire_owned() else {
             tally.lock().unwrap_or_else(|e| e.into_inner()).skipped += 1;
             continue;
         };
         tally.lock().unwrap_or_else(|e| e.into_inner()).sent += 1;
-        let (shared, reference, record) = (shared.clone(), reference.clone(), tally.clone());
+        let (shared, reference, record, prompt) = (shared.clone(), reference.clone(), tally.clone(), prompts[p]);
         tasks.push(tokio::spawn(async move {
             let _permit = permit;
-            let result = shared.chat(PROMPTS[p], n, stream).await;
+            let result = shared.chat(prompt, n, stream).await;
             let done = started.elapsed();
             let mut t = record.lock().unwrap_or_else(|e| e.into_inner());
             match result {
