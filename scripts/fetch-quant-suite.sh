@@ -16,9 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-VERSION="0.3.36"
-URL="https://files.pythonhosted.org/packages/ec/e9/e7de2b0463ea3ffbf0ede6cb21b58c1258a8f6521aae45ca773a59fe7cf3/llama_cpp_python-$VERSION.tar.gz"
-SHA256="832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+VERSION="$(scripts/fetch-llamacpp-sdist.sh --version)"
 
 case "${1:-}" in
   -h|--help|'') sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; [ -n "${1:-}" ]; exit $? ;;
@@ -32,11 +30,8 @@ lib="$lib_dir/libggml-base.so"
 if [ ! -f "$lib_dir/.complete" ]; then
   tmp="$(mktemp -d)"
   trap 'rm -rf "$tmp"' EXIT
-  curl -fsSL --retry 3 -o "$tmp/sdist.tar.gz" "$URL" ||
-    { echo "fetch-quant-suite.sh: cannot download $URL" >&2; exit 1; }
-  echo "$SHA256  $tmp/sdist.tar.gz" | sha256sum --check --status ||
-    { echo "fetch-quant-suite.sh: the archive is not llama-cpp-python $VERSION's (SHA-256 differs)" >&2; exit 1; }
-  tar -xzf "$tmp/sdist.tar.gz" -C "$tmp" --strip-components=3 \
+  sdist="$(scripts/fetch-llamacpp-sdist.sh)"
+  tar -xzf "$sdist" -C "$tmp" --strip-components=3 \
     "llama_cpp_python-$VERSION/vendor/llama.cpp/ggml/include" "llama_cpp_python-$VERSION/vendor/llama.cpp/ggml/src"
   src="$tmp/ggml/src"
   # What CMake's configure_file writes (the version is only printed).
