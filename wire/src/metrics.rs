@@ -55,23 +55,6 @@ impl Histogram {
         (n > 0).then(|| Duration::from_micros(self.sum_micros.load(Ordering::Relaxed) / n))
     }
 
-    /// The smallest bucket bound at or above the `q` quantile (0..=1), the
-    /// way `histogram_quantile` reads a histogram without interpolation;
-    /// `None` before the first observation or when it lies past the last
-    /// bound.
-    pub fn quantile_bound(&self, q: f64) -> Option<f64> {
-        let n = self.count();
-        if n == 0 {
-            return None;
-        }
-        let rank = (q.clamp(0.0, 1.0) * n as f64).ceil().max(1.0) as u64;
-        LATENCY_BUCKETS
-            .iter()
-            .zip(&self.buckets)
-            .find(|(_, c)| c.load(Ordering::Relaxed) >= rank)
-            .map(|(bound, _)| *bound)
-    }
-
     /// The histogram as Prometheus text: `# HELP`, `# TYPE`, the buckets,
     /// `_sum` and `_count` of `name`.
     pub fn render(&self, name: &str, help: &str) -> String {
@@ -109,10 +92,6 @@ mod tests {
         assert!(text.contains("veil_x_seconds_sum 400.123\n"), "{text}");
         assert!(text.contains("veil_x_seconds_count 5\n"), "{text}");
         assert_eq!(h.count(), 5);
-        assert_eq!(h.quantile_bound(0.2), Some(0.005));
-        assert_eq!(h.quantile_bound(0.8), Some(0.05));
-        assert_eq!(h.quantile_bound(1.0), None, "past the last bound");
-        assert_eq!(Histogram::default().quantile_bound(0.5), None);
         assert_eq!(Histogram::default().mean(), None);
     }
 }
