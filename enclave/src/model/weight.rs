@@ -153,8 +153,8 @@ impl Loader<'_> {
 
 /// The types outside candle's list that stay packed on the CPU (Veil's
 /// kernels: [`expanded_loader`]); the others outside it are read
-/// dequantized to F32 (NVFP4, Q1_0, Q8_K, F64).
-const KEPT_PACKED: [GgmlType; 11] = [
+/// dequantized to F32 (Q1_0, Q8_K, F64).
+const KEPT_PACKED: [GgmlType; 12] = [
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
     GgmlType::IQ2_XXS,
@@ -166,6 +166,7 @@ const KEPT_PACKED: [GgmlType; 11] = [
     GgmlType::IQ1_M,
     GgmlType::TQ1_0,
     GgmlType::TQ2_0,
+    GgmlType::NVFP4,
 ];
 
 /// A decoder of raw `rows × cols` tensor bytes into an [`ExpandedMatrix`].
@@ -189,6 +190,7 @@ pub(crate) fn expanded_loader(dtype: TensorType) -> Option<ExpandedLoad> {
         TensorType::Other(GgmlType::IQ1_M) => Some(ExpandedMatrix::from_iq1_m_bytes),
         TensorType::Other(GgmlType::TQ1_0) => Some(ExpandedMatrix::from_tq1_0_bytes),
         TensorType::Other(GgmlType::TQ2_0) => Some(ExpandedMatrix::from_tq2_0_bytes),
+        TensorType::Other(GgmlType::NVFP4) => Some(ExpandedMatrix::from_nvfp4_bytes),
         _ => None,
     }
 }

@@ -30,8 +30,9 @@ pub enum TensorType {
     /// E8M0 scale, 17 bytes a block.
     Mxfp4,
     /// A ggml type candle does not decode (the i-quants, ternary and
-    /// NVFP4 types, the integer types): read dequantized where
-    /// `model::quant::dequant` can, refused by its ggml name otherwise.
+    /// NVFP4 types, the integer types): on Veil's kernels where it has
+    /// them, else read dequantized where `model::quant::dequant` can,
+    /// refused by its ggml name otherwise.
     Other(crate::model::quant::GgmlType),
     /// A type number ggml does not have.
     Unknown(u32),

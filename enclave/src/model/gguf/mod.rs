@@ -42,8 +42,8 @@ pub const SUPPORTED_TYPES: [TensorType; 14] = [
 /// Whether tensors of `dtype` load: one of [`SUPPORTED_TYPES`] (Veil's
 /// kernels or candle's quantized matmul), or a type outside candle's list
 /// that `model::quant::dequant` decodes: on Veil's kernels where it has
-/// them (the i-quants, TQ1_0/TQ2_0), otherwise read dequantized to F32
-/// (NVFP4, Q1_0, Q8_K, F64).
+/// them (the i-quants, TQ1_0/TQ2_0, NVFP4), otherwise read dequantized to
+/// F32 (Q1_0, Q8_K, F64).
 pub fn loads(dtype: TensorType) -> bool {
     match dtype {
         TensorType::Other(t) => crate::model::quant::dequant::can_dequantize(t),

@@ -19,11 +19,19 @@ pub(crate) trait Expand: Copy + Send + Sync + 'static {
     fn halves(&self) -> [i32; 2] {
         [1, 1]
     }
-    /// The block dequantized, as ggml's `dequantize_row_*` computes each
-    /// value: the integer times the scale (times its half's multiplier).
-    fn dequantize(&self) -> [f32; BLOCK] {
+    /// Whether each half has a scale of its own ([`Expand::half_scales`]:
+    /// NVFP4's UE4M3 scale per 16), not the scale times an integer.
+    const OWN_HALF_SCALES: bool = false;
+    /// The first and second 16 weights' scales: the scale times each half's
+    /// multiplier, or each half's own scale.
+    fn half_scales(&self) -> [f32; 2] {
         let d = self.scale();
-        let h = self.halves().map(|m| d * m as f32);
+        self.halves().map(|m| d * m as f32)
+    }
+    /// The block dequantized, as ggml's `dequantize_row_*` computes each
+    /// value: the integer times its half's scale.
+    fn dequantize(&self) -> [f32; BLOCK] {
+        let h = self.half_scales();
         let q = self.ints();
         std::array::from_fn(|j| f32::from(q[j]) * h[j / 16])
     }

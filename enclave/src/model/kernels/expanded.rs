@@ -265,24 +265,26 @@ enum Kind {
         m: Expanded<grid::BlockTernary>,
         tq2: bool,
     },
+    Nvfp4(Expanded<nvfp4::BlockNvfp4>),
 }
 
-/// A `rows × cols` matrix of super-blocks of 256 weights (`bytes` each in
-/// the file), each split into its eight blocks of 32 by `split`.
-fn super_blocks<B: Send>(
+/// A `rows × cols` matrix of file blocks of `32·N` weights (`bytes` each in
+/// the file: super-blocks of 256, or NVFP4's 64), each split into its `N`
+/// blocks of 32 by `split`.
+fn super_blocks<B: Send, const N: usize>(
     raw: &[u8],
     rows: usize,
     cols: usize,
     bytes: usize,
     format: &'static str,
-    split: impl Fn(&[u8]) -> [B; 8] + Sync + Send,
+    split: impl Fn(&[u8]) -> [B; N] + Sync + Send,
 ) -> Result<Expanded<B>, KernelError> {
-    const QK: usize = 256;
-    if cols == 0 || !cols.is_multiple_of(QK) {
-        return Err(KernelError::RowLength { format, cols, block: QK });
+    let qk = BLOCK * N;
+    if cols == 0 || !cols.is_multiple_of(qk) {
+        return Err(KernelError::RowLength { format, cols, block: qk });
     }
     let expected =
-        rows.checked_mul(cols / QK).and_then(|n| n.checked_mul(bytes)).ok_or(KernelError::SizeOverflow { format })?;
+        rows.checked_mul(cols / qk).and_then(|n| n.checked_mul(bytes)).ok_or(KernelError::SizeOverflow { format })?;
     if raw.len() != expected {
         return Err(KernelError::ByteCount { format, actual: raw.len(), expected });
     }
@@ -304,6 +306,7 @@ macro_rules! each {
             Kind::Iq1S($m) => $e,
             Kind::Iq1M($m) => $e,
             Kind::Ternary { m: $m, .. } => $e,
+            Kind::Nvfp4($m) => $e,
         }
     };
 }
@@ -328,7 +331,7 @@ impl ExpandedMatrix {
     /// into eight blocks per super-block, block `b`'s scale `d·(ls − 32)`
     /// with `ls` its 6-bit scale, as ggml's `dequantize_row_iq4_xs` computes it.
     pub fn from_iq4_xs_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
-        let m = super_blocks(raw, rows, cols, IQ4_XS_BLOCK_BYTES, "IQ4_XS", |b| {
+        let m = super_blocks::<_, 8>(raw, rows, cols, IQ4_XS_BLOCK_BYTES, "IQ4_XS", |b| {
             let d = f16_at(b, 0);
             let scales_h = u16::from_le_bytes([b[2], b[3]]);
             std::array::from_fn(|ib| {
@@ -388,6 +391,12 @@ impl ExpandedMatrix {
         Ok(Self(Kind::Ternary { m, tq2: true }))
     }
 
+    /// Decodes raw GGUF bytes of a `rows × cols` NVFP4 tensor (`d: [u8; 4],
+    /// qs: [u8; 32]` per 64 weights) into two blocks per file block.
+    pub fn from_nvfp4_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
+        Ok(Self(Kind::Nvfp4(super_blocks(raw, rows, cols, nvfp4::NVFP4_BLOCK_BYTES, "NVFP4", nvfp4::nvfp4)?)))
+    }
+
     /// Decodes raw GGUF bytes of a `rows × cols` Q5_0 tensor (`d: f16, qh: [u8; 4], qs: [u8; 16]`).
     pub fn from_q5_0_bytes(raw: &[u8], rows: usize, cols: usize) -> Result<Self, KernelError> {
         check_shape(raw, rows, cols, Q5_0_BLOCK_BYTES, "Q5_0")?;
@@ -428,6 +437,7 @@ impl ExpandedMatrix {
             Kind::Iq1M(_) => "IQ1_M",
             Kind::Ternary { tq2: false, .. } => "TQ1_0",
             Kind::Ternary { tq2: true, .. } => "TQ2_0",
+            Kind::Nvfp4(_) => "NVFP4",
         }
     }
 
@@ -543,16 +553,24 @@ unsafe fn expand_row<B: Kernel>(wr: &[B], out: &mut Vec<BlockQ80>) {
 }
 
 /// The arithmetic of `q80_dot_scalar` on the unpacked integers (each
-/// half's integer dot times its multiplier).
+/// half's integer dot times its multiplier, or its own scale).
 fn dot_scalar<B: Expand>(w: &[B], x: &[BlockQ80]) -> f32 {
     super::sum4(w.iter().zip(x).map(|(b, a)| {
-        let (q, h) = (b.ints(), b.halves());
-        let half = |k: usize| -> i32 {
-            (16 * k..16 * k + 16).map(|j| i32::from(q[j]) * i32::from(a.qs[j])).sum::<i32>() * h[k]
-        };
-        b.scale() * a.d * (half(0) + half(1)) as f32
+        let q = b.ints();
+        let half = |k: usize| -> i32 { (16 * k..16 * k + 16).map(|j| i32::from(q[j]) * i32::from(a.qs[j])).sum() };
+        if B::OWN_HALF_SCALES {
+            // ggml's NVFP4 × Q8_0: each group's integer dot times its scale.
+            let s = b.half_scales();
+            s[0] * a.d * half(0) as f32 + s[1] * a.d * half(1) as f32
+        } else {
+            let h = b.halves();
+            b.scale() * a.d * (half(0) * h[0] + half(1) * h[1]) as f32
+        }
     }))
 }
+
+mod nvfp4;
+pub use nvfp4::NVFP4_BLOCK_BYTES;
 
 #[cfg(test)]
 pub(crate) mod tests;

@@ -627,7 +627,10 @@ unsafe fn q80_dot_avx2<B: I8Block>(w: &[B], x: &[BlockQ80]) -> f32 {
         // stay below 2·128·127 because activations are quantized to ±127.
         let p16 = _mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, sw));
         let p32 = _mm256_madd_epi16(p16, b.pair_weights());
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(b.scale() * a.d), _mm256_cvtepi32_ps(p32), acc);
+        // Each lane's weight scale times `x.d`: `w.d · x.d` in every lane
+        // but for blocks with a scale per half (the same product either way).
+        let d = _mm256_mul_ps(b.lane_scales(), _mm256_set1_ps(a.d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p32), acc);
     }
     hsum(acc)
 }
@@ -673,13 +676,14 @@ unsafe fn q80_dot4_avx2<B: I8Block>(w: &[B], x: [&[BlockQ80]; 4]) -> [f32; 4] {
     let n = x.iter().map(|r| r.len()).min().unwrap_or(0).min(w.len());
     for (i, b) in w[..n].iter().enumerate() {
         let (aw, sw) = b.magnitudes_signs();
-        let pairs = b.pair_weights();
+        let (pairs, ws) = (b.pair_weights(), b.lane_scales());
         for r in 0..4 {
             let a = &x[r][i];
             // SAFETY: `a.qs` is 32 bytes; the load reads exactly it.
             let qx = _mm256_loadu_si256(a.qs.as_ptr().cast());
             let p32 = _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(qx, sw)), pairs);
-            acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(b.scale() * a.d), _mm256_cvtepi32_ps(p32), acc[r]);
+            let d = _mm256_mul_ps(ws, _mm256_set1_ps(a.d));
+            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p32), acc[r]);
         }
     }
     [hsum(acc[0]), hsum(acc[1]), hsum(acc[2]), hsum(acc[3])]

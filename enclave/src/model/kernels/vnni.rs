@@ -86,6 +86,18 @@ pub(crate) trait I8Block: Sync {
     unsafe fn pair_weights(&self) -> std::arch::x86_64::__m256i {
         std::arch::x86_64::_mm256_set1_epi16(1)
     }
+    /// The scale of each of the eight i32 lanes of the block's integer dot
+    /// (lanes 0–3 sum weights 0–15, lanes 4–7 weights 16–31): the block's
+    /// scale, except in blocks whose halves have scales of their own (NVFP4;
+    /// the VNNI kernels, which read [`I8Block::scale`], do not run those).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn lane_scales(&self) -> std::arch::x86_64::__m256 {
+        std::arch::x86_64::_mm256_set1_ps(self.scale())
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -596,13 +596,14 @@ fn tq2_0(b: &[u8; 66], y: &mut [f32; 256]) {
 
 /// A UE4M3 scale byte (4 exponent bits, bias 7, 3 mantissa bits; bit 7
 /// ignored), halved to match the doubled E2M1 values (ggml's
-/// `ggml_ue4m3_to_fp32`); 0x00 and 0x7f (the NaN code) are 0.
-fn ue4m3_half(x: u8) -> f32 {
+/// `ggml_ue4m3_to_fp32`); 0x00 and 0x7f (the NaN code) are 0. A `const fn`
+/// so the NVFP4 kernels' table is this function's values.
+pub(crate) const fn ue4m3_half(x: u8) -> f32 {
     if x == 0 || x == 0x7F {
         return 0.0;
     }
-    let exp = i32::from((x >> 3) & 0x0F);
-    let man = f32::from(x & 0x07);
+    let exp = ((x >> 3) & 0x0F) as i32;
+    let man = (x & 0x07) as f32;
     // Every value here is exact in f32, so these products are the numbers
     // ggml's `ldexpf` gives.
     let raw = if exp == 0 { man * pow2(-9) } else { (1.0 + man / 8.0) * pow2(exp - 7) };
@@ -610,7 +611,7 @@ fn ue4m3_half(x: u8) -> f32 {
 }
 
 /// 2^k, for k in f32's normal range (here −9 to 8).
-fn pow2(k: i32) -> f32 {
+const fn pow2(k: i32) -> f32 {
     f32::from_bits(((k + 127) as u32) << 23)
 }
 

@@ -12,7 +12,7 @@ pub(crate) fn gguf_py_fixture(name: &str) -> (Vec<u8>, Vec<f32>) {
 type Load = fn(&[u8], usize, usize) -> Result<ExpandedMatrix, KernelError>;
 
 /// Each format's loader, block bytes and weights per block.
-const FORMATS: [(&str, Load, usize, usize); 13] = [
+const FORMATS: [(&str, Load, usize, usize); 14] = [
     ("MXFP4", ExpandedMatrix::from_mxfp4_bytes, 17, 32),
     ("IQ4_NL", ExpandedMatrix::from_iq4_nl_bytes, IQ4_NL_BLOCK_BYTES, 32),
     ("IQ4_XS", ExpandedMatrix::from_iq4_xs_bytes, IQ4_XS_BLOCK_BYTES, 256),
@@ -26,6 +26,7 @@ const FORMATS: [(&str, Load, usize, usize); 13] = [
     ("IQ1_M", ExpandedMatrix::from_iq1_m_bytes, grid::IQ1_M_BLOCK_BYTES, 256),
     ("TQ1_0", ExpandedMatrix::from_tq1_0_bytes, grid::TQ1_0_BLOCK_BYTES, 256),
     ("TQ2_0", ExpandedMatrix::from_tq2_0_bytes, grid::TQ2_0_BLOCK_BYTES, 256),
+    ("NVFP4", ExpandedMatrix::from_nvfp4_bytes, NVFP4_BLOCK_BYTES, 64),
 ];
 
 /// Random blocks whose scales are finite f16 values near 0.01 (random
@@ -44,6 +45,8 @@ fn random_blocks(name: &str, n: usize, block_bytes: usize, seed: &mut u64) -> Ve
             "MXFP4" => b[0] = 118 + (b[0] % 8),
             "TQ1_0" => b[52..54].copy_from_slice(&d.to_le_bytes()),
             "TQ2_0" => b[64..66].copy_from_slice(&d.to_le_bytes()),
+            // Four UE4M3 scales from 2^-7 to 2^-4 (exponents 4 to 7), each its own.
+            "NVFP4" => b[..4].iter_mut().for_each(|s| *s = 0x20 + *s % 0x20),
             // The f16 scale is the top nibbles of the four u16 scale words.
             "IQ1_M" => {
                 for k in 0..4 {
@@ -98,6 +101,16 @@ fn kernels_equal_the_blocks_expanded_to_q8_0_bit_for_bit() {
             let mut s = seed ^ n as u64;
             let x = crate::model::synth::uniform(n * cols, 3.0, &mut s);
             let scalar = native.matmul_on(&x, n, Isa::Scalar);
+            // Per output: the dot of the dequantized weights, and the sum of
+            // its products' magnitudes (what float rounding scales with).
+            let (exact, magnitude): (Vec<f32>, Vec<f32>) = (0..n * rows)
+                .map(|k| {
+                    let (i, r) = (k / rows, k % rows);
+                    let (xr, wr) = (&x[i * cols..(i + 1) * cols], &dq[r * cols..(r + 1) * cols]);
+                    let exact: f32 = xr.iter().zip(wr).map(|(a, b)| a * b).sum();
+                    (exact, xr.iter().zip(wr).map(|(a, b)| (a * b).abs()).sum::<f32>())
+                })
+                .unzip();
             for &isa in &runnable {
                 let got = native.matmul_on(&x, n, isa);
                 match &expanded {
@@ -105,22 +118,15 @@ fn kernels_equal_the_blocks_expanded_to_q8_0_bit_for_bit() {
                     None => {
                         for (i, (g, s)) in got.iter().zip(&scalar).enumerate() {
                             assert!(
-                                (g - s).abs() <= 1e-5 * s.abs().max(1.0),
+                                (g - s).abs() <= 1e-6 * magnitude[i].max(1.0),
                                 "{name} {} [{i}]: {g} vs {s}",
                                 isa.name()
                             );
                         }
                     }
                 }
-                for i in 0..n {
-                    for r in 0..rows {
-                        let xr = &x[i * cols..(i + 1) * cols];
-                        let wr = &dq[r * cols..(r + 1) * cols];
-                        let exact: f32 = xr.iter().zip(wr).map(|(a, b)| a * b).sum();
-                        let scale: f32 = xr.iter().zip(wr).map(|(a, b)| (a * b).abs()).sum();
-                        let g = got[i * rows + r];
-                        assert!((g - exact).abs() <= 0.02 * scale, "{name} ({i},{r}): {g} vs {exact}");
-                    }
+                for (k, g) in got.iter().enumerate() {
+                    assert!((g - exact[k]).abs() <= 0.02 * magnitude[k], "{name} [{k}]: {g} vs {}", exact[k]);
                 }
             }
         }
