@@ -4,6 +4,11 @@ own quantiser: `<out>/SmolLM2-135M-Instruct.suite-<TYPE>.gguf`, one file per
 type. Prints one line per file: `TYPE SHA256 PATH`.
 
   scripts/make-quant-suite.py --ggml libggml-base.so --model SmolLM2-135M-Instruct.Q4_1.gguf --out DIR [TYPE...]
+  scripts/make-quant-suite.py --ggml ... --model OTHER.gguf --embedding Q8_0 --out DIR TYPE
+
+The second form makes a benchmark file from any GGUF (a random-weight one
+from `veil-shard synth-model --dtype f16`), with the token embedding and
+the output head quantised too, so neither is left in F16.
 
 Each file is the reference file with every transformer matrix (`blk.*`,
 2-D) dequantised (gguf-py) and quantised again to TYPE by
@@ -49,6 +54,8 @@ TYPES = [
 NEEDS_IMATRIX = {"IQ1_S", "IQ1_M", "IQ2_XXS", "IQ2_XS", "IQ2_S"}
 FALLBACK = T.Q8_0
 ALIGNMENT = 32
+# The matrices `--embedding` quantises.
+HEAD = {"token_embd.weight", "output.weight"}
 
 
 def load_ggml(path: str) -> ctypes.CDLL:
@@ -108,7 +115,10 @@ def write_suite_file(lib: ctypes.CDLL, qtype: T, path: Path) -> None:
     offset = 0
     for t in reader.tensors:
         dims = [int(d) for d in t.shape]
-        if t.name.startswith("blk.") and len(dims) == 2:
+        if t.name in HEAD and SOURCE.get("embedding") is not None:
+            data = quantize(lib, SOURCE["embedding"], matrices[t.name], False)
+            target = SOURCE["embedding"]
+        elif t.name.startswith("blk.") and len(dims) == 2:
             n_per_row, rows = dims
             block = GGML_QUANT_SIZES[qtype][0]
             target = qtype if n_per_row % block == 0 else FALLBACK
@@ -156,8 +166,11 @@ def main() -> None:
     ap.add_argument("--model", required=True, help="the reference GGUF")
     ap.add_argument("--out", required=True)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--embedding", choices=["Q8_0", "Q6_K", "Q4_K"], help="quantise the embedding and output head too")
     ap.add_argument("types", nargs="*", default=TYPES)
     args = ap.parse_args()
+    if args.embedding:
+        SOURCE["embedding"] = T[args.embedding]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     stem = Path(args.model).name.split(".")[0]
@@ -168,7 +181,8 @@ def main() -> None:
         SOURCE["matrices"] = {
             t.name: gguf.quants.dequantize(t.data, t.tensor_type).reshape(int(t.shape[1]), int(t.shape[0]))
             for t in reader.tensors
-            if t.name.startswith("blk.") and len(t.shape) == 2
+            if (t.name.startswith("blk.") and len(t.shape) == 2)
+            or (args.embedding and t.name in HEAD)
         }
     # Each type's quantiser is single-threaded: one worker per core.
     with multiprocessing.get_context("fork").Pool(max(1, min(args.jobs, len(jobs)))) as pool:
