@@ -3,7 +3,9 @@
 # llama.cpp that the llama-cpp-python source distribution on PyPI vendors
 # (scripts/fetch-llamacpp-sdist.sh, checksummed), with
 # GGML_NATIVE=ON: what a user who builds llama.cpp here gets. CMake comes
-# from PyPI into a private venv. Idempotent; prints the binary's path.
+# from PyPI into a private venv. Idempotent per CPU (the cache is keyed by
+# the CPU's instruction-set flags, so a cache carried to another machine
+# is not mistaken for a native build there); prints the binary's path.
 # About 10 minutes on 2 cores the first time. The speed reference of
 # scripts/bench-serving.sh.
 #
@@ -12,14 +14,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 case "${1:-}" in
-  -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   "") ;;
   *) echo "build-llama-server.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
 esac
 
 VERSION="$(scripts/fetch-llamacpp-sdist.sh --version)"
 cache="${VEIL_CACHE:-$HOME/.cache/veil}"
-dir="$cache/llama-server/$VERSION-native"
+# GGML_NATIVE builds for the CPU that compiles: a binary from another CPU is not native here.
+cpu="$(grep -m1 '^flags' /proc/cpuinfo | sha256sum | cut -c1-12)"
+dir="$cache/llama-server/$VERSION-native-$cpu"
 bin="$dir/llama-server"
 if [ ! -f "$dir/.complete" ]; then
   tmp="$(mktemp -d)"
