@@ -14,8 +14,9 @@ pub(super) fn has_f16c() -> bool {
 /// AVX-512 VNNI (EPYC Genoa/Turin, Xeon Sapphire Rapids and later; every
 /// CPU with it has AVX-512F, BW and VL, checked all the same): `vpdpbusd`
 /// does the u8×i8 products and their sums to i32 in one instruction where
-/// AVX2 needs two. The grouped kernels run it on 256-bit vectors; the
-/// K-quants' one-row kernel on 512-bit ones.
+/// AVX2 needs two. The Q8_0-activation panels ([`q80_panel_vnni`]) and
+/// the K-quants' one-row kernel run it on 512-bit vectors; the K-quants'
+/// grouped kernel on 256-bit ones.
 #[cfg(target_arch = "x86_64")]
 pub(super) fn has_avx512_vnni() -> bool {
     has_avx2_fma()

@@ -352,7 +352,7 @@ const ROWS_PER_TASK: usize = 16;
 /// Bytes of quantized input rows one prefill task holds: well inside the
 /// smallest per-core L2 of the CPUs Veil targets (512 KiB on AMD Zen 3; Zen 4
 /// has 1 MiB), the weight rows streaming past beside them.
-const TASK_INPUT_BYTES: usize = 192 << 10;
+const TASK_INPUT_BYTES: usize = 384 << 10;
 
 /// `out[i][j] = dot(w row j, x row i)` with `dots`: see [`par_tiles`].
 fn par_matmul<W: Sync, A: Sync>(
@@ -386,11 +386,8 @@ fn par_matmul<W: Sync, A: Sync>(
 /// `out[i][j] = dot(w row j, x row i)` for `m` input rows of `row_bytes`
 /// each, `one` giving a single input row's dot and `sweep(w row, first, n,
 /// out, stride)` those of input rows `first..first + n` (`first` a multiple
-/// of 8), written at `out[i * stride]`. Few input rows (decode): weight rows
-/// are split across threads. Many (prefill, batches): input rows are, and
-/// each task sweeps the whole weight, every weight row staying in L1 while
-/// the task's input rows pass it. Every output is one sequential dot, so
-/// results do not depend on the thread count or on batching.
+/// of 16), written at `out[i * stride]`: [`par_panels`] one weight row at a
+/// time.
 fn par_tiles<W: Sync>(
     w: &[W],
     rows: usize,
@@ -399,6 +396,33 @@ fn par_tiles<W: Sync>(
     row_bytes: usize,
     one: impl Fn(&[W]) -> f32 + Sync,
     sweep: impl Fn(&[W], usize, usize, &mut [f32], usize) + Sync,
+) -> Vec<f32> {
+    let wrow = |j: usize| &w[j * per_row..(j + 1) * per_row];
+    let panel = |js: std::ops::Range<usize>, first: usize, n: usize, out: &mut [f32]| {
+        for (j, o) in js.zip(out.chunks_exact_mut(n)) {
+            sweep(wrow(j), first, n, o, 1);
+        }
+    };
+    par_panels(w, rows, per_row, m, row_bytes, one, panel)
+}
+
+/// `out[i][j] = dot(w row j, x row i)` for `m` input rows of `row_bytes`
+/// each, `one` giving a single input row's dot and `panel(js, first, n,
+/// out)` the dots of weight rows `js` with input rows `first..first + n`
+/// (`first` a multiple of 16), weight row after weight row (`out[k * n + i]`
+/// for weight row `js.start + k`). Few input rows (decode): weight rows are
+/// split across threads. Many (prefill, batches): input rows are, and each
+/// task sweeps the whole weight, the weight rows of a panel staying in L1
+/// while the task's input rows pass them. Every output is one sequential
+/// dot, so results do not depend on the thread count or on batching.
+fn par_panels<W: Sync>(
+    w: &[W],
+    rows: usize,
+    per_row: usize,
+    m: usize,
+    row_bytes: usize,
+    one: impl Fn(&[W]) -> f32 + Sync,
+    panel: impl Fn(std::ops::Range<usize>, usize, usize, &mut [f32]) + Sync,
 ) -> Vec<f32> {
     let wrow = |j: usize| &w[j * per_row..(j + 1) * per_row];
     let mut out = vec![0f32; m * rows];
@@ -414,27 +438,26 @@ fn par_tiles<W: Sync>(
         }
         let mut t = vec![0f32; rows * m];
         t.par_chunks_mut(ROWS_PER_TASK * m).enumerate().for_each(|(c, o)| {
-            for (r, vals) in o.chunks_exact_mut(m).enumerate() {
-                sweep(wrow(c * ROWS_PER_TASK + r), 0, m, vals, 1);
-            }
+            let j0 = c * ROWS_PER_TASK;
+            panel(j0..j0 + o.len() / m, 0, m, o);
         });
-        for (j, vals) in t.chunks_exact(m).enumerate() {
-            for (i, v) in vals.iter().enumerate() {
-                out[i * rows + j] = *v;
+        for (i, row) in out.chunks_exact_mut(rows).enumerate() {
+            for (j, v) in row.iter_mut().enumerate() {
+                *v = t[j * m + i];
             }
         }
         return out;
     }
     // Tasks are tiles: a chunk of input rows (as many as stay in L2 while
-    // they are swept once per weight row: wide matrices, 8192 inputs at
-    // 9 KiB a row, get fewer) times a range of weight rows. Chunks as large
-    // as that allows keep the weights streamed the fewest times; ranges of
-    // weight rows give every thread several tasks.
-    let most = (TASK_INPUT_BYTES / row_bytes.max(1)).clamp(8, 64) / 8 * 8;
-    let chunk = m.next_multiple_of(8).min(most);
+    // they are swept once per panel of weight rows: wide matrices, 8192
+    // inputs at 9 KiB a row, get fewer) times a range of weight rows. Chunks
+    // as large as that allows keep the weights streamed the fewest times;
+    // ranges of weight rows give every thread several tasks.
+    let most = (TASK_INPUT_BYTES / row_bytes.max(1)).clamp(16, 64) / 16 * 16;
+    let chunk = m.next_multiple_of(16).min(most);
     let chunks = m.div_ceil(chunk);
     let ranges = (4 * threads).div_ceil(chunks).clamp(1, rows.div_ceil(ROWS_PER_TASK));
-    let per_range = rows.div_ceil(ranges);
+    let per_range = rows.div_ceil(ranges).next_multiple_of(PANEL_ROWS);
     let tiles: Vec<(usize, usize)> =
         (0..chunks).flat_map(|c| (0..rows.div_ceil(per_range)).map(move |r| (c, r))).collect();
     let parts: Vec<Vec<f32>> = tiles
@@ -443,21 +466,28 @@ fn par_tiles<W: Sync>(
             let (first, n) = (c * chunk, chunk.min(m - c * chunk));
             let js = r * per_range..((r + 1) * per_range).min(rows);
             let mut o = vec![0f32; n * js.len()];
-            for (k, j) in js.clone().enumerate() {
-                sweep(wrow(j), first, n, &mut o[k..], js.len());
-            }
+            panel(js, first, n, &mut o);
             o
         })
         .collect();
+    // Each tile's outputs are weight row after weight row: written to the
+    // output an input row at a time, contiguously.
     for (&(c, r), o) in tiles.iter().zip(&parts) {
-        let j0 = r * per_range;
-        let width = o.len() / chunk.min(m - c * chunk);
-        for (i, vals) in o.chunks_exact(width).enumerate() {
-            out[(c * chunk + i) * rows + j0..][..width].copy_from_slice(vals);
+        let (first, n) = (c * chunk, chunk.min(m - c * chunk));
+        let width = o.len() / n;
+        for i in 0..n {
+            let row = &mut out[(first + i) * rows + r * per_range..][..width];
+            for (k, v) in row.iter_mut().enumerate() {
+                *v = o[k * n + i];
+            }
         }
     }
     out
 }
+
+/// Weight rows a grouped kernel runs at once ([`par_panels`] makes its
+/// ranges of weight rows multiples of it).
+const PANEL_ROWS: usize = 4;
 
 /// A dot kernel for one input row, and the same arithmetic for four input
 /// rows sharing one pass over the weight blocks (bit-identical per row).

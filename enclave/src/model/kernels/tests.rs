@@ -61,9 +61,9 @@ fn q41_simd_equals_scalar_and_approximates_the_dequantized_product() {
 /// The Q4_1 VNNI kernels are the AVX2 kernels' arithmetic with one
 /// instruction instead of two for the integer products: every output
 /// equal bit for bit, one row and four rows at a time; the Q8_0 VNNI path
-/// (groups of eight interleaved input rows, and single rows) is the scalar
-/// kernel's arithmetic: every output equal to it bit for bit, in groups of
-/// two, one or no group, including the extremes (Q4 nibbles 15, Q8 values
+/// (groups of sixteen interleaved input rows, and single rows) is the
+/// scalar kernel's arithmetic: every output equal to it bit for bit, in
+/// full and padded groups, including the extremes (Q4 nibbles 15, Q8 values
 /// ±127 and the weights' −128).
 #[test]
 #[cfg(target_arch = "x86_64")]
@@ -109,9 +109,10 @@ fn vnni_kernels_equal_their_references_bit_for_bit() {
     for b in extreme_q80.chunks_exact_mut(Q8_0_BLOCK_BYTES).step_by(2) {
         b[2..].fill(0x80);
     }
-    // 150 input rows: tiles of 64 rows starting past the first; 29: a tile
-    // of two groups, one group and five rows alone; 5 rows: no group at
-    // all; 1 row: decode.
+    // 150 input rows: tiles of up to 64 rows starting past the first, the
+    // last group padded; 29: one group and a padded one; 5 rows: a padded
+    // group, on the few-rows path; 1 row: decode. 27 weight rows: panels of
+    // four and three rows alone.
     for m in [150, 29, 5, 1] {
         let mut x = input(m, cols);
         x[..cols].iter_mut().enumerate().for_each(|(k, v)| *v = if k % 2 == 0 { 8.0 } else { -8.0 });

@@ -3,28 +3,31 @@
 
 use super::*;
 
-/// Eight Q8_0 input rows' block `b`, interleaved for `vpdpbusd`: `q[j]`
-/// holds bytes `4j..4j + 4` of each row's block (row `i` in bytes
-/// `4i..4i + 4`), offset by +128 to u8 (inputs are quantized to ±127, so
-/// 1..=255), and `d` the rows' scales.
+/// Sixteen Q8_0 input rows' block `b`, interleaved for `vpdpbusd` on
+/// 512-bit vectors: `q[j]` holds bytes `4j..4j + 4` of each row's block
+/// (row `i` in bytes `4i..4i + 4`), offset by +128 to u8 (inputs are
+/// quantized to ±127, so 1..=255), and `d` the rows' scales. Rows past the
+/// input's end are zeros (bytes 128, scale 0), whose dots are 0 and unread.
 #[cfg(target_arch = "x86_64")]
 #[derive(Clone, Copy)]
-#[repr(C, align(32))]
-pub(super) struct Q80x8 {
-    q: [[u8; 32]; 8],
-    d: [f32; 8],
+#[repr(C, align(64))]
+pub(super) struct Q80x16 {
+    q: [[u8; 64]; 8],
+    d: [f32; 16],
 }
 
-/// Input rows `8g..8g + 8` of `xq` (rows of `per_row` blocks) as
-/// [`Q80x8`], group after group, `per_row` blocks each.
+/// Input rows `16g..16g + 16` of `xq` (`m` rows of `per_row` blocks) as
+/// [`Q80x16`], group after group (the last padded with zero rows),
+/// `per_row` blocks each.
 #[cfg(target_arch = "x86_64")]
-pub(super) fn interleave_q80(xq: &[BlockQ80], per_row: usize, groups: usize) -> Vec<Q80x8> {
+pub(super) fn interleave_q80(xq: &[BlockQ80], per_row: usize, m: usize) -> Vec<Q80x16> {
+    let groups = m.div_ceil(16);
     let mut out = Vec::with_capacity(groups * per_row);
     for g in 0..groups {
         for b in 0..per_row {
-            let mut x = Q80x8 { q: [[0; 32]; 8], d: [0.0; 8] };
-            for i in 0..8 {
-                let blk = &xq[(8 * g + i) * per_row + b];
+            let mut x = Q80x16 { q: [[128; 64]; 8], d: [0.0; 16] };
+            for i in (0..16).take_while(|i| 16 * g + i < m) {
+                let blk = &xq[(16 * g + i) * per_row + b];
                 x.d[i] = blk.d;
                 for (j, chunk) in blk.qs.chunks_exact(4).enumerate() {
                     for (k, &v) in chunk.iter().enumerate() {
@@ -116,49 +119,163 @@ impl I8Block for BlockQ80 {
 /// Q8_0 `x · wᵀ` on the VNNI kernels, the scalar kernel's arithmetic
 /// exactly (each block's integer dot, times `w.d · x.d`, added into the
 /// partial sums of [`sum4`]), so every output equals [`q80_dot_scalar`]
-/// bit for bit whether its input row ran in a group of eight or alone.
-/// Groups of eight input rows run on [`q80_dots8_vnni`]: one `vpdpbusd`
-/// per four bytes of a weight block serves eight rows, with no horizontal
-/// sums; the rows left over (and decode) run on [`q80_dot_vnni`]. `w` is
-/// Q8_0 or MXFP4 blocks.
+/// bit for bit whether its input row ran in a group of sixteen or alone.
+/// Batches run on [`q80_panel_vnni`]: four weight rows at a time against
+/// every group of sixteen of a task's input rows, one 512-bit `vpdpbusd`
+/// per four bytes of a weight block serving sixteen rows, with no
+/// horizontal sums; decode runs on [`q80_dot_vnni`]. `w` is Q8_0 blocks or
+/// blocks expanded to them in registers.
 #[cfg(target_arch = "x86_64")]
 pub(super) fn q80_matmul_vnni<B: I8Block>(w: &[B], rows: usize, per_row: usize, xq: &[BlockQ80], m: usize) -> Vec<f32> {
-    let xg = interleave_q80(xq, per_row, m / 8);
+    let xg = if m > 1 { interleave_q80(xq, per_row, m) } else { Vec::new() };
+    let wrow = |j: usize| &w[j * per_row..(j + 1) * per_row];
+    // SAFETY (both kernel calls): this path is taken only when `q80_isa()`
+    // chose VNNI, after run-time detection of AVX2, FMA, AVX-512F, BW,
+    // VNNI and VL.
+    let panel = |js: std::ops::Range<usize>, first: usize, n: usize, out: &mut [f32]| {
+        debug_assert!(first.is_multiple_of(16), "row {first} does not start a group");
+        let groups: Vec<&[Q80x16]> =
+            (first / 16..(first + n).div_ceil(16)).map(|g| &xg[g * per_row..(g + 1) * per_row]).collect();
+        let mut lanes = vec![[0f32; 16]; PANEL_ROWS * groups.len()];
+        let mut j = js.start;
+        while j < js.end {
+            let r = if j + PANEL_ROWS <= js.end {
+                let ws = std::array::from_fn(|t| wrow(j + t));
+                unsafe { q80_panel_vnni::<B, PANEL_ROWS>(ws, &groups, &mut lanes) };
+                PANEL_ROWS
+            } else {
+                unsafe { q80_panel_vnni::<B, 1>([wrow(j)], &groups, &mut lanes) };
+                1
+            };
+            for (t, row) in lanes.chunks_exact(groups.len()).take(r).enumerate() {
+                out[(j - js.start + t) * n..][..n].copy_from_slice(&row.as_flattened()[..n]);
+            }
+            j += r;
+        }
+    };
     let xd: Vec<f32> = xq.iter().map(|b| b.d).collect();
     let xs: Vec<i32> = xq.iter().map(|b| 128 * b.qs.iter().map(|&q| i32::from(q)).sum::<i32>()).collect();
-    let xrow = |i: usize| {
-        let r = i * per_row..(i + 1) * per_row;
-        (&xq[r.clone()], &xd[r.clone()], &xs[r])
-    };
-    let grow = |g: usize| &xg[g * per_row..(g + 1) * per_row];
-    // SAFETY (all three calls): this path is taken only when `q80_isa()`
-    // chose VNNI, after run-time detection of AVX2, FMA, AVX512-VNNI and
-    // AVX512-VL.
-    let sweep = |wr: &[B], first: usize, n: usize, out: &mut [f32], stride: usize| {
-        sweep_groups(
-            first,
-            n,
-            out,
-            stride,
-            |g| unsafe { q80_dots8_vnni::<B, 2>(wr, [grow(g), grow(g + 1)]) },
-            |g| unsafe { q80_dots8_vnni::<B, 1>(wr, [grow(g)])[0] },
-            |r, out: &mut [f32]| {
-                for (k, o) in out.iter_mut().step_by(stride).enumerate() {
-                    let (x, d, s) = xrow(r + k);
-                    *o = unsafe { q80_dot_vnni(wr, x, d, s) };
-                }
-            },
-        )
-    };
-    par_tiles(
-        w,
-        rows,
-        per_row,
-        m,
-        per_row * std::mem::size_of::<BlockQ80>(),
-        |wr| unsafe { q80_dot_vnni(wr, xq, &xd, &xs) },
-        sweep,
-    )
+    let one = |wr: &[B]| unsafe { q80_dot_vnni(wr, xq, &xd, &xs) };
+    par_panels(w, rows, per_row, m, per_row * std::mem::size_of::<BlockQ80>(), one, panel)
+}
+
+/// Groups of sixteen input rows a panel holds in its accumulators at once.
+#[cfg(target_arch = "x86_64")]
+const PANEL_GROUPS: usize = 4;
+
+/// The float partial sums of a panel: four per weight row and group.
+#[cfg(target_arch = "x86_64")]
+type PanelSums<const R: usize> = [[[std::arch::x86_64::__m512; 4]; PANEL_GROUPS]; R];
+
+/// `R` weight rows against groups of sixteen interleaved input rows (`xs`,
+/// each `per_row` blocks): lane `i` of `out[r * xs.len() + g]` is the dot
+/// of weight row `r` with row `i` of group `g`, [`q80_dot_scalar`]'s
+/// arithmetic (each block's term added into partial sum `block % 4`, the
+/// four added as [`add_partials`] does).
+///
+/// Each block of the `R` weight rows is read (or expanded) once and its
+/// words stored for broadcast; then the groups pass it two at a time
+/// ([`panel_step`]). The float partial sums stay in memory (L1), up to
+/// [`PANEL_GROUPS`] groups per pass.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, AVX-512F, VNNI and VL.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vnni,avx512vl")]
+pub(super) unsafe fn q80_panel_vnni<B: I8Block, const R: usize>(w: [&[B]; R], xs: &[&[Q80x16]], out: &mut [[f32; 16]]) {
+    use std::arch::x86_64::*;
+    let flip = _mm256_set1_epi8(i8::MIN);
+    let n = xs.iter().map(|x| x.len()).chain(w.iter().map(|w| w.len())).min().unwrap_or(0);
+    for (pass, gs) in xs.chunks(PANEL_GROUPS).enumerate() {
+        let mut acc: PanelSums<R> = [[[_mm512_setzero_ps(); 4]; PANEL_GROUPS]; R];
+        for bi in 0..n {
+            let t = bi % 4;
+            let mut words = [[0i32; 8]; R];
+            let mut offset = [0i32; R];
+            let mut dw = [0f32; R];
+            for r in 0..R {
+                let b = &w[r][bi];
+                // SAFETY: AVX2 is enabled here.
+                let qw = unsafe { b.weights() };
+                // Σ w: the bytes as w + 128 summed by `vpsadbw`, less 32·128.
+                let s = _mm256_sad_epu8(_mm256_xor_si256(qw, flip), _mm256_setzero_si256());
+                let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+                offset[r] = 128 * (_mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s))) - 32 * 128);
+                dw[r] = b.scale();
+                // SAFETY: `words[r]` is 32 bytes.
+                unsafe { _mm256_storeu_si256(words[r].as_mut_ptr().cast(), qw) };
+            }
+            let mut g = 0;
+            while g + 2 <= gs.len() {
+                // SAFETY: the features `panel_step` needs are enabled here.
+                unsafe { panel_step::<R, 2>([&gs[g][bi], &gs[g + 1][bi]], &words, &offset, &dw, &mut acc, g, t) };
+                g += 2;
+            }
+            if g < gs.len() {
+                // SAFETY: as above.
+                unsafe { panel_step::<R, 1>([&gs[g][bi]], &words, &offset, &dw, &mut acc, g, t) };
+            }
+        }
+        for (r, acc) in acc.iter().enumerate() {
+            for (g, a) in acc.iter().enumerate().take(gs.len()) {
+                let s = _mm512_add_ps(_mm512_add_ps(a[0], a[2]), _mm512_add_ps(a[1], a[3]));
+                let o = &mut out[r * xs.len() + pass * PANEL_GROUPS + g];
+                // SAFETY: `o` is sixteen f32.
+                unsafe { _mm512_storeu_ps(o.as_mut_ptr(), s) };
+            }
+        }
+    }
+}
+
+/// One block of [`q80_panel_vnni`]'s `R` weight rows (their words, `128·Σ
+/// w` and scales) against `H` groups' blocks `x`: `R·H` chains of eight
+/// `vpdpbusd`, each input word loaded once for the `R` rows and each
+/// weight word broadcast once for the `H` groups. `vpdpbusd` multiplies
+/// the inputs offset to u8 by the weights as i8, so each block's sum is
+/// `Σ (x + 128)·w = Σ x·w + 128·Σ w` (at most 32·255·128, exact in i32)
+/// and loses `128·Σ w` to give the integer dot; that, scaled, is added
+/// into partial sum `t` of groups `g..g + H`.
+///
+/// # Safety
+/// The CPU must have AVX2, FMA, AVX-512F, VNNI and VL.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vnni,avx512vl")]
+unsafe fn panel_step<const R: usize, const H: usize>(
+    x: [&Q80x16; H],
+    words: &[[i32; 8]; R],
+    offset: &[i32; R],
+    dw: &[f32; R],
+    acc: &mut PanelSums<R>,
+    g: usize,
+    t: usize,
+) {
+    use std::arch::x86_64::*;
+    // Opaque to the optimiser, so the broadcasts stay loads beside their
+    // `vpdpbusd`s: hoisted out of the groups' loop, they took every
+    // register and the chains ran one after another (a quarter slower).
+    let words = std::hint::black_box(words);
+    let mut p = [[_mm512_setzero_si512(); H]; R];
+    for j in 0..8 {
+        // SAFETY: `Q80x16` is 64-byte aligned and each `q[j]` is 64 bytes at a multiple of 64.
+        let q: [__m512i; H] = std::array::from_fn(|h| unsafe { _mm512_load_si512(x[h].q[j].as_ptr().cast()) });
+        for (p, words) in p.iter_mut().zip(words) {
+            let wj = _mm512_set1_epi32(words[j]);
+            for (p, q) in p.iter_mut().zip(q) {
+                *p = _mm512_dpbusd_epi32(*p, q, wj);
+            }
+        }
+    }
+    for h in 0..H {
+        // SAFETY: `d` is sixteen f32 at offset 512 of a 64-byte aligned struct.
+        let xd = unsafe { _mm512_load_ps(x[h].d.as_ptr()) };
+        for r in 0..R {
+            let sumi = _mm512_sub_epi32(p[r][h], _mm512_set1_epi32(offset[r]));
+            let scale = _mm512_mul_ps(_mm512_set1_ps(dw[r]), xd);
+            let a = &mut acc[r][g + h][t];
+            *a = _mm512_add_ps(*a, _mm512_mul_ps(scale, _mm512_cvtepi32_ps(sumi)));
+        }
+    }
 }
 
 /// A grouped kernel's sweep (see [`par_tiles`]): one weight row's dots
@@ -194,70 +311,6 @@ pub(super) fn sweep_groups(
     if i < n {
         rest(first + i, &mut out[i * stride..(n - 1) * stride + 1]);
     }
-}
-
-/// One weight row against `G` groups of eight interleaved input rows:
-/// lane `i` of group `g` is row `i`'s dot, [`q80_dot_scalar`]'s arithmetic
-/// (the four partial sums of [`sum4`] in four registers).
-/// `vpdpbusd` multiplies the inputs offset to u8 by the weights as i8, so
-/// each block's sum is `Σ (x + 128)·w = Σ x·w + 128·Σ w` (at most
-/// 32·255·128, exact in i32) and loses `128·Σ w` to give the integer dot.
-///
-/// # Safety
-/// The CPU must have AVX2, FMA, AVX-512 VNNI and AVX-512VL.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,avx512vnni,avx512vl")]
-pub(super) unsafe fn q80_dots8_vnni<B: I8Block, const G: usize>(w: &[B], xs: [&[Q80x8]; G]) -> [[f32; 8]; G] {
-    use std::arch::x86_64::*;
-    let flip = _mm256_set1_epi8(i8::MIN);
-    // Block `bi`'s terms added to `acc` (partial sum `bi % 4` of each group).
-    let step = |bi: usize, acc: &mut [__m256; G]| {
-        let b = &w[bi];
-        // SAFETY: AVX2 is enabled here.
-        let qw = unsafe { b.weights() };
-        // Σ w: the bytes as w + 128 summed by `vpsadbw`, less 32·128.
-        let s = _mm256_sad_epu8(_mm256_xor_si256(qw, flip), _mm256_setzero_si256());
-        let s = _mm_add_epi64(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
-        let sum_w = _mm_cvtsi128_si32(_mm_add_epi64(s, _mm_unpackhi_epi64(s, s))) - 32 * 128;
-        let offset = _mm256_set1_epi32(128 * sum_w);
-        let dw = _mm256_set1_ps(b.scale());
-        // Each four weights broadcast to every lane (from memory: load ports, not shuffles).
-        let mut words = [0i32; 8];
-        // SAFETY: `words` is 32 bytes.
-        unsafe { _mm256_storeu_si256(words.as_mut_ptr().cast(), qw) };
-        let wj: [__m256i; 8] = words.map(|w| _mm256_set1_epi32(w));
-        for (g, acc) in acc.iter_mut().enumerate() {
-            let x = &xs[g][bi];
-            let mut p = _mm256_setzero_si256();
-            for (q, wq) in x.q.iter().zip(&wj) {
-                // SAFETY: `Q80x8` is 32-byte aligned and each `q[j]` is 32 bytes at a multiple of 32.
-                p = _mm256_dpbusd_epi32(p, unsafe { _mm256_load_si256(q.as_ptr().cast()) }, *wq);
-            }
-            let sumi = _mm256_sub_epi32(p, offset);
-            // SAFETY: `d` is eight f32 at offset 256 of a 32-byte aligned struct.
-            let scale = _mm256_mul_ps(dw, unsafe { _mm256_load_ps(x.d.as_ptr()) });
-            *acc = _mm256_add_ps(*acc, _mm256_mul_ps(scale, _mm256_cvtepi32_ps(sumi)));
-        }
-    };
-    let mut acc = [[_mm256_setzero_ps(); G]; 4];
-    let n = xs.iter().map(|x| x.len()).min().unwrap_or(0).min(w.len());
-    let mut bi = 0;
-    while bi + 4 <= n {
-        for (t, acc) in acc.iter_mut().enumerate() {
-            step(bi + t, acc);
-        }
-        bi += 4;
-    }
-    for (t, acc) in acc.iter_mut().enumerate().take(n - bi) {
-        step(bi + t, acc);
-    }
-    let mut out = [[0f32; 8]; G];
-    for (g, o) in out.iter_mut().enumerate() {
-        let s = _mm256_add_ps(_mm256_add_ps(acc[0][g], acc[2][g]), _mm256_add_ps(acc[1][g], acc[3][g]));
-        // SAFETY: `o` is eight f32.
-        _mm256_storeu_ps(o.as_mut_ptr(), s);
-    }
-    out
 }
 
 /// One input row on VNNI with [`q80_dot_scalar`]'s arithmetic, four
