@@ -278,41 +278,6 @@ unsafe fn panel_step<const R: usize, const H: usize>(
     }
 }
 
-/// A grouped kernel's sweep (see [`par_tiles`]): one weight row's dots
-/// with input rows `first..first + n` (`first` a multiple of 8), written
-/// at `out[i * stride]`. Sixteen rows at a time by `two(g)` (groups `g` and
-/// `g + 1` of eight interleaved rows), then eight by `one(g)`, then the
-/// rest by `rest(first row, out)`, `out` starting at that row's output (its
-/// length covers the rest at `stride`).
-#[cfg(target_arch = "x86_64")]
-pub(super) fn sweep_groups(
-    first: usize,
-    n: usize,
-    out: &mut [f32],
-    stride: usize,
-    two: impl Fn(usize) -> [[f32; 8]; 2],
-    one: impl Fn(usize) -> [f32; 8],
-    rest: impl Fn(usize, &mut [f32]),
-) {
-    debug_assert!(first.is_multiple_of(8), "row {first} does not start a group");
-    let mut i = 0;
-    while i + 16 <= n {
-        for (k, x) in two((first + i) / 8).iter().flatten().enumerate() {
-            out[(i + k) * stride] = *x;
-        }
-        i += 16;
-    }
-    if i + 8 <= n {
-        for (k, x) in one((first + i) / 8).iter().enumerate() {
-            out[(i + k) * stride] = *x;
-        }
-        i += 8;
-    }
-    if i < n {
-        rest(first + i, &mut out[i * stride..(n - 1) * stride + 1]);
-    }
-}
-
 /// One input row on VNNI with [`q80_dot_scalar`]'s arithmetic, four
 /// blocks at a time: `vpdpbusd` multiplies the weights offset to u8 by
 /// the inputs (read from memory as they are), so each block's lanes sum to

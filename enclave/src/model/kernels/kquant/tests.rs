@@ -58,9 +58,9 @@ fn activations_round_half_to_even_as_ggmls_nearest_int() {
     assert!(zero.d == 0.0 && zero.qs.iter().all(|&q| q == 0) && zero.bsums.iter().all(|&s| s == 0));
 }
 
-/// Every kernel family this CPU runs (AVX2; VNNI's grouped kernel, with
-/// the AVX2 four-row kernel and the 512-bit one-row kernel for the rows it
-/// does not group, decode's one row among them) equals the scalar
+/// Every kernel family this CPU runs (AVX2; VNNI's panels of four weight
+/// rows and one, against full and padded groups of sixteen input rows, and
+/// the 512-bit one-row kernel for decode) equals the scalar
 /// kernel bit for bit, whatever the batch; all approximate the dot of the
 /// dequantized weights with the activations.
 #[test]
@@ -76,7 +76,8 @@ fn simd_equals_scalar_bit_for_bit_and_approximates_the_dequantized_product() {
         let dq = candle_dequantized(dtype, &raw, rows, cols);
         let mut seed = 17u64;
         // 150 rows: several input chunks (at most 64 rows each), the last one
-        // partial; 29 = groups of 16 and 8, then 4, then single rows.
+        // partial; 29 = a group of 16 and a padded one; 21 weight rows = five
+        // panels of four and one row alone.
         for n in [1usize, 3, 4, 9, 29, 40, 150] {
             let x = crate::model::synth::uniform(n * cols, 3.0, &mut seed);
             let out = m.matmul_on(&x, n, isa);
