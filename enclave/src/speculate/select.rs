@@ -235,18 +235,26 @@ pub fn select(target: &Path, scratch: &Path, round: Duration, max_cost: f64) -> 
     if measured.is_empty() {
         return Err(ModelError::Invalid(format!("a target of {n_layer} blocks has no smaller draft to pick")));
     }
-    let best = measured
-        .iter()
-        .enumerate()
-        .filter(|(_, m)| m.cost(target_step) <= max_cost)
-        .map(|(i, m)| (i, m.best_k(round)))
-        .filter(|(_, (_, s))| *s > 1.0)
-        .max_by(|a, b| a.1 .1.total_cmp(&b.1 .1))
-        .map(|(i, (k, _))| (i, k));
-    Ok(Selection { target_step, round, max_cost, positions, measured, best })
+    let mut sel = Selection { target_step, round, max_cost, positions, measured, best: None };
+    sel.best = sel.best_within(max_cost);
+    Ok(sel)
 }
 
 impl Selection {
+    /// The best of the measured candidates whose step costs at most
+    /// `max_cost` target steps, with its `k` (what [`select`] picks for
+    /// that budget); `None` when none of them beats plain decoding.
+    pub fn best_within(&self, max_cost: f64) -> Option<(usize, usize)> {
+        self.measured
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.cost(self.target_step) <= max_cost)
+            .map(|(i, m)| (i, m.best_k(self.round)))
+            .filter(|(_, (_, s))| *s > 1.0)
+            .max_by(|a, b| a.1 .1.total_cmp(&b.1 .1))
+            .map(|(i, (k, _))| (i, k))
+    }
+
     /// The table `derive-draft --auto` prints.
     pub fn table(&self) -> String {
         let mut s = format!(
