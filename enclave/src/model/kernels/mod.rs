@@ -485,6 +485,40 @@ fn par_panels<W: Sync>(
     out
 }
 
+/// Weight rows `js` against the input rows of `groups` groups of sixteen
+/// (`n` of them real), written weight row after weight row into `out`
+/// (`out[k * n + i]`, as [`par_panels`] hands it): [`PANEL_ROWS`] rows at
+/// a time by `four(first row, lanes)`, the rows left over one at a time by
+/// `one(row, lanes)`, each writing lane block `r * groups + g` of `lanes`.
+#[cfg(target_arch = "x86_64")]
+fn run_panels(
+    js: std::ops::Range<usize>,
+    n: usize,
+    groups: usize,
+    out: &mut [f32],
+    four: impl Fn(usize, &mut [[f32; 16]]),
+    one: impl Fn(usize, &mut [[f32; 16]]),
+) {
+    if groups == 0 {
+        return;
+    }
+    let mut lanes = vec![[0f32; 16]; PANEL_ROWS * groups];
+    let mut j = js.start;
+    while j < js.end {
+        let r = if j + PANEL_ROWS <= js.end {
+            four(j, &mut lanes);
+            PANEL_ROWS
+        } else {
+            one(j, &mut lanes);
+            1
+        };
+        for (t, row) in lanes.chunks_exact(groups).take(r).enumerate() {
+            out[(j - js.start + t) * n..][..n].copy_from_slice(&row.as_flattened()[..n]);
+        }
+        j += r;
+    }
+}
+
 /// Weight rows a grouped kernel runs at once ([`par_panels`] makes its
 /// ranges of weight rows multiples of it).
 const PANEL_ROWS: usize = 4;

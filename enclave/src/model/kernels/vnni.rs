@@ -136,22 +136,12 @@ pub(super) fn q80_matmul_vnni<B: I8Block>(w: &[B], rows: usize, per_row: usize, 
         debug_assert!(first.is_multiple_of(16), "row {first} does not start a group");
         let groups: Vec<&[Q80x16]> =
             (first / 16..(first + n).div_ceil(16)).map(|g| &xg[g * per_row..(g + 1) * per_row]).collect();
-        let mut lanes = vec![[0f32; 16]; PANEL_ROWS * groups.len()];
-        let mut j = js.start;
-        while j < js.end {
-            let r = if j + PANEL_ROWS <= js.end {
-                let ws = std::array::from_fn(|t| wrow(j + t));
-                unsafe { q80_panel_vnni::<B, PANEL_ROWS>(ws, &groups, &mut lanes) };
-                PANEL_ROWS
-            } else {
-                unsafe { q80_panel_vnni::<B, 1>([wrow(j)], &groups, &mut lanes) };
-                1
-            };
-            for (t, row) in lanes.chunks_exact(groups.len()).take(r).enumerate() {
-                out[(j - js.start + t) * n..][..n].copy_from_slice(&row.as_flattened()[..n]);
-            }
-            j += r;
-        }
+        let four = |j: usize, lanes: &mut [[f32; 16]]| {
+            let ws = std::array::from_fn(|t| wrow(j + t));
+            unsafe { q80_panel_vnni::<B, PANEL_ROWS>(ws, &groups, lanes) }
+        };
+        let one = |j: usize, lanes: &mut [[f32; 16]]| unsafe { q80_panel_vnni::<B, 1>([wrow(j)], &groups, lanes) };
+        run_panels(js, n, groups.len(), out, four, one);
     };
     let xd: Vec<f32> = xq.iter().map(|b| b.d).collect();
     let xs: Vec<i32> = xq.iter().map(|b| 128 * b.qs.iter().map(|&q| i32::from(q)).sum::<i32>()).collect();

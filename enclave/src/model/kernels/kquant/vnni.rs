@@ -56,8 +56,7 @@ fn interleave16(xq: &[BlockQ8K], per_row: usize, m: usize) -> Vec<Q8Kx16> {
     out
 }
 
-/// Weight rows a K-quant panel runs at once.
-const PANEL_ROWS: usize = 4;
+use super::super::PANEL_ROWS;
 
 /// `x · wᵀ` for `m` input rows of `per_row` blocks (`xq`): batches on
 /// [`panel`], four weight rows at a time against groups of sixteen input
@@ -72,22 +71,12 @@ pub(super) fn matmul<B: Wide>(w: &[B], rows: usize, per_row: usize, xq: &[BlockQ
         debug_assert!(first.is_multiple_of(16), "row {first} does not start a group");
         let groups: Vec<&[Q8Kx16]> =
             (first / 16..(first + n).div_ceil(16)).map(|g| &xg[g * per_row..(g + 1) * per_row]).collect();
-        let mut lanes = vec![[0f32; 16]; PANEL_ROWS * groups.len()];
-        let mut j = js.start;
-        while j < js.end {
-            let r = if j + PANEL_ROWS <= js.end {
-                let ws = std::array::from_fn(|t| wrow(j + t));
-                unsafe { panel::<B, PANEL_ROWS>(ws, &groups, &mut lanes) };
-                PANEL_ROWS
-            } else {
-                unsafe { panel::<B, 1>([wrow(j)], &groups, &mut lanes) };
-                1
-            };
-            for (t, row) in lanes.chunks_exact(groups.len()).take(r).enumerate() {
-                out[(j - js.start + t) * n..][..n].copy_from_slice(&row.as_flattened()[..n]);
-            }
-            j += r;
-        }
+        let four = |j: usize, lanes: &mut [[f32; 16]]| {
+            let ws = std::array::from_fn(|t| wrow(j + t));
+            unsafe { panel::<B, PANEL_ROWS>(ws, &groups, lanes) }
+        };
+        let one = |j: usize, lanes: &mut [[f32; 16]]| unsafe { panel::<B, 1>([wrow(j)], &groups, lanes) };
+        super::super::run_panels(js, n, groups.len(), out, four, one);
     };
     let row_bytes = per_row * std::mem::size_of::<BlockQ8K>();
     super::super::par_panels(w, rows, per_row, m, row_bytes, |wr| unsafe { dot_wide(wr, xq) }, sweep)
