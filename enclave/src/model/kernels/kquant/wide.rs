@@ -64,14 +64,53 @@ const QUADS: [[i16; 32]; 4] = {
 
 /// The low nibbles in the low half, the high nibbles in the high half.
 const NIBBLE_SHIFTS: [i16; 32] = halves(0, 4);
-/// Q5_K's fifth bits of sub-blocks `2c`, `2c + 1`: bit `2c` and `2c + 1` of each `qh` byte.
-const Q5_HIGH_SHIFTS: [[i16; 32]; 4] = [halves(0, 1), halves(2, 3), halves(4, 5), halves(6, 7)];
-/// Q6_K's top two bits of values `128n + 64h..`: bits `4h` and `4h + 2` of
-/// each `qh` byte; and Q2_K's and Q3_K's two low bits of the same values, of
-/// each `qs[32n..]` byte.
-const Q6_HIGH_SHIFTS: [[i16; 32]; 2] = [halves(0, 2), halves(4, 6)];
-/// Q3_K's third bits of values `64c..`: bits `2c` and `2c + 1` of each `hmask` byte.
-const Q3_HIGH_SHIFTS: [[i16; 32]; 4] = Q5_HIGH_SHIFTS;
+/// Q2_K's and Q3_K's two low bits of values `128n + 64h..`: bits `4h` and
+/// `4h + 2` of each `qs[32n..]` byte.
+const CRUMB_SHIFTS: [[i16; 32]; 2] = [halves(0, 2), halves(4, 6)];
+
+/// u32 lanes: `a` in the low 256 bits, `b` in the high.
+const fn halves32(a: u32, b: u32) -> [u32; 16] {
+    let mut v = [a; 16];
+    let mut i = 8;
+    while i < 16 {
+        v[i] = b;
+        i += 1;
+    }
+    v
+}
+
+/// The left rotation of a u32 lane that moves bit `from` of each of its
+/// bytes to bit `to` of the same byte (a rotation by a multiple of 8 plus
+/// `to - from` takes bit `8k + from` to `8k + to` in every byte at once).
+const fn to_bit(from: u32, to: u32) -> u32 {
+    (32 + to - from) % 32
+}
+
+/// Q5_K's fifth bits of sub-blocks `2c`, `2c + 1` (bits `2c`, `2c + 1` of
+/// each `qh` byte), rotated to bit 4.
+const Q5_HIGH_ROTATIONS: [[u32; 16]; 4] = {
+    let mut r = [[0u32; 16]; 4];
+    let mut c = 0;
+    while c < 4 {
+        r[c] = halves32(to_bit(2 * c as u32, 4), to_bit(2 * c as u32 + 1, 4));
+        c += 1;
+    }
+    r
+};
+/// Q6_K's top two bits of values `128n + 64h..` (bits `4h, 4h + 1` and
+/// `4h + 2, 4h + 3` of each `qh[32n..]` byte), rotated to bits 4 and 5.
+const Q6_HIGH_ROTATIONS: [[u32; 16]; 2] = [halves32(to_bit(0, 4), to_bit(2, 4)), halves32(to_bit(4, 4), to_bit(6, 4))];
+/// Q3_K's third bits of values `64c..` (bits `2c`, `2c + 1` of each
+/// `hmask` byte), rotated to bit 2.
+const Q3_HIGH_ROTATIONS: [[u32; 16]; 4] = {
+    let mut r = [[0u32; 16]; 4];
+    let mut c = 0;
+    while c < 4 {
+        r[c] = halves32(to_bit(2 * c as u32, 2), to_bit(2 * c as u32 + 1, 2));
+        c += 1;
+    }
+    r
+};
 
 /// # Safety
 /// The CPU must have AVX-512F and AVX-512BW.
@@ -101,6 +140,22 @@ unsafe fn twice(p: *const u8) -> __m512i {
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn bits(v: __m512i, shifts: &[i16; 32], mask: i8) -> __m512i {
     _mm512_and_si512(_mm512_srlv_epi16(v, constant(shifts)), _mm512_set1_epi8(mask))
+}
+
+/// `low` with the bits of `high` that `mask` selects (in every byte) after
+/// each u32 lane of `high` is rotated left by its count in `rotations`:
+/// two instructions for a format's high bits, where shifting, masking,
+/// moving and or-ing them took four.
+///
+/// # Safety
+/// The CPU must have AVX-512F and AVX-512BW.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn with_high(low: __m512i, high: __m512i, rotations: &[u32; 16], mask: i8) -> __m512i {
+    // SAFETY: `rotations` is 64 bytes; the load reads exactly them.
+    let rotated = _mm512_rolv_epi32(high, _mm512_loadu_si512(rotations.as_ptr().cast()));
+    // The truth table of `a | (b & c)`, with a, b, c as 0xF0, 0xCC, 0xAA.
+    _mm512_ternarylogic_epi32::<0xF8>(low, rotated, _mm512_set1_epi8(mask))
 }
 
 /// Q4_K/Q5_K's eight 6-bit scales (one per 32 values) as i16 lanes 0..8.
@@ -140,8 +195,7 @@ impl Wide for BlockQ5K {
     unsafe fn wide(&self, c: usize, scales: __m512i) -> (__m512i, __m512i) {
         // SAFETY: `c < 4`: `qs[32c..][..32]` is in bounds (128 bytes); `qh` is 32 bytes.
         let low = bits(twice(self.qs.as_ptr().add(32 * c)), &NIBBLE_SHIFTS, 0x0F);
-        let high = bits(twice(self.qh.as_ptr()), &Q5_HIGH_SHIFTS[c], 1);
-        let v = _mm512_or_si512(low, _mm512_slli_epi16(high, 4));
+        let v = with_high(low, twice(self.qh.as_ptr()), &Q5_HIGH_ROTATIONS[c], 0x10);
         (v, _mm512_permutexvar_epi16(constant(&PAIRS[c]), scales))
     }
 }
@@ -161,8 +215,7 @@ impl Wide for BlockQ6K {
         // SAFETY: `c < 4`: `ql[64n..][..64]` and `qh[32n..][..32]` are in bounds (128 and 64 bytes).
         let ql = _mm512_loadu_si512(self.ql.as_ptr().add(64 * n).cast());
         let low = _mm512_and_si512(_mm512_srl_epi16(ql, _mm_cvtsi32_si128(4 * h as i32)), _mm512_set1_epi8(0x0F));
-        let high = bits(twice(self.qh.as_ptr().add(32 * n)), &Q6_HIGH_SHIFTS[h], 3);
-        let v = _mm512_or_si512(low, _mm512_slli_epi16(high, 4));
+        let v = with_high(low, twice(self.qh.as_ptr().add(32 * n)), &Q6_HIGH_ROTATIONS[h], 0x30);
         (v, _mm512_permutexvar_epi16(constant(&QUADS[c]), scales))
     }
 }
@@ -180,7 +233,7 @@ impl Wide for BlockQ2K {
         // Values 128n + 64h..: bits 4h and 4h + 2 of qs[32n..][..32].
         let (n, h) = (c / 2, c % 2);
         // SAFETY: `c < 4`: `qs[32n..][..32]` is in bounds (64 bytes).
-        let v = bits(twice(self.qs.as_ptr().add(32 * n)), &Q6_HIGH_SHIFTS[h], 3);
+        let v = bits(twice(self.qs.as_ptr().add(32 * n)), &CRUMB_SHIFTS[h], 3);
         (v, _mm512_permutexvar_epi16(constant(&QUADS[c]), scales))
     }
 }
@@ -197,9 +250,8 @@ impl Wide for BlockQ3K {
     unsafe fn wide(&self, c: usize, scales: __m512i) -> (__m512i, __m512i) {
         let (n, h) = (c / 2, c % 2);
         // SAFETY: `c < 4`: `qs[32n..][..32]` is in bounds (64 bytes); `hmask` is 32 bytes.
-        let low = bits(twice(self.qs.as_ptr().add(32 * n)), &Q6_HIGH_SHIFTS[h], 3);
-        let high = bits(twice(self.hmask.as_ptr()), &Q3_HIGH_SHIFTS[c], 1);
-        let v = _mm512_or_si512(low, _mm512_slli_epi16(high, 2));
+        let low = bits(twice(self.qs.as_ptr().add(32 * n)), &CRUMB_SHIFTS[h], 3);
+        let v = with_high(low, twice(self.hmask.as_ptr()), &Q3_HIGH_ROTATIONS[c], 0x04);
         (v, _mm512_permutexvar_epi16(constant(&QUADS[c]), scales))
     }
 }
