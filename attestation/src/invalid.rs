@@ -1,6 +1,7 @@
-//! The error of value parsers and constructors: a leaf module (it imports
-//! nothing from this crate), so claims, routes, receipts and versions use it
-//! without an edge back to [`crate::error`].
+//! The errors of value parsers, constructors and policy files: a leaf
+//! module (it imports nothing from this crate), so claims, routes,
+//! receipts, versions and each platform's policy section use them without
+//! an edge back to [`crate::error`] or [`crate::policy`].
 
 use std::fmt;
 
@@ -52,6 +53,14 @@ pub enum ValueKind {
     GpuVersion,
     /// An SEV-SNP ABI version (`MAJOR.MINOR`).
     AbiVersion,
+    /// A TDX measurement register (48 bytes, hex).
+    TdxRegister,
+    /// The SGX extension of an Intel PCK certificate (FMSPC, PCE ID, TCB).
+    PckExtension,
+    /// An RSA attestation key (the vTPM's AK, as a JWK or an SPKI).
+    AttestationKey,
+    /// The DICE TcbInfo extension of a GPU certificate (its SHA-384 FWID).
+    DiceTcbInfo,
 }
 
 impl fmt::Display for ValueKind {
@@ -69,6 +78,32 @@ impl fmt::Display for ValueKind {
             Self::Endorsement => f.write_str("endorsement"),
             Self::GpuVersion => f.write_str("GPU version"),
             Self::AbiVersion => f.write_str("ABI version"),
+            Self::TdxRegister => f.write_str("TDX register"),
+            Self::PckExtension => f.write_str("PCK SGX extension"),
+            Self::AttestationKey => f.write_str("attestation key"),
+            Self::DiceTcbInfo => f.write_str("DICE TcbInfo"),
+        }
+    }
+}
+
+/// Why a policy file (or one platform's section of it) was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicyError {
+    /// Not valid TOML or not the policy schema.
+    #[error("policy is not valid: {0}")]
+    Parse(String),
+    /// Values contradict each other.
+    #[error("policy is inconsistent: {0}")]
+    Inconsistent(String),
+}
+
+impl PolicyError {
+    /// The same refusal, naming the section (`[tdx]`) it came from.
+    pub fn within(self, section: &str) -> Self {
+        match self {
+            Self::Parse(why) => Self::Parse(format!("{section} {why}")),
+            Self::Inconsistent(why) => Self::Inconsistent(format!("{section} {why}")),
         }
     }
 }

@@ -49,6 +49,18 @@ pub enum CertError {
     /// The signature does not verify.
     #[error("signature does not verify")]
     BadSignature,
+    /// Checked before the certificate's `notBefore`.
+    #[error("not valid before {}", fmt_time(*not_before))]
+    NotYetValid {
+        /// `notBefore`.
+        not_before: SystemTime,
+    },
+    /// Checked after the certificate's `notAfter`.
+    #[error("expired at {}", fmt_time(*not_after))]
+    Expired {
+        /// `notAfter`.
+        not_after: SystemTime,
+    },
 }
 
 /// A parsed certificate that remembers its exact DER bytes.
@@ -209,13 +221,13 @@ impl ParsedCert {
     }
 
     /// Checks `notBefore <= now <= notAfter`.
-    pub fn check_validity(&self, now: SystemTime) -> Result<(), String> {
-        let (nb, na) = self.validity();
-        if now < nb {
-            return Err(format!("not valid before {}", fmt_time(nb)));
+    pub fn check_validity(&self, now: SystemTime) -> Result<(), CertError> {
+        let (not_before, not_after) = self.validity();
+        if now < not_before {
+            return Err(CertError::NotYetValid { not_before });
         }
-        if now > na {
-            return Err(format!("expired at {}", fmt_time(na)));
+        if now > not_after {
+            return Err(CertError::Expired { not_after });
         }
         Ok(())
     }

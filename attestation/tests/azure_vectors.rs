@@ -159,6 +159,14 @@ fn pinned_pcrs_must_match() {
     p.azure.pcrs.insert("4".into(), vec![PcrValue([0; 32])]);
     let t = appraise_azure(&ev, None, &p, &AzureExpected::default(), SystemTime::now()).azure;
     assert!(matches!(t.error(C::TpmPcrs), Some(AzureError::Pcr(4))), "{t}");
+    // A policy built in code that skipped validation: a pin that names no
+    // PCR fails the row (it is not skipped as "not run", which would accept).
+    p.azure.pcrs.clear();
+    p.azure.pcrs.insert("24".into(), vec![PcrValue([0; 32])]);
+    assert!(p.validate().is_err());
+    let t = appraise_azure(&ev, None, &p, &AzureExpected::default(), SystemTime::now()).azure;
+    assert!(matches!(t.error(C::TpmPcrs), Some(AzureError::InvalidPolicy(_))), "{t}");
+    assert!(!t.accepted(), "{t}");
 }
 
 /// `azure-cvm-snp`'s HCL report: its claims bind to REPORT_DATA, but the

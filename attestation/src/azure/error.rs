@@ -45,6 +45,10 @@ pub enum AzureError {
     /// A pinned PCR is not selected or differs.
     #[error("PCR {0} is not as policy pins it")]
     Pcr(u8),
+    /// The `[azure]` policy cannot be applied (a policy built in code that
+    /// skipped [`crate::Policy::validate`]); refused, never skipped.
+    #[error("the [azure] policy is invalid: {0}")]
+    InvalidPolicy(String),
 }
 
 /// A row of the Azure table.

@@ -16,6 +16,8 @@
 use serde::Deserialize;
 use sha2::Digest;
 
+use crate::invalid::{InvalidValue, ValueKind};
+
 /// The SNP report's length.
 pub const SNP_REPORT_LEN: usize = 1184;
 /// The header's length.
@@ -170,40 +172,42 @@ impl RsaKey {
     }
 
     /// From a JWK's base64url fields.
-    pub fn from_jwk(k: &Jwk) -> Result<Self, String> {
+    pub fn from_jwk(k: &Jwk) -> Result<Self, InvalidValue> {
         use base64::Engine as _;
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         if k.kty != "RSA" {
-            return Err(format!("{} is a {:?} key, expected RSA", k.kid, k.kty));
+            return Err(bad_key(format!("{} is a {:?} key, expected RSA", k.kid, k.kty)));
         }
-        let field = |v: &Option<String>, name: &str| -> Result<Vec<u8>, String> {
-            let v = v.as_deref().ok_or_else(|| format!("{} has no {name}", k.kid))?;
-            b64.decode(v.trim_end_matches('=')).map_err(|e| format!("{}.{name}: {e}", k.kid))
+        let field = |v: &Option<String>, name: &str| -> Result<Vec<u8>, InvalidValue> {
+            let v = v.as_deref().ok_or_else(|| bad_key(format!("{} has no {name}", k.kid)))?;
+            b64.decode(v.trim_end_matches('=')).map_err(|e| bad_key(format!("{}.{name}: {e}", k.kid)))
         };
         Ok(Self::trimmed(&field(&k.n, "n")?, &field(&k.e, "e")?))
     }
 
     /// From a SubjectPublicKeyInfo, PEM or DER, holding an RSA key.
-    pub fn from_spki(bytes: &[u8]) -> Result<Self, String> {
+    pub fn from_spki(bytes: &[u8]) -> Result<Self, InvalidValue> {
         use der::Decode as _;
         let der = match std::str::from_utf8(bytes).ok().filter(|s| s.contains("-----BEGIN")) {
             Some(s) => {
                 let body: String = s.lines().filter(|l| !l.starts_with("-----")).collect();
                 use base64::Engine as _;
-                base64::engine::general_purpose::STANDARD.decode(body.trim()).map_err(|e| format!("PEM: {e}"))?
+                let pem = base64::engine::general_purpose::STANDARD.decode(body.trim());
+                pem.map_err(|e| bad_key(format!("PEM: {e}")))?
             }
             None => bytes.to_vec(),
         };
-        let spki = spki::SubjectPublicKeyInfoRef::from_der(&der).map_err(|e| format!("not an SPKI: {e}"))?;
+        let spki = spki::SubjectPublicKeyInfoRef::from_der(&der).map_err(|e| bad_key(format!("not an SPKI: {e}")))?;
         if spki.algorithm.oid != const_oid::ObjectIdentifier::new_unwrap("1.2.840.113549.1.1.1") {
-            return Err(format!("not an RSA key ({})", spki.algorithm.oid));
+            return Err(bad_key(format!("not an RSA key ({})", spki.algorithm.oid)));
         }
-        let pkcs1 = spki.subject_public_key.as_bytes().ok_or("the key bit string has unused bits")?;
-        let (tag, content, used) = crate::x509::der_tlv(pkcs1).ok_or("the RSA key is not DER")?;
-        let kids = crate::x509::der_children(content).ok_or("the RSA key is not DER")?;
+        let pkcs1 = spki.subject_public_key.as_bytes().ok_or_else(|| bad_key("the key bit string has unused bits"))?;
+        let not_der = || bad_key("the RSA key is not DER");
+        let (tag, content, used) = crate::x509::der_tlv(pkcs1).ok_or_else(not_der)?;
+        let kids = crate::x509::der_children(content).ok_or_else(not_der)?;
         match (tag, used == pkcs1.len(), kids.as_slice()) {
             (0x30, true, [(0x02, n), (0x02, e)]) => Ok(Self::trimmed(n, e)),
-            _ => Err("the RSA key is not SEQUENCE { INTEGER n, INTEGER e }".into()),
+            _ => Err(bad_key("the RSA key is not SEQUENCE { INTEGER n, INTEGER e }")),
         }
     }
 
@@ -218,10 +222,15 @@ impl RsaKey {
 
 impl RuntimeClaims {
     /// The attestation key (`HCLAkPub`).
-    pub fn ak_pub(&self) -> Result<RsaKey, String> {
-        let k = self.keys.iter().find(|k| k.kid == "HCLAkPub").ok_or("the runtime claims carry no HCLAkPub")?;
+    pub fn ak_pub(&self) -> Result<RsaKey, InvalidValue> {
+        let k = self.keys.iter().find(|k| k.kid == "HCLAkPub");
+        let k = k.ok_or_else(|| bad_key("the runtime claims carry no HCLAkPub"))?;
         RsaKey::from_jwk(k)
     }
+}
+
+fn bad_key(reason: impl Into<String>) -> InvalidValue {
+    InvalidValue::new(ValueKind::AttestationKey, reason)
 }
 
 fn u32_at(b: &[u8], at: usize) -> u32 {

@@ -26,6 +26,7 @@ pub use self::policy::AzurePolicy;
 pub use self::tpm::{TpmError, TpmQuote};
 pub use crate::check::AzureCheckId;
 use crate::check::{fail, CheckReport};
+use crate::invalid::InvalidValue;
 
 /// What the relying party expects.
 #[derive(Clone, Debug, Default)]
@@ -148,7 +149,9 @@ fn check_ak(hcl: Option<&HclReport>) -> (Row, Option<RsaKey>) {
             let e = AzureError::NoAttestationKey(format!("RSA-{}", k.bits()));
             (fail(e, "an RSA key of at least 2048 bits", format!("RSA-{}", k.bits())), None)
         }
-        Err(why) => (fail(AzureError::NoAttestationKey(why.clone()), "HCLAkPub in the claims", why), None),
+        Err(why) => {
+            (fail(AzureError::NoAttestationKey(why.reason.clone()), "HCLAkPub in the claims", why.reason), None)
+        }
     }
 }
 
@@ -185,15 +188,15 @@ fn check_vm_configuration(hcl: Option<&HclReport>, p: &AzurePolicy) -> Row {
 fn check_ak_binding(
     quote: Option<&TpmQuote>,
     hcl_ak: Option<RsaKey>,
-    given: Option<Result<RsaKey, String>>,
+    given: Option<Result<RsaKey, InvalidValue>>,
 ) -> (Row, Option<RsaKey>) {
     if quote.is_none() {
         return (Row::NotRun("no TPM quote".into()), None);
     }
     match (hcl_ak, given) {
         (_, Some(Err(why))) => {
-            let e = AzureError::NoAttestationKey(why.clone());
-            (fail(e, "an RSA public key (SPKI)", why), None)
+            let e = AzureError::NoAttestationKey(why.reason.clone());
+            (fail(e, "an RSA public key (SPKI)", why.reason), None)
         }
         (Some(ak), Some(Ok(g))) if ak == g => (Row::Pass("the given key is the HCL report's HCLAkPub".into()), Some(g)),
         (Some(ak), Some(Ok(g))) => (fail(AzureError::AkMismatch, format!("{ak:?}"), format!("{g:?}")), Some(g)),
@@ -244,7 +247,7 @@ fn check_pcrs(quote: Option<&TpmQuote>, p: &AzurePolicy) -> Row {
     let pinned = match p.pinned() {
         Ok(v) if v.is_empty() => return Row::NotRun("policy pins no PCR".into()),
         Ok(v) => v,
-        Err(_) => return Row::NotRun("the policy's pcrs do not parse".into()),
+        Err(e) => return fail(AzureError::InvalidPolicy(e.to_string()), "PCR pins that parse", e.to_string()),
     };
     let selected = q.selected_sha256();
     for (i, allowed) in &pinned {

@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::invalid::PolicyError;
+
 /// A 32-byte PCR value, as hex in TOML.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PcrValue(pub [u8; 32]);
@@ -65,19 +67,19 @@ impl AzurePolicy {
     }
 
     /// The pinned PCRs by index; refuses indexes outside 0..=23.
-    pub fn pinned(&self) -> Result<Vec<(u8, &[PcrValue])>, String> {
+    pub fn pinned(&self) -> Result<Vec<(u8, &[PcrValue])>, PolicyError> {
         self.pcrs
             .iter()
             .map(|(k, v)| match k.parse::<u8>() {
                 Ok(i) if i < 24 && !v.is_empty() => Ok((i, v.as_slice())),
-                Ok(i) if i < 24 => Err(format!("pcrs.\"{i}\" lists no value")),
-                _ => Err(format!("pcrs.\"{k}\" is not a PCR index (0 to 23)")),
+                Ok(i) if i < 24 => Err(PolicyError::Inconsistent(format!("pcrs.\"{i}\" lists no value"))),
+                _ => Err(PolicyError::Inconsistent(format!("pcrs.\"{k}\" is not a PCR index (0 to 23)"))),
             })
             .collect()
     }
 
-    /// Refuses settings that cannot mean anything.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Refuses settings that cannot mean anything ([`PolicyError::Inconsistent`]).
+    pub fn validate(&self) -> Result<(), PolicyError> {
         self.pinned().map(|_| ())
     }
 }

@@ -6,6 +6,7 @@ use std::time::SystemTime;
 
 use const_oid::ObjectIdentifier;
 
+use crate::invalid::{InvalidValue, ValueKind};
 use crate::x509::{fmt_time, CertError, ParsedCert};
 
 /// The NVIDIA Device Identity CA (self-signed, ECDSA P-384), as pinned by
@@ -159,7 +160,7 @@ pub fn verify_chain(chain: &[ParsedCert], root: &ParsedCert, now: SystemTime) ->
             index,
             subject: cert.subject_string(),
             at: fmt_time(now),
-            reason,
+            reason: reason.to_string(),
         })?;
     }
     let names: Vec<String> = chain.iter().map(|c| c.common_name().unwrap_or_default()).collect();
@@ -188,22 +189,23 @@ fn collect_fwids<'a>(content: &'a [u8], depth: usize, out: &mut Vec<&'a [u8]>) {
 }
 
 /// The SHA-384 FWID in a certificate's DICE TcbInfo extension.
-pub fn leaf_fwid(cert: &ParsedCert) -> Result<Vec<u8>, String> {
+pub fn leaf_fwid(cert: &ParsedCert) -> Result<Vec<u8>, InvalidValue> {
+    let bad = |reason: String| InvalidValue::new(ValueKind::DiceTcbInfo, reason);
     let ext = cert
         .extension(DICE_TCB_INFO)
-        .map_err(|e| e.to_string())?
-        .ok_or_else(|| "no DICE TcbInfo extension (2.23.133.5.4.1)".to_string())?;
-    let (tag, content, used) = crate::x509::der_tlv(ext).ok_or("TcbInfo is not DER")?;
+        .map_err(|e| bad(e.to_string()))?
+        .ok_or_else(|| bad("no DICE TcbInfo extension (2.23.133.5.4.1)".into()))?;
+    let (tag, content, used) = crate::x509::der_tlv(ext).ok_or_else(|| bad("TcbInfo is not DER".into()))?;
     if tag != 0x30 || used != ext.len() {
-        return Err("TcbInfo is not one DER SEQUENCE".into());
+        return Err(bad("TcbInfo is not one DER SEQUENCE".into()));
     }
     let mut found = Vec::new();
     collect_fwids(content, 0, &mut found);
     found.dedup();
     match found.as_slice() {
         [one] => Ok(one.to_vec()),
-        [] => Err("TcbInfo carries no SHA-384 FWID".into()),
-        many => Err(format!("TcbInfo carries {} different SHA-384 FWIDs", many.len())),
+        [] => Err(bad("TcbInfo carries no SHA-384 FWID".into())),
+        many => Err(bad(format!("TcbInfo carries {} different SHA-384 FWIDs", many.len()))),
     }
 }
 

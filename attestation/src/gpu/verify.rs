@@ -371,7 +371,7 @@ fn check_fwid(x: &GpuInput<'_>) -> Row {
     let (parsed, leaf) = (&x.parsed, x.leaf());
     match (&parsed, leaf) {
         (Some(m), Some(leaf)) => match (m.opaque.fwid(), leaf_fwid(leaf)) {
-            (_, Err(e)) => fail(GpuError::FwidMismatch, "a leaf certificate with a DICE FWID", e),
+            (_, Err(e)) => fail(GpuError::FwidMismatch, "a leaf certificate with a DICE FWID", e.reason),
             (None, Ok(_)) => fail(GpuError::FwidMismatch, "an FWID opaque field (20)", "absent"),
             (Some(report), Ok(cert)) if report == cert.as_slice() => {
                 Row::Pass(format!("FWID {} in the report and the leaf's TcbInfo", hex::encode(report)))

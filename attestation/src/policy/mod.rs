@@ -63,6 +63,7 @@ pub use self::gpu::GpuPolicy;
 pub use self::platform::{AbiVersion, GuestPolicyFlag, PlatformFlag, PlatformPolicy};
 pub use crate::azure::AzurePolicy;
 use crate::claims::{KeyHash, ManifestRoot, Measurement, PolicyDigest};
+pub use crate::invalid::PolicyError;
 use crate::snp::{report::KNOWN_VERSIONS, Product};
 pub use crate::tdx::TdxPolicy;
 
@@ -208,18 +209,6 @@ fn yes() -> bool {
     true
 }
 
-/// Why a policy file was refused.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PolicyError {
-    /// Not valid TOML or not the policy schema.
-    #[error("policy is not valid: {0}")]
-    Parse(String),
-    /// Values contradict each other.
-    #[error("policy is inconsistent: {0}")]
-    Inconsistent(String),
-}
-
 impl Default for Policy {
     /// The strict default: every product, debug and migration agent off,
     /// VMPL 0, no TCB minimums, simulated evidence refused, and an empty
@@ -303,8 +292,8 @@ impl Policy {
             return Err(PolicyError::Inconsistent("model_layers = 0".into()));
         }
         self.platform.validate()?;
-        self.tdx.validate().map_err(|e| PolicyError::Inconsistent(format!("[tdx] {e}")))?;
-        self.azure.validate().map_err(|e| PolicyError::Inconsistent(format!("[azure] {e}")))?;
+        self.tdx.validate().map_err(|e| e.within("[tdx]"))?;
+        self.azure.validate().map_err(|e| e.within("[azure]"))?;
         self.gpu.validate()
     }
 

@@ -4,6 +4,7 @@
 
 use const_oid::ObjectIdentifier;
 
+use crate::invalid::{InvalidValue, ValueKind};
 use crate::x509::{der_children, der_tlv, ParsedCert};
 
 const SGX_EXTENSIONS: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.2.840.113741.1.13.1");
@@ -32,14 +33,14 @@ pub struct PckExtension {
 }
 
 /// Reads the SGX extension of a PCK leaf.
-pub fn pck_extension(cert: &ParsedCert) -> Result<PckExtension, String> {
+pub fn pck_extension(cert: &ParsedCert) -> Result<PckExtension, InvalidValue> {
     let ext = cert
         .extension(SGX_EXTENSIONS)
-        .map_err(|e| e.to_string())?
-        .ok_or("the PCK certificate has no SGX extension (1.2.840.113741.1.13.1)")?;
-    let (tag, content, used) = der_tlv(ext).ok_or("the SGX extension is not DER")?;
+        .map_err(|e| bad(e.to_string()))?
+        .ok_or_else(|| bad("the PCK certificate has no SGX extension (1.2.840.113741.1.13.1)"))?;
+    let (tag, content, used) = der_tlv(ext).ok_or_else(|| bad("the SGX extension is not DER"))?;
     if tag != TAG_SEQUENCE || used != ext.len() {
-        return Err("the SGX extension is not one SEQUENCE".into());
+        return Err(bad("the SGX extension is not one SEQUENCE"));
     }
     let (mut fmspc, mut pce_id, mut tcb) = (None, None, None);
     for (oid, value_tag, value) in pairs(content)? {
@@ -49,47 +50,51 @@ pub fn pck_extension(cert: &ParsedCert) -> Result<PckExtension, String> {
             pce_id = Some(octets::<2>(value_tag, value, "PCE ID")?);
         } else if oid == TCB.as_bytes() {
             if value_tag != TAG_SEQUENCE {
-                return Err("the TCB entry is not a SEQUENCE".into());
+                return Err(bad("the TCB entry is not a SEQUENCE"));
             }
             tcb = Some(value);
         }
     }
-    let (cpu_svn, pce_svn) = parse_tcb(tcb.ok_or("the SGX extension has no TCB entry")?)?;
+    let (cpu_svn, pce_svn) = parse_tcb(tcb.ok_or_else(|| bad("the SGX extension has no TCB entry"))?)?;
     Ok(PckExtension {
-        fmspc: fmspc.ok_or("the SGX extension has no FMSPC")?,
-        pce_id: pce_id.ok_or("the SGX extension has no PCE ID")?,
+        fmspc: fmspc.ok_or_else(|| bad("the SGX extension has no FMSPC"))?,
+        pce_id: pce_id.ok_or_else(|| bad("the SGX extension has no PCE ID"))?,
         cpu_svn,
         pce_svn,
     })
+}
+
+fn bad(reason: impl Into<String>) -> InvalidValue {
+    InvalidValue::new(ValueKind::PckExtension, reason)
 }
 
 /// One `SEQUENCE { OID, value }`: the OID's content, the value's tag and content.
 type Entry<'a> = (&'a [u8], u8, &'a [u8]);
 
 /// The `SEQUENCE { OID, value }` entries of a SEQUENCE's content.
-fn pairs(content: &[u8]) -> Result<Vec<Entry<'_>>, String> {
-    let entries = der_children(content).ok_or("an SGX extension entry is not DER")?;
+fn pairs(content: &[u8]) -> Result<Vec<Entry<'_>>, InvalidValue> {
+    let entries = der_children(content).ok_or_else(|| bad("an SGX extension entry is not DER"))?;
     entries
         .into_iter()
         .map(|(tag, entry)| {
-            let kids = der_children(entry).ok_or("an SGX extension entry is not DER")?;
+            let kids = der_children(entry).ok_or_else(|| bad("an SGX extension entry is not DER"))?;
             match (tag, kids.as_slice()) {
                 (TAG_SEQUENCE, [(TAG_OID, oid), (value_tag, value)]) => Ok((*oid, *value_tag, *value)),
-                _ => Err("an SGX extension entry is not SEQUENCE { OID, value }".to_owned()),
+                _ => Err(bad("an SGX extension entry is not SEQUENCE { OID, value }")),
             }
         })
         .collect()
 }
 
-fn octets<const N: usize>(tag: u8, value: &[u8], what: &str) -> Result<[u8; N], String> {
+fn octets<const N: usize>(tag: u8, value: &[u8], what: &str) -> Result<[u8; N], InvalidValue> {
     if tag != TAG_OCTETS {
-        return Err(format!("{what} is not an OCTET STRING"));
+        return Err(bad(format!("{what} is not an OCTET STRING")));
     }
-    value.try_into().map_err(|_| format!("{what} is {} bytes, expected {N}", value.len()))
+    value.try_into().map_err(|_| bad(format!("{what} is {} bytes, expected {N}", value.len())))
 }
 
 /// An unsigned DER INTEGER of at most 2 value bytes (a leading zero allowed).
-fn small_uint(tag: u8, value: &[u8], what: &str) -> Result<u16, String> {
+fn small_uint(tag: u8, value: &[u8], what: &str) -> Result<u16, InvalidValue> {
     let digits = match value {
         [0, rest @ ..] if !rest.is_empty() => rest,
         v => v,
@@ -99,14 +104,14 @@ fn small_uint(tag: u8, value: &[u8], what: &str) -> Result<u16, String> {
         || digits.len() > 2
         || (value.len() == digits.len() && value[0] & 0x80 != 0)
     {
-        return Err(format!("{what} is not a small non-negative INTEGER"));
+        return Err(bad(format!("{what} is not a small non-negative INTEGER")));
     }
     Ok(digits.iter().fold(0u16, |acc, b| (acc << 8) | u16::from(*b)))
 }
 
 /// The TCB entry: components 1–16, PCESVN (17) and CPUSVN (18). The 16
 /// components must agree with the CPUSVN bytes.
-fn parse_tcb(content: &[u8]) -> Result<([u8; 16], u16), String> {
+fn parse_tcb(content: &[u8]) -> Result<([u8; 16], u16), InvalidValue> {
     let mut comps = [None::<u8>; 16];
     let (mut pce_svn, mut cpu_svn) = (None, None);
     for (oid, tag, value) in pairs(content)? {
@@ -116,18 +121,21 @@ fn parse_tcb(content: &[u8]) -> Result<([u8; 16], u16), String> {
             cpu_svn = Some(octets::<16>(tag, value, "CPUSVN")?);
         } else if let Some(i) = component_index(oid) {
             let svn = small_uint(tag, value, "a TCB component")?;
-            comps[i] = Some(u8::try_from(svn).map_err(|_| format!("TCB component {} is {svn}, above 255", i + 1))?);
+            comps[i] =
+                Some(u8::try_from(svn).map_err(|_| bad(format!("TCB component {} is {svn}, above 255", i + 1)))?);
         }
     }
-    let cpu_svn = cpu_svn.ok_or("the TCB entry has no CPUSVN")?;
+    let cpu_svn = cpu_svn.ok_or_else(|| bad("the TCB entry has no CPUSVN"))?;
     for (i, c) in comps.iter().enumerate() {
         match c {
             Some(v) if *v == cpu_svn[i] => {}
-            Some(v) => return Err(format!("TCB component {} is {v} but CPUSVN byte {i} is {}", i + 1, cpu_svn[i])),
-            None => return Err(format!("the TCB entry has no component {}", i + 1)),
+            Some(v) => {
+                return Err(bad(format!("TCB component {} is {v} but CPUSVN byte {i} is {}", i + 1, cpu_svn[i])))
+            }
+            None => return Err(bad(format!("the TCB entry has no component {}", i + 1))),
         }
     }
-    Ok((cpu_svn, pce_svn.ok_or("the TCB entry has no PCESVN")?))
+    Ok((cpu_svn, pce_svn.ok_or_else(|| bad("the TCB entry has no PCESVN"))?))
 }
 
 /// `1.2.840.113741.1.13.1.2.N` for N in 1..=16 → N - 1.

@@ -18,6 +18,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::invalid::{InvalidValue, PolicyError, ValueKind};
+
 use super::collateral::TcbStatus;
 
 /// A 48-byte register value, as hex in TOML.
@@ -31,10 +33,11 @@ impl std::fmt::Debug for Register {
 }
 
 impl std::str::FromStr for Register {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        let v = hex::decode(s.trim()).map_err(|e| format!("not hex: {e}"))?;
-        Ok(Self(v.try_into().map_err(|v: Vec<u8>| format!("{} bytes, expected 48", v.len()))?))
+    type Err = InvalidValue;
+    fn from_str(s: &str) -> Result<Self, InvalidValue> {
+        let bad = |reason: String| InvalidValue::new(ValueKind::TdxRegister, reason);
+        let v = hex::decode(s.trim()).map_err(|e| bad(format!("not hex: {e}")))?;
+        Ok(Self(v.try_into().map_err(|v: Vec<u8>| bad(format!("{} bytes, expected 48", v.len())))?))
     }
 }
 
@@ -127,19 +130,20 @@ impl TdxPolicy {
     }
 
     /// Parses the TOML form (the `[tdx]` table's body).
-    pub fn from_toml(s: &str) -> Result<Self, String> {
-        let p: Self = toml::from_str(s).map_err(|e| e.to_string())?;
+    pub fn from_toml(s: &str) -> Result<Self, PolicyError> {
+        let p: Self = toml::from_str(s).map_err(|e| PolicyError::Parse(e.to_string()))?;
         p.validate()?;
         Ok(p)
     }
 
-    /// Refuses settings that contradict each other.
-    pub fn validate(&self) -> Result<(), String> {
+    /// Refuses settings that contradict each other ([`PolicyError::Inconsistent`]).
+    pub fn validate(&self) -> Result<(), PolicyError> {
+        let inconsistent = |why: &str| Err(PolicyError::Inconsistent(why.to_owned()));
         if self.any_measurement && !self.mrtd.is_empty() {
-            return Err("any_measurement = true makes the mrtd allowlist meaningless; choose one".into());
+            return inconsistent("any_measurement = true makes the mrtd allowlist meaningless; choose one");
         }
         if self.accept_tcb_status.is_empty() {
-            return Err("accept_tcb_status = [] accepts no platform; list at least UpToDate".into());
+            return inconsistent("accept_tcb_status = [] accepts no platform; list at least UpToDate");
         }
         Ok(())
     }
@@ -179,9 +183,22 @@ mod tests {
         .unwrap();
         assert_eq!(p.mrtd[0].0, [0xab; 48]);
         assert!(p.require_sept_ve_disable && !p.allow_debug);
-        assert!(TdxPolicy::from_toml("allow_debugg = true").is_err());
-        assert!(TdxPolicy::from_toml("mrtd = [\"abcd\"]").is_err());
-        assert!(TdxPolicy::from_toml(&format!("any_measurement = true\nmrtd = [\"{}\"]", "00".repeat(48))).is_err());
-        assert!(TdxPolicy::from_toml("accept_tcb_status = []").is_err());
+        let parse = |toml: &str| matches!(TdxPolicy::from_toml(toml), Err(PolicyError::Parse(_)));
+        let inconsistent = |toml: &str| matches!(TdxPolicy::from_toml(toml), Err(PolicyError::Inconsistent(_)));
+        assert!(parse("allow_debugg = true"));
+        assert!(parse("mrtd = [\"abcd\"]"));
+        match TdxPolicy::from_toml("mrtd = [\"abcd\"]") {
+            Err(PolicyError::Parse(why)) => {
+                assert!(why.contains("invalid TDX register: 2 bytes, expected 48"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(inconsistent(&format!("any_measurement = true\nmrtd = [\"{}\"]", "00".repeat(48))));
+        assert!(inconsistent("accept_tcb_status = []"));
+        assert_eq!(
+            "zz".parse::<Register>().unwrap_err().what,
+            ValueKind::TdxRegister,
+            "a register that is not hex is refused as one"
+        );
     }
 }

@@ -283,8 +283,8 @@ fn check_pck_chain(x: &Input<'_>, t: &mut TdxCheckReport) -> Option<PckExtension
             None
         }
         (Ok(_), Err(e)) => {
-            let err = TdxError::Chain { which: "PCK", reason: e.clone() };
-            t.put(C::PckChain, fail(err, "a PCK certificate with Intel's SGX extension", e));
+            let err = TdxError::Chain { which: "PCK", reason: e.to_string() };
+            t.put(C::PckChain, fail(err, "a PCK certificate with Intel's SGX extension", e.to_string()));
             None
         }
         (Ok(_), Ok(None)) => None,

@@ -152,7 +152,8 @@ pub(super) fn check_chain(
         .verify_signed_by(&intermediate)
         .map_err(|err| fail(format!("{leaf_name} signed by {intermediate_cn}"), err.to_string()))?;
     for (name, cert) in [(leaf_name.as_str(), e.cert()), (intermediate_cn.as_str(), &intermediate), ("ARK", &ark)] {
-        cert.check_validity(now).map_err(|why| fail(format!("{name} certificate valid at {}", fmt_time(now)), why))?;
+        cert.check_validity(now)
+            .map_err(|why| fail(format!("{name} certificate valid at {}", fmt_time(now)), why.to_string()))?;
     }
     Ok(Chain { root, ark, intermediate, leaf_name, leaf_serial: e.cert().serial().to_vec() })
 }

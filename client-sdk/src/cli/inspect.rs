@@ -79,7 +79,7 @@ fn run_hcl(bytes: &[u8], as_json: bool) -> Exit {
         "version": h.version,
         "claims_hash": h.hash.name(),
         "report_data_commits_to_claims": snp.as_ref().map(|r| r.report_data() == h.hash.report_data(&h.claims_bytes)),
-        "attestation_key": h.claims.ak_pub().map(|k| format!("RSA-{}", k.bits())).unwrap_or_else(|e| e),
+        "attestation_key": h.claims.ak_pub().map(|k| format!("RSA-{}", k.bits())).unwrap_or_else(|e| e.reason),
         "snp_report": snp.as_ref().map(|r| json!({
             "version": r.version(),
             "measurement": hex::encode(r.measurement()),
