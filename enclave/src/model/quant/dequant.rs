@@ -17,7 +17,7 @@
 //! software conversion).
 //!
 //! Indexes into a block are constants or loop counters bounded by the
-//! block's layout, and indexes into the lookup tables (`tables.rs`) are
+//! block's layout, and indexes into the lookup tables (`tables/`) are
 //! masked to the table's size, so no input byte can make an index go out
 //! of range: bad bytes only make bad values.
 
