@@ -1,6 +1,6 @@
 //! Arbitrary bytes as a request's response format, past parsing and into
 //! the grammar compiler: the structural limits
-//! (`veil_enclave::text::schema_limits`) run first, as the entry runs them,
+//! (`veil_enclave::text::grammar::limits`) run first, as the entry runs them,
 //! and whatever passes them is compiled. Nothing may panic, overflow the
 //! stack, or run past libFuzzer's `-timeout` / `-rss_limit_mb` (which
 //! `scripts/fuzz.sh` sets to the entry's compile budget): an input that does
@@ -14,7 +14,7 @@ use candle_core::quantized::gguf_file::{write, Value};
 use libfuzzer_sys::fuzz_target;
 use veil_enclave::model::GgufFile;
 use veil_enclave::text::grammar::{GrammarError, Grammars, ResponseFormat};
-use veil_enclave::text::schema_limits;
+use veil_enclave::text::grammar::limits as schema_limits;
 use veil_enclave::text::tokenizer::Tokenizer;
 
 /// A byte-level vocabulary (every byte, a few merges), from a GGUF written once.
@@ -46,7 +46,7 @@ fn grammars() -> &'static Grammars {
         write(&mut std::fs::File::create(&path).expect("create"), &refs, &[]).expect("write");
         let tok = Tokenizer::from_gguf(&GgufFile::open(&path).expect("open")).expect("tokenizer");
         let _ = std::fs::remove_file(&path);
-        Grammars::new(&tok).expect("grammar engine")
+        Grammars::from_vocabulary(&tok.vocabulary()).expect("grammar engine")
     })
 }
 

@@ -10,7 +10,7 @@ use tokenizers::pre_tokenizers::sequence::Sequence;
 use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 use tokenizers::{AddedToken, PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer as HfTokenizer};
 
-use super::grammar::{GrammarError, Grammars};
+use super::grammar::{GrammarError, Grammars, Vocabulary};
 use super::spm::{token_type, Spm};
 use crate::model::error::{ModelError, Result};
 use crate::model::GgufFile;
@@ -363,7 +363,13 @@ impl Tokenizer {
     /// The grammar engine for this vocabulary (response formats), built on
     /// first use (about a tenth of a second for 50,000 tokens) and shared.
     pub fn grammars(&self) -> std::result::Result<std::sync::Arc<Grammars>, GrammarError> {
-        self.grammars.get_or_init(|| Grammars::new(self).map(std::sync::Arc::new)).clone()
+        self.grammars.get_or_init(|| Grammars::from_vocabulary(&self.vocabulary()).map(std::sync::Arc::new)).clone()
+    }
+
+    /// The vocabulary as the grammar engine reads it: every token's bytes,
+    /// the end-of-sequence token and the other stop tokens.
+    pub fn vocabulary(&self) -> Vocabulary {
+        Vocabulary { words: self.token_bytes(), eos: self.eos(), stop_ids: self.stop_ids().to_vec() }
     }
 
     /// Byte-level BPE (`pre`: its split), or with `pre` `None` Gemma 4's

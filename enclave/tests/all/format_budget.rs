@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use veil_enclave::generate::LocalModel;
 use veil_enclave::pipeline::entry::format_jobs::{FormatBudget, FormatJobs, FormatRefusal, FormatWorker};
-use veil_enclave::text::grammar::{ResponseFormat, Vocabulary};
+use veil_enclave::text::grammar::ResponseFormat;
 use veil_enclave::text::tokenizer::Tokenizer;
 
 use crate::cluster::model_path;
@@ -30,7 +30,7 @@ fn tokenizer() -> Option<Arc<Tokenizer>> {
 
 fn jobs(tok: &Arc<Tokenizer>, worker: FormatWorker, budget: FormatBudget) -> FormatJobs {
     let engine = tok.clone();
-    FormatJobs::new(worker, budget, &Vocabulary::of(tok), move || engine.grammars())
+    FormatJobs::new(worker, budget, &tok.vocabulary(), move || engine.grammars())
 }
 
 fn worker() -> FormatWorker {

@@ -113,7 +113,7 @@ fn json_schema_answers_validate_and_the_pipeline_equals_one_process() {
 fn the_mask_follows_the_format_and_rolls_back() {
     let Some(path) = model_path() else { return };
     let (_, tok) = LocalModel::load(&path, &[]).unwrap();
-    let grammars = Grammars::new(&tok).unwrap();
+    let grammars = Grammars::from_vocabulary(&tok.vocabulary()).unwrap();
     let mut m = grammars.compile(&ResponseFormat::JsonSchema { schema: r#"{"enum":["yes","no"]}"#.into() }).unwrap();
     let allowed = |m: &mut veil_enclave::text::grammar::Constrained| -> Vec<u32> {
         let mut logits = vec![0.0f32; tok.vocab_size()];

@@ -143,7 +143,7 @@ impl Entry {
             .ok();
         let replicas =
             route.stages[1..].iter().map(|s| s.replicas.iter().map(|_| Replica::default()).collect()).collect();
-        let vocabulary = crate::text::grammar::Vocabulary::of(&tokenizer);
+        let vocabulary = tokenizer.vocabulary();
         let engine = tokenizer.clone();
         let formats =
             format_jobs::FormatJobs::new(format_worker, format_jobs::FormatBudget::default(), &vocabulary, move || {

@@ -21,8 +21,6 @@ use llguidance::toktrie::{ApproximateTokEnv, TokEnv, TokRxInfo, TokTrie};
 use llguidance::{JsonCompileOptions, Matcher, ParserFactory};
 use serde::{Deserialize, Serialize};
 
-use super::tokenizer::Tokenizer;
-
 pub mod limits;
 
 /// Largest schema accepted, in bytes of its JSON text (it travels with every
@@ -133,14 +131,9 @@ impl std::fmt::Debug for Grammars {
 }
 
 impl Grammars {
-    /// The engine for `tokenizer`'s vocabulary. Its errors name no tokens:
+    /// The engine for a vocabulary ([`Vocabulary`]: a tokenizer's, or what
+    /// a format worker process receives). Its errors name no tokens:
     /// matcher state never reaches a log or an error message.
-    pub fn new(tokenizer: &Tokenizer) -> Result<Self, GrammarError> {
-        Self::from_vocabulary(&Vocabulary::of(tokenizer))
-    }
-
-    /// The engine for a vocabulary given as its parts (what a format
-    /// worker process receives).
     pub fn from_vocabulary(vocabulary: &Vocabulary) -> Result<Self, GrammarError> {
         let words = &vocabulary.words;
         let info = TokRxInfo::new(words.len() as u32, vocabulary.eos);
@@ -178,13 +171,6 @@ pub struct Vocabulary {
     pub eos: u32,
     /// Every token that ends generation.
     pub stop_ids: Vec<u32>,
-}
-
-impl Vocabulary {
-    /// `tokenizer`'s vocabulary.
-    pub fn of(tokenizer: &Tokenizer) -> Self {
-        Self { words: tokenizer.token_bytes(), eos: tokenizer.eos(), stop_ids: tokenizer.stop_ids().to_vec() }
-    }
 }
 
 /// One session's position in its format: the output tokens consumed so far.
