@@ -105,7 +105,8 @@ fn main() {
     // NVIDIA GPU: one simulated Hopper with its driver and VBIOS RIMs, bound to shard claims.
     {
         use veil_attestation::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
-        use veil_attestation::gpu::{verify_gpus, GpuExpectations, Rim};
+        use veil_attestation::gpu::Rim;
+        use veil_attestation::verify::{verify_gpus, GpuExpectations};
         let gpu = SimulatedGpu::from_seed(b"bench", SimulatedGpuConfig::default()).unwrap();
         let (bound, gpus) = composite(std::slice::from_ref(&gpu), &claims).unwrap();
         let rim_xml = [gpu.rim_xml(true), gpu.rim_xml(false)];
@@ -120,7 +121,8 @@ fn main() {
 
     if let Some(v) = vectors() {
         {
-            use veil_attestation::gpu::{appraise_gpus, GpuEvidence, GpuExpectations, Rim};
+            use veil_attestation::gpu::{GpuEvidence, Rim};
+            use veil_attestation::verify::{appraise_gpus, GpuExpectations};
             let d = v.join("nvidia-h100-coco-trustee");
             let g = GpuEvidence::from_hex_and_pem(
                 &std::fs::read(d.join("attestation_report.hex")).unwrap(),

@@ -12,11 +12,12 @@ use veil_attestation::gpu::chain::ChainError;
 use veil_attestation::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
 use veil_attestation::gpu::spdm::{field, OpaqueField, SpdmError, REQUEST_LEN, RESPONSE_HEADER_LEN};
 use veil_attestation::gpu::{
-    appraise_gpus, gpu_evidence_digest, verify_gpus, CcSettings, GpuAppraisal, GpuCheckId as C, GpuCheckReport,
-    GpuError, GpuEvidence, GpuExpectations, Rim, RimError,
+    gpu_evidence_digest, CcSettings, GpuAppraisal, GpuCheckId as C, GpuCheckReport, GpuError, GpuEvidence, Rim,
+    RimError,
 };
 use veil_attestation::simulated::{default_measurement, SimulatedAttester, SimulatedConfig};
 use veil_attestation::snp::Product;
+use veil_attestation::verify::{appraise_gpus, verify_gpus, GpuExpectations};
 use veil_attestation::verify::{verify_composite, Outcome};
 use veil_attestation::x509::parse_time;
 use veil_attestation::{verify, Claims, Error, ExpectedClaims, KeyHash, Nonce, Policy};

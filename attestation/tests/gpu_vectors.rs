@@ -9,10 +9,9 @@ use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
 use veil_attestation::gpu::spdm::{SpdmMeasurements, SIGNATURE_LEN};
-use veil_attestation::gpu::{
-    appraise_gpus, evidence, verify_gpus, GpuCheckId as C, GpuCheckReport, GpuError, GpuEvidence, GpuExpectations, Rim,
-};
+use veil_attestation::gpu::{evidence, GpuCheckId as C, GpuCheckReport, GpuError, GpuEvidence, Rim};
 use veil_attestation::verify::Outcome;
+use veil_attestation::verify::{appraise_gpus, verify_gpus, GpuExpectations};
 use veil_attestation::x509::{parse_time, ParsedCert};
 use veil_attestation::Policy;
 

@@ -5,7 +5,8 @@
 
 use libfuzzer_sys::fuzz_target;
 use veil_attestation::gpu::spdm::{SpdmMeasurements, SIGNATURE_LEN};
-use veil_attestation::gpu::{appraise_gpus, GpuEvidence, GpuExpectations};
+use veil_attestation::gpu::GpuEvidence;
+use veil_attestation::verify::{appraise_gpus, GpuExpectations};
 use veil_attestation::Policy;
 
 fuzz_target!(|data: &[u8]| {

@@ -29,7 +29,6 @@ pub(crate) mod report;
 pub mod rim;
 pub mod simulated;
 pub mod spdm;
-mod verify;
 mod version;
 pub mod xmldsig;
 
@@ -42,7 +41,6 @@ use std::fmt;
 pub use crate::check::GpuCheckId;
 pub use error::GpuError;
 pub use report::{GpuAppraisal, GpuCheckReport, GpuCheckResult};
-pub use verify::{appraise_gpus, verify_gpus, GpuExpectations, VerifiedGpus};
 pub use version::Version;
 
 #[cfg(test)]

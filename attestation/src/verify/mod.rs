@@ -10,6 +10,7 @@
 mod azure;
 mod binding;
 mod chain;
+mod gpu;
 mod report;
 mod tdx;
 
@@ -19,6 +20,7 @@ pub use self::azure::{appraise_azure, verify_azure, AzureAppraisal, SnpEndorseme
 use self::binding::{check_binding, check_freshness};
 pub use self::chain::check_signature;
 use self::chain::{check_chain, check_chip_id, check_crl, check_product, check_reported_tcb};
+pub use self::gpu::{appraise_gpus, verify_gpus, GpuExpectations, VerifiedGpus};
 use self::report::{check_format, record_policy_checks};
 pub use self::tdx::{verify_tdx, VerifiedTdx};
 pub use crate::check::{CheckId, CheckReport, CheckResult, Outcome};
@@ -79,7 +81,7 @@ pub struct VerifiedEvidence {
     root: RootKind,
     claims: Option<Claims>,
     checks: CheckReport,
-    gpus: Option<crate::gpu::VerifiedGpus>,
+    gpus: Option<VerifiedGpus>,
     _private: (),
 }
 
@@ -123,7 +125,7 @@ impl VerifiedEvidence {
     }
     /// The shard's verified GPUs (composite evidence), when it presented any
     /// or the policy requires them.
-    pub fn gpus(&self) -> Option<&crate::gpu::VerifiedGpus> {
+    pub fn gpus(&self) -> Option<&VerifiedGpus> {
         self.gpus.as_ref()
     }
     /// `REPORTED_TCB`, decoded for the product.
@@ -177,7 +179,7 @@ pub fn verify_composite(
     policy: &Policy,
     expected: &ExpectedClaims,
     now: SystemTime,
-) -> Result<(crate::VerifiedEvidence, crate::gpu::VerifiedGpus), Error> {
+) -> Result<(crate::VerifiedEvidence, VerifiedGpus), Error> {
     let composite = crate::EvidenceBundle { gpus: gpus.to_vec(), ..bundle.clone() };
     let cpu = verify_with_rims(&composite, policy, expected, rims, now)?;
     match cpu.gpus().cloned() {
@@ -230,9 +232,8 @@ fn verify_inner(
                         all_rims.push(rim);
                     }
                 }
-                let expect =
-                    crate::gpu::GpuExpectations { rims: &all_rims, claims, nonce: None, ocsp: &bundle.gpu_ocsp };
-                Some(crate::gpu::verify_gpus(&bundle.gpus, &expect, policy, now)?)
+                let expect = GpuExpectations { rims: &all_rims, claims, nonce: None, ocsp: &bundle.gpu_ocsp };
+                Some(verify_gpus(&bundle.gpus, &expect, policy, now)?)
             } else {
                 None
             };

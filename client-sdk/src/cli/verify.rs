@@ -2,7 +2,8 @@
 
 use std::time::SystemTime;
 
-use veil_attestation::gpu::{appraise_gpus, evidence as gpu_evidence, GpuAppraisal, GpuEvidence, GpuExpectations, Rim};
+use veil_attestation::gpu::{evidence as gpu_evidence, GpuAppraisal, GpuEvidence, Rim};
+use veil_attestation::verify::{appraise_gpus, GpuExpectations};
 use veil_attestation::x509::parse_time;
 use veil_attestation::{appraise, EvidenceBundle, ExpectedClaims, Measurement, Nonce, Policy, ReportData};
 

@@ -5,15 +5,14 @@
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
-use super::chain::{self, leaf_fwid, verify_chain};
-use super::evidence::{gpu_evidence_digest, GpuEvidence};
-use super::report::{GpuAppraisal, GpuCheckReport};
-use super::rim::Rim;
-use super::spdm::{SpdmMeasurements, STATUS_OFF, STATUS_ON};
-use super::{simulated, GpuError, Version};
 use crate::check::{CheckId, CheckReport, GpuCheckId, Outcome};
 use crate::claims::Claims;
 use crate::error::{Error, GpuFailure, Rejection};
+use crate::gpu::chain::{self, leaf_fwid, verify_chain};
+use crate::gpu::evidence::{gpu_evidence_digest, GpuEvidence};
+use crate::gpu::rim::Rim;
+use crate::gpu::spdm::{SpdmMeasurements, STATUS_OFF, STATUS_ON};
+use crate::gpu::{simulated, GpuAppraisal, GpuCheckReport, GpuError, Version};
 use crate::policy::Policy;
 use crate::x509::{fmt_time, ParsedCert};
 
@@ -330,7 +329,7 @@ fn check_device_chain(x: &GpuInput<'_>) -> Result<(String, bool), Row> {
 fn check_revocation(x: &GpuInput<'_>, chain_ok: bool) -> Row {
     let (certs, expect, policy, now) = (&x.certs, x.expect, x.policy, x.now);
     match (&certs, chain_ok) {
-        (Ok(certs), true) if !expect.ocsp.is_empty() => match super::ocsp::check_chain(certs, expect.ocsp, now) {
+        (Ok(certs), true) if !expect.ocsp.is_empty() => match crate::gpu::ocsp::check_chain(certs, expect.ocsp, now) {
             Ok(detail) => Row::Pass(detail),
             Err(failed) => Row::Fail(failed),
         },
@@ -532,7 +531,7 @@ fn rim_signature_row(rims: &[Rim], policy: &Policy, now: SystemTime) -> Row {
     }
     let root = match &policy.gpu.rim_root_pem {
         Some(pem) => ParsedCert::from_pem(pem.as_bytes()).map_err(|e| format!("policy gpu.rim_root_pem: {e}")),
-        None => super::xmldsig::nvidia_rim_root().map_err(|e| e.to_string()),
+        None => crate::gpu::xmldsig::nvidia_rim_root().map_err(|e| e.to_string()),
     };
     let root = match root {
         Ok(r) => r,
@@ -552,7 +551,7 @@ fn rim_signature_row(rims: &[Rim], policy: &Policy, now: SystemTime) -> Row {
             let why = format!("RIM {}: golden values differ from the signed document", rim.tag_id);
             return fail(GpuError::RimSignatureInvalid(why.clone()), "RIM contents as signed", why);
         }
-        match super::xmldsig::verify_rim_signature(rim.source(), &root, now) {
+        match crate::gpu::xmldsig::verify_rim_signature(rim.source(), &root, now) {
             Ok(signer) => signers.push(format!("{} (signed by {signer})", rim.version)),
             Err(e) => {
                 return fail(
