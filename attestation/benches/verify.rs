@@ -104,7 +104,7 @@ fn main() {
 
     // NVIDIA GPU: one simulated Hopper with its driver and VBIOS RIMs, bound to shard claims.
     {
-        use veil_attestation::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
+        use veil_attestation::attester::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
         use veil_attestation::gpu::Rim;
         use veil_attestation::verify::{verify_gpus, GpuExpectations};
         let gpu = SimulatedGpu::from_seed(b"bench", SimulatedGpuConfig::default()).unwrap();

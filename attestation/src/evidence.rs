@@ -45,7 +45,7 @@ pub const MAX_CARRIED_RIMS: usize = 8;
 pub const MAX_CARRIED_RIM_BYTES: usize = 160 * 1024;
 /// Most OCSP responses accepted in `gpu_ocsp`: four per GPU chain (one per
 /// certificate below the root), for the most GPUs a bundle holds.
-pub const MAX_CARRIED_OCSP: usize = 4 * crate::gpu::evidence::MAX_GPUS;
+pub const MAX_CARRIED_OCSP: usize = crate::gpu::ocsp::MAX_RESPONSES;
 /// Largest OCSP response accepted in `gpu_ocsp`.
 pub const MAX_OCSP_BYTES: usize = 8 * 1024;
 

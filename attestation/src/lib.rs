@@ -23,8 +23,11 @@
 //! `gpu::report`, which import nothing from [`error`]) ← [`error`] (one
 //! [`Rejection`] shape for SNP, GPU and GPU-set failures) ← the SNP checker
 //! ([`verify`](mod@verify)'s `chain`, `report` and `binding` checks over [`snp`]) and the
-//! GPU checker ([`gpu`]) ← [`verify::verify_composite`] / [`verify()`], the
-//! only place that combines them. [`policy`] is a leaf module tree (the
+//! GPU checker ([`verify`](mod@verify)'s `gpu` checks over [`gpu`], which parses and
+//! imports neither [`error`] nor the policy) ← [`verify::verify_composite`] /
+//! [`verify()`], the only place that combines them. The attesters
+//! ([`attester`], with the GPUs' in [`attester::gpu`]) sit above the
+//! evidence they produce. [`policy`] is a leaf module tree (the
 //! policy, its `[platform]` and `[gpu]` sections, the peer-policy gaps).
 //! [`nonce_batch`] proves a verifier's nonce is in a batch one evidence
 //! answers. [`measure`] reproduces expected launch measurements.
@@ -35,8 +38,9 @@
 //! * [`simulated`] evidence is accepted only with `allow_simulated = true`
 //!   and is flagged in every check table.
 //! * [`ratls`] puts evidence in TLS certificates and verifies it in rustls.
-//! * [`gpu`] parses and verifies NVIDIA GPU (Hopper) CC evidence, bound to the
-//!   CPU report through the claims (one table per GPU).
+//! * [`gpu`] parses NVIDIA GPU (Hopper) CC evidence; [`verify::verify_gpus`]
+//!   checks it, bound to the CPU report through the claims (one table per
+//!   GPU); [`attester::gpu`] collects it (simulated, or NVML with `hw`).
 //! * [`route`] verifies a whole route as one ([`route::verify_route`]): the
 //!   entry's fresh evidence commits to the peer policy every shard enforces,
 //!   the route's shape, the exact shards it links and the drafter it

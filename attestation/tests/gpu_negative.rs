@@ -8,8 +8,8 @@
 use std::sync::OnceLock;
 use std::time::SystemTime;
 
+use veil_attestation::attester::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
 use veil_attestation::gpu::chain::ChainError;
-use veil_attestation::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
 use veil_attestation::gpu::spdm::{field, OpaqueField, SpdmError, REQUEST_LEN, RESPONSE_HEADER_LEN};
 use veil_attestation::gpu::{
     gpu_evidence_digest, CcSettings, GpuAppraisal, GpuCheckId as C, GpuCheckReport, GpuError, GpuEvidence, Rim,

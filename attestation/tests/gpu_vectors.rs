@@ -399,8 +399,8 @@ fn rim_xml_signatures_verify_before_signer_expiry_and_fail_after_or_when_edited(
 /// GPU with this RIM's VBIOS version: they differ, at the first VBIOS index).
 #[test]
 fn an_nvidia_rim_carried_in_a_shard_bundle_is_verified_and_compared() {
-    use veil_attestation::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
-    use veil_attestation::gpu::{CompositeAttester, GpuReference, GpuSource};
+    use veil_attestation::attester::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
+    use veil_attestation::attester::gpu::{CompositeAttester, GpuReference, GpuSource};
     use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
     use veil_attestation::{Attester as _, Claims, Error, EvidenceBundle, ExpectedClaims};
     let Some(d) = set("nvidia-h100-coco-trustee") else { return };

@@ -388,7 +388,7 @@ fn the_entry_must_be_bound_to_the_key_config_and_nonce() {
 /// refused at `gpu_revocation`, by name; so is one revoked certificate.
 #[test]
 fn gpu_revocation_is_met_on_the_serving_path_by_carried_ocsp_and_a_stripping_or_replaying_host_is_named() {
-    use veil_attestation::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
+    use veil_attestation::attester::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
     use veil_attestation::GpuCheckId;
     let sh = shape();
     let mut policy = client_policy();
@@ -563,8 +563,8 @@ fn one_evidence_answers_a_batch_of_nonces_by_inclusion_path() {
 /// A stage shard on (simulated) GPUs, under root A: its bundle carries its
 /// GPUs' RIMs, as a hardware shard carries NVIDIA's.
 fn gpu_shard(stage: u32, peer: &Policy, shape: &RouteShape) -> LinkedShard {
-    use veil_attestation::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
-    use veil_attestation::gpu::{CompositeAttester, GpuSource};
+    use veil_attestation::attester::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
+    use veil_attestation::attester::gpu::{CompositeAttester, GpuSource};
     use veil_attestation::Attester as _;
     let gpu = SimulatedGpu::from_seed(b"route gpu", SimulatedGpuConfig::default()).unwrap();
     let att = CompositeAttester::new(Box::new(sim(b"root A")), GpuSource::Simulated(vec![gpu])).unwrap();

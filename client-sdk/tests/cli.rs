@@ -394,7 +394,7 @@ fn inspect_gpu_evidence_decodes_fields() {
 
 #[test]
 fn verify_composite_simulated_cpu_and_gpu_binding() {
-    use veil_attestation::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
+    use veil_attestation::attester::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
     let dir = tempdir("composite");
     let snp = veil_tests::sim(veil_attestation::snp::Product::Genoa);
     let gpu = SimulatedGpu::from_seed(b"cli composite", SimulatedGpuConfig::default()).unwrap();
@@ -458,7 +458,7 @@ fn verify_composite_simulated_cpu_and_gpu_binding() {
 /// was stripped is refused.
 #[test]
 fn verify_evidence_alone_checks_the_bundles_gpus_and_the_gpu_policy() {
-    use veil_attestation::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
+    use veil_attestation::attester::gpu::simulated::{composite, SimulatedGpu, SimulatedGpuConfig};
     let dir = tempdir("composite-alone");
     let snp = veil_tests::sim(veil_attestation::snp::Product::Genoa);
     let gpu = SimulatedGpu::from_seed(b"cli composite alone", SimulatedGpuConfig::default()).unwrap();

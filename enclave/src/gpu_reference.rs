@@ -21,8 +21,8 @@ use std::io::Read as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use veil_attestation::attester::gpu::{CarriedReference, GpuReference};
 use veil_attestation::evidence::{MAX_CARRIED_OCSP, MAX_CARRIED_RIMS, MAX_CARRIED_RIM_BYTES};
-use veil_attestation::gpu::{CarriedReference, GpuReference};
 
 use crate::error::{Error, Result};
 
@@ -154,8 +154,8 @@ fn read_bounded(path: &Path) -> Result<Vec<u8>> {
 mod tests {
     use super::*;
     use std::time::SystemTime;
-    use veil_attestation::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
-    use veil_attestation::gpu::{CompositeAttester, GpuSource};
+    use veil_attestation::attester::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
+    use veil_attestation::attester::gpu::{CompositeAttester, GpuSource};
     use veil_attestation::simulated::{SimulatedAttester, SimulatedConfig};
     use veil_attestation::{Attester as _, Claims};
 

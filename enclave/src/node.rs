@@ -87,9 +87,11 @@ impl Attestation {
                     ocsp = material.ocsp.len(),
                     "collecting GPU evidence through NVML with every report"
                 );
-                let attester = veil_attestation::gpu::CompositeAttester::new(
+                let attester = veil_attestation::attester::gpu::CompositeAttester::new(
                     cpu,
-                    veil_attestation::gpu::GpuSource::Nvml(veil_attestation::gpu::hw::NvmlGpuAttester),
+                    veil_attestation::attester::gpu::GpuSource::Nvml(
+                        veil_attestation::attester::gpu::hw::NvmlGpuAttester,
+                    ),
                 )?
                 .carrying(material)
                 .map_err(|e| Error::Config(format!("GPU reference material: {e}")))?;
@@ -109,12 +111,15 @@ impl Attestation {
                 let devices = (0..*gpus)
                     .map(|_| {
                         let seed = veil_attestation::Nonce::random();
-                        veil_attestation::gpu::simulated::SimulatedGpu::from_seed(seed.as_bytes(), Default::default())
+                        veil_attestation::attester::gpu::simulated::SimulatedGpu::from_seed(
+                            seed.as_bytes(),
+                            Default::default(),
+                        )
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                Ok(Arc::new(veil_attestation::gpu::CompositeAttester::new(
+                Ok(Arc::new(veil_attestation::attester::gpu::CompositeAttester::new(
                     cpu,
-                    veil_attestation::gpu::GpuSource::Simulated(devices),
+                    veil_attestation::attester::gpu::GpuSource::Simulated(devices),
                 )?))
             }
         }
@@ -309,7 +314,7 @@ fn gpu_gate(device: crate::model::ComputeDevice, attestation: &Attestation) -> R
                 ));
             }
             std::env::set_var("CUDA_DEVICE_ORDER", "PCI_BUS_ID");
-            let uuid = veil_attestation::gpu::hw::ready_gate(index as u32)
+            let uuid = veil_attestation::attester::gpu::hw::ready_gate(index as u32)
                 .map_err(|e| Error::Refused(format!("{device}: {e}")))?;
             tracing::info!(%device, %uuid, "GPU gate: named by the evidence, CC mode on, ready state set");
             Ok(())

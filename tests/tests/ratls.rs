@@ -191,9 +191,9 @@ fn verified_peer_needs_a_verified_certificate() {
     VerifiedPeer::establish(&v, id.cert_der(), Role::Server, &[0; 32], &sig, &[]).unwrap();
 }
 
-fn gpus(seed: &str, n: usize) -> veil_attestation::gpu::CompositeAttester {
-    use veil_attestation::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
-    use veil_attestation::gpu::{CompositeAttester, GpuSource};
+fn gpus(seed: &str, n: usize) -> veil_attestation::attester::gpu::CompositeAttester {
+    use veil_attestation::attester::gpu::simulated::{SimulatedGpu, SimulatedGpuConfig};
+    use veil_attestation::attester::gpu::{CompositeAttester, GpuSource};
     let gpus: Vec<SimulatedGpu> = (0..n)
         .map(|i| SimulatedGpu::from_seed(format!("{seed} {i}").as_bytes(), SimulatedGpuConfig::default()).unwrap())
         .collect();

@@ -20,7 +20,7 @@ use crate::x509::{fmt_time, ParsedCert};
 pub const MAX_OCSP_BYTES: usize = 32 * 1024;
 /// Most responses looked at for one GPU's chain: a shard carries the
 /// responses for all its GPUs in one list, so the bundle's limit.
-pub const MAX_RESPONSES: usize = crate::evidence::MAX_CARRIED_OCSP;
+pub const MAX_RESPONSES: usize = 4 * super::evidence::MAX_GPUS;
 const ID_PKIX_OCSP_BASIC: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.48.1.1");
 const OCSP_SIGNING: ObjectIdentifier = ObjectIdentifier::new_unwrap("1.3.6.1.5.5.7.3.9");
 const EXT_KEY_USAGE: ObjectIdentifier = ObjectIdentifier::new_unwrap("2.5.29.37");

@@ -5,6 +5,7 @@
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
+use crate::attester::gpu::simulated;
 use crate::check::{CheckId, CheckReport, GpuCheckId, Outcome};
 use crate::claims::Claims;
 use crate::error::{Error, GpuFailure, Rejection};
@@ -12,7 +13,7 @@ use crate::gpu::chain::{self, leaf_fwid, verify_chain};
 use crate::gpu::evidence::{gpu_evidence_digest, GpuEvidence};
 use crate::gpu::rim::Rim;
 use crate::gpu::spdm::{SpdmMeasurements, STATUS_OFF, STATUS_ON};
-use crate::gpu::{simulated, GpuAppraisal, GpuCheckReport, GpuError, Version};
+use crate::gpu::{GpuAppraisal, GpuCheckReport, GpuError, Version};
 use crate::policy::Policy;
 use crate::x509::{fmt_time, ParsedCert};
 

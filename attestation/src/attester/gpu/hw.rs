@@ -8,10 +8,10 @@
 
 use nvml_wrapper::Nvml;
 
-use super::evidence::{CcSettings, GpuEvidence, MAX_GPUS};
 use super::simulated;
 use crate::claims::Claims;
 use crate::error::Error;
+use crate::gpu::evidence::{CcSettings, GpuEvidence, MAX_GPUS};
 use crate::x509::ParsedCert;
 
 fn nvml_error(e: impl std::fmt::Display) -> Error {
@@ -80,7 +80,7 @@ impl NvmlGpuAttester {
         if usize::try_from(count).map_or(true, |c| c > MAX_GPUS) {
             return Err(nvml_error(format!("{count} GPUs exceeds the limit of {MAX_GPUS}")));
         }
-        let root = super::chain::nvidia_device_root().map_err(|e| Error::ApiMisuse(e.to_string()))?;
+        let root = crate::gpu::chain::nvidia_device_root().map_err(|e| Error::ApiMisuse(e.to_string()))?;
         let mut out = Vec::new();
         for index in 0..count {
             let device = nvml.device_by_index(index).map_err(nvml_error)?;

@@ -14,10 +14,10 @@ use p384::pkcs8::EncodePrivateKey;
 use rcgen::{CertificateParams, CustomExtension, DnType, IsCa, Issuer, KeyPair, SerialNumber};
 use sha2::{Digest, Sha384, Sha512};
 
-use super::evidence::{gpu_evidence_digest, CcSettings, GpuEvidence};
-use super::spdm::{field, MeasurementBlock, OpaqueData, OpaqueField, TranscriptBuilder, STATUS_OFF, STATUS_ON};
 use crate::claims::Claims;
 use crate::error::Error;
+use crate::gpu::evidence::{gpu_evidence_digest, CcSettings, GpuEvidence};
+use crate::gpu::spdm::{field, MeasurementBlock, OpaqueData, OpaqueField, TranscriptBuilder, STATUS_OFF, STATUS_ON};
 use crate::x509::ParsedCert;
 
 /// Organisation of every simulated GPU certificate; the verifier's marker.

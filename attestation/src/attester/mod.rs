@@ -1,5 +1,7 @@
 //! What produces evidence: the simulated attester, the SEV-SNP guest
-//! (`hw`), and composites with GPUs implement it.
+//! (`hw`), and composites with GPUs ([`gpu`]) implement it.
+
+pub mod gpu;
 
 use crate::claims::Claims;
 use crate::error::Error;

@@ -13,9 +13,9 @@
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, SystemTime};
 
-use super::rim::Rim;
 use super::simulated::SimulatedGpu;
 use crate::evidence::{MAX_CARRIED_OCSP, MAX_CARRIED_RIMS, MAX_CARRIED_RIM_BYTES, MAX_OCSP_BYTES};
+use crate::gpu::rim::Rim;
 use crate::{Error, Malformed};
 
 /// How long a simulated GPU's OCSP responses are valid (their `nextUpdate`
@@ -108,7 +108,7 @@ impl CarriedReference {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::simulated::SimulatedGpuConfig;
+    use crate::attester::gpu::simulated::SimulatedGpuConfig;
 
     fn gpu() -> SimulatedGpu {
         SimulatedGpu::from_seed(b"carried", SimulatedGpuConfig::default()).unwrap()
